@@ -1,0 +1,107 @@
+//! Body in, body out: parse, run the pipeline, splice back, and fail open on every path.
+//!
+//! This is the one function the proxy, `sluice compact` and `sluice replay` call. Whatever goes
+//! wrong (a body we cannot parse, a panic anywhere), the pristine input is returned: it is always
+//! a valid thing to forward.
+
+use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::message::Message;
+use crate::pipeline::{Pipeline, RunCx, RunReport, message_tokens};
+use crate::wire::{self, Discard, WireError};
+
+/// A change the wire layer could not express, charged to the component that made it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Discarded {
+    pub index: usize,
+    pub component: Option<&'static str>,
+    pub reason: Discard,
+}
+
+/// The result of [`apply_body`].
+#[derive(Debug)]
+pub struct Applied<'a> {
+    /// The body to forward (the input itself when nothing changed or anything failed).
+    pub body: Cow<'a, [u8]>,
+    pub report: RunReport,
+    pub discarded: Vec<Discarded>,
+    /// Why the body was forwarded untouched without running the pipeline, if it was.
+    pub error: Option<ApplyError>,
+    /// The normalized messages as forwarded (after discards), for hosts that track turns.
+    pub messages: Vec<Message>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyError {
+    /// The body could not be normalized.
+    Wire(WireError),
+    /// Something panicked outside a component guard.
+    Panicked(String),
+}
+
+impl std::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApplyError::Wire(err) => err.fmt(f),
+            ApplyError::Panicked(msg) => write!(f, "internal error (body forwarded untouched): {msg}"),
+        }
+    }
+}
+
+/// Runs `pipeline` over `body` and returns the body to forward.
+pub fn apply_body<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Applied<'a> {
+    let untouched = |error: ApplyError| Applied {
+        body: Cow::Borrowed(body),
+        report: RunReport::default(),
+        discarded: Vec::new(),
+        error: Some(error),
+        messages: Vec::new(),
+    };
+    match catch_unwind(AssertUnwindSafe(|| apply_inner(body, pipeline, cx))) {
+        Ok(Ok(applied)) => applied,
+        Ok(Err(err)) => untouched(ApplyError::Wire(err)),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned());
+            untouched(ApplyError::Panicked(msg))
+        }
+    }
+}
+
+fn apply_inner<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Result<Applied<'a>, WireError> {
+    let parsed = wire::parse(body, cx.dialect)?;
+    let mut cx = cx.clone();
+    cx.existing_breakpoints = parsed.existing_breakpoints();
+    let mut messages = parsed.messages().to_vec();
+    if pipeline.is_empty() {
+        return Ok(Applied { body: Cow::Borrowed(body), report: RunReport::default(), discarded: Vec::new(), error: None, messages });
+    }
+    let report = pipeline.run(&mut messages, &cx);
+    let written = parsed.write_back(&messages);
+    let discarded: Vec<Discarded> = written
+        .discarded
+        .iter()
+        .map(|&(index, reason)| Discarded { index, component: last_toucher(&report, index), reason })
+        .collect();
+    // What actually went out: discarded messages are the originals again.
+    for d in &discarded {
+        if let Some(original) = parsed.messages().get(d.index) {
+            messages[d.index] = original.clone();
+        }
+    }
+    let mut report = report;
+    if !discarded.is_empty() {
+        report.tokens_after = messages.iter().map(message_tokens).sum();
+    }
+    Ok(Applied { body: written.body, report, discarded, error: None, messages })
+}
+
+/// The last component whose kept change touched message `index`: a discard is charged to exactly
+/// one component, never to a reverted one.
+fn last_toucher(report: &RunReport, index: usize) -> Option<&'static str> {
+    report.components.iter().rev().find(|c| c.reverted.is_none() && c.changed.contains(&index)).map(|c| c.name)
+}

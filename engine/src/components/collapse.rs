@@ -1,0 +1,174 @@
+//! `collapse`: keeps the head and tail lines of an oversized tool output (Offload, fallback).
+//!
+//! Before: a 2,000-line log.
+//! After:
+//! ```text
+//! <first 20 lines>
+//! ... (1960 lines omitted) <<cg:44ab…>> [full output: call context_guru_expand]
+//! <last 20 lines>
+//! ```
+//!
+//! Content-agnostic and late in a pipeline: it catches what nothing more specific handled, and
+//! skips anything already carrying a marker. It only changes messages beyond the cached prefix,
+//! except on a provably cold turn when `cold_cache` is on (the default): its output is a pure
+//! function of the content and the config, so a decision made at depth can be re-derived
+//! byte-identically on every later turn. If the store refuses the stash the output is left alone.
+
+use serde::Deserialize;
+
+use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::config::ComponentSource;
+use crate::marker::HINT_FULL_OUTPUT;
+use crate::message::Message;
+use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey};
+use crate::tokens;
+
+/// `components.collapse`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CollapseConfig {
+    /// Defaults to `2000`. Outputs at or below this many tokens are left alone.
+    pub max_tokens: usize,
+    /// Defaults to `0` (off). A share of the model's context window that replaces `max_tokens`
+    /// when the window is known; sluice does not know windows yet, so this is accepted for
+    /// compatibility and has no effect.
+    pub max_frac: f64,
+    /// Defaults to `20`. Lines kept from the start.
+    pub head_lines: usize,
+    /// Defaults to `20`. Lines kept from the end.
+    pub tail_lines: usize,
+    /// Defaults to `true`. May act at depth on a provably cold turn.
+    pub cold_cache: bool,
+    /// Defaults to `full` (the only mode).
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for CollapseConfig {
+    fn default() -> CollapseConfig {
+        CollapseConfig { max_tokens: 2000, max_frac: 0.0, head_lines: 20, tail_lines: 20, cold_cache: true, marker_mode: MarkerMode::Full }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "collapse"
+    }
+
+    fn summary(&self) -> &'static str {
+        "keeps head and tail lines of an oversized output (recoverable fallback)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let config: CollapseConfig = decode(source)?;
+        if !(0.0..=1.0).contains(&config.max_frac) {
+            return Err(format!("max_frac must be between 0 and 1, got {}", config.max_frac));
+        }
+        Ok(Stage::Offload(Box::new(Collapse { config })))
+    }
+}
+
+struct Collapse {
+    config: CollapseConfig,
+}
+
+impl Offload for Collapse {
+    fn name(&self) -> &'static str {
+        "collapse"
+    }
+
+    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
+        let mut keys = Vec::new();
+        let keep = self.config.head_lines + self.config.tail_lines;
+        for (index, message) in messages.iter_mut().enumerate() {
+            if !offload_candidate(message, cx) {
+                continue;
+            }
+            if tokens::count(&message.content) <= self.config.max_tokens {
+                cx.gate("below_max_tokens");
+                continue;
+            }
+            let lines: Vec<&str> = message.content.split('\n').collect();
+            if lines.len() <= keep + 1 {
+                cx.gate("too_few_lines");
+                continue;
+            }
+            if !cx.may_mutate(index, self.config.cold_cache) {
+                cx.gate("cached_prefix");
+                continue;
+            }
+            let head = lines[..self.config.head_lines].join("\n");
+            let tail = lines[lines.len() - self.config.tail_lines..].join("\n");
+            let omitted = lines.len() - keep;
+            let key = offload_with(message, cx, |marker| {
+                let mut out = String::with_capacity(head.len() + tail.len() + 96);
+                if !head.is_empty() {
+                    out.push_str(&head);
+                    out.push('\n');
+                }
+                out.push_str(&format!("... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"));
+                if !tail.is_empty() {
+                    out.push('\n');
+                    out.push_str(&tail);
+                }
+                out
+            });
+            keys.extend(key);
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::components::testing::{check, check_with, tool_messages};
+
+    fn big_log(lines: usize) -> String {
+        (0..lines).map(|i| format!("2026-11-29T10:00:{i:05} INFO worker {i} processed batch {i} in 12ms")).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn keeps_head_and_tail_and_stashes_the_rest() {
+        let log = big_log(600);
+        let out = check("collapse", "", tool_messages(&[&log]));
+        let after = &out.messages[1].content;
+        let lines: Vec<_> = after.lines().collect();
+        assert_eq!(lines.len(), 41);
+        assert_eq!(lines[..20], log.lines().take(20).collect::<Vec<_>>()[..]);
+        assert!(lines[20].starts_with("... (560 lines omitted) <<cg:"));
+        assert!(lines[20].ends_with("[full output: call context_guru_expand]"));
+        assert_eq!(lines[21..], log.lines().skip(580).collect::<Vec<_>>()[..]);
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn inert_below_threshold_or_with_too_few_lines() {
+        let one_long_line = "x".repeat(40_000);
+        let out = check("collapse", "", tool_messages(&[&big_log(30), &one_long_line]));
+        let gates = &out.report.components[0].gates;
+        assert_eq!(gates.get("below_max_tokens"), Some(&1));
+        assert_eq!(gates.get("too_few_lines"), Some(&1));
+    }
+
+    #[test]
+    fn respects_the_cached_prefix_unless_cold() {
+        let log = big_log(600);
+        let warm = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| cx.mutable_from = 2);
+        assert!(!warm.messages[1].content.contains("<<cg:"), "message 1 is in the cached prefix");
+        assert!(warm.messages[2].content.contains("<<cg:"), "message 2 is in the tail");
+        assert_eq!(warm.report.components[0].gates.get("cached_prefix"), Some(&1));
+
+        let cold = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| {
+            cx.mutable_from = 2;
+            cx.cold = true;
+        });
+        assert!(cold.messages[1].content.contains("<<cg:"), "a cold turn may act at depth");
+
+        let no_cold = check_with("collapse", "cold_cache: false", tool_messages(&[&log, &log]), |cx| {
+            cx.mutable_from = 2;
+            cx.cold = true;
+        });
+        assert!(!no_cold.messages[1].content.contains("<<cg:"));
+    }
+}

@@ -1,0 +1,126 @@
+//! `dedup`: replaces a tool output byte-identical to an earlier one with a pointer (Offload).
+//!
+//! Before: `<config dump>` … later, the same `<config dump>`
+//! After:  `<config dump>` … `[identical to an earlier tool output] <<cg:1c8e…>>`
+//!
+//! Exact match only: a near-duplicate would make the "identical" label lie. The earlier copy
+//! stays verbatim, so the model still sees the content once. The decision is a pure function of
+//! the request (the later copy is deduplicated on the turn it first appears and on every turn
+//! after), so it needs no freeze. If the store refuses the stash the output is left alone.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::config::ComponentSource;
+use crate::message::Message;
+use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey};
+use crate::tokens;
+
+/// `components.dedup`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DedupConfig {
+    /// Defaults to `100`. Smaller repeats cost less than the pointer is worth.
+    pub min_tokens: usize,
+    /// Defaults to `full` (the only mode: a marker plus a stash).
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for DedupConfig {
+    fn default() -> DedupConfig {
+        DedupConfig { min_tokens: 100, marker_mode: MarkerMode::Full }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "dedup"
+    }
+
+    fn summary(&self) -> &'static str {
+        "points a repeated identical tool output at its first copy (recoverable)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let config: DedupConfig = decode(source)?;
+        Ok(Stage::Offload(Box::new(Dedup { config })))
+    }
+}
+
+struct Dedup {
+    config: DedupConfig,
+}
+
+const POINTER: &str = "[identical to an earlier tool output] ";
+
+impl Offload for Dedup {
+    fn name(&self) -> &'static str {
+        "dedup"
+    }
+
+    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
+        let mut first_seen: HashMap<&str, usize> = HashMap::new();
+        let mut duplicates = Vec::new();
+        for (index, message) in messages.iter().enumerate() {
+            if !offload_candidate(message, cx) {
+                continue;
+            }
+            if tokens::count(&message.content) < self.config.min_tokens {
+                cx.gate("below_min_tokens");
+                continue;
+            }
+            match first_seen.get(message.content.as_str()) {
+                Some(_) => duplicates.push(index),
+                None => {
+                    first_seen.insert(&message.content, index);
+                    cx.gate("no_earlier_identical_output");
+                }
+            }
+        }
+        let mut keys = Vec::new();
+        for index in duplicates {
+            if let Some(key) = offload_with(&mut messages[index], cx, |marker| format!("{POINTER}{marker}")) {
+                keys.push(key);
+            }
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::components::testing::{check, tool_messages};
+
+    #[test]
+    fn replaces_only_later_exact_copies() {
+        let dump = "key_{}: some configuration value that is long enough\n".repeat(30);
+        let near = dump.replacen("key_", "KEY_", 1);
+        let out = check("dedup", "", tool_messages(&[&dump, &near, &dump, &dump]));
+        let contents: Vec<_> = out.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents[1], dump, "the first copy stays verbatim");
+        assert_eq!(contents[2], near, "a near-duplicate is not identical");
+        assert!(contents[3].starts_with("[identical to an earlier tool output] <<cg:"));
+        assert_eq!(contents[3], contents[4], "both later copies point at the same stash");
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn small_outputs_are_left_alone() {
+        let out = check("dedup", "", tool_messages(&["ok", "ok"]));
+        assert_eq!(out.report.components[0].gates.get("below_min_tokens"), Some(&2));
+        assert!(!out.report.components[0].mutated);
+    }
+
+    #[test]
+    fn threshold_is_configurable() {
+        let line = "error: could not compile `sluice` due to 3 previous errors; see the log above\n".repeat(3);
+        let default = check("dedup", "", tool_messages(&[&line, &line]));
+        assert!(!default.report.components[0].mutated, "below the default of 100 tokens");
+        let out = check("dedup", "min_tokens: 10", tool_messages(&[&line, &line]));
+        assert!(out.messages[2].content.contains("<<cg:"), "{:?}", out.report);
+    }
+}

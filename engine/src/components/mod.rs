@@ -1,0 +1,134 @@
+//! The component registry and the helpers every component shares.
+//!
+//! [`ALL`] lists every component this build has, alphabetically; config resolution and
+//! `sluice presets` read it, so adding a component is one file plus one line here. [`PLANNED`]
+//! names components the spec defines that this build does not have yet: a preset or pipeline
+//! naming one fails the config check with a message that says so, instead of silently running
+//! without it.
+
+mod collapse;
+mod dedup;
+mod format;
+
+use serde::de::DeserializeOwned;
+
+use crate::config::ComponentSource;
+use crate::marker;
+use crate::message::Message;
+use crate::pipeline::{ApplyCx, Stage, StashKey};
+use crate::tokens;
+
+/// Builds one component from its `components.<name>` block.
+pub trait ComponentFactory: Sync {
+    fn name(&self) -> &'static str;
+
+    /// One line for `sluice presets` and the docs.
+    fn summary(&self) -> &'static str;
+
+    /// Builds the component from its config block (defaults when there is none).
+    ///
+    /// # Errors
+    /// A message naming the bad key or value.
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String>;
+}
+
+/// Every component of this build, alphabetically.
+pub const ALL: &[&dyn ComponentFactory] = &[&collapse::Factory, &dedup::Factory, &format::Factory];
+
+/// Components the spec names that this build does not have yet.
+pub const PLANNED: &[&str] = &[
+    "agentdiet",
+    "cacheinject",
+    "cachesplit",
+    "cmdfilter",
+    "extract",
+    "extract_llm",
+    "failed_call",
+    "failed_run",
+    "linecap",
+    "mask",
+    "oversized_block",
+    "phi_evict",
+    "readlifecycle",
+    "repeated_call",
+    "searchfold",
+    "skeleton",
+    "smartcrush",
+    "stale_output",
+    "stale_reasoning",
+    "summarize",
+    "textclean",
+    "toolfilter",
+    "toolschema",
+    "toon",
+];
+
+/// The factory registered under `name`.
+pub fn find(name: &str) -> Option<&'static dyn ComponentFactory> {
+    ALL.iter().copied().find(|f| f.name() == name)
+}
+
+/// Decodes a component's typed config, or its defaults when the block is absent.
+pub(crate) fn decode<T: DeserializeOwned + Default>(source: &ComponentSource<'_>) -> Result<T, String> {
+    source.decode::<T>().map(Option::unwrap_or_default)
+}
+
+/// How an offloader writes its marker. Only `full` exists: sluice never drops content one way,
+/// so the reference's `summary` and `off` modes (marker without a stash) are refused at config
+/// time rather than accepted and ignored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MarkerMode {
+    #[default]
+    Full,
+}
+
+/// Common candidate gate for offloaders: a text tool output with no marker in it yet.
+/// Records the gate and returns false when the message is not a candidate.
+pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool {
+    if !message.is_tool() {
+        return false;
+    }
+    if !message.rewritable {
+        cx.gate("non_text_blocks");
+        return false;
+    }
+    if marker::contains_marker(&message.content) {
+        cx.gate("marker_or_kept_verbatim");
+        return false;
+    }
+    true
+}
+
+/// Replaces `message.content` with `build(marker)` when that is strictly fewer tokens, stashing
+/// the original first. Records `marker_no_win` or `store_full` and returns `None` otherwise.
+pub(crate) fn offload_with(
+    message: &mut Message,
+    cx: &mut ApplyCx<'_>,
+    build: impl FnOnce(&str) -> String,
+) -> Option<StashKey> {
+    let id = marker::stash_id(&message.content);
+    let replacement = build(&marker::marker(&id));
+    if tokens::count(&replacement) >= tokens::count(&message.content) {
+        cx.gate("marker_no_win");
+        return None;
+    }
+    match cx.stash(&message.content) {
+        Ok(key) => {
+            message.content = replacement;
+            Some(key)
+        }
+        Err(_) => {
+            cx.gate("store_full");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+pub(crate) mod collapse_config_for_tests {
+    pub(crate) use super::collapse::CollapseConfig;
+}

@@ -1,0 +1,18 @@
+//! sluice's pure core: message model, wire normalization and byte-lossless splice, pipeline,
+//! components, store trait, config.
+//!
+//! **Architecture Invariant:** this crate never awaits, never opens a socket or file, and never
+//! reads a clock except through the [`clock::Clock`] it is handed. Everything here is a function of
+//! its inputs, which is what lets the proxy, `sluice compact` and `sluice replay` share it and lets
+//! tests run it on a simulated clock.
+
+pub mod apply;
+pub mod clock;
+pub mod components;
+pub mod config;
+pub mod marker;
+pub mod message;
+pub mod pipeline;
+pub mod store;
+pub mod tokens;
+pub mod wire;

@@ -1,0 +1,87 @@
+//! The `<<cg:HASH>>` marker every lossy drop leaves behind, and the texts that go with it.
+//!
+//! HASH is the first 16 hex digits of the SHA-256 of the original text: the same for the same
+//! bytes in every process, run and platform, so a marker written by one sluice resolves in another
+//! that shares the store, and a replayed decision writes the same marker again.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+use sha2::{Digest, Sha256};
+
+/// The name of the tool the model calls to get an original back.
+pub const EXPAND_TOOL_NAME: &str = "context_guru_expand";
+
+/// Hint after a marker when a whole output was replaced.
+pub const HINT_FULL_OUTPUT: &str = " [full output: call context_guru_expand]";
+/// Hint after a marker when items of a JSON array were dropped.
+pub const HINT_FULL_ARRAY: &str = " [full array: call context_guru_expand]";
+/// Hint after the summary marker.
+pub const HINT_FULL_TRAJECTORY: &str = " [full earlier trajectory: call context_guru_expand]";
+
+/// Stash ids are this many hex digits of SHA-256.
+pub const ID_HEX_LEN: usize = 16;
+
+/// The id an original is stashed under: its content hash.
+pub fn stash_id(original: &str) -> String {
+    let digest = Sha256::digest(original.as_bytes());
+    let mut hex = String::with_capacity(ID_HEX_LEN);
+    for byte in digest.iter().take(ID_HEX_LEN / 2) {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+/// `<<cg:ID>>`.
+pub fn marker(id: &str) -> String {
+    format!("<<cg:{id}>>")
+}
+
+/// The text an expand call gets for an id that is unknown, expired or not owned by the session.
+/// The provider requires one result per tool call, so a miss is answered, never omitted.
+pub fn expired_placeholder(id: &str) -> String {
+    format!("[expand: original for id {id} is no longer available]")
+}
+
+fn marker_regex() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"<<cg:([A-Za-z0-9_-]{1,64})>>").expect("marker regex is valid"))
+}
+
+/// Whether `text` already carries a marker (components never offload content twice).
+pub fn contains_marker(text: &str) -> bool {
+    text.contains("<<cg:") && marker_regex().is_match(text)
+}
+
+/// Every marker id in `text`, in order.
+pub fn marker_ids(text: &str) -> impl Iterator<Item = &str> {
+    marker_regex().captures_iter(text).filter_map(|c| c.get(1)).map(|m| m.as_str())
+}
+
+/// Whether a raw JSON body carries a marker, plainly or with `<` and `>` escaped as `\u003c`/`\u003e`.
+pub fn raw_contains_marker(raw: &str) -> bool {
+    raw.contains("<<cg:") || raw.to_ascii_lowercase().contains("\\u003c\\u003ccg:")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_stable_content_hashes() {
+        // Pinned: the id of a given text must never change across versions or platforms.
+        assert_eq!(stash_id("hello"), "2cf24dba5fb0a30e");
+        assert_eq!(stash_id(""), "e3b0c44298fc1c14");
+        assert_eq!(marker("2cf24dba5fb0a30e"), "<<cg:2cf24dba5fb0a30e>>");
+    }
+
+    #[test]
+    fn finds_markers_and_escaped_markers() {
+        let text = "a <<cg:abc123>> b <<cg:def>> <<cg:>> <<cg:bad id>>";
+        assert_eq!(marker_ids(text).collect::<Vec<_>>(), ["abc123", "def"]);
+        assert!(contains_marker(text));
+        assert!(!contains_marker("<<cg: nope"));
+        assert!(raw_contains_marker(r#""\u003c\u003cCG:abc\u003e\u003e""#));
+    }
+}

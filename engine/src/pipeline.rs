@@ -1,0 +1,347 @@
+//! The pipeline: components run in config order, each behind a fail-open, never-worse guard.
+//!
+//! Two component kinds, split by lossiness so reversibility is enforced by types:
+//!
+//! - [`Reformat`]: lossless repacking in place; nothing to stash.
+//! - [`Offload`]: drops bytes and must return the [`StashKey`]s of the originals it stashed. A
+//!   `StashKey` can only be made by [`ApplyCx::stash`], so holding one proves the store accepted
+//!   the original.
+//!
+//! Each component runs against a snapshot. It is reverted alone, and the run goes on, when it
+//! panics or errors, when it is an offload that shrank the messages without returning a key, or
+//! when it grew the token count. Components cannot add or remove messages: they get a slice.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::marker;
+use crate::message::Message;
+use crate::store::{Store, StoreError};
+use crate::tokens;
+use crate::wire::Dialect;
+
+/// What a component reports when it fails. The pipeline reverts it and carries on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentError(pub String);
+
+impl fmt::Display for ComponentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ComponentError {}
+
+/// Proof that an original was stashed: only [`ApplyCx::stash`] makes one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StashKey {
+    id: String,
+}
+
+impl StashKey {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `<<cg:ID>>`.
+    pub fn marker(&self) -> String {
+        marker::marker(&self.id)
+    }
+}
+
+/// A lossless component: repacks text in place, nothing leaves the wire.
+pub trait Reformat: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// # Errors
+    /// Any error reverts this component for this request.
+    fn reformat(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<(), ComponentError>;
+}
+
+/// A lossy but reversible component: replaces content with a marker and stashes the original.
+pub trait Offload: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Returns the keys of every original it stashed.
+    ///
+    /// # Errors
+    /// Any error reverts this component for this request.
+    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError>;
+}
+
+/// A built component, as the pipeline holds it.
+pub enum Stage {
+    Reformat(Box<dyn Reformat>),
+    Offload(Box<dyn Offload>),
+}
+
+impl Stage {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Stage::Reformat(c) => c.name(),
+            Stage::Offload(c) => c.name(),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Stage::Reformat(_) => Kind::Reformat,
+            Stage::Offload(_) => Kind::Offload,
+        }
+    }
+}
+
+impl fmt::Debug for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}({})", self.kind(), self.name())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Reformat,
+    Offload,
+}
+
+/// Per-request facts the host hands the pipeline.
+#[derive(Clone)]
+pub struct RunCx {
+    pub dialect: Dialect,
+    pub session: String,
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    /// Offloaders may only change messages at or after this index (the cached-prefix boundary).
+    /// 0 lets them change everything, which is right offline and on a cold turn.
+    pub mutable_from: usize,
+    /// The session's prompt cache is provably cold on this turn.
+    pub cold: bool,
+    /// `cache_control` breakpoints already on the wire (system + tools + messages).
+    pub existing_breakpoints: usize,
+}
+
+impl fmt::Debug for RunCx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunCx")
+            .field("dialect", &self.dialect)
+            .field("session", &self.session)
+            .field("mutable_from", &self.mutable_from)
+            .field("cold", &self.cold)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one component sees while it runs: the request facts, a stash, and a gate recorder.
+pub struct ApplyCx<'a> {
+    run: &'a RunCx,
+    gates: BTreeMap<&'static str, u32>,
+    stashed: usize,
+}
+
+impl<'a> ApplyCx<'a> {
+    fn new(run: &'a RunCx) -> ApplyCx<'a> {
+        ApplyCx { run, gates: BTreeMap::new(), stashed: 0 }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.run.dialect
+    }
+
+    pub fn session(&self) -> &str {
+        &self.run.session
+    }
+
+    pub fn existing_breakpoints(&self) -> usize {
+        self.run.existing_breakpoints
+    }
+
+    /// Whether an offloader may change message `index` on this turn: it is beyond the cached
+    /// prefix, or the turn is cold and the component opted into `cold_cache`.
+    pub fn may_mutate(&self, index: usize, cold_cache: bool) -> bool {
+        index >= self.run.mutable_from || (cold_cache && self.run.cold)
+    }
+
+    /// Records why the component declined an item (a named skip reason, shown in `/stats`).
+    pub fn gate(&mut self, reason: &'static str) {
+        *self.gates.entry(reason).or_insert(0) += 1;
+    }
+
+    /// Stashes `original` for this session and returns its key.
+    ///
+    /// # Errors
+    /// When the store refuses; the caller must then leave the content alone.
+    pub fn stash(&mut self, original: &str) -> Result<StashKey, StoreError> {
+        let id = marker::stash_id(original);
+        self.run.store.stash(&self.run.session, &id, original)?;
+        self.stashed += 1;
+        Ok(StashKey { id })
+    }
+}
+
+/// Why a component's change was thrown away.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason", content = "detail")]
+pub enum Revert {
+    Panicked(String),
+    Failed(String),
+    /// An offload shrank the messages but returned no stash key: reversibility would break.
+    NoStashKey,
+    /// The component grew the token count.
+    Grew,
+}
+
+/// What one component did on one request.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ComponentReport {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub tokens_before: usize,
+    pub tokens_after: usize,
+    /// Content tokens saved (0 when reverted or when it only moved bytes).
+    pub saved_tokens: usize,
+    /// It changed at least one message and the change was kept.
+    pub mutated: bool,
+    /// It saved content tokens.
+    pub acted: bool,
+    pub reverted: Option<Revert>,
+    /// Named reasons it declined items, with counts.
+    pub gates: BTreeMap<&'static str, u32>,
+    /// Indices of the messages it changed (empty when reverted).
+    pub changed: Vec<usize>,
+    /// Stash ids it returned.
+    pub stashed: Vec<String>,
+    pub duration_us: u64,
+}
+
+/// What the whole pipeline did on one request.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RunReport {
+    pub tokens_before: usize,
+    pub tokens_after: usize,
+    pub components: Vec<ComponentReport>,
+    pub duration_us: u64,
+}
+
+impl RunReport {
+    pub fn saved_tokens(&self) -> usize {
+        self.tokens_before.saturating_sub(self.tokens_after)
+    }
+}
+
+/// An ordered list of built components.
+#[derive(Debug, Default)]
+pub struct Pipeline {
+    stages: Vec<Stage>,
+}
+
+/// Content tokens of one message: every piece of text the model reads.
+pub fn message_tokens(message: &Message) -> usize {
+    message.visible_texts().map(tokens::count).sum()
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Pipeline {
+    pub fn new(stages: Vec<Stage>) -> Pipeline {
+        Pipeline { stages }
+    }
+
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.stages.iter().map(Stage::name).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// Runs every component over `messages` in order, each behind its guard.
+    pub fn run(&self, messages: &mut [Message], cx: &RunCx) -> RunReport {
+        let started = cx.clock.now();
+        let mut counts: Vec<usize> = messages.iter().map(message_tokens).collect();
+        let mut total: usize = counts.iter().sum();
+        let mut report = RunReport { tokens_before: total, ..RunReport::default() };
+        for stage in &self.stages {
+            let stage_started = cx.clock.now();
+            let snapshot = messages.to_vec();
+            let mut acx = ApplyCx::new(cx);
+            let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
+                Stage::Reformat(c) => c.reformat(messages, &mut acx).map(|()| Vec::new()),
+                Stage::Offload(c) => c.offload(messages, &mut acx),
+            }));
+            let changed: Vec<usize> = (0..messages.len()).filter(|&i| messages[i] != snapshot[i]).collect();
+            let new_counts: Vec<(usize, usize)> = changed.iter().map(|&i| (i, message_tokens(&messages[i]))).collect();
+            let after = new_counts.iter().fold(total, |acc, &(i, n)| acc - counts[i] + n);
+            let revert = match &outcome {
+                Err(panic) => Some(Revert::Panicked(panic_message(panic.as_ref()))),
+                Ok(Err(err)) => Some(Revert::Failed(err.0.clone())),
+                Ok(Ok(_)) if after > total => Some(Revert::Grew),
+                Ok(Ok(keys)) if stage.kind() == Kind::Offload && after < total && keys.is_empty() => {
+                    Some(Revert::NoStashKey)
+                }
+                Ok(Ok(_)) => None,
+            };
+            let mut component = ComponentReport {
+                name: stage.name(),
+                kind: stage.kind(),
+                tokens_before: total,
+                tokens_after: total,
+                saved_tokens: 0,
+                mutated: false,
+                acted: false,
+                reverted: None,
+                gates: acx.gates,
+                changed: Vec::new(),
+                stashed: Vec::new(),
+                duration_us: 0,
+            };
+            match revert {
+                Some(why) => {
+                    for &i in &changed {
+                        messages[i] = snapshot[i].clone();
+                    }
+                    component.reverted = Some(why);
+                }
+                None => {
+                    for (i, n) in new_counts {
+                        counts[i] = n;
+                    }
+                    component.tokens_after = after;
+                    component.saved_tokens = total - after;
+                    component.acted = after < total;
+                    component.mutated = !changed.is_empty();
+                    component.changed = changed;
+                    component.stashed = outcome.ok().and_then(Result::ok).unwrap_or_default().into_iter().map(|k| k.id).collect();
+                    total = after;
+                }
+            }
+            component.duration_us = duration_us(cx.clock.now().saturating_sub(stage_started));
+            report.components.push(component);
+        }
+        report.tokens_after = total;
+        report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
+        report
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,396 @@
+//! Wire layer: parse a provider request body into normalized messages, and splice changes back.
+//!
+//! The promise this module keeps is byte-losslessness: `write_back` copies the original body and
+//! replaces only the JSON values of fields a component changed. Unchanged messages, unknown fields,
+//! images, `cache_control`, number formats, key order and whitespace all leave byte-identical, and a
+//! run that changes nothing returns the input bytes themselves (`Cow::Borrowed`).
+//!
+//! A change the slot map cannot express (a rewritten multi-part content, a changed role, a new
+//! message) is discarded per message and reported, so the caller can charge it to the component
+//! that made it. Correctness beats the marginal saving.
+
+mod anthropic;
+pub mod json;
+mod openai;
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::message::{Message, Role};
+use json::Span;
+
+/// The provider API a body speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// OpenAI chat-completions (also LiteLLM, vLLM, OpenRouter and friends).
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Dialect {
+    /// Guesses the dialect of a body for offline use, where no route says it: a top-level `system`
+    /// or any `tool_use`/`tool_result` block means Anthropic, anything else OpenAI.
+    pub fn detect(body: &[u8]) -> Dialect {
+        let Ok(text) = std::str::from_utf8(body) else { return Dialect::OpenAi };
+        let Ok(root) = json::parse_document(text) else { return Dialect::OpenAi };
+        if json::get(text, root, "system").is_some() {
+            return Dialect::Anthropic;
+        }
+        if text.contains("\"tool_result\"") || text.contains("\"tool_use\"") {
+            return Dialect::Anthropic;
+        }
+        Dialect::OpenAi
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "openai",
+            Dialect::Anthropic => "anthropic",
+        }
+    }
+}
+
+impl std::str::FromStr for Dialect {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Dialect, String> {
+        match s {
+            "openai" => Ok(Dialect::OpenAi),
+            "anthropic" => Ok(Dialect::Anthropic),
+            other => Err(format!("unknown dialect `{other}` (expected `openai` or `anthropic`)")),
+        }
+    }
+}
+
+/// Why a body could not be normalized. The caller forwards such a body untouched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The body is not UTF-8 text.
+    NotUtf8,
+    /// The body is not a single valid JSON document.
+    NotJson(json::JsonError),
+    /// The top-level value is not an object.
+    NotObject,
+    /// There is no `messages` field.
+    NoMessages,
+    /// `messages` is not an array.
+    MessagesNotArray,
+    /// A message that cannot be read, with its index and what is wrong.
+    MalformedMessage { index: usize, reason: String },
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::NotUtf8 => write!(f, "body is not valid UTF-8"),
+            WireError::NotJson(err) => write!(f, "body is not JSON: {err}"),
+            WireError::NotObject => write!(f, "body is not a JSON object"),
+            WireError::NoMessages => write!(f, "body has no `messages` field"),
+            WireError::MessagesNotArray => write!(f, "`messages` is not an array"),
+            WireError::MalformedMessage { index, reason } => write!(f, "messages[{index}] is malformed: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// How a tool call's arguments are stored on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArgsEncoding {
+    /// OpenAI: a JSON string whose content is JSON text.
+    JsonString,
+    /// Anthropic: a JSON object (`input`), spliced as raw JSON.
+    RawObject,
+}
+
+/// Where one normalized message lives in the original bytes.
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    /// The string literal (quotes included) that holds the whole of `content`, when there is one.
+    content: Option<Span>,
+    /// The offset of the `}` that closes the block a `cache_control` would be added to.
+    block_close: Option<usize>,
+    /// One span per tool call: its arguments value.
+    args: Vec<(Span, ArgsEncoding)>,
+    /// One string-literal span per reasoning entry, when reasoning may be rewritten in place.
+    /// Anthropic thinking blocks are signed, so they never get a span.
+    reasoning: Vec<Span>,
+}
+
+/// A parsed request body: normalized messages plus the slot map back to the original bytes.
+#[derive(Debug, Clone)]
+pub struct ParsedBody<'a> {
+    text: &'a str,
+    dialect: Dialect,
+    messages: Vec<Message>,
+    slots: Vec<Slot>,
+    /// `cache_control` breakpoints already on the wire, across system, tools and messages.
+    existing_breakpoints: usize,
+    /// Spans of the top-level `messages` array and, when present, `system` and `tools`.
+    messages_span: Span,
+    system_span: Option<Span>,
+    tools_span: Option<Span>,
+    root: Span,
+}
+
+/// What a write-back produced.
+#[derive(Debug)]
+pub struct WriteBack<'a> {
+    /// The body to forward: the input itself when nothing was spliced.
+    pub body: Cow<'a, [u8]>,
+    /// Indices of messages whose change had to be discarded, with why.
+    pub discarded: Vec<(usize, Discard)>,
+}
+
+/// Why a change to a message could not reach the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Discard {
+    /// The message count changed, so the slot map no longer aligns; the whole body is kept.
+    MessageCountChanged,
+    /// Content changed but does not map to one wire string (multi-part or non-text content).
+    ContentNotRewritable,
+    /// A field other than content, reasoning, arguments or an added breakpoint changed.
+    UnsupportedField,
+    /// Rewritten tool-call arguments are not a JSON object (Anthropic `input` must be one).
+    ArgumentsNotJson,
+}
+
+/// Parses a request body of the given dialect.
+///
+/// # Errors
+/// Any [`WireError`]; the body is then to be forwarded untouched.
+pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError> {
+    let text = std::str::from_utf8(body).map_err(|_| WireError::NotUtf8)?;
+    let root = json::parse_document(text).map_err(WireError::NotJson)?;
+    if json::kind_of(text, root) != json::Kind::Object {
+        return Err(WireError::NotObject);
+    }
+    let mut messages_span = None;
+    let mut system_span = None;
+    let mut tools_span = None;
+    for entry in json::entries(text, root) {
+        if json::key_is(text, entry.key, "messages") {
+            messages_span.get_or_insert(entry.value);
+        } else if json::key_is(text, entry.key, "system") {
+            system_span.get_or_insert(entry.value);
+        } else if json::key_is(text, entry.key, "tools") {
+            tools_span.get_or_insert(entry.value);
+        }
+    }
+    let messages_span = messages_span.ok_or(WireError::NoMessages)?;
+    if json::kind_of(text, messages_span) != json::Kind::Array {
+        return Err(WireError::MessagesNotArray);
+    }
+    let mut parsed = ParsedBody {
+        text,
+        dialect,
+        messages: Vec::new(),
+        slots: Vec::new(),
+        existing_breakpoints: 0,
+        messages_span,
+        system_span,
+        tools_span,
+        root,
+    };
+    match dialect {
+        Dialect::OpenAi => openai::normalize(&mut parsed)?,
+        Dialect::Anthropic => anthropic::normalize(&mut parsed)?,
+    }
+    if let Some(tools) = tools_span {
+        parsed.existing_breakpoints += json::elements(text, tools)
+            .filter(|tool| json::get(text, *tool, "cache_control").is_some())
+            .count();
+    }
+    resolve_tool_names(&mut parsed.messages);
+    Ok(parsed)
+}
+
+/// Copies each tool call's name and arguments onto the tool message that answers it, so components
+/// can tell a `pytest` output from a file read without walking back through the transcript.
+fn resolve_tool_names(messages: &mut [Message]) {
+    let mut calls: std::collections::HashMap<String, (String, String)> = std::collections::HashMap::new();
+    for msg in messages.iter_mut() {
+        for call in &msg.tool_calls {
+            calls.insert(call.id.clone(), (call.name.clone(), call.arguments.clone()));
+        }
+        if msg.role == Role::Tool
+            && let Some(id) = &msg.tool_call_id
+            && let Some((name, args)) = calls.get(id)
+        {
+            if msg.tool_name.is_none() {
+                msg.tool_name = Some(name.clone());
+            }
+            msg.tool_arguments = Some(args.clone());
+        }
+    }
+}
+
+impl<'a> ParsedBody<'a> {
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The normalized messages, as parsed.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The original body text.
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// `cache_control` breakpoints the caller already spent (system + tools + messages).
+    pub fn existing_breakpoints(&self) -> usize {
+        self.existing_breakpoints
+    }
+
+    /// Span of the top-level object.
+    pub fn root(&self) -> Span {
+        self.root
+    }
+
+    /// Span of the `messages` array.
+    pub fn messages_span(&self) -> Span {
+        self.messages_span
+    }
+
+    /// Span of the top-level `system` value (Anthropic), if any.
+    pub fn system_span(&self) -> Option<Span> {
+        self.system_span
+    }
+
+    /// Span of the top-level `tools` array, if any.
+    pub fn tools_span(&self) -> Option<Span> {
+        self.tools_span
+    }
+
+    /// Splices every expressible change in `rewritten` back into the original bytes.
+    ///
+    /// Messages are compared with the parsed ones field by field. A message whose change cannot be
+    /// expressed keeps its original bytes entirely, and its index is reported in `discarded`.
+    pub fn write_back(&self, rewritten: &[Message]) -> WriteBack<'a> {
+        if rewritten.len() != self.messages.len() {
+            let discarded = (0..self.messages.len()).map(|i| (i, Discard::MessageCountChanged)).collect();
+            return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded };
+        }
+        let mut edits: Vec<Edit> = Vec::new();
+        let mut discarded = Vec::new();
+        for (index, (old, new)) in self.messages.iter().zip(rewritten).enumerate() {
+            if old == new {
+                continue;
+            }
+            match self.edits_for(&self.slots[index], old, new) {
+                Ok(mut message_edits) => edits.append(&mut message_edits),
+                Err(why) => discarded.push((index, why)),
+            }
+        }
+        if edits.is_empty() {
+            return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded };
+        }
+        edits.sort_by_key(|e| e.start);
+        let extra: usize = edits.iter().map(|e| e.replacement.len()).sum();
+        let mut out = String::with_capacity(self.text.len() + extra);
+        let mut cursor = 0;
+        for edit in &edits {
+            out.push_str(&self.text[cursor..edit.start]);
+            out.push_str(&edit.replacement);
+            cursor = edit.end;
+        }
+        out.push_str(&self.text[cursor..]);
+        WriteBack { body: Cow::Owned(out.into_bytes()), discarded }
+    }
+
+    /// The edits that express `new` over `old`, or why they cannot.
+    fn edits_for(&self, slot: &Slot, old: &Message, new: &Message) -> Result<Vec<Edit>, Discard> {
+        let same_identity = old.role == new.role
+            && old.tool_call_id == new.tool_call_id
+            && old.tool_name == new.tool_name
+            && old.tool_arguments == new.tool_arguments
+            && old.is_error == new.is_error
+            && old.rewritable == new.rewritable
+            && old.can_cache_control == new.can_cache_control
+            && old.tool_calls.len() == new.tool_calls.len()
+            && old.reasoning.len() == new.reasoning.len()
+            && old.tool_calls.iter().zip(&new.tool_calls).all(|(a, b)| a.id == b.id && a.name == b.name);
+        if !same_identity || (old.cache_control && !new.cache_control) {
+            return Err(Discard::UnsupportedField);
+        }
+        let mut edits = Vec::new();
+        if old.content != new.content {
+            let span = slot.content.filter(|_| old.rewritable).ok_or(Discard::ContentNotRewritable)?;
+            edits.push(Edit { start: span.start, end: span.end, replacement: json::to_literal(&new.content) });
+        }
+        for (i, (a, b)) in old.reasoning.iter().zip(&new.reasoning).enumerate() {
+            if a != b {
+                let span = slot.reasoning.get(i).ok_or(Discard::UnsupportedField)?;
+                edits.push(Edit { start: span.start, end: span.end, replacement: json::to_literal(b) });
+            }
+        }
+        for (i, (a, b)) in old.tool_calls.iter().zip(&new.tool_calls).enumerate() {
+            if a.arguments == b.arguments {
+                continue;
+            }
+            let (span, encoding) = *slot.args.get(i).ok_or(Discard::UnsupportedField)?;
+            let replacement = match encoding {
+                ArgsEncoding::JsonString => json::to_literal(&b.arguments),
+                ArgsEncoding::RawObject => {
+                    let valid = json::parse_document(&b.arguments)
+                        .is_ok_and(|root| json::kind_of(&b.arguments, root) == json::Kind::Object);
+                    if !valid {
+                        return Err(Discard::ArgumentsNotJson);
+                    }
+                    b.arguments.clone()
+                }
+            };
+            edits.push(Edit { start: span.start, end: span.end, replacement });
+        }
+        if !old.cache_control && new.cache_control {
+            // The metadata-only path: the key is written onto the original block, so a breakpoint
+            // reaches the wire even on messages whose other content cannot round-trip.
+            let close = slot.block_close.ok_or(Discard::UnsupportedField)?;
+            edits.push(Edit { start: close, end: close, replacement: CACHE_CONTROL_MEMBER.to_owned() });
+        }
+        Ok(edits)
+    }
+}
+
+/// The member `cacheinject` adds, inserted just before a block's closing brace.
+const CACHE_CONTROL_MEMBER: &str = r#","cache_control":{"type":"ephemeral"}"#;
+
+#[derive(Debug)]
+struct Edit {
+    start: usize,
+    end: usize,
+    replacement: String,
+}
+
+/// Joined text of text blocks/parts: the model-visible text of block content.
+fn join_texts(parts: &[String]) -> String {
+    parts.join("\n")
+}
+
+/// Reads an optional string field, with a clear reason when present but not a string.
+fn string_field(text: &str, object: Span, key: &str, index: usize) -> Result<Option<(String, Span)>, WireError> {
+    let Some(span) = json::get(text, object, key) else { return Ok(None) };
+    match json::kind_of(text, span) {
+        json::Kind::String => {
+            let value = json::decode_string(text, span).map_err(|e| malformed(index, e.to_string()))?;
+            Ok(Some((value.into_owned(), span)))
+        }
+        json::Kind::Null => Ok(None),
+        _ => Err(malformed(index, format!("`{key}` is not a string"))),
+    }
+}
+
+fn malformed(index: usize, reason: impl Into<String>) -> WireError {
+    WireError::MalformedMessage { index, reason: reason.into() }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! OpenAI chat-completions bodies: one wire message is one normalized message.
+//!
+//! `content` is a string (rewritable in place), `null`, or an array of parts (rewritable only when
+//! it holds exactly one text part; images and audio are never touched). Tool outputs are
+//! `role: "tool"` (or the legacy `"function"`) messages; assistant `tool_calls` carry their
+//! arguments as a JSON-encoded string; `reasoning_content` (DeepSeek, vLLM) is reasoning.
+
+use super::json::{self, Kind, Span};
+use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, string_field};
+use crate::message::{Message, Role, ToolCall};
+
+pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
+    let text = parsed.text;
+    for (index, span) in json::elements(text, parsed.messages_span).enumerate() {
+        if json::kind_of(text, span) != Kind::Object {
+            return Err(malformed(index, "not an object"));
+        }
+        let (role_name, _) = string_field(text, span, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+        let role = match role_name.as_str() {
+            "system" | "developer" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" | "function" => Role::Tool,
+            other => return Err(malformed(index, format!("unknown role `{other}`"))),
+        };
+        let mut message = Message::text(role, String::new());
+        let mut slot = Slot::default();
+        read_content(text, span, index, &mut message, &mut slot, &mut parsed.existing_breakpoints)?;
+        if role == Role::Tool {
+            message.tool_call_id = string_field(text, span, "tool_call_id", index)?.map(|(id, _)| id);
+            if role_name == "function" {
+                message.tool_name = string_field(text, span, "name", index)?.map(|(name, _)| name);
+            }
+        }
+        if let Some((reasoning, reasoning_span)) = string_field(text, span, "reasoning_content", index)? {
+            message.reasoning.push(reasoning);
+            slot.reasoning.push(reasoning_span);
+        }
+        if let Some(calls) = json::get(text, span, "tool_calls").filter(|s| json::kind_of(text, *s) == Kind::Array) {
+            for call in json::elements(text, calls) {
+                let function = json::get(text, call, "function")
+                    .filter(|f| json::kind_of(text, *f) == Kind::Object)
+                    .ok_or_else(|| malformed(index, "a tool call has no `function` object"))?;
+                let id = string_field(text, call, "id", index)?.map(|(id, _)| id).unwrap_or_default();
+                let name = string_field(text, function, "name", index)?.map(|(n, _)| n).unwrap_or_default();
+                let (arguments, args_span) = match json::get(text, function, "arguments") {
+                    Some(s) if json::kind_of(text, s) == Kind::String => {
+                        let decoded = json::decode_string(text, s).map_err(|e| malformed(index, e.to_string()))?;
+                        (decoded.into_owned(), Some(s))
+                    }
+                    // Some gateways send arguments as a raw object; keep it readable but fixed.
+                    Some(s) => (s.of(text).to_owned(), None),
+                    None => (String::new(), None),
+                };
+                match args_span {
+                    Some(s) => slot.args.push((s, ArgsEncoding::JsonString)),
+                    None => slot.args.push((Span::new(0, 0), ArgsEncoding::JsonString)),
+                }
+                message.tool_calls.push(ToolCall { id, name, arguments });
+            }
+            // A call without a real span must never be spliced: drop all arg slots in that case.
+            if slot.args.iter().any(|(s, _)| s.is_empty()) {
+                slot.args.clear();
+            }
+        }
+        parsed.messages.push(message);
+        parsed.slots.push(slot);
+    }
+    Ok(())
+}
+
+fn read_content(
+    text: &str,
+    message_span: Span,
+    index: usize,
+    message: &mut Message,
+    slot: &mut Slot,
+    breakpoints: &mut usize,
+) -> Result<(), WireError> {
+    let Some(content) = json::get(text, message_span, "content") else {
+        message.rewritable = false;
+        return Ok(());
+    };
+    match json::kind_of(text, content) {
+        Kind::String => {
+            message.content = json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?.into_owned();
+            slot.content = Some(content);
+        }
+        Kind::Null => message.rewritable = false,
+        Kind::Array => {
+            let mut texts = Vec::new();
+            let mut text_spans = Vec::new();
+            let mut other_parts = 0;
+            let mut last_part = None;
+            for part in json::elements(text, content) {
+                last_part = Some(part);
+                if json::kind_of(text, part) != Kind::Object {
+                    other_parts += 1;
+                    continue;
+                }
+                if json::get(text, part, "cache_control").is_some() {
+                    message.cache_control = true;
+                    *breakpoints += 1;
+                }
+                let is_text = string_field(text, part, "type", index)?.is_some_and(|(t, _)| t == "text");
+                match string_field(text, part, "text", index)? {
+                    Some((part_text, span)) if is_text => {
+                        texts.push(part_text);
+                        text_spans.push(span);
+                    }
+                    _ => other_parts += 1,
+                }
+            }
+            message.content = join_texts(&texts);
+            message.rewritable = texts.len() == 1 && other_parts == 0;
+            if message.rewritable {
+                slot.content = text_spans.first().copied();
+            }
+            if let Some(last) = last_part.filter(|p| json::kind_of(text, *p) == Kind::Object) {
+                message.can_cache_control = true;
+                slot.block_close = Some(last.end - 1);
+            }
+        }
+        _ => return Err(malformed(index, "`content` is neither a string, null nor an array")),
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Unit tests for normalization and byte-lossless write-back on hand-written bodies with every
+//! awkward shape the providers allow (escapes, odd spacing, unknown fields, images, big numbers).
+
+use super::*;
+
+const OPENAI: &str = r#"{ "model":"gpt-4o",  "temperature": 1.0e0, "seed": 12345678901234567890,
+ "messages": [
+  {"role": "system", "content": "be brief"},
+  {"role":"user","content":[{"type":"text","text":"look at caf\u00e9"},{"type":"image_url","image_url":{"url":"data:x"}}]},
+  {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"bash","arguments":"{\"cmd\": \"ls\"}"}}], "x_unknown": [1,2]},
+  {"role":"tool","tool_call_id":"c1","content":"a\nb\tc \ud83d\ude00"}
+ ], "stream": true }"#;
+
+const ANTHROPIC: &str = r#"{"model":"claude","system":[{"type":"text","text":"sys","cache_control":{"type":"ephemeral"}}],
+"messages":[
+ {"role":"user","content":"hi"},
+ {"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"sig"},{"type":"text","text":"reading"},{"type":"tool_use","id":"t1","name":"Read","input":{"path":"/a.py"}}]},
+ {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"file body","citations":null},
+                           {"type":"tool_result","tool_use_id":"t1","is_error":true,"content":[{"type":"text","text":"part one"},{"type":"image","source":{"type":"base64","data":"AAA"}},{"type":"text","text":"part two"}]},
+                           {"type":"text","text":"now fix it"}]}
+],"tools":[{"name":"Read","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral"}}]}"#;
+
+#[test]
+fn openai_normalizes_roles_calls_and_parts() {
+    let parsed = parse(OPENAI.as_bytes(), Dialect::OpenAi).unwrap();
+    let msgs = parsed.messages();
+    assert_eq!(msgs.len(), 4);
+    assert_eq!(msgs[0].role, Role::System);
+    assert_eq!(msgs[1].content, "look at café");
+    assert!(!msgs[1].rewritable, "a text+image content is never flattened");
+    assert_eq!(msgs[2].tool_calls[0].arguments, r#"{"cmd": "ls"}"#);
+    assert_eq!(msgs[3].tool_name.as_deref(), Some("bash"));
+    assert_eq!(msgs[3].tool_arguments.as_deref(), Some(r#"{"cmd": "ls"}"#));
+    assert_eq!(msgs[3].content, "a\nb\tc 😀");
+}
+
+#[test]
+fn anthropic_expands_tool_results_one_message_per_text_block() {
+    let parsed = parse(ANTHROPIC.as_bytes(), Dialect::Anthropic).unwrap();
+    let msgs = parsed.messages();
+    let roles: Vec<_> = msgs.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::System, Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Tool, Role::User]
+    );
+    assert_eq!(msgs[2].reasoning, ["hmm"]);
+    assert_eq!(msgs[2].tool_calls[0].arguments, r#"{"path":"/a.py"}"#);
+    assert_eq!(msgs[3].content, "file body");
+    assert_eq!(msgs[3].tool_name.as_deref(), Some("Read"));
+    assert_eq!((msgs[4].content.as_str(), msgs[5].content.as_str()), ("part one", "part two"));
+    assert!(msgs[4].is_error && msgs[5].is_error);
+    assert_eq!(msgs[6].content, "now fix it");
+    assert_eq!(parsed.existing_breakpoints(), 2, "system + tools");
+}
+
+#[test]
+fn unchanged_write_back_returns_the_input_bytes() {
+    for (body, dialect) in [(OPENAI, Dialect::OpenAi), (ANTHROPIC, Dialect::Anthropic)] {
+        let parsed = parse(body.as_bytes(), dialect).unwrap();
+        let out = parsed.write_back(parsed.messages());
+        assert!(matches!(out.body, Cow::Borrowed(_)));
+        assert_eq!(out.body.as_ref(), body.as_bytes());
+        assert!(out.discarded.is_empty());
+    }
+}
+
+#[test]
+fn splice_changes_only_the_edited_values() {
+    let parsed = parse(ANTHROPIC.as_bytes(), Dialect::Anthropic).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs[3].content = "short \"quoted\"".into();
+    msgs[5].content = "two".into();
+    let out = parsed.write_back(&msgs);
+    assert!(out.discarded.is_empty());
+    let expected = ANTHROPIC
+        .replace(r#""content":"file body""#, r#""content":"short \"quoted\"""#)
+        .replace(r#""text":"part two""#, r#""text":"two""#);
+    assert_eq!(std::str::from_utf8(&out.body).unwrap(), expected);
+    // The result re-parses to the rewritten messages.
+    let again = parse(&out.body, Dialect::Anthropic).unwrap();
+    assert_eq!(again.messages(), &msgs[..]);
+}
+
+#[test]
+fn non_rewritable_changes_are_discarded_and_reported() {
+    let parsed = parse(OPENAI.as_bytes(), Dialect::OpenAi).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs[1].content = "flattened".into();
+    msgs[0].role = Role::User;
+    let out = parsed.write_back(&msgs);
+    assert_eq!(out.body.as_ref(), OPENAI.as_bytes());
+    assert_eq!(out.discarded, vec![(0, Discard::UnsupportedField), (1, Discard::ContentNotRewritable)]);
+}
+
+#[test]
+fn message_count_change_keeps_the_original() {
+    let parsed = parse(OPENAI.as_bytes(), Dialect::OpenAi).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs.pop();
+    let out = parsed.write_back(&msgs);
+    assert_eq!(out.body.as_ref(), OPENAI.as_bytes());
+    assert!(out.discarded.iter().all(|(_, d)| *d == Discard::MessageCountChanged));
+}
+
+#[test]
+fn added_breakpoint_uses_the_metadata_path() {
+    let parsed = parse(ANTHROPIC.as_bytes(), Dialect::Anthropic).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    // The assistant turn has a signed thinking block and a tool_use; the breakpoint lands on its
+    // last block without re-encoding anything else.
+    msgs[2].cache_control = true;
+    let out = parsed.write_back(&msgs);
+    assert!(out.discarded.is_empty());
+    let body = std::str::from_utf8(&out.body).unwrap();
+    assert!(body.contains(r#""input":{"path":"/a.py"},"cache_control":{"type":"ephemeral"}}"#));
+    let again = parse(out.body.as_ref(), Dialect::Anthropic).unwrap();
+    assert!(again.messages()[2].cache_control);
+    assert_eq!(again.existing_breakpoints(), 3);
+}
+
+#[test]
+fn rewritten_arguments_are_spliced_in_their_encoding() {
+    let parsed = parse(OPENAI.as_bytes(), Dialect::OpenAi).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs[2].tool_calls[0].arguments = r#"{"cmd":"pwd"}"#.into();
+    let out = parsed.write_back(&msgs);
+    assert!(std::str::from_utf8(&out.body).unwrap().contains(r#""arguments":"{\"cmd\":\"pwd\"}""#));
+
+    let parsed = parse(ANTHROPIC.as_bytes(), Dialect::Anthropic).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs[2].tool_calls[0].arguments = "not json".into();
+    let out = parsed.write_back(&msgs);
+    assert_eq!(out.discarded, vec![(2, Discard::ArgumentsNotJson)]);
+}
+
+#[test]
+fn bad_bodies_are_errors_never_panics() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"\xff\xfe", "UTF-8"),
+        (b"{\"messages\": [", "not JSON"),
+        (b"[1,2]", "not a JSON object"),
+        (b"{\"model\": \"x\"}", "no `messages`"),
+        (b"{\"messages\": {}}", "not an array"),
+        (b"{\"messages\": [42]}", "messages[0]"),
+        (b"{\"messages\": [{\"content\": \"x\"}]}", "no `role`"),
+        (b"{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "unknown role"),
+        (b"{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "neither"),
+    ];
+    for (body, expected) in cases {
+        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+            let err = parse(body, dialect).unwrap_err().to_string();
+            assert!(err.contains(expected), "{dialect:?} {body:?}: {err}");
+        }
+    }
+}
+
+#[test]
+fn detects_dialect() {
+    assert_eq!(Dialect::detect(ANTHROPIC.as_bytes()), Dialect::Anthropic);
+    assert_eq!(Dialect::detect(OPENAI.as_bytes()), Dialect::OpenAi);
+}

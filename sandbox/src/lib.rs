@@ -1,0 +1,1 @@
+//! Starlark sandbox for LLM-written filters: step, wall-clock and heap budgets (filled by the extract issue).
