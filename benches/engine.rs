@@ -1,1 +1,82 @@
-fn main(){}
+//! Criterion benches for the engine: parse + no-op write-back, and the embedded default pipeline.
+//!
+//! Run: `cargo bench -p benches --bench engine`. Figures go to `docs/performance.md`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use engine::apply::apply_body;
+use engine::clock::ManualClock;
+use engine::config::Config;
+use engine::pipeline::RunCx;
+use engine::store::{MemoryStore, MemoryStoreLimits};
+use engine::wire::{self, Dialect};
+
+fn run_cx(dialect: Dialect) -> RunCx {
+    let clock = Arc::new(ManualClock::new());
+    RunCx {
+        dialect,
+        session: "bench".into(),
+        store: Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone())),
+        clock,
+        mutable_from: 0,
+        cold: false,
+        existing_breakpoints: 0,
+    }
+}
+
+fn parse_and_noop_write_back(c: &mut Criterion) {
+    let mut group = c.benchmark_group("wire/parse_noop_write_back");
+    let largest_openai = benches::public_bodies(Dialect::OpenAi).remove(0);
+    let largest_anthropic = benches::public_bodies(Dialect::Anthropic).remove(0);
+    let one_mb = benches::one_megabyte_body();
+    for (name, dialect, body) in [
+        ("largest_public_openai", Dialect::OpenAi, largest_openai.1),
+        ("largest_public_anthropic", Dialect::Anthropic, largest_anthropic.1),
+        ("1mb_openai", Dialect::OpenAi, one_mb),
+    ] {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let parsed = wire::parse(black_box(&body), dialect).unwrap();
+                let out = parsed.write_back(parsed.messages());
+                assert_eq!(out.body.len(), body.len());
+            });
+        });
+    }
+    group.finish();
+}
+
+fn default_pipeline(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pipeline/embedded_default");
+    let pipeline = Config::embedded().build_pipeline().unwrap();
+    let one_mb = benches::one_megabyte_body();
+    let largest = benches::public_bodies(Dialect::Anthropic).remove(0).1;
+    for (name, dialect, body) in [("1mb_openai", Dialect::OpenAi, &one_mb), ("largest_public_anthropic", Dialect::Anthropic, &largest)] {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        // Steady state: the agent re-sends its transcript, so every earlier message's token
+        // count is a memo hit. This is what a proxied turn costs after the first.
+        let cx = run_cx(dialect);
+        group.bench_function(format!("{name}/steady_state"), |b| {
+            b.iter(|| apply_body(black_box(body), &pipeline, &cx).body.len());
+        });
+        // First sight: every token count is computed with the BPE (a new session's first turn).
+        group.bench_function(format!("{name}/first_sight"), |b| {
+            b.iter_batched(
+                engine::tokens::clear_memo,
+                |()| apply_body(black_box(body), &pipeline, &cx).body.len(),
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1))
+}
+
+criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline }
+criterion_main!(benches);

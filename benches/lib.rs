@@ -1,1 +1,55 @@
-//! x
+//! Inputs for sluice's criterion benches and load harness, built from the real corpus.
+
+use std::path::PathBuf;
+
+use engine::wire::Dialect;
+
+/// The corpus root (`SLUICE_CORPUS` overrides `../shared/corpus`).
+pub fn corpus_root() -> PathBuf {
+    std::env::var("SLUICE_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
+}
+
+/// Every public final request body of one dialect, largest first.
+pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
+    let file = match dialect {
+        Dialect::OpenAi => "openai.json",
+        Dialect::Anthropic => "anthropic.json",
+    };
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(corpus_root().join("public"))
+        .expect("corpus readable")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            std::fs::read(e.path().join(file)).ok().map(|b| (name, b))
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    out
+}
+
+/// A ~1 MB OpenAI body: the messages of the largest public runs, one after another, under the
+/// first run's envelope. Real tool outputs, real shapes, just more of them.
+pub fn one_megabyte_body() -> Vec<u8> {
+    let bodies = public_bodies(Dialect::OpenAi);
+    let mut root: serde_json::Value = serde_json::from_slice(&bodies[0].1).expect("corpus JSON");
+    let mut messages = Vec::new();
+    let mut size = 0;
+    for (_, bytes) in &bodies {
+        let value: serde_json::Value = serde_json::from_slice(bytes).expect("corpus JSON");
+        for message in value["messages"].as_array().into_iter().flatten() {
+            // Keep one system message at the top; the rest is transcript.
+            if message["role"] == "system" && !messages.is_empty() {
+                continue;
+            }
+            size += message.to_string().len();
+            messages.push(message.clone());
+        }
+        if size >= 1 << 20 {
+            break;
+        }
+    }
+    root["messages"] = serde_json::Value::Array(messages);
+    serde_json::to_vec(&root).expect("serializable")
+}

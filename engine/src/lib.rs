@@ -13,6 +13,7 @@ pub mod config;
 pub mod marker;
 pub mod message;
 pub mod pipeline;
+pub mod session;
 pub mod store;
 pub mod tokens;
 pub mod wire;

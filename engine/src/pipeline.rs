@@ -138,13 +138,22 @@ impl fmt::Debug for RunCx {
 /// What one component sees while it runs: the request facts, a stash, and a gate recorder.
 pub struct ApplyCx<'a> {
     run: &'a RunCx,
+    /// The messages as the pipeline received them (the wire originals).
+    initial: &'a [Message],
     gates: BTreeMap<&'static str, u32>,
     stashed: usize,
 }
 
 impl<'a> ApplyCx<'a> {
-    fn new(run: &'a RunCx) -> ApplyCx<'a> {
-        ApplyCx { run, gates: BTreeMap::new(), stashed: 0 }
+    fn new(run: &'a RunCx, initial: &'a [Message]) -> ApplyCx<'a> {
+        ApplyCx { run, initial, gates: BTreeMap::new(), stashed: 0 }
+    }
+
+    /// What the model would read at `index` had nothing run: the text to stash when an
+    /// offloader replaces content that only lossless reformats touched, so a marker always
+    /// resolves to the exact bytes the agent sent, not to our repacking of them.
+    pub fn wire_original(&self, index: usize) -> Option<&str> {
+        self.initial.get(index).map(|m| m.content.as_str()).filter(|c| !marker::contains_marker(c))
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -270,10 +279,11 @@ impl Pipeline {
         let mut counts: Vec<usize> = messages.iter().map(message_tokens).collect();
         let mut total: usize = counts.iter().sum();
         let mut report = RunReport { tokens_before: total, ..RunReport::default() };
+        let initial = messages.to_vec();
         for stage in &self.stages {
             let stage_started = cx.clock.now();
             let snapshot = messages.to_vec();
-            let mut acx = ApplyCx::new(cx);
+            let mut acx = ApplyCx::new(cx, &initial);
             let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
                 Stage::Reformat(c) => c.reformat(messages, &mut acx).map(|()| Vec::new()),
                 Stage::Offload(c) => c.offload(messages, &mut acx),

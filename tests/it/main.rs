@@ -1,1 +1,3 @@
-//! x
+//! sluice's end-to-end tests, one binary (each test binary costs a link step on CI).
+
+mod corpus;

@@ -81,7 +81,8 @@ impl Offload for Collapse {
     fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
         let mut keys = Vec::new();
         let keep = self.config.head_lines + self.config.tail_lines;
-        for (index, message) in messages.iter_mut().enumerate() {
+        for index in 0..messages.len() {
+            let message = &messages[index];
             if !offload_candidate(message, cx) {
                 continue;
             }
@@ -101,7 +102,7 @@ impl Offload for Collapse {
             let head = lines[..self.config.head_lines].join("\n");
             let tail = lines[lines.len() - self.config.tail_lines..].join("\n");
             let omitted = lines.len() - keep;
-            let key = offload_with(message, cx, |marker| {
+            let key = offload_with(messages, index, cx, |marker| {
                 let mut out = String::with_capacity(head.len() + tail.len() + 96);
                 if !head.is_empty() {
                     out.push_str(&head);

@@ -83,7 +83,7 @@ impl Offload for Dedup {
         }
         let mut keys = Vec::new();
         for index in duplicates {
-            if let Some(key) = offload_with(&mut messages[index], cx, |marker| format!("{POINTER}{marker}")) {
+            if let Some(key) = offload_with(messages, index, cx, |marker| format!("{POINTER}{marker}")) {
                 keys.push(key);
             }
         }

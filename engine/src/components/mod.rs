@@ -100,20 +100,27 @@ pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool
     true
 }
 
-/// Replaces `message.content` with `build(marker)` when that is strictly fewer tokens, stashing
-/// the original first. Records `marker_no_win` or `store_full` and returns `None` otherwise.
+/// Replaces the content of `messages[index]` with `build(marker)` when that is strictly fewer
+/// tokens, stashing the original first. Records `marker_no_win` or `store_full` and returns
+/// `None` otherwise.
+///
+/// The stashed original is the wire original when only lossless reformats touched the message
+/// (a candidate has no marker, so nothing lossy did): expand then returns the agent's exact bytes.
 pub(crate) fn offload_with(
-    message: &mut Message,
+    messages: &mut [Message],
+    index: usize,
     cx: &mut ApplyCx<'_>,
     build: impl FnOnce(&str) -> String,
 ) -> Option<StashKey> {
-    let id = marker::stash_id(&message.content);
+    let message = &mut messages[index];
+    let original = cx.wire_original(index).unwrap_or(&message.content).to_owned();
+    let id = marker::stash_id(&original);
     let replacement = build(&marker::marker(&id));
     if tokens::count(&replacement) >= tokens::count(&message.content) {
         cx.gate("marker_no_win");
         return None;
     }
-    match cx.stash(&message.content) {
+    match cx.stash(&original) {
         Ok(key) => {
             message.content = replacement;
             Some(key)

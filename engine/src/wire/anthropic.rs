@@ -25,13 +25,14 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
         if json::kind_of(text, span) != Kind::Object {
             return Err(malformed(index, "not an object"));
         }
-        let (role_name, _) = string_field(text, span, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+        let fields = json::fields(text, span);
+        let (role_name, _) = string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
         let role = match role_name.as_str() {
             "user" => Role::User,
             "assistant" => Role::Assistant,
             other => return Err(malformed(index, format!("unknown role `{other}`"))),
         };
-        let content = json::get(text, span, "content").ok_or_else(|| malformed(index, "no `content`"))?;
+        let content = json::lookup(text, &fields, "content").ok_or_else(|| malformed(index, "no `content`"))?;
         match json::kind_of(text, content) {
             Kind::String => {
                 let value = json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?;
@@ -62,11 +63,12 @@ fn read_system(text: &str, system: Span, breakpoints: &mut usize) -> Result<(Mes
                 if json::kind_of(text, block) != Kind::Object {
                     return Err(bad("has a block that is not an object"));
                 }
-                if json::get(text, block, "cache_control").is_some() {
+                let block_fields = json::fields(text, block);
+                if json::lookup(text, &block_fields, "cache_control").is_some() {
                     message.cache_control = true;
                     *breakpoints += 1;
                 }
-                match text_block(text, block, 0)? {
+                match text_block(text, &block_fields, 0)? {
                     Some((value, span)) => {
                         texts.push(value);
                         spans.push(span);
@@ -88,7 +90,7 @@ fn read_system(text: &str, system: Span, breakpoints: &mut usize) -> Result<(Mes
 }
 
 /// The text and text-literal span of a `{"type":"text","text":...}` block, or `None` for any other block.
-fn text_block(text: &str, block: Span, index: usize) -> Result<Option<(String, Span)>, WireError> {
+fn text_block(text: &str, block: &[json::Entry], index: usize) -> Result<Option<(String, Span)>, WireError> {
     let is_text = string_field(text, block, "type", index)?.is_some_and(|(t, _)| t == "text");
     if !is_text {
         return Ok(None);
@@ -96,7 +98,7 @@ fn text_block(text: &str, block: Span, index: usize) -> Result<Option<(String, S
     string_field(text, block, "text", index)
 }
 
-fn block_type(text: &str, block: Span, index: usize) -> Result<String, WireError> {
+fn block_type(text: &str, block: &[json::Entry], index: usize) -> Result<String, WireError> {
     string_field(text, block, "type", index)?
         .map(|(t, _)| t)
         .ok_or_else(|| malformed(index, "a content block has no `type`"))
@@ -115,20 +117,21 @@ fn read_blocks(parsed: &mut ParsedBody<'_>, index: usize, role: Role, content: S
         if json::kind_of(text, block) != Kind::Object {
             return Err(malformed(index, "a content block is not an object"));
         }
-        let has_breakpoint = json::get(text, block, "cache_control").is_some();
+        let block_fields = json::fields(text, block);
+        let has_breakpoint = json::lookup(text, &block_fields, "cache_control").is_some();
         if has_breakpoint {
             parsed.existing_breakpoints += 1;
         }
-        let kind = block_type(text, block, index)?;
+        let kind = block_type(text, &block_fields, index)?;
         if kind == "tool_result" && role == Role::User {
-            read_tool_result(parsed, index, block, has_breakpoint)?;
+            read_tool_result(parsed, index, block, &block_fields, has_breakpoint)?;
             continue;
         }
         has_own_blocks = true;
         own.cache_control |= has_breakpoint;
         own_slot.block_close = Some(block.end - 1);
         match kind.as_str() {
-            "text" => match string_field(text, block, "text", index)? {
+            "text" => match string_field(text, &block_fields, "text", index)? {
                 Some((value, span)) => {
                     texts.push(value);
                     text_spans.push(span);
@@ -136,14 +139,14 @@ fn read_blocks(parsed: &mut ParsedBody<'_>, index: usize, role: Role, content: S
                 None => other_blocks += 1,
             },
             "thinking" if role == Role::Assistant => {
-                if let Some((thinking, _)) = string_field(text, block, "thinking", index)? {
+                if let Some((thinking, _)) = string_field(text, &block_fields, "thinking", index)? {
                     own.reasoning.push(thinking);
                 }
             }
             "tool_use" if role == Role::Assistant => {
-                let id = string_field(text, block, "id", index)?.map(|(id, _)| id).unwrap_or_default();
-                let name = string_field(text, block, "name", index)?.map(|(n, _)| n).unwrap_or_default();
-                let input = json::get(text, block, "input");
+                let id = string_field(text, &block_fields, "id", index)?.map(|(id, _)| id).unwrap_or_default();
+                let name = string_field(text, &block_fields, "name", index)?.map(|(n, _)| n).unwrap_or_default();
+                let input = json::lookup(text, &block_fields, "input");
                 let arguments = input.map(|s| s.of(text).to_owned()).unwrap_or_default();
                 own.tool_calls.push(ToolCall { id, name, arguments });
                 own_slot.args.push((input.unwrap_or(Span::new(0, 0)), ArgsEncoding::RawObject));
@@ -167,17 +170,23 @@ fn read_blocks(parsed: &mut ParsedBody<'_>, index: usize, role: Role, content: S
     Ok(())
 }
 
-fn read_tool_result(parsed: &mut ParsedBody<'_>, index: usize, block: Span, has_breakpoint: bool) -> Result<(), WireError> {
+fn read_tool_result(
+    parsed: &mut ParsedBody<'_>,
+    index: usize,
+    block: Span,
+    block_fields: &[json::Entry],
+    has_breakpoint: bool,
+) -> Result<(), WireError> {
     let text = parsed.text;
-    let call_id = string_field(text, block, "tool_use_id", index)?.map(|(id, _)| id);
-    let is_error = json::get(text, block, "is_error").is_some_and(|s| s.of(text) == "true");
+    let call_id = string_field(text, block_fields, "tool_use_id", index)?.map(|(id, _)| id);
+    let is_error = json::lookup(text, block_fields, "is_error").is_some_and(|s| s.of(text) == "true");
     let template = Message {
         tool_call_id: call_id,
         is_error,
         ..Message::text(Role::Tool, String::new())
     };
     let first = parsed.messages.len();
-    match json::get(text, block, "content") {
+    match json::lookup(text, block_fields, "content") {
         Some(content) if json::kind_of(text, content) == Kind::String => {
             let value = json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?;
             parsed.messages.push(Message { content: value.into_owned(), ..template.clone() });
@@ -188,10 +197,11 @@ fn read_tool_result(parsed: &mut ParsedBody<'_>, index: usize, block: Span, has_
                 if json::kind_of(text, inner) != Kind::Object {
                     continue;
                 }
-                if json::get(text, inner, "cache_control").is_some() {
+                let inner_fields = json::fields(text, inner);
+                if json::lookup(text, &inner_fields, "cache_control").is_some() {
                     parsed.existing_breakpoints += 1;
                 }
-                if let Some((value, span)) = text_block(text, inner, index)? {
+                if let Some((value, span)) = text_block(text, &inner_fields, index)? {
                     parsed.messages.push(Message { content: value, ..template.clone() });
                     parsed.slots.push(Slot { content: Some(span), ..Slot::default() });
                 }

@@ -376,8 +376,8 @@ fn join_texts(parts: &[String]) -> String {
 }
 
 /// Reads an optional string field, with a clear reason when present but not a string.
-fn string_field(text: &str, object: Span, key: &str, index: usize) -> Result<Option<(String, Span)>, WireError> {
-    let Some(span) = json::get(text, object, key) else { return Ok(None) };
+fn string_field(text: &str, fields: &[json::Entry], key: &str, index: usize) -> Result<Option<(String, Span)>, WireError> {
+    let Some(span) = json::lookup(text, fields, key) else { return Ok(None) };
     match json::kind_of(text, span) {
         json::Kind::String => {
             let value = json::decode_string(text, span).map_err(|e| malformed(index, e.to_string()))?;

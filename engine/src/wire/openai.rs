@@ -15,7 +15,8 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
         if json::kind_of(text, span) != Kind::Object {
             return Err(malformed(index, "not an object"));
         }
-        let (role_name, _) = string_field(text, span, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+        let fields = json::fields(text, span);
+        let (role_name, _) = string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
         let role = match role_name.as_str() {
             "system" | "developer" => Role::System,
             "user" => Role::User,
@@ -25,25 +26,27 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
         };
         let mut message = Message::text(role, String::new());
         let mut slot = Slot::default();
-        read_content(text, span, index, &mut message, &mut slot, &mut parsed.existing_breakpoints)?;
+        read_content(text, &fields, index, &mut message, &mut slot, &mut parsed.existing_breakpoints)?;
         if role == Role::Tool {
-            message.tool_call_id = string_field(text, span, "tool_call_id", index)?.map(|(id, _)| id);
+            message.tool_call_id = string_field(text, &fields, "tool_call_id", index)?.map(|(id, _)| id);
             if role_name == "function" {
-                message.tool_name = string_field(text, span, "name", index)?.map(|(name, _)| name);
+                message.tool_name = string_field(text, &fields, "name", index)?.map(|(name, _)| name);
             }
         }
-        if let Some((reasoning, reasoning_span)) = string_field(text, span, "reasoning_content", index)? {
+        if let Some((reasoning, reasoning_span)) = string_field(text, &fields, "reasoning_content", index)? {
             message.reasoning.push(reasoning);
             slot.reasoning.push(reasoning_span);
         }
-        if let Some(calls) = json::get(text, span, "tool_calls").filter(|s| json::kind_of(text, *s) == Kind::Array) {
+        if let Some(calls) = json::lookup(text, &fields, "tool_calls").filter(|s| json::kind_of(text, *s) == Kind::Array) {
             for call in json::elements(text, calls) {
-                let function = json::get(text, call, "function")
+                let call_fields = json::fields(text, call);
+                let function = json::lookup(text, &call_fields, "function")
                     .filter(|f| json::kind_of(text, *f) == Kind::Object)
                     .ok_or_else(|| malformed(index, "a tool call has no `function` object"))?;
-                let id = string_field(text, call, "id", index)?.map(|(id, _)| id).unwrap_or_default();
-                let name = string_field(text, function, "name", index)?.map(|(n, _)| n).unwrap_or_default();
-                let (arguments, args_span) = match json::get(text, function, "arguments") {
+                let id = string_field(text, &call_fields, "id", index)?.map(|(id, _)| id).unwrap_or_default();
+                let function_fields = json::fields(text, function);
+                let name = string_field(text, &function_fields, "name", index)?.map(|(n, _)| n).unwrap_or_default();
+                let (arguments, args_span) = match json::lookup(text, &function_fields, "arguments") {
                     Some(s) if json::kind_of(text, s) == Kind::String => {
                         let decoded = json::decode_string(text, s).map_err(|e| malformed(index, e.to_string()))?;
                         (decoded.into_owned(), Some(s))
@@ -71,13 +74,13 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
 
 fn read_content(
     text: &str,
-    message_span: Span,
+    message_fields: &[json::Entry],
     index: usize,
     message: &mut Message,
     slot: &mut Slot,
     breakpoints: &mut usize,
 ) -> Result<(), WireError> {
-    let Some(content) = json::get(text, message_span, "content") else {
+    let Some(content) = json::lookup(text, message_fields, "content") else {
         message.rewritable = false;
         return Ok(());
     };
@@ -98,12 +101,13 @@ fn read_content(
                     other_parts += 1;
                     continue;
                 }
-                if json::get(text, part, "cache_control").is_some() {
+                let part_fields = json::fields(text, part);
+                if json::lookup(text, &part_fields, "cache_control").is_some() {
                     message.cache_control = true;
                     *breakpoints += 1;
                 }
-                let is_text = string_field(text, part, "type", index)?.is_some_and(|(t, _)| t == "text");
-                match string_field(text, part, "text", index)? {
+                let is_text = string_field(text, &part_fields, "type", index)?.is_some_and(|(t, _)| t == "text");
+                match string_field(text, &part_fields, "text", index)? {
                     Some((part_text, span)) if is_text => {
                         texts.push(part_text);
                         text_spans.push(span);

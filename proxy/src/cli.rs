@@ -1,0 +1,244 @@
+//! The `sluice` command line: `compact`, `config check`, `presets` (and `serve` once built).
+//!
+//! Exit codes: 0 success, 1 bad input or a failed check (one line on stderr naming the problem),
+//! 2 usage errors (from clap).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use engine::apply::apply_body;
+use engine::config::{self, Config};
+use engine::pipeline::RunCx;
+use engine::store::{MemoryStore, Store};
+use engine::wire::Dialect;
+
+use crate::clock::SystemClock;
+
+/// A sidecar proxy that cuts what LLM agents pay for context, without losing anything.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about = "A sidecar proxy that cuts what LLM agents pay for context, without losing anything.", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Rewrite one request body offline: the result on stdout, the report on stderr or --report.
+    Compact(CompactArgs),
+    /// Check config files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// List the presets and their pipelines.
+    Presets,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file and print the pipeline it builds; every problem is listed.
+    Check { file: PathBuf },
+}
+
+/// Where the pipeline comes from: a file, a preset, or the embedded default.
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// A YAML config file.
+    #[arg(long, conflicts_with = "preset")]
+    config: Option<PathBuf>,
+    /// A preset name (see `sluice presets`).
+    #[arg(long)]
+    preset: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct CompactArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Write the full per-component report (JSON, with the stashed originals) here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// The body's dialect; guessed from its shape when absent.
+    #[arg(long)]
+    dialect: Option<Dialect>,
+    /// The request body (JSON); `-` or nothing reads stdin.
+    body: Option<PathBuf>,
+}
+
+/// A failure to report on one line, with exit code 1.
+struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(err: E) -> Failure {
+        Failure(err.to_string())
+    }
+}
+
+/// A closed stdout (`sluice presets | head`) is the reader's choice, not a failure.
+fn stdout_result(res: std::io::Result<()>) -> Result<(), Failure> {
+    match res {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.map_err(Failure::from),
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Compact(args) => compact(&args),
+        Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+        Command::Presets => presets(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(message)) => {
+            eprintln!("sluice: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+impl ConfigArgs {
+    fn load(&self) -> Result<Config, Failure> {
+        let config = match (&self.config, &self.preset) {
+            (Some(path), _) => {
+                let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+                Config::parse(&text).map_err(|errs| config_failure(path, &errs))?
+            }
+            (None, Some(name)) => Config::from_preset(name).map_err(|errs| config_failure(Path::new("--preset"), &errs))?,
+            (None, None) => Config::embedded(),
+        };
+        Ok(config)
+    }
+}
+
+fn config_failure(origin: &Path, errors: &[config::ConfigError]) -> Failure {
+    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    Failure(format!("{}: {}", origin.display(), lines.join("; ")))
+}
+
+fn read_body(path: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    match path {
+        None => read_stdin(),
+        Some(p) if p == Path::new("-") => read_stdin(),
+        Some(p) => std::fs::read(p).map_err(|e| Failure(format!("{}: {e}", p.display()))),
+    }
+}
+
+fn read_stdin() -> Result<Vec<u8>, Failure> {
+    let mut body = Vec::new();
+    std::io::stdin().read_to_end(&mut body)?;
+    Ok(body)
+}
+
+fn compact(args: &CompactArgs) -> Result<(), Failure> {
+    let config = args.config.load()?;
+    let pipeline = config.build_pipeline().map_err(|errs| config_failure(Path::new("config"), &errs))?;
+    let body = read_body(args.body.as_deref())?;
+    let dialect = args.dialect.unwrap_or_else(|| Dialect::detect(&body));
+    // Parse first so bad input fails loudly here; the proxy would forward it untouched instead.
+    let parsed = engine::wire::parse(&body, dialect)?;
+    let session = engine::session::derive(parsed.messages());
+    let clock = Arc::new(SystemClock);
+    let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+    let cx = RunCx {
+        dialect,
+        session: session.clone(),
+        store: store.clone(),
+        clock,
+        mutable_from: 0,
+        cold: false,
+        existing_breakpoints: parsed.existing_breakpoints(),
+    };
+    let applied = apply_body(&body, &pipeline, &cx);
+    if let Some(err) = applied.error {
+        return Err(Failure(err.to_string()));
+    }
+    stdout_result(std::io::stdout().lock().write_all(&applied.body))?;
+    let report = &applied.report;
+    if let Some(path) = &args.report {
+        // The stashed originals go into the report: offline there is no expand loop, and a
+        // marker whose original is lost would break the nothing-is-lost promise.
+        let stashes: BTreeMap<&str, String> = report
+            .components
+            .iter()
+            .flat_map(|c| c.stashed.iter())
+            .filter_map(|id| store.resolve(&session, id).map(|o| (id.as_str(), o.to_string())))
+            .collect();
+        let json = serde_json::json!({
+            "dialect": dialect,
+            "session": session,
+            "pipeline": pipeline.names(),
+            "report": report,
+            "discarded": applied.discarded,
+            "stashes": stashes,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&json)?).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    } else {
+        eprintln!("{}", summary(report));
+    }
+    Ok(())
+}
+
+/// One line per component that did something, then the total.
+fn summary(report: &engine::pipeline::RunReport) -> String {
+    let mut out = String::new();
+    for c in &report.components {
+        let what = match (&c.reverted, c.acted, c.mutated) {
+            (Some(why), _, _) => format!("reverted ({why:?})"),
+            (None, true, _) => format!("saved {} tokens", c.saved_tokens),
+            (None, false, true) => "changed bytes, no token saving".to_owned(),
+            (None, false, false) => {
+                let gates: Vec<String> = c.gates.iter().map(|(g, n)| format!("{g}×{n}")).collect();
+                if gates.is_empty() { "idle".to_owned() } else { format!("skipped: {}", gates.join(", ")) }
+            }
+        };
+        out.push_str(&format!("{:<12} {what}\n", c.name));
+    }
+    let pct = if report.tokens_before == 0 { 0.0 } else { 100.0 * report.saved_tokens() as f64 / report.tokens_before as f64 };
+    out.push_str(&format!("total        {} → {} content tokens ({pct:.1}% saved)", report.tokens_before, report.tokens_after));
+    out
+}
+
+fn config_check(path: &Path) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    match Config::parse(&text) {
+        Ok(config) => {
+            let pipeline = config.build_pipeline().map_err(|errs| config_failure(path, &errs))?;
+            for warning in &config.warnings {
+                eprintln!("warning: {warning}");
+            }
+            println!("{}: ok (mode {:?}, pipeline: [{}])", path.display(), config.mode, pipeline.names().join(", "));
+            Ok(())
+        }
+        Err(errors) => {
+            for err in &errors {
+                eprintln!("{}: {err}", path.display());
+            }
+            Err(Failure(format!("{}: {} problem(s)", path.display(), errors.len())))
+        }
+    }
+}
+
+fn presets() -> Result<(), Failure> {
+    stdout_result(write_presets(&mut std::io::stdout().lock()))
+}
+
+fn write_presets(out: &mut impl Write) -> std::io::Result<()> {
+    for preset in config::PRESETS {
+        let status = if config::preset_is_available(preset) { "" } else { "  (needs components not built yet)" };
+        writeln!(out, "{:<11} [{}]{status}", preset.name, preset.pipeline.join(", "))?;
+        writeln!(out, "            {}", preset.description)?;
+    }
+    writeln!(out)?;
+    writeln!(out, "components built in this version:")?;
+    for factory in engine::components::ALL {
+        writeln!(out, "  {:<10} {}", factory.name(), factory.summary())?;
+    }
+    Ok(())
+}

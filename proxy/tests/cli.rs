@@ -1,0 +1,100 @@
+//! The `sluice` command line as a user runs it: exit codes, one-line errors, real corpus bodies.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn sluice(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sluice runs");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn corpus_body(run: &str, file: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/public").join(run).join(file);
+    assert!(path.is_file(), "corpus body {}", path.display());
+    path
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn compact_rewrites_a_real_body_and_reports() {
+    let body = corpus_body("gemini3pro-miniswe-pytest-dev-pytest-6197", "anthropic.json");
+    let report = std::env::temp_dir().join(format!("sluice-report-{}.json", std::process::id()));
+    let out = sluice(&["compact", "--report", report.to_str().unwrap(), body.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let input = std::fs::read(&body).unwrap();
+    assert!(out.stdout.len() < input.len(), "the default config saves bytes on this body");
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("valid JSON out");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let stashes = report["stashes"].as_object().unwrap();
+    assert!(!stashes.is_empty());
+    for (id, original) in stashes {
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("<<cg:{id}>>")));
+        assert_eq!(engine::marker::stash_id(original.as_str().unwrap()), *id, "the stash is the content it names");
+    }
+}
+
+#[test]
+fn compact_reads_stdin_and_off_is_byte_identical() {
+    let body = std::fs::read(corpus_body("sweagent-fncall-simple", "openai.json")).unwrap();
+    let out = sluice(&["compact", "--preset", "off", "-"], &body);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == body);
+}
+
+#[test]
+fn bad_bodies_exit_non_zero_with_one_line() {
+    for (body, needle) in [
+        (&b"not json"[..], "not JSON"),
+        (b"{\"model\":\"x\"}", "no `messages`"),
+        (b"{\"messages\":[{\"role\":\"user\"}]}", "messages[0]"),
+    ] {
+        let out = sluice(&["compact", "--dialect", "anthropic"], body);
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn config_check_names_a_misspelled_key_and_an_unknown_component() {
+    let dir = std::env::temp_dir();
+    let bad = dir.join(format!("sluice-bad-{}.yaml", std::process::id()));
+    std::fs::write(&bad, "pipeline: [dedup, colapse]\ncomponents:\n  dedup:\n    min_tokenz: 5\n").unwrap();
+    let out = sluice(&["config", "check", bad.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("components.dedup") && err.contains("min_tokenz"), "{err}");
+    assert!(err.contains("unknown component `colapse`"), "{err}");
+
+    let good = dir.join(format!("sluice-good-{}.yaml", std::process::id()));
+    std::fs::write(&good, "pipeline: [format, dedup]\n").unwrap();
+    let out = sluice(&["config", "check", good.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn presets_and_help_list_everything() {
+    let out = sluice(&["presets"], b"");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["off", "safe", "balanced", "aggressive", "coding", "mcp", "agent", "summarize", "codesafe", "general"] {
+        assert!(text.lines().any(|l| l.starts_with(name)), "preset {name} listed");
+    }
+    let help = sluice(&["--help"], b"");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for sub in ["compact", "config", "presets"] {
+        assert!(help.contains(sub));
+    }
+}
