@@ -4,7 +4,7 @@
 # Prints a Markdown table (the one in docs/components.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-corpus="${SLUICE_CORPUS:-../shared/corpus}"
+corpus="${SLUICE_CORPUS:-$(cd .. && pwd)/shared/corpus}"
 cargo build -q --release --bin sluice
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -1,15 +1,6 @@
 //! Inputs for sluice's criterion benches and load harness, built from the real corpus.
 
-use std::path::PathBuf;
-
 use engine::wire::Dialect;
-
-/// The corpus root (`SLUICE_CORPUS` overrides `../shared/corpus`).
-pub fn corpus_root() -> PathBuf {
-    std::env::var("SLUICE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"))
-}
 
 /// Every public final request body of one dialect, largest first.
 pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
@@ -17,7 +8,7 @@ pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
         Dialect::OpenAi => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(corpus_root().join("public"))
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(integration_tests::corpus_root().join("public"))
         .expect("corpus readable")
         .filter_map(|e| e.ok())
         .filter_map(|e| {

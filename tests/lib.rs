@@ -1,7 +1,8 @@
 //! Shared helpers for sluice's end-to-end tests: finding the real corpus and checking bodies.
 //!
-//! The corpus lives in `../shared/corpus` beside the repository (CI lays a copy there too).
-//! `SLUICE_CORPUS` overrides the location.
+//! The corpus lives in `shared/corpus` beside the repository (CI lays a copy there too).
+//! `SLUICE_CORPUS` overrides the location; otherwise every ancestor of the checkout is tried,
+//! then the workplace's `/work/shared`, so a clone in a temporary folder still finds it.
 
 use std::path::{Path, PathBuf};
 
@@ -16,9 +17,12 @@ pub fn corpus_root() -> PathBuf {
         return PathBuf::from(dir);
     }
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let candidate = here.join("../../shared/corpus");
-    assert!(candidate.is_dir(), "corpus not found at {} (set SLUICE_CORPUS)", candidate.display());
-    candidate
+    let found = here
+        .ancestors()
+        .map(|dir| dir.join("shared/corpus"))
+        .chain(std::iter::once(PathBuf::from("/work/shared/corpus")))
+        .find(|candidate| candidate.join("public").is_dir());
+    found.unwrap_or_else(|| panic!("corpus not found beside {} (set SLUICE_CORPUS)", here.display()))
 }
 
 /// One request body of the corpus.

@@ -17,7 +17,7 @@ fn sluice(args: &[&str], stdin: &[u8]) -> Output {
 }
 
 fn corpus_body(run: &str, file: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/public").join(run).join(file);
+    let path = integration_tests::corpus_root().join("public").join(run).join(file);
     assert!(path.is_file(), "corpus body {}", path.display());
     path
 }
