@@ -11,7 +11,7 @@
 //!   `thinking` blocks become reasoning (signed, so never rewritten in place).
 
 use super::json::{self, Kind, Span};
-use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, string_field};
+use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field};
 use crate::message::{Message, Role, ToolCall};
 
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
@@ -22,11 +22,7 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
         parsed.slots.push(slot);
     }
     for (index, span) in json::elements(text, parsed.messages_span).enumerate() {
-        if json::kind_of(text, span) != Kind::Object {
-            return Err(malformed(index, "not an object"));
-        }
-        let fields = json::fields(text, span);
-        let (role_name, _) = string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+        let (fields, role_name) = message_head(text, span, index)?;
         let role = match role_name.as_str() {
             "user" => Role::User,
             "assistant" => Role::Assistant,

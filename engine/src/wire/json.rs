@@ -204,22 +204,24 @@ fn scan_string(bytes: &[u8], pos: usize) -> Result<usize> {
         let bad = pos + 1 + inner.iter().position(|&b| b < 0x20).unwrap_or(0);
         return err(bad, "control character inside a string");
     }
-    let mut cur = 0;
-    while let Some(found) = memchr::memchr(b'\\', &inner[cur..]) {
-        let at = cur + found;
+    // One iterator over every backslash: memchr's setup cost is paid once per string, not once
+    // per escape (tool outputs carry a `\n` on every line). Positions inside an escape that was
+    // already consumed (the second `\` of `\\`, the digits of `\u`) are skipped.
+    let mut next = 0;
+    for at in memchr::memchr_iter(b'\\', inner) {
+        if at < next {
+            continue;
+        }
         match inner.get(at + 1) {
-            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => cur = at + 2,
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => next = at + 2,
             Some(b'u') => {
                 let hex = inner.get(at + 2..at + 6);
                 if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
                     return err(pos + 1 + at, "invalid \\u escape");
                 }
-                cur = at + 6;
+                next = at + 6;
             }
             _ => return err(pos + 1 + at, "invalid escape"),
-        }
-        if cur >= inner.len() {
-            break;
         }
     }
     Ok(close + 1)
@@ -428,58 +430,60 @@ pub fn decode_string(text: &str, span: Span) -> Result<Cow<'_, str>> {
     if !inner.contains('\\') {
         return Ok(Cow::Borrowed(inner));
     }
-    let mut out = String::with_capacity(inner.len());
     let bytes = inner.as_bytes();
-    let mut i = 0;
-    let mut run_start = 0;
-    while let Some(found) = memchr::memchr(b'\\', &bytes[i..]) {
-        i += found;
-        out.push_str(&inner[run_start..i]);
-        let esc = bytes.get(i + 1).copied().unwrap_or(0);
-        i += 2;
-        match esc {
-            b'"' => out.push('"'),
-            b'\\' => out.push('\\'),
-            b'/' => out.push('/'),
-            b'b' => out.push('\u{8}'),
-            b'f' => out.push('\u{c}'),
-            b'n' => out.push('\n'),
-            b'r' => out.push('\r'),
-            b't' => out.push('\t'),
-            b'u' => {
-                let first = hex4(bytes, i).ok_or(JsonError { offset: span.start + i, reason: "invalid \\u escape" })?;
-                i += 4;
-                let ch = if (0xD800..0xDC00).contains(&first) {
-                    // A high surrogate must be followed by an escaped low surrogate.
-                    let low = (bytes.get(i) == Some(&b'\\') && bytes.get(i + 1) == Some(&b'u'))
-                        .then(|| hex4(bytes, i + 2))
-                        .flatten()
-                        .filter(|low| (0xDC00..0xE000).contains(low));
-                    match low {
-                        Some(low) => {
-                            i += 6;
-                            char::from_u32(0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00))
-                        }
-                        // A lone surrogate cannot be represented in a Rust string; JSON parsers
-                        // disagree on it anyway, so the replacement character is the honest value.
-                        None => Some('\u{FFFD}'),
-                    }
-                } else if (0xDC00..0xE000).contains(&first) {
-                    Some('\u{FFFD}')
-                } else {
-                    char::from_u32(first)
-                };
-                out.push(ch.unwrap_or('\u{FFFD}'));
+    let mut out: Vec<u8> = Vec::with_capacity(inner.len());
+    let mut next = 0;
+    for at in memchr::memchr_iter(b'\\', bytes) {
+        if at < next {
+            continue;
+        }
+        out.extend_from_slice(&bytes[next..at]);
+        let simple = match bytes.get(at + 1) {
+            Some(b'"') => Some(b'"'),
+            Some(b'\\') => Some(b'\\'),
+            Some(b'/') => Some(b'/'),
+            Some(b'b') => Some(0x08),
+            Some(b'f') => Some(0x0c),
+            Some(b'n') => Some(b'\n'),
+            Some(b'r') => Some(b'\r'),
+            Some(b't') => Some(b'\t'),
+            Some(b'u') => None,
+            _ => return err(span.start + 1 + at, "invalid escape"),
+        };
+        if let Some(byte) = simple {
+            out.push(byte);
+            next = at + 2;
+            continue;
+        }
+        let first = hex4(bytes, at + 2).ok_or(JsonError { offset: span.start + 1 + at, reason: "invalid \\u escape" })?;
+        next = at + 6;
+        let ch = if (0xD800..0xDC00).contains(&first) {
+            // A high surrogate must be followed by an escaped low surrogate.
+            let low = (bytes.get(next) == Some(&b'\\') && bytes.get(next + 1) == Some(&b'u'))
+                .then(|| hex4(bytes, next + 2))
+                .flatten()
+                .filter(|low| (0xDC00..0xE000).contains(low));
+            match low {
+                Some(low) => {
+                    next += 6;
+                    char::from_u32(0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00))
+                }
+                // A lone surrogate cannot be represented in a Rust string; JSON parsers
+                // disagree on it anyway, so the replacement character is the honest value.
+                None => Some('\u{FFFD}'),
             }
-            _ => return err(span.start + i, "invalid escape"),
-        }
-        run_start = i;
-        if i >= bytes.len() {
-            break;
-        }
+        } else if (0xDC00..0xE000).contains(&first) {
+            Some('\u{FFFD}')
+        } else {
+            char::from_u32(first)
+        };
+        let mut buf = [0u8; 4];
+        out.extend_from_slice(ch.unwrap_or('\u{FFFD}').encode_utf8(&mut buf).as_bytes());
     }
-    out.push_str(&inner[run_start..]);
-    Ok(Cow::Owned(out))
+    out.extend_from_slice(&bytes[next.min(bytes.len())..]);
+    // Escapes only ever produce whole characters, and the runs between them are slices of a
+    // `str` cut at ASCII backslashes, so this cannot fail; stay total anyway.
+    String::from_utf8(out).map(Cow::Owned).map_err(|_| JsonError { offset: span.start, reason: "invalid UTF-8 after unescaping" })
 }
 
 fn hex4(bytes: &[u8], at: usize) -> Option<u32> {

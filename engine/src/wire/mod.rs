@@ -279,6 +279,10 @@ impl<'a> ParsedBody<'a> {
             let discarded = (0..self.messages.len()).map(|i| (i, Discard::MessageCountChanged)).collect();
             return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded };
         }
+        if std::ptr::eq(self.messages.as_slice(), rewritten) {
+            // Handed our own messages back: nothing can have changed.
+            return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded: Vec::new() };
+        }
         let mut edits: Vec<Edit> = Vec::new();
         let mut discarded = Vec::new();
         for (index, (old, new)) in self.messages.iter().zip(rewritten).enumerate() {
@@ -386,6 +390,16 @@ fn string_field(text: &str, fields: &[json::Entry], key: &str, index: usize) -> 
         json::Kind::Null => Ok(None),
         _ => Err(malformed(index, format!("`{key}` is not a string"))),
     }
+}
+
+/// The fields of message `index` and its `role`, or why it is not a readable message.
+fn message_head(text: &str, span: Span, index: usize) -> Result<(Vec<json::Entry>, String), WireError> {
+    if json::kind_of(text, span) != json::Kind::Object {
+        return Err(malformed(index, "not an object"));
+    }
+    let fields = json::fields(text, span);
+    let (role, _) = string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+    Ok((fields, role))
 }
 
 fn malformed(index: usize, reason: impl Into<String>) -> WireError {

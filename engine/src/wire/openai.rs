@@ -6,17 +6,13 @@
 //! arguments as a JSON-encoded string; `reasoning_content` (DeepSeek, vLLM) is reasoning.
 
 use super::json::{self, Kind, Span};
-use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, string_field};
+use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field};
 use crate::message::{Message, Role, ToolCall};
 
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
     let text = parsed.text;
     for (index, span) in json::elements(text, parsed.messages_span).enumerate() {
-        if json::kind_of(text, span) != Kind::Object {
-            return Err(malformed(index, "not an object"));
-        }
-        let fields = json::fields(text, span);
-        let (role_name, _) = string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+        let (fields, role_name) = message_head(text, span, index)?;
         let role = match role_name.as_str() {
             "system" | "developer" => Role::System,
             "user" => Role::User,
