@@ -199,13 +199,19 @@ impl Inner {
 
     /// Drops expired entries, oldest first; stops at the first live one.
     fn purge_expired(&mut self, now: Duration) {
-        while let Some((_, key)) = self.by_recency.first_key_value() {
+        while let Some((&tick, key)) = self.by_recency.first_key_value() {
             let key = key.clone();
-            if self.entries.get(&key).is_some_and(|e| e.expires > now) {
-                break;
+            match self.entries.get(&key) {
+                Some(entry) if entry.expires > now => break,
+                Some(_) => {
+                    self.remove(&key);
+                    self.stats.expired += 1;
+                }
+                // A recency slot whose entry is gone must not stall the purge.
+                None => {
+                    self.by_recency.remove(&tick);
+                }
             }
-            self.remove(&key);
-            self.stats.expired += 1;
         }
     }
 
@@ -249,6 +255,11 @@ impl Store for MemoryStore {
         }
         let now = self.clock.now();
         let mut inner = self.inner.lock();
+        // Two turns of one session may stash the same content at once (the id is its hash):
+        // the first insert wins, the second is already done.
+        if inner.entries.contains_key(&key) {
+            return Ok(());
+        }
         let full = |inner: &Inner| {
             inner.entries.len() >= self.limits.max_entries || inner.stash_bytes + original.len() > self.limits.reserve_bytes
         };
@@ -416,6 +427,19 @@ mod tests {
         store.stash("s", "a", "a").unwrap();
         store.stash("s", "b", "b").unwrap();
         assert_eq!(store.stash("s", "c", "c"), Err(StoreError::Full), "replay within its half is pinned");
+    }
+
+    #[test]
+    fn stashing_the_same_content_twice_counts_it_once() {
+        let (store, clock) = store(10, 1 << 20);
+        store.stash("s", "a", "same").unwrap();
+        store.stash("s", "a", "same").unwrap();
+        assert_eq!(store.stats().stashes, 1);
+        assert_eq!(store.stats().stash_bytes, 4);
+        clock.advance(Duration::from_secs(101));
+        assert_eq!(store.resolve("s", "a"), None);
+        store.stash("s", "b", "other").unwrap();
+        assert_eq!((store.stats().stashes, store.stats().stash_bytes), (1, 5), "counters follow removals");
     }
 
     #[test]

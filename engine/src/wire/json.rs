@@ -400,14 +400,15 @@ pub fn fields(text: &str, object: Span) -> Vec<Entry> {
     entries(text, object).collect()
 }
 
-/// Finds `key` among collected fields (first occurrence).
+/// Finds `key` among collected fields. With duplicate keys the last one wins, as in the
+/// parsers providers and SDKs use (Python, JavaScript, Go): we must read what the model reads.
 pub fn lookup(text: &str, fields: &[Entry], key: &str) -> Option<Span> {
-    fields.iter().find(|e| key_is(text, e.key, key)).map(|e| e.value)
+    fields.iter().rev().find(|e| key_is(text, e.key, key)).map(|e| e.value)
 }
 
-/// Finds the value of `key` in an object span (first occurrence, as most JSON readers do).
+/// Finds the value of `key` in an object span (last occurrence, see [`lookup`]).
 pub fn get(text: &str, object: Span, key: &str) -> Option<Span> {
-    entries(text, object).find(|e| key_is(text, e.key, key)).map(|e| e.value)
+    entries(text, object).filter(|e| key_is(text, e.key, key)).last().map(|e| e.value)
 }
 
 /// Whether the key literal at `span` decodes to `expected`. Keys with escapes are decoded; plain
@@ -488,6 +489,10 @@ pub fn decode_string(text: &str, span: Span) -> Result<Cow<'_, str>> {
 
 fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
     let digits = bytes.get(at..at + 4)?;
+    // from_str_radix would accept a sign; JSON does not.
+    if !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
     let text = std::str::from_utf8(digits).ok()?;
     u32::from_str_radix(text, 16).ok()
 }

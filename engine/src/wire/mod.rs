@@ -174,12 +174,13 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
     let mut system_span = None;
     let mut tools_span = None;
     for entry in json::entries(text, root) {
+        // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
         if json::key_is(text, entry.key, "messages") {
-            messages_span.get_or_insert(entry.value);
+            messages_span = Some(entry.value);
         } else if json::key_is(text, entry.key, "system") {
-            system_span.get_or_insert(entry.value);
+            system_span = Some(entry.value);
         } else if json::key_is(text, entry.key, "tools") {
-            tools_span.get_or_insert(entry.value);
+            tools_span = Some(entry.value);
         }
     }
     let messages_span = messages_span.ok_or(WireError::NoMessages)?;
@@ -358,7 +359,10 @@ impl<'a> ParsedBody<'a> {
             // The metadata-only path: the key is written onto the original block, so a breakpoint
             // reaches the wire even on messages whose other content cannot round-trip.
             let close = slot.block_close.ok_or(Discard::UnsupportedField)?;
-            edits.push(Edit { start: close, end: close, replacement: CACHE_CONTROL_MEMBER.to_owned() });
+            // An empty block `{}` takes the member without a leading comma.
+            let empty = self.text[..close].trim_end().ends_with('{');
+            let member = if empty { &CACHE_CONTROL_MEMBER[1..] } else { CACHE_CONTROL_MEMBER };
+            edits.push(Edit { start: close, end: close, replacement: member.to_owned() });
         }
         Ok(edits)
     }

@@ -159,3 +159,27 @@ fn detects_dialect() {
     assert_eq!(Dialect::detect(ANTHROPIC.as_bytes()), Dialect::Anthropic);
     assert_eq!(Dialect::detect(OPENAI.as_bytes()), Dialect::OpenAi);
 }
+
+#[test]
+fn breakpoint_on_an_empty_block_stays_valid_json() {
+    let body = r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{ }]}]}"#;
+    let parsed = parse(body.as_bytes(), Dialect::OpenAi).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs[0].cache_control = true;
+    let out = parsed.write_back(&msgs);
+    let text = std::str::from_utf8(&out.body).unwrap();
+    serde_json::from_str::<serde_json::Value>(text).unwrap();
+    assert!(text.contains(r#"{ "cache_control":{"type":"ephemeral"}}"#), "{text}");
+}
+
+#[test]
+fn duplicate_keys_read_the_last_one_like_the_provider() {
+    let body = r#"{"messages":[{"role":"user","content":"first"}],"messages":[{"role":"user","content":"a","content":"seen"}]}"#;
+    let parsed = parse(body.as_bytes(), Dialect::OpenAi).unwrap();
+    assert_eq!(parsed.messages()[0].content, "seen");
+    let mut msgs = parsed.messages().to_vec();
+    msgs[0].content = "changed".into();
+    let out = parsed.write_back(&msgs);
+    let value: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+    assert_eq!(value["messages"][0]["content"], "changed", "the splice lands where the provider reads");
+}
