@@ -34,7 +34,11 @@ fn parse_and_noop_write_back(c: &mut Criterion) {
     let one_mb = benches::one_megabyte_body();
     for (name, dialect, body) in [
         ("largest_public_openai", Dialect::OpenAi, largest_openai.1),
-        ("largest_public_anthropic", Dialect::Anthropic, largest_anthropic.1),
+        (
+            "largest_public_anthropic",
+            Dialect::Anthropic,
+            largest_anthropic.1,
+        ),
         ("1mb_openai", Dialect::OpenAi, one_mb),
     ] {
         group.throughput(Throughput::Bytes(body.len() as u64));
@@ -54,7 +58,10 @@ fn default_pipeline(c: &mut Criterion) {
     let pipeline = Config::embedded().build_pipeline().unwrap();
     let one_mb = benches::one_megabyte_body();
     let largest = benches::public_bodies(Dialect::Anthropic).remove(0).1;
-    for (name, dialect, body) in [("1mb_openai", Dialect::OpenAi, &one_mb), ("largest_public_anthropic", Dialect::Anthropic, &largest)] {
+    for (name, dialect, body) in [
+        ("1mb_openai", Dialect::OpenAi, &one_mb),
+        ("largest_public_anthropic", Dialect::Anthropic, &largest),
+    ] {
         group.throughput(Throughput::Bytes(body.len() as u64));
         // Steady state: the agent re-sends its transcript, so every earlier message's token
         // count is a memo hit. This is what a proxied turn costs after the first.
@@ -75,7 +82,10 @@ fn default_pipeline(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1))
+    Criterion::default()
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
 }
 
 criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline }

@@ -8,14 +8,15 @@ pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
         Dialect::OpenAi => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(integration_tests::corpus_root().join("public"))
-        .expect("corpus readable")
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            std::fs::read(e.path().join(file)).ok().map(|b| (name, b))
-        })
-        .collect();
+    let mut out: Vec<(String, Vec<u8>)> =
+        std::fs::read_dir(integration_tests::corpus_root().join("public"))
+            .expect("corpus readable")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                std::fs::read(e.path().join(file)).ok().map(|b| (name, b))
+            })
+            .collect();
     out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
     out
 }

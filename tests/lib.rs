@@ -22,7 +22,12 @@ pub fn corpus_root() -> PathBuf {
         .map(|dir| dir.join("shared/corpus"))
         .chain(std::iter::once(PathBuf::from("/work/shared/corpus")))
         .find(|candidate| candidate.join("public").is_dir());
-    found.unwrap_or_else(|| panic!("corpus not found beside {} (set SLUICE_CORPUS)", here.display()))
+    found.unwrap_or_else(|| {
+        panic!(
+            "corpus not found beside {} (set SLUICE_CORPUS)",
+            here.display()
+        )
+    })
 }
 
 /// One request body of the corpus.
@@ -44,15 +49,26 @@ pub fn bodies() -> Vec<CorpusBody> {
             .collect();
         runs.sort();
         for run in runs {
-            for (file, dialect) in [("openai.json", Dialect::OpenAi), ("anthropic.json", Dialect::Anthropic)] {
+            for (file, dialect) in [
+                ("openai.json", Dialect::OpenAi),
+                ("anthropic.json", Dialect::Anthropic),
+            ] {
                 let path = run.join(file);
                 if let Ok(bytes) = std::fs::read(&path) {
-                    out.push(CorpusBody { path, dialect, bytes });
+                    out.push(CorpusBody {
+                        path,
+                        dialect,
+                        bytes,
+                    });
                 }
             }
         }
     }
-    assert!(out.len() >= 90, "expected the full corpus, found {} bodies", out.len());
+    assert!(
+        out.len() >= 90,
+        "expected the full corpus, found {} bodies",
+        out.len()
+    );
     out
 }
 

@@ -44,7 +44,9 @@ impl std::fmt::Display for ApplyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ApplyError::Wire(err) => err.fmt(f),
-            ApplyError::Panicked(msg) => write!(f, "internal error (body forwarded untouched): {msg}"),
+            ApplyError::Panicked(msg) => {
+                write!(f, "internal error (body forwarded untouched): {msg}")
+            }
         }
     }
 }
@@ -72,20 +74,34 @@ pub fn apply_body<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Applie
     }
 }
 
-fn apply_inner<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Result<Applied<'a>, WireError> {
+fn apply_inner<'a>(
+    body: &'a [u8],
+    pipeline: &Pipeline,
+    cx: &RunCx,
+) -> Result<Applied<'a>, WireError> {
     let parsed = wire::parse(body, cx.dialect)?;
     let mut cx = cx.clone();
     cx.existing_breakpoints = parsed.existing_breakpoints();
     let mut messages = parsed.messages().to_vec();
     if pipeline.is_empty() {
-        return Ok(Applied { body: Cow::Borrowed(body), report: RunReport::default(), discarded: Vec::new(), error: None, messages });
+        return Ok(Applied {
+            body: Cow::Borrowed(body),
+            report: RunReport::default(),
+            discarded: Vec::new(),
+            error: None,
+            messages,
+        });
     }
     let report = pipeline.run(&mut messages, &cx);
     let written = parsed.write_back(&messages);
     let discarded: Vec<Discarded> = written
         .discarded
         .iter()
-        .map(|&(index, reason)| Discarded { index, component: last_toucher(&report, index), reason })
+        .map(|&(index, reason)| Discarded {
+            index,
+            component: last_toucher(&report, index),
+            reason,
+        })
         .collect();
     // What actually went out: discarded messages are the originals again.
     for d in &discarded {
@@ -97,11 +113,22 @@ fn apply_inner<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Result<Ap
     if !discarded.is_empty() {
         report.tokens_after = messages.iter().map(message_tokens).sum();
     }
-    Ok(Applied { body: written.body, report, discarded, error: None, messages })
+    Ok(Applied {
+        body: written.body,
+        report,
+        discarded,
+        error: None,
+        messages,
+    })
 }
 
 /// The last component whose kept change touched message `index`: a discard is charged to exactly
 /// one component, never to a reverted one.
 fn last_toucher(report: &RunReport, index: usize) -> Option<&'static str> {
-    report.components.iter().rev().find(|c| c.reverted.is_none() && c.changed.contains(&index)).map(|c| c.name)
+    report
+        .components
+        .iter()
+        .rev()
+        .find(|c| c.reverted.is_none() && c.changed.contains(&index))
+        .map(|c| c.name)
 }

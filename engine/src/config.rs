@@ -19,8 +19,8 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use crate::components;
 use crate::pipeline::{Pipeline, Stage};
@@ -44,7 +44,10 @@ impl fmt::Display for ConfigError {
 }
 
 fn problem(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError { path: path.into(), message: message.into() }
+    ConfigError {
+        path: path.into(),
+        message: message.into(),
+    }
 }
 
 /// `mode:` — what the proxy does with a request.
@@ -65,7 +68,9 @@ impl std::str::FromStr for Mode {
         match s {
             "sync" => Ok(Mode::Sync),
             "observe" => Ok(Mode::Observe),
-            other => Err(format!("unknown mode `{other}` (expected `sync` or `observe`)")),
+            other => Err(format!(
+                "unknown mode `{other}` (expected `sync` or `observe`)"
+            )),
         }
     }
 }
@@ -88,7 +93,13 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> StoreConfig {
-        StoreConfig { enabled: true, ttl_seconds: 10_000, max_entries: 5000, max_sessions: 100, rewind_reserve_mb: 256 }
+        StoreConfig {
+            enabled: true,
+            ttl_seconds: 10_000,
+            max_entries: 5000,
+            max_sessions: 100,
+            rewind_reserve_mb: 256,
+        }
     }
 }
 
@@ -114,7 +125,10 @@ pub struct ObserveConfig {
 
 impl Default for ObserveConfig {
     fn default() -> ObserveConfig {
-        ObserveConfig { max_queue: 256, workers: 1 }
+        ObserveConfig {
+            max_queue: 256,
+            workers: 1,
+        }
     }
 }
 
@@ -176,7 +190,12 @@ pub struct Preset {
 /// Every preset, with the reference's names and orders (lossless repackers first, `linecap` last
 /// among offloaders, `cachesplit` last of all).
 pub const PRESETS: &[Preset] = &[
-    Preset { name: "off", pipeline: &[], description: "forward everything untouched", tuned: "" },
+    Preset {
+        name: "off",
+        pipeline: &[],
+        description: "forward everything untouched",
+        tuned: "",
+    },
     Preset {
         name: "safe",
         pipeline: &["format", "textclean", "searchfold", "cachesplit"],
@@ -185,29 +204,64 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "balanced",
-        pipeline: &["format", "textclean", "searchfold", "dedup", "failed_run", "cmdfilter", "linecap", "cachesplit"],
+        pipeline: &[
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "failed_run",
+            "cmdfilter",
+            "linecap",
+            "cachesplit",
+        ],
         description: "lossless repacking plus safe, recoverable offloads",
         tuned: "",
     },
     Preset {
         name: "aggressive",
         pipeline: &[
-            "format", "textclean", "searchfold", "dedup", "failed_run", "cmdfilter", "smartcrush", "extract", "extract_llm",
-            "linecap", "cachesplit",
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "failed_run",
+            "cmdfilter",
+            "smartcrush",
+            "extract",
+            "extract_llm",
+            "linecap",
+            "cachesplit",
         ],
         description: "balanced plus JSON-array crushing and query-aware extraction",
         tuned: "",
     },
     Preset {
         name: "coding",
-        pipeline: &["format", "textclean", "searchfold", "dedup", "cmdfilter", "extract", "linecap", "cachesplit"],
+        pipeline: &[
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "cmdfilter",
+            "extract",
+            "linecap",
+            "cachesplit",
+        ],
         description: "coding agents: command filters and extraction",
         tuned: "",
     },
     Preset {
         name: "codesafe",
         pipeline: &[
-            "format", "textclean", "searchfold", "dedup", "failed_run", "cmdfilter", "extract", "collapse", "linecap",
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "failed_run",
+            "cmdfilter",
+            "extract",
+            "collapse",
+            "linecap",
             "cachesplit",
         ],
         description: "coding agents, deterministic only, with a collapse fallback",
@@ -216,29 +270,67 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         name: "codesmart",
         pipeline: &[
-            "format", "textclean", "searchfold", "dedup", "failed_run", "cmdfilter", "extract_llm", "extract", "linecap",
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "failed_run",
+            "cmdfilter",
+            "extract_llm",
+            "extract",
+            "linecap",
             "cachesplit",
         ],
         description: "coding agents with a cheap-model extractor (the reference's default)",
         tuned: "components:\n  extract: {min_tokens: 400}\n",
     },
-    Preset { name: "mcp", pipeline: &["format", "textclean", "smartcrush", "cachesplit"], description: "MCP/API JSON payloads", tuned: "" },
+    Preset {
+        name: "mcp",
+        pipeline: &["format", "textclean", "smartcrush", "cachesplit"],
+        description: "MCP/API JSON payloads",
+        tuned: "",
+    },
     Preset {
         name: "agent",
-        pipeline: &["format", "textclean", "searchfold", "dedup", "failed_run", "mask", "extract", "extract_llm", "cachesplit"],
+        pipeline: &[
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "failed_run",
+            "mask",
+            "extract",
+            "extract_llm",
+            "cachesplit",
+        ],
         description: "long agentic sessions: age-based masking is the biggest lever",
         tuned: "",
     },
     Preset {
         name: "general",
         pipeline: &[
-            "format", "textclean", "searchfold", "dedup", "failed_run", "cmdfilter", "mask", "extract", "extract_llm",
-            "collapse", "linecap", "cachesplit",
+            "format",
+            "textclean",
+            "searchfold",
+            "dedup",
+            "failed_run",
+            "cmdfilter",
+            "mask",
+            "extract",
+            "extract_llm",
+            "collapse",
+            "linecap",
+            "cachesplit",
         ],
         description: "everything deterministic plus the cheap-model extractor",
         tuned: "",
     },
-    Preset { name: "summarize", pipeline: &["summarize"], description: "one LLM summary of the middle (runs alone)", tuned: "" },
+    Preset {
+        name: "summarize",
+        pipeline: &["summarize"],
+        description: "one LLM summary of the middle (runs alone)",
+        tuned: "",
+    },
     Preset {
         name: "agentdiet",
         pipeline: &["format", "agentdiet", "cachesplit"],
@@ -261,7 +353,10 @@ pub struct ComponentSource<'a> {
 impl<'a> ComponentSource<'a> {
     /// A source with no block: the component's documented defaults.
     pub fn defaults(name: &'a str) -> ComponentSource<'a> {
-        ComponentSource { name, document: None }
+        ComponentSource {
+            name,
+            document: None,
+        }
     }
 
     /// Decodes the block strictly, or `None` when there is none.
@@ -269,8 +364,14 @@ impl<'a> ComponentSource<'a> {
     /// # Errors
     /// The decoder's message, with line and column.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<Option<T>, String> {
-        let Some(document) = self.document else { return Ok(None) };
-        let seed = OnlyComponent::<T> { name: self.name, wrapped: true, marker: PhantomData };
+        let Some(document) = self.document else {
+            return Ok(None);
+        };
+        let seed = OnlyComponent::<T> {
+            name: self.name,
+            wrapped: true,
+            marker: PhantomData,
+        };
         serde_saphyr::with_deserializer_from_str(document, |de| seed.deserialize(de))
             .map(Option::flatten)
             .map_err(|e| first_paragraph(&e.to_string()))
@@ -288,7 +389,10 @@ struct OnlyComponent<'a, T> {
 impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for OnlyComponent<'_, T> {
     type Value = Option<Option<T>>;
 
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
@@ -312,7 +416,11 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for OnlyComponent<'_, T> {
         let mut found = None;
         while let Some(key) = map.next_key::<String>()? {
             if self.wrapped && key == "components" {
-                let inner = OnlyComponent::<T> { name: self.name, wrapped: false, marker: PhantomData };
+                let inner = OnlyComponent::<T> {
+                    name: self.name,
+                    wrapped: false,
+                    marker: PhantomData,
+                };
                 found = map.next_value_seed(inner)?;
             } else if !self.wrapped && key == self.name {
                 // `name:` with no value means "defaults", like an empty block.
@@ -380,7 +488,10 @@ impl Config {
                 Some(p) => Some(p),
                 None => {
                     let known: Vec<_> = PRESETS.iter().map(|p| p.name).collect();
-                    errors.push(problem("preset", format!("unknown preset `{name}` (known: {})", known.join(", "))));
+                    errors.push(problem(
+                        "preset",
+                        format!("unknown preset `{name}` (known: {})", known.join(", ")),
+                    ));
                     None
                 }
             },
@@ -394,7 +505,10 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         for (i, name) in pipeline.iter().enumerate() {
             if !seen.insert(name.as_str()) {
-                errors.push(problem(format!("pipeline[{i}]"), format!("component `{name}` is listed twice")));
+                errors.push(problem(
+                    format!("pipeline[{i}]"),
+                    format!("component `{name}` is listed twice"),
+                ));
             }
             if let Err(message) = check_name(name) {
                 let path = if raw.pipeline.is_some() {
@@ -429,7 +543,12 @@ impl Config {
         // Build every registered component that has a block or is in the pipeline, so a bad
         // block is reported even when the component is not used.
         let mut to_check: Vec<&str> = config.pipeline.iter().map(String::as_str).collect();
-        to_check.extend(raw.components.iter().flat_map(BTreeMap::keys).map(String::as_str));
+        to_check.extend(
+            raw.components
+                .iter()
+                .flat_map(BTreeMap::keys)
+                .map(String::as_str),
+        );
         to_check.sort_unstable();
         to_check.dedup();
         for name in to_check {
@@ -444,23 +563,43 @@ impl Config {
             config.warnings.push("cache.keepalive is accepted for compatibility but not implemented: no pings are sent".into());
         }
         if config.cache.head_ttl_1h {
-            config.warnings.push("cache.head_ttl_1h is accepted for compatibility but not implemented".into());
+            config
+                .warnings
+                .push("cache.head_ttl_1h is accepted for compatibility but not implemented".into());
         }
-        if errors.is_empty() { Ok(config) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
     }
 
     /// Where `name` reads its block: the user's document when it has `components.<name>`,
     /// otherwise the preset's tuned block, otherwise defaults.
     fn source_for<'a>(&'a self, name: &'a str) -> ComponentSource<'a> {
-        let user_has_block = ComponentSource { name, document: Some(&self.source) }
-            .decode::<IgnoredAny>()
-            .is_ok_and(|found| found.is_some());
-        if user_has_block {
-            return ComponentSource { name, document: Some(&self.source) };
+        let user_has_block = ComponentSource {
+            name,
+            document: Some(&self.source),
         }
-        let tuned = self.preset.as_deref().and_then(find_preset).map(|p| p.tuned).filter(|t| !t.is_empty());
+        .decode::<IgnoredAny>()
+        .is_ok_and(|found| found.is_some());
+        if user_has_block {
+            return ComponentSource {
+                name,
+                document: Some(&self.source),
+            };
+        }
+        let tuned = self
+            .preset
+            .as_deref()
+            .and_then(find_preset)
+            .map(|p| p.tuned)
+            .filter(|t| !t.is_empty());
         match tuned {
-            Some(tuned) => ComponentSource { name, document: Some(tuned) },
+            Some(tuned) => ComponentSource {
+                name,
+                document: Some(tuned),
+            },
             None => ComponentSource::defaults(name),
         }
     }
@@ -490,7 +629,11 @@ impl Config {
                 },
             }
         }
-        if errors.is_empty() { Ok(Pipeline::new(stages)) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(Pipeline::new(stages))
+        } else {
+            Err(errors)
+        }
     }
 }
 
@@ -504,12 +647,18 @@ fn check_name(name: &str) -> Result<&'static dyn components::ComponentFactory, S
         ));
     }
     let built: Vec<_> = components::ALL.iter().map(|f| f.name()).collect();
-    Err(format!("unknown component `{name}` (built: {})", built.join(", ")))
+    Err(format!(
+        "unknown component `{name}` (built: {})",
+        built.join(", ")
+    ))
 }
 
 /// Whether every component of a preset is built in this version.
 pub fn preset_is_available(preset: &Preset) -> bool {
-    preset.pipeline.iter().all(|name| components::find(name).is_some())
+    preset
+        .pipeline
+        .iter()
+        .all(|name| components::find(name).is_some())
 }
 
 #[cfg(test)]

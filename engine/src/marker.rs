@@ -56,7 +56,10 @@ pub fn contains_marker(text: &str) -> bool {
 
 /// Every marker id in `text`, in order.
 pub fn marker_ids(text: &str) -> impl Iterator<Item = &str> {
-    marker_regex().captures_iter(text).filter_map(|c| c.get(1)).map(|m| m.as_str())
+    marker_regex()
+        .captures_iter(text)
+        .filter_map(|c| c.get(1))
+        .map(|m| m.as_str())
 }
 
 /// Whether a raw JSON body carries a marker, plainly or with `<` and `>` escaped as `\u003c`/`\u003e`.

@@ -59,7 +59,11 @@ pub trait Reformat: Send + Sync {
 
     /// # Errors
     /// Any error reverts this component for this request.
-    fn reformat(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<(), ComponentError>;
+    fn reformat(
+        &self,
+        messages: &mut [Message],
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError>;
 }
 
 /// A lossy but reversible component: replaces content with a marker and stashes the original.
@@ -70,7 +74,11 @@ pub trait Offload: Send + Sync {
     ///
     /// # Errors
     /// Any error reverts this component for this request.
-    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError>;
+    fn offload(
+        &self,
+        messages: &mut [Message],
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError>;
 }
 
 /// A built component, as the pipeline holds it.
@@ -146,14 +154,22 @@ pub struct ApplyCx<'a> {
 
 impl<'a> ApplyCx<'a> {
     fn new(run: &'a RunCx, initial: &'a [Message]) -> ApplyCx<'a> {
-        ApplyCx { run, initial, gates: BTreeMap::new(), stashed: 0 }
+        ApplyCx {
+            run,
+            initial,
+            gates: BTreeMap::new(),
+            stashed: 0,
+        }
     }
 
     /// What the model would read at `index` had nothing run: the text to stash when an
     /// offloader replaces content that only lossless reformats touched, so a marker always
     /// resolves to the exact bytes the agent sent, not to our repacking of them.
     pub fn wire_original(&self, index: usize) -> Option<&str> {
-        self.initial.get(index).map(|m| m.content.as_str()).filter(|c| !marker::contains_marker(c))
+        self.initial
+            .get(index)
+            .map(|m| m.content.as_str())
+            .filter(|c| !marker::contains_marker(c))
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -278,7 +294,10 @@ impl Pipeline {
         let started = cx.clock.now();
         let mut counts: Vec<usize> = messages.iter().map(message_tokens).collect();
         let mut total: usize = counts.iter().sum();
-        let mut report = RunReport { tokens_before: total, ..RunReport::default() };
+        let mut report = RunReport {
+            tokens_before: total,
+            ..RunReport::default()
+        };
         let initial = messages.to_vec();
         for stage in &self.stages {
             let stage_started = cx.clock.now();
@@ -288,14 +307,23 @@ impl Pipeline {
                 Stage::Reformat(c) => c.reformat(messages, &mut acx).map(|()| Vec::new()),
                 Stage::Offload(c) => c.offload(messages, &mut acx),
             }));
-            let changed: Vec<usize> = (0..messages.len()).filter(|&i| messages[i] != snapshot[i]).collect();
-            let new_counts: Vec<(usize, usize)> = changed.iter().map(|&i| (i, message_tokens(&messages[i]))).collect();
-            let after = new_counts.iter().fold(total, |acc, &(i, n)| acc - counts[i] + n);
+            let changed: Vec<usize> = (0..messages.len())
+                .filter(|&i| messages[i] != snapshot[i])
+                .collect();
+            let new_counts: Vec<(usize, usize)> = changed
+                .iter()
+                .map(|&i| (i, message_tokens(&messages[i])))
+                .collect();
+            let after = new_counts
+                .iter()
+                .fold(total, |acc, &(i, n)| acc - counts[i] + n);
             let revert = match &outcome {
                 Err(panic) => Some(Revert::Panicked(panic_message(panic.as_ref()))),
                 Ok(Err(err)) => Some(Revert::Failed(err.0.clone())),
                 Ok(Ok(_)) if after > total => Some(Revert::Grew),
-                Ok(Ok(keys)) if stage.kind() == Kind::Offload && after < total && keys.is_empty() => {
+                Ok(Ok(keys))
+                    if stage.kind() == Kind::Offload && after < total && keys.is_empty() =>
+                {
                     Some(Revert::NoStashKey)
                 }
                 Ok(Ok(_)) => None,
@@ -330,7 +358,13 @@ impl Pipeline {
                     component.acted = after < total;
                     component.mutated = !changed.is_empty();
                     component.changed = changed;
-                    component.stashed = outcome.ok().and_then(Result::ok).unwrap_or_default().into_iter().map(|k| k.id).collect();
+                    component.stashed = outcome
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|k| k.id)
+                        .collect();
                     total = after;
                 }
             }

@@ -16,15 +16,23 @@ pub const MAX_EXPLICIT_LEN: usize = 128;
 pub fn sanitize_explicit(id: &str) -> Option<&str> {
     let ok = !id.is_empty()
         && id.len() <= MAX_EXPLICIT_LEN
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
         && !id.bytes().all(|b| b == b'.');
     ok.then_some(id)
 }
 
 /// `sha256(system + "\0" + first user message)`, first 16 hex digits.
 pub fn derive(messages: &[Message]) -> String {
-    let system = messages.iter().find(|m| m.role == Role::System).map_or("", |m| m.content.as_str());
-    let first_user = messages.iter().find(|m| m.role == Role::User).map_or("", |m| m.content.as_str());
+    let system = messages
+        .iter()
+        .find(|m| m.role == Role::System)
+        .map_or("", |m| m.content.as_str());
+    let first_user = messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .map_or("", |m| m.content.as_str());
     let mut hasher = Sha256::new();
     hasher.update(system.as_bytes());
     hasher.update([0u8]);
@@ -47,21 +55,38 @@ mod tests {
 
     #[test]
     fn explicit_ids_are_sanitized() {
-        assert_eq!(sanitize_explicit("agent-7:run.3_x"), Some("agent-7:run.3_x"));
-        for bad in ["", "..", "../etc/passwd", "a/b", "a b", &"x".repeat(129), "é"] {
+        assert_eq!(
+            sanitize_explicit("agent-7:run.3_x"),
+            Some("agent-7:run.3_x")
+        );
+        for bad in [
+            "",
+            "..",
+            "../etc/passwd",
+            "a/b",
+            "a b",
+            &"x".repeat(129),
+            "é",
+        ] {
             assert_eq!(sanitize_explicit(bad), None, "{bad:?}");
         }
     }
 
     #[test]
     fn derived_key_is_stable_across_turns() {
-        let turn1 = vec![Message::text(Role::System, "sys"), Message::text(Role::User, "task")];
+        let turn1 = vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "task"),
+        ];
         let mut turn2 = turn1.clone();
         turn2.push(Message::text(Role::Assistant, "ok"));
         turn2.push(Message::text(Role::User, "more"));
         assert_eq!(derive(&turn1), derive(&turn2));
         assert_eq!(derive(&turn1).len(), 16);
-        assert_ne!(derive(&turn1), derive(&[Message::text(Role::User, "other task")]));
+        assert_ne!(
+            derive(&turn1),
+            derive(&[Message::text(Role::User, "other task")])
+        );
         assert_eq!(resolve(Some("../x"), &turn1), derive(&turn1));
         assert_eq!(resolve(Some("mine"), &turn1), "mine");
     }

@@ -140,7 +140,9 @@ pub struct MemoryStore {
 
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryStore").field("limits", &self.limits).finish_non_exhaustive()
+        f.debug_struct("MemoryStore")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
     }
 }
 
@@ -154,7 +156,11 @@ fn replay_key(session: &str, key: &str) -> String {
 
 impl MemoryStore {
     pub fn new(limits: MemoryStoreLimits, clock: Arc<dyn Clock>) -> MemoryStore {
-        MemoryStore { limits, clock, inner: Mutex::new(Inner::default()) }
+        MemoryStore {
+            limits,
+            clock,
+            inner: Mutex::new(Inner::default()),
+        }
     }
 
     fn get(&self, key: &str) -> Option<Arc<str>> {
@@ -220,7 +226,11 @@ impl Inner {
         let victim = self
             .by_recency
             .values()
-            .find(|k| self.entries.get(*k).is_some_and(|e| e.class == Class::Replay))
+            .find(|k| {
+                self.entries
+                    .get(*k)
+                    .is_some_and(|e| e.class == Class::Replay)
+            })
             .cloned();
         match victim {
             Some(key) => {
@@ -242,7 +252,15 @@ impl Inner {
             Class::Replay => self.replay_count += 1,
         }
         self.by_recency.insert(tick, key.clone());
-        self.entries.insert(key, Entry { value: Arc::from(value), expires, tick, class });
+        self.entries.insert(
+            key,
+            Entry {
+                value: Arc::from(value),
+                expires,
+                tick,
+                class,
+            },
+        );
     }
 }
 
@@ -261,13 +279,17 @@ impl Store for MemoryStore {
             return Ok(());
         }
         let full = |inner: &Inner| {
-            inner.entries.len() >= self.limits.max_entries || inner.stash_bytes + original.len() > self.limits.reserve_bytes
+            inner.entries.len() >= self.limits.max_entries
+                || inner.stash_bytes + original.len() > self.limits.reserve_bytes
         };
         if full(&inner) {
             inner.purge_expired(now);
         }
         // Replay entries beyond their half may be reclaimed for a stash; live stashes never are.
-        while full(&inner) && inner.replay_count > self.limits.max_entries / 2 && inner.evict_oldest_replay() {}
+        while full(&inner)
+            && inner.replay_count > self.limits.max_entries / 2
+            && inner.evict_oldest_replay()
+        {}
         if full(&inner) {
             inner.stats.refused += 1;
             return Err(StoreError::Full);
@@ -284,7 +306,11 @@ impl Store for MemoryStore {
         let suffix = format!("\u{0}{id}");
         let key = {
             let inner = self.inner.lock();
-            inner.entries.keys().find(|k| k.starts_with("s\u{0}") && k.ends_with(&suffix)).cloned()
+            inner
+                .entries
+                .keys()
+                .find(|k| k.starts_with("s\u{0}") && k.ends_with(&suffix))
+                .cloned()
         }?;
         self.get(&key)
     }
@@ -300,7 +326,8 @@ impl Store for MemoryStore {
         if inner.entries.len() >= self.limits.max_entries {
             inner.purge_expired(now);
         }
-        while (inner.replay_count >= self.limits.max_entries / 2 || inner.entries.len() >= self.limits.max_entries)
+        while (inner.replay_count >= self.limits.max_entries / 2
+            || inner.entries.len() >= self.limits.max_entries)
             && inner.evict_oldest_replay()
         {}
         if inner.entries.len() >= self.limits.max_entries {
@@ -364,7 +391,11 @@ mod tests {
 
     fn store(max_entries: usize, reserve_bytes: usize) -> (MemoryStore, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new());
-        let limits = MemoryStoreLimits { ttl: Duration::from_secs(100), max_entries, reserve_bytes };
+        let limits = MemoryStoreLimits {
+            ttl: Duration::from_secs(100),
+            max_entries,
+            reserve_bytes,
+        };
         (MemoryStore::new(limits, clock.clone()), clock)
     }
 
@@ -383,7 +414,10 @@ mod tests {
         store.stash("s", "x", "v").unwrap();
         for _ in 0..5 {
             clock.advance(Duration::from_secs(60));
-            assert!(store.resolve("s", "x").is_some(), "a read within the TTL keeps it alive");
+            assert!(
+                store.resolve("s", "x").is_some(),
+                "a read within the TTL keeps it alive"
+            );
         }
         clock.advance(Duration::from_secs(101));
         assert_eq!(store.resolve("s", "x"), None);
@@ -423,10 +457,17 @@ mod tests {
         assert_eq!(stats.replay_entries, 2, "capped at half of max_entries");
         assert_eq!(stats.replay_dropped, 3);
         assert!(store.get_replay("s", "k4").is_some(), "most recent kept");
-        assert!(store.get_replay("s", "k0").is_none(), "least recent dropped");
+        assert!(
+            store.get_replay("s", "k0").is_none(),
+            "least recent dropped"
+        );
         store.stash("s", "a", "a").unwrap();
         store.stash("s", "b", "b").unwrap();
-        assert_eq!(store.stash("s", "c", "c"), Err(StoreError::Full), "replay within its half is pinned");
+        assert_eq!(
+            store.stash("s", "c", "c"),
+            Err(StoreError::Full),
+            "replay within its half is pinned"
+        );
     }
 
     #[test]
@@ -439,7 +480,11 @@ mod tests {
         clock.advance(Duration::from_secs(101));
         assert_eq!(store.resolve("s", "a"), None);
         store.stash("s", "b", "other").unwrap();
-        assert_eq!((store.stats().stashes, store.stats().stash_bytes), (1, 5), "counters follow removals");
+        assert_eq!(
+            (store.stats().stashes, store.stats().stash_bytes),
+            (1, 5),
+            "counters follow removals"
+        );
     }
 
     #[test]

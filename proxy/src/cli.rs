@@ -91,7 +91,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Compact(args) => compact(&args),
-        Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => config_check(&file),
         Command::Presets => presets(),
     };
     match result {
@@ -107,10 +109,12 @@ impl ConfigArgs {
     fn load(&self) -> Result<Config, Failure> {
         let config = match (&self.config, &self.preset) {
             (Some(path), _) => {
-                let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
                 Config::parse(&text).map_err(|errs| config_failure(path, &errs))?
             }
-            (None, Some(name)) => Config::from_preset(name).map_err(|errs| config_failure(Path::new("--preset"), &errs))?,
+            (None, Some(name)) => Config::from_preset(name)
+                .map_err(|errs| config_failure(Path::new("--preset"), &errs))?,
             (None, None) => Config::embedded(),
         };
         Ok(config)
@@ -138,7 +142,9 @@ fn read_stdin() -> Result<Vec<u8>, Failure> {
 
 fn compact(args: &CompactArgs) -> Result<(), Failure> {
     let config = args.config.load()?;
-    let pipeline = config.build_pipeline().map_err(|errs| config_failure(Path::new("config"), &errs))?;
+    let pipeline = config
+        .build_pipeline()
+        .map_err(|errs| config_failure(Path::new("config"), &errs))?;
     let body = read_body(args.body.as_deref())?;
     let dialect = args.dialect.unwrap_or_else(|| Dialect::detect(&body));
     // Parse first so bad input fails loudly here; the proxy would forward it untouched instead.
@@ -168,7 +174,11 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
             .components
             .iter()
             .flat_map(|c| c.stashed.iter())
-            .filter_map(|id| store.resolve(&session, id).map(|o| (id.as_str(), o.to_string())))
+            .filter_map(|id| {
+                store
+                    .resolve(&session, id)
+                    .map(|o| (id.as_str(), o.to_string()))
+            })
             .collect();
         let json = serde_json::json!({
             "dialect": dialect,
@@ -178,7 +188,8 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
             "discarded": applied.discarded,
             "stashes": stashes,
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&json)?).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
     } else {
         eprintln!("{}", summary(report));
     }
@@ -195,32 +206,55 @@ fn summary(report: &engine::pipeline::RunReport) -> String {
             (None, false, true) => "changed bytes, no token saving".to_owned(),
             (None, false, false) => {
                 let gates: Vec<String> = c.gates.iter().map(|(g, n)| format!("{g}×{n}")).collect();
-                if gates.is_empty() { "idle".to_owned() } else { format!("skipped: {}", gates.join(", ")) }
+                if gates.is_empty() {
+                    "idle".to_owned()
+                } else {
+                    format!("skipped: {}", gates.join(", "))
+                }
             }
         };
         out.push_str(&format!("{:<12} {what}\n", c.name));
     }
-    let pct = if report.tokens_before == 0 { 0.0 } else { 100.0 * report.saved_tokens() as f64 / report.tokens_before as f64 };
-    out.push_str(&format!("total        {} → {} content tokens ({pct:.1}% saved)", report.tokens_before, report.tokens_after));
+    let pct = if report.tokens_before == 0 {
+        0.0
+    } else {
+        100.0 * report.saved_tokens() as f64 / report.tokens_before as f64
+    };
+    out.push_str(&format!(
+        "total        {} → {} content tokens ({pct:.1}% saved)",
+        report.tokens_before, report.tokens_after
+    ));
     out
 }
 
 fn config_check(path: &Path) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
     match Config::parse(&text) {
         Ok(config) => {
-            let pipeline = config.build_pipeline().map_err(|errs| config_failure(path, &errs))?;
+            let pipeline = config
+                .build_pipeline()
+                .map_err(|errs| config_failure(path, &errs))?;
             for warning in &config.warnings {
                 eprintln!("warning: {warning}");
             }
-            println!("{}: ok (mode {:?}, pipeline: [{}])", path.display(), config.mode, pipeline.names().join(", "));
+            println!(
+                "{}: ok (mode {:?}, pipeline: [{}])",
+                path.display(),
+                config.mode,
+                pipeline.names().join(", ")
+            );
             Ok(())
         }
         Err(errors) => {
             for err in &errors {
                 eprintln!("{}: {err}", path.display());
             }
-            Err(Failure(format!("{}: {} problem(s)", path.display(), errors.len())))
+            Err(Failure(format!(
+                "{}: {} problem(s)",
+                path.display(),
+                errors.len()
+            )))
         }
     }
 }
@@ -231,8 +265,17 @@ fn presets() -> Result<(), Failure> {
 
 fn write_presets(out: &mut impl Write) -> std::io::Result<()> {
     for preset in config::PRESETS {
-        let status = if config::preset_is_available(preset) { "" } else { "  (needs components not built yet)" };
-        writeln!(out, "{:<11} [{}]{status}", preset.name, preset.pipeline.join(", "))?;
+        let status = if config::preset_is_available(preset) {
+            ""
+        } else {
+            "  (needs components not built yet)"
+        };
+        writeln!(
+            out,
+            "{:<11} [{}]{status}",
+            preset.name,
+            preset.pipeline.join(", ")
+        )?;
         writeln!(out, "            {}", preset.description)?;
     }
     writeln!(out)?;

@@ -17,7 +17,10 @@ fn sluice(args: &[&str], stdin: &[u8]) -> Output {
 }
 
 fn corpus_body(run: &str, file: &str) -> PathBuf {
-    let path = integration_tests::corpus_root().join("public").join(run).join(file);
+    let path = integration_tests::corpus_root()
+        .join("public")
+        .join(run)
+        .join(file);
     assert!(path.is_file(), "corpus body {}", path.display());
     path
 }
@@ -28,19 +31,38 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn compact_rewrites_a_real_body_and_reports() {
-    let body = corpus_body("gemini3pro-miniswe-pytest-dev-pytest-6197", "anthropic.json");
+    let body = corpus_body(
+        "gemini3pro-miniswe-pytest-dev-pytest-6197",
+        "anthropic.json",
+    );
     let report = std::env::temp_dir().join(format!("sluice-report-{}.json", std::process::id()));
-    let out = sluice(&["compact", "--report", report.to_str().unwrap(), body.to_str().unwrap()], b"");
+    let out = sluice(
+        &[
+            "compact",
+            "--report",
+            report.to_str().unwrap(),
+            body.to_str().unwrap(),
+        ],
+        b"",
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let input = std::fs::read(&body).unwrap();
-    assert!(out.stdout.len() < input.len(), "the default config saves bytes on this body");
+    assert!(
+        out.stdout.len() < input.len(),
+        "the default config saves bytes on this body"
+    );
     serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("valid JSON out");
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let stashes = report["stashes"].as_object().unwrap();
     assert!(!stashes.is_empty());
     for (id, original) in stashes {
         assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("<<cg:{id}>>")));
-        assert_eq!(engine::marker::stash_id(original.as_str().unwrap()), *id, "the stash is the content it names");
+        assert_eq!(
+            engine::marker::stash_id(original.as_str().unwrap()),
+            *id,
+            "the stash is the content it names"
+        );
     }
 }
 
@@ -72,11 +94,18 @@ fn bad_bodies_exit_non_zero_with_one_line() {
 fn config_check_names_a_misspelled_key_and_an_unknown_component() {
     let dir = std::env::temp_dir();
     let bad = dir.join(format!("sluice-bad-{}.yaml", std::process::id()));
-    std::fs::write(&bad, "pipeline: [dedup, colapse]\ncomponents:\n  dedup:\n    min_tokenz: 5\n").unwrap();
+    std::fs::write(
+        &bad,
+        "pipeline: [dedup, colapse]\ncomponents:\n  dedup:\n    min_tokenz: 5\n",
+    )
+    .unwrap();
     let out = sluice(&["config", "check", bad.to_str().unwrap()], b"");
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
-    assert!(err.contains("components.dedup") && err.contains("min_tokenz"), "{err}");
+    assert!(
+        err.contains("components.dedup") && err.contains("min_tokenz"),
+        "{err}"
+    );
     assert!(err.contains("unknown component `colapse`"), "{err}");
 
     let good = dir.join(format!("sluice-good-{}.yaml", std::process::id()));
@@ -89,8 +118,22 @@ fn config_check_names_a_misspelled_key_and_an_unknown_component() {
 fn presets_and_help_list_everything() {
     let out = sluice(&["presets"], b"");
     let text = String::from_utf8_lossy(&out.stdout);
-    for name in ["off", "safe", "balanced", "aggressive", "coding", "mcp", "agent", "summarize", "codesafe", "general"] {
-        assert!(text.lines().any(|l| l.starts_with(name)), "preset {name} listed");
+    for name in [
+        "off",
+        "safe",
+        "balanced",
+        "aggressive",
+        "coding",
+        "mcp",
+        "agent",
+        "summarize",
+        "codesafe",
+        "general",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(name)),
+            "preset {name} listed"
+        );
     }
     let help = sluice(&["--help"], b"");
     let help = String::from_utf8_lossy(&help.stdout);

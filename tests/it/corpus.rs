@@ -11,10 +11,19 @@ use engine::store::{MemoryStore, Store};
 use engine::wire::{self, Dialect};
 use integration_tests::{CorpusBody, bodies, top_level_fields};
 
-fn run(config: &Config, body: &CorpusBody) -> (Vec<u8>, engine::apply::Applied<'static>, Arc<MemoryStore>, String) {
+fn run(
+    config: &Config,
+    body: &CorpusBody,
+) -> (
+    Vec<u8>,
+    engine::apply::Applied<'static>,
+    Arc<MemoryStore>,
+    String,
+) {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-    let parsed = wire::parse(&body.bytes, body.dialect).unwrap_or_else(|e| panic!("{}: {e}", body.path.display()));
+    let parsed = wire::parse(&body.bytes, body.dialect)
+        .unwrap_or_else(|e| panic!("{}: {e}", body.path.display()));
     let session = engine::session::derive(parsed.messages());
     let cx = RunCx {
         dialect: body.dialect,
@@ -34,10 +43,20 @@ fn run(config: &Config, body: &CorpusBody) -> (Vec<u8>, engine::apply::Applied<'
 #[test]
 fn every_corpus_body_parses_in_its_dialect() {
     for body in bodies() {
-        let parsed = wire::parse(&body.bytes, body.dialect).unwrap_or_else(|e| panic!("{}: {e}", body.path.display()));
+        let parsed = wire::parse(&body.bytes, body.dialect)
+            .unwrap_or_else(|e| panic!("{}: {e}", body.path.display()));
         assert!(parsed.messages().len() >= 2, "{}", body.path.display());
-        assert!(parsed.messages().iter().any(|m| m.is_tool()), "{} has tool outputs", body.path.display());
-        assert_eq!(Dialect::detect(&body.bytes), body.dialect, "{}", body.path.display());
+        assert!(
+            parsed.messages().iter().any(|m| m.is_tool()),
+            "{} has tool outputs",
+            body.path.display()
+        );
+        assert_eq!(
+            Dialect::detect(&body.bytes),
+            body.dialect,
+            "{}",
+            body.path.display()
+        );
     }
 }
 
@@ -47,7 +66,11 @@ fn off_preset_returns_the_input_bytes() {
     for body in bodies() {
         let (out, applied, _, _) = run(&config, &body);
         assert!(applied.error.is_none());
-        assert!(out == body.bytes, "{} changed under `off`", body.path.display());
+        assert!(
+            out == body.bytes,
+            "{} changed under `off`",
+            body.path.display()
+        );
     }
 }
 
@@ -56,7 +79,11 @@ fn unchanged_messages_round_trip_byte_identically() {
     for body in bodies() {
         let parsed = wire::parse(&body.bytes, body.dialect).unwrap();
         let out = parsed.write_back(parsed.messages());
-        assert!(out.body.as_ref() == body.bytes.as_slice(), "{}", body.path.display());
+        assert!(
+            out.body.as_ref() == body.bytes.as_slice(),
+            "{}",
+            body.path.display()
+        );
     }
 }
 
@@ -69,9 +96,14 @@ fn default_config_keeps_everything_outside_messages_and_every_stash_resolves() {
         let name = body.path.display();
         assert!(applied.error.is_none(), "{name}: {:?}", applied.error);
         let text = std::str::from_utf8(&out).unwrap();
-        serde_json::from_str::<serde_json::Value>(text).unwrap_or_else(|e| panic!("{name}: output is not JSON: {e}"));
+        serde_json::from_str::<serde_json::Value>(text)
+            .unwrap_or_else(|e| panic!("{name}: output is not JSON: {e}"));
         let input = std::str::from_utf8(&body.bytes).unwrap();
-        assert_eq!(top_level_fields(text, "messages"), top_level_fields(input, "messages"), "{name}");
+        assert_eq!(
+            top_level_fields(text, "messages"),
+            top_level_fields(input, "messages"),
+            "{name}"
+        );
 
         let before = wire::parse(&body.bytes, body.dialect).unwrap();
         let after = wire::parse(&out, body.dialect).unwrap();
@@ -80,29 +112,49 @@ fn default_config_keeps_everything_outside_messages_and_every_stash_resolves() {
             if old == new {
                 continue;
             }
-            assert!(old.is_tool(), "{name}: only tool outputs change under the default config");
+            assert!(
+                old.is_tool(),
+                "{name}: only tool outputs change under the default config"
+            );
             if !marker::contains_marker(&new.content) {
                 // A lossless reformat: the same JSON value, only layout removed.
-                let a: serde_json::Value = serde_json::from_str(&old.content).expect("format only touches JSON");
-                let b: serde_json::Value = serde_json::from_str(&new.content).expect("format emits JSON");
+                let a: serde_json::Value =
+                    serde_json::from_str(&old.content).expect("format only touches JSON");
+                let b: serde_json::Value =
+                    serde_json::from_str(&new.content).expect("format emits JSON");
                 assert_eq!(a, b, "{name}: a reformat keeps the value");
                 continue;
             }
             let originals: Vec<String> = marker::marker_ids(&new.content)
                 .map(|id| {
-                    let original = store.resolve(&session, id).unwrap_or_else(|| panic!("{name}: marker {id} does not resolve"));
-                    assert_eq!(marker::stash_id(&original), id, "{name}: id is the content hash");
+                    let original = store
+                        .resolve(&session, id)
+                        .unwrap_or_else(|| panic!("{name}: marker {id} does not resolve"));
+                    assert_eq!(
+                        marker::stash_id(&original),
+                        id,
+                        "{name}: id is the content hash"
+                    );
                     original.to_string()
                 })
                 .collect();
-            assert!(originals.contains(&old.content), "{name}: the exact original of a changed output is stashed");
+            assert!(
+                originals.contains(&old.content),
+                "{name}: the exact original of a changed output is stashed"
+            );
         }
-        assert!(applied.report.tokens_after <= applied.report.tokens_before, "{name}: never worse");
+        assert!(
+            applied.report.tokens_after <= applied.report.tokens_before,
+            "{name}: never worse"
+        );
         if applied.report.tokens_after < applied.report.tokens_before {
             acted += 1;
         }
     }
-    assert!(acted >= 10, "the default config acts on real traffic ({acted} bodies)");
+    assert!(
+        acted >= 10,
+        "the default config acts on real traffic ({acted} bodies)"
+    );
 }
 
 #[test]

@@ -45,7 +45,14 @@ pub struct CollapseConfig {
 
 impl Default for CollapseConfig {
     fn default() -> CollapseConfig {
-        CollapseConfig { max_tokens: 2000, max_frac: 0.0, head_lines: 20, tail_lines: 20, cold_cache: true, marker_mode: MarkerMode::Full }
+        CollapseConfig {
+            max_tokens: 2000,
+            max_frac: 0.0,
+            head_lines: 20,
+            tail_lines: 20,
+            cold_cache: true,
+            marker_mode: MarkerMode::Full,
+        }
     }
 }
 
@@ -63,7 +70,10 @@ impl ComponentFactory for Factory {
     fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
         let config: CollapseConfig = decode(source)?;
         if !(0.0..=1.0).contains(&config.max_frac) {
-            return Err(format!("max_frac must be between 0 and 1, got {}", config.max_frac));
+            return Err(format!(
+                "max_frac must be between 0 and 1, got {}",
+                config.max_frac
+            ));
         }
         Ok(Stage::Offload(Box::new(Collapse { config })))
     }
@@ -78,7 +88,11 @@ impl Offload for Collapse {
         "collapse"
     }
 
-    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(
+        &self,
+        messages: &mut [Message],
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
         let mut keys = Vec::new();
         let keep = self.config.head_lines + self.config.tail_lines;
         for index in 0..messages.len() {
@@ -108,7 +122,9 @@ impl Offload for Collapse {
                     out.push_str(&head);
                     out.push('\n');
                 }
-                out.push_str(&format!("... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"));
+                out.push_str(&format!(
+                    "... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"
+                ));
                 if !tail.is_empty() {
                     out.push('\n');
                     out.push_str(&tail);
@@ -126,7 +142,10 @@ mod tests {
     use crate::components::testing::{check, check_with, tool_messages};
 
     fn big_log(lines: usize) -> String {
-        (0..lines).map(|i| format!("2026-11-29T10:00:{i:05} INFO worker {i} processed batch {i} in 12ms")).collect::<Vec<_>>().join("\n")
+        (0..lines)
+            .map(|i| format!("2026-11-29T10:00:{i:05} INFO worker {i} processed batch {i} in 12ms"))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     #[test]
@@ -146,7 +165,11 @@ mod tests {
     #[test]
     fn inert_below_threshold_or_with_too_few_lines() {
         let one_long_line = "x".repeat(40_000);
-        let out = check("collapse", "", tool_messages(&[&big_log(30), &one_long_line]));
+        let out = check(
+            "collapse",
+            "",
+            tool_messages(&[&big_log(30), &one_long_line]),
+        );
         let gates = &out.report.components[0].gates;
         assert_eq!(gates.get("below_max_tokens"), Some(&1));
         assert_eq!(gates.get("too_few_lines"), Some(&1));
@@ -155,21 +178,40 @@ mod tests {
     #[test]
     fn respects_the_cached_prefix_unless_cold() {
         let log = big_log(600);
-        let warm = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| cx.mutable_from = 2);
-        assert!(!warm.messages[1].content.contains("<<cg:"), "message 1 is in the cached prefix");
-        assert!(warm.messages[2].content.contains("<<cg:"), "message 2 is in the tail");
-        assert_eq!(warm.report.components[0].gates.get("cached_prefix"), Some(&1));
+        let warm = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| {
+            cx.mutable_from = 2
+        });
+        assert!(
+            !warm.messages[1].content.contains("<<cg:"),
+            "message 1 is in the cached prefix"
+        );
+        assert!(
+            warm.messages[2].content.contains("<<cg:"),
+            "message 2 is in the tail"
+        );
+        assert_eq!(
+            warm.report.components[0].gates.get("cached_prefix"),
+            Some(&1)
+        );
 
         let cold = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| {
             cx.mutable_from = 2;
             cx.cold = true;
         });
-        assert!(cold.messages[1].content.contains("<<cg:"), "a cold turn may act at depth");
+        assert!(
+            cold.messages[1].content.contains("<<cg:"),
+            "a cold turn may act at depth"
+        );
 
-        let no_cold = check_with("collapse", "cold_cache: false", tool_messages(&[&log, &log]), |cx| {
-            cx.mutable_from = 2;
-            cx.cold = true;
-        });
+        let no_cold = check_with(
+            "collapse",
+            "cold_cache: false",
+            tool_messages(&[&log, &log]),
+            |cx| {
+                cx.mutable_from = 2;
+                cx.cold = true;
+            },
+        );
         assert!(!no_cold.messages[1].content.contains("<<cg:"));
     }
 }

@@ -30,7 +30,10 @@ pub struct DedupConfig {
 
 impl Default for DedupConfig {
     fn default() -> DedupConfig {
-        DedupConfig { min_tokens: 100, marker_mode: MarkerMode::Full }
+        DedupConfig {
+            min_tokens: 100,
+            marker_mode: MarkerMode::Full,
+        }
     }
 }
 
@@ -62,7 +65,11 @@ impl Offload for Dedup {
         "dedup"
     }
 
-    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(
+        &self,
+        messages: &mut [Message],
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
         let mut first_seen: HashMap<&str, usize> = HashMap::new();
         let mut duplicates = Vec::new();
         for (index, message) in messages.iter().enumerate() {
@@ -83,7 +90,9 @@ impl Offload for Dedup {
         }
         let mut keys = Vec::new();
         for index in duplicates {
-            if let Some(key) = offload_with(messages, index, cx, |marker| format!("{POINTER}{marker}")) {
+            if let Some(key) =
+                offload_with(messages, index, cx, |marker| format!("{POINTER}{marker}"))
+            {
                 keys.push(key);
             }
         }
@@ -104,23 +113,38 @@ mod tests {
         assert_eq!(contents[1], dump, "the first copy stays verbatim");
         assert_eq!(contents[2], near, "a near-duplicate is not identical");
         assert!(contents[3].starts_with("[identical to an earlier tool output] <<cg:"));
-        assert_eq!(contents[3], contents[4], "both later copies point at the same stash");
+        assert_eq!(
+            contents[3], contents[4],
+            "both later copies point at the same stash"
+        );
         out.assert_stashes_resolve();
     }
 
     #[test]
     fn small_outputs_are_left_alone() {
         let out = check("dedup", "", tool_messages(&["ok", "ok"]));
-        assert_eq!(out.report.components[0].gates.get("below_min_tokens"), Some(&2));
+        assert_eq!(
+            out.report.components[0].gates.get("below_min_tokens"),
+            Some(&2)
+        );
         assert!(!out.report.components[0].mutated);
     }
 
     #[test]
     fn threshold_is_configurable() {
-        let line = "error: could not compile `sluice` due to 3 previous errors; see the log above\n".repeat(3);
+        let line =
+            "error: could not compile `sluice` due to 3 previous errors; see the log above\n"
+                .repeat(3);
         let default = check("dedup", "", tool_messages(&[&line, &line]));
-        assert!(!default.report.components[0].mutated, "below the default of 100 tokens");
+        assert!(
+            !default.report.components[0].mutated,
+            "below the default of 100 tokens"
+        );
         let out = check("dedup", "min_tokens: 10", tool_messages(&[&line, &line]));
-        assert!(out.messages[2].content.contains("<<cg:"), "{:?}", out.report);
+        assert!(
+            out.messages[2].content.contains("<<cg:"),
+            "{:?}",
+            out.report
+        );
     }
 }

@@ -64,7 +64,11 @@ impl Reformat for Format {
         "format"
     }
 
-    fn reformat(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
+    fn reformat(
+        &self,
+        messages: &mut [Message],
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
         for message in messages.iter_mut().filter(|m| m.is_tool()) {
             if !message.rewritable {
                 cx.gate("non_text_blocks");
@@ -146,15 +150,21 @@ fn compact_envelope(compact: &str) -> Option<String> {
     let mut cursor = 0;
     let mut changed = false;
     for entry in json::entries(compact, root) {
-        if json::kind_of(compact, entry.value) != Kind::String || entry.value.len() < ENVELOPE_MIN_BYTES {
+        if json::kind_of(compact, entry.value) != Kind::String
+            || entry.value.len() < ENVELOPE_MIN_BYTES
+        {
             continue;
         }
-        let Ok(inner) = json::decode_string(compact, entry.value) else { continue };
+        let Ok(inner) = json::decode_string(compact, entry.value) else {
+            continue;
+        };
         let trimmed = inner.trim();
         if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
             continue;
         }
-        let Ok(inner_root) = json::parse_document(&inner) else { continue };
+        let Ok(inner_root) = json::parse_document(&inner) else {
+            continue;
+        };
         let inner_compact = minify(&inner[inner_root.start..inner_root.end]);
         if inner_compact.len() >= inner.len() {
             continue;
@@ -179,13 +189,21 @@ mod tests {
     #[test]
     fn minify_keeps_order_numbers_and_escapes() {
         let pretty = "{\n  \"b\": 1.0e0,\n  \"a\": [ 12345678901234567890, \"x y\\\" z\" ]\n}";
-        assert_eq!(minify(pretty), r#"{"b":1.0e0,"a":[12345678901234567890,"x y\" z"]}"#);
+        assert_eq!(
+            minify(pretty),
+            r#"{"b":1.0e0,"a":[12345678901234567890,"x y\" z"]}"#
+        );
     }
 
     #[test]
     fn compacts_pretty_json_and_keeps_the_value() {
-        let items: Vec<String> =
-            (0..30).map(|i| format!("  {{\n    \"id\": {i},\n    \"name\": \"item {i}\",\n    \"ok\": true\n  }}")).collect();
+        let items: Vec<String> = (0..30)
+            .map(|i| {
+                format!(
+                    "  {{\n    \"id\": {i},\n    \"name\": \"item {i}\",\n    \"ok\": true\n  }}"
+                )
+            })
+            .collect();
         let pretty = format!("[\n{}\n]", items.join(",\n"));
         let out = check("format", "", tool_messages(&[&pretty]));
         let after = &out.messages[1].content;
@@ -198,18 +216,37 @@ mod tests {
 
     #[test]
     fn compacts_an_embedded_json_envelope() {
-        let inner = format!("{{\n  \"files\": [\n{}\n  ]\n}}", (0..20).map(|i| format!("    \"src/file_{i}.rs\"")).collect::<Vec<_>>().join(",\n"));
+        let inner = format!(
+            "{{\n  \"files\": [\n{}\n  ]\n}}",
+            (0..20)
+                .map(|i| format!("    \"src/file_{i}.rs\""))
+                .collect::<Vec<_>>()
+                .join(",\n")
+        );
         let envelope = format!("{{\"ok\":true,\"stdout\":{}}}", json::to_literal(&inner));
         let out = check("format", "", tool_messages(&[&envelope]));
         let after = &out.messages[1].content;
-        assert!(after.starts_with(r#"{"ok":true,"stdout":"{\"files\":[\"src/file_0.rs\""#), "{after}");
+        assert!(
+            after.starts_with(r#"{"ok":true,"stdout":"{\"files\":[\"src/file_0.rs\""#),
+            "{after}"
+        );
     }
 
     #[test]
     fn inert_on_text_small_compact_or_broken_json() {
-        let compact = format!("[{}]", (0..40).map(|i| format!("{{\"id\":{i}}}")).collect::<Vec<_>>().join(","));
+        let compact = format!(
+            "[{}]",
+            (0..40)
+                .map(|i| format!("{{\"id\":{i}}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         let broken = format!("{{ \"a\": [1, 2, {} ", "3, ".repeat(40));
-        let out = check("format", "", tool_messages(&["plain text output of ls", "{ \"a\": 1 }", &compact, &broken]));
+        let out = check(
+            "format",
+            "",
+            tool_messages(&["plain text output of ls", "{ \"a\": 1 }", &compact, &broken]),
+        );
         let gates = &out.report.components[0].gates;
         assert_eq!(gates.get("not_json_shaped"), Some(&1));
         assert_eq!(gates.get("below_min_tokens"), Some(&1));

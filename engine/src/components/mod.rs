@@ -69,7 +69,9 @@ pub fn find(name: &str) -> Option<&'static dyn ComponentFactory> {
 }
 
 /// Decodes a component's typed config, or its defaults when the block is absent.
-pub(crate) fn decode<T: DeserializeOwned + Default>(source: &ComponentSource<'_>) -> Result<T, String> {
+pub(crate) fn decode<T: DeserializeOwned + Default>(
+    source: &ComponentSource<'_>,
+) -> Result<T, String> {
     source.decode::<T>().map(Option::unwrap_or_default)
 }
 
@@ -113,7 +115,10 @@ pub(crate) fn offload_with(
     build: impl FnOnce(&str) -> String,
 ) -> Option<StashKey> {
     let message = &mut messages[index];
-    let original = cx.wire_original(index).unwrap_or(&message.content).to_owned();
+    let original = cx
+        .wire_original(index)
+        .unwrap_or(&message.content)
+        .to_owned();
     let id = marker::stash_id(&original);
     let replacement = build(&marker::marker(&id));
     if tokens::count(&replacement) >= tokens::count(&message.content) {

@@ -25,9 +25,17 @@ impl Checked {
                 continue;
             }
             let resolved: Vec<String> = marker::marker_ids(&after.content)
-                .map(|id| self.store.resolve("test", id).unwrap_or_else(|| panic!("marker {id} does not resolve")).to_string())
+                .map(|id| {
+                    self.store
+                        .resolve("test", id)
+                        .unwrap_or_else(|| panic!("marker {id} does not resolve"))
+                        .to_string()
+                })
                 .collect();
-            assert!(resolved.iter().any(|r| r == &before.content), "the original of a changed message is stashed");
+            assert!(
+                resolved.iter().any(|r| r == &before.content),
+                "the original of a changed message is stashed"
+            );
         }
     }
 }
@@ -45,7 +53,12 @@ pub(crate) fn check(component: &str, block: &str, messages: Vec<Message>) -> Che
     check_with(component, block, messages, |_| {})
 }
 
-pub(crate) fn check_with(component: &str, block: &str, messages: Vec<Message>, tweak: impl FnOnce(&mut RunCx)) -> Checked {
+pub(crate) fn check_with(
+    component: &str,
+    block: &str,
+    messages: Vec<Message>,
+    tweak: impl FnOnce(&mut RunCx),
+) -> Checked {
     let indented: String = block.lines().map(|l| format!("    {l}\n")).collect();
     let yaml = format!("pipeline: [{component}]\ncomponents:\n  {component}:\n{indented}");
     let config = Config::parse(&yaml).unwrap_or_else(|e| panic!("config {yaml}: {e:?}"));
@@ -65,5 +78,10 @@ pub(crate) fn check_with(component: &str, block: &str, messages: Vec<Message>, t
     let before = messages.clone();
     let mut messages = messages;
     let report = pipeline.run(&mut messages, &cx);
-    Checked { before, messages, report, store }
+    Checked {
+        before,
+        messages,
+        report,
+        store,
+    }
 }

@@ -3,7 +3,11 @@
 use super::*;
 
 fn errors(text: &str) -> Vec<String> {
-    Config::parse(text).unwrap_err().into_iter().map(|e| e.to_string()).collect()
+    Config::parse(text)
+        .unwrap_err()
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect()
 }
 
 #[test]
@@ -16,8 +20,17 @@ fn embedded_default_is_valid_and_builds() {
 #[test]
 fn explicit_pipeline_overrides_the_preset() {
     let config = Config::parse("preset: off\npipeline: [dedup, format]\n").unwrap();
-    assert_eq!(config.build_pipeline().unwrap().names(), ["dedup", "format"]);
-    assert!(Config::parse("preset: off").unwrap().build_pipeline().unwrap().is_empty());
+    assert_eq!(
+        config.build_pipeline().unwrap().names(),
+        ["dedup", "format"]
+    );
+    assert!(
+        Config::parse("preset: off")
+            .unwrap()
+            .build_pipeline()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -25,13 +38,19 @@ fn a_misspelled_component_key_names_the_key_and_line() {
     let errs = errors("pipeline: [dedup]\ncomponents:\n  dedup:\n    min_tokenz: 5\n");
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert!(errs[0].starts_with("components.dedup:"), "{errs:?}");
-    assert!(errs[0].contains("min_tokenz") && errs[0].contains("line 4"), "{errs:?}");
+    assert!(
+        errs[0].contains("min_tokenz") && errs[0].contains("line 4"),
+        "{errs:?}"
+    );
 }
 
 #[test]
 fn unknown_top_level_key_is_rejected_with_its_line() {
     let errs = errors("pipeline: [dedup]\nstoer:\n  ttl_seconds: 1\n");
-    assert!(errs[0].contains("stoer") && errs[0].contains("line 2"), "{errs:?}");
+    assert!(
+        errs[0].contains("stoer") && errs[0].contains("line 2"),
+        "{errs:?}"
+    );
     let errs = errors("store:\n  ttl_secs: 1\n");
     assert!(errs[0].contains("ttl_secs"), "{errs:?}");
 }
@@ -42,10 +61,19 @@ fn every_problem_is_reported_at_once() {
         "pipeline: [format, dedupe, mask]\ncomponents:\n  format: {min_tokens: -1}\n  collapse: {head_lines: 1, nope: 2}\n",
     );
     assert_eq!(errs.len(), 4, "{errs:?}");
-    assert!(errs.iter().any(|e| e.contains("pipeline[1]") && e.contains("unknown component `dedupe`")));
-    assert!(errs.iter().any(|e| e.contains("pipeline[2]") && e.contains("not built in this version")));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("pipeline[1]") && e.contains("unknown component `dedupe`"))
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("pipeline[2]") && e.contains("not built in this version"))
+    );
     assert!(errs.iter().any(|e| e.starts_with("components.format")));
-    assert!(errs.iter().any(|e| e.starts_with("components.collapse") && e.contains("nope")));
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("components.collapse") && e.contains("nope"))
+    );
 }
 
 #[test]
@@ -62,7 +90,11 @@ fn presets_with_unbuilt_components_fail_clearly() {
             result.unwrap().build_pipeline().unwrap();
         } else {
             let errs = result.unwrap_err();
-            assert!(errs.iter().all(|e| e.message.contains("not built in this version")), "{errs:?}");
+            assert!(
+                errs.iter()
+                    .all(|e| e.message.contains("not built in this version")),
+                "{errs:?}"
+            );
         }
     }
 }
@@ -76,7 +108,10 @@ fn a_component_block_without_values_means_defaults() {
 #[test]
 fn preset_tuned_blocks_apply_unless_the_user_has_one() {
     // codesafe is not buildable yet, so test the mechanism through source_for directly.
-    let config = Config { preset: Some("codesafe".into()), ..Config::embedded() };
+    let config = Config {
+        preset: Some("codesafe".into()),
+        ..Config::embedded()
+    };
     let tuned: Option<crate::components::collapse_config_for_tests::CollapseConfig> =
         config.source_for("collapse").decode().unwrap();
     assert_eq!(tuned.unwrap().max_tokens, 3000);
@@ -87,4 +122,3 @@ fn keepalive_is_accepted_with_a_warning() {
     let config = Config::parse("pipeline: []\ncache:\n  keepalive: true\n").unwrap();
     assert_eq!(config.warnings.len(), 1);
 }
-

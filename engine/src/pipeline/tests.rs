@@ -12,8 +12,14 @@ impl Offload for Shorten {
     fn name(&self) -> &'static str {
         self.0
     }
-    fn offload(&self, messages: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
-        let key = cx.stash(&messages[1].content).map_err(|e| ComponentError(e.to_string()))?;
+    fn offload(
+        &self,
+        messages: &mut [Message],
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        let key = cx
+            .stash(&messages[1].content)
+            .map_err(|e| ComponentError(e.to_string()))?;
         messages[1].content = format!("short {}", key.marker());
         Ok(vec![key])
     }
@@ -24,7 +30,11 @@ impl Reformat for Panics {
     fn name(&self) -> &'static str {
         "panics"
     }
-    fn reformat(&self, messages: &mut [Message], _: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
+    fn reformat(
+        &self,
+        messages: &mut [Message],
+        _: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
         messages[2].content.clear();
         panic!("component bug");
     }
@@ -35,7 +45,11 @@ impl Reformat for Fails {
     fn name(&self) -> &'static str {
         "fails"
     }
-    fn reformat(&self, messages: &mut [Message], _: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
+    fn reformat(
+        &self,
+        messages: &mut [Message],
+        _: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
         messages[2].content = "half done".into();
         Err(ComponentError("gave up".into()))
     }
@@ -46,7 +60,11 @@ impl Offload for DropsWithoutKey {
     fn name(&self) -> &'static str {
         "drops_without_key"
     }
-    fn offload(&self, messages: &mut [Message], _: &mut ApplyCx<'_>) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(
+        &self,
+        messages: &mut [Message],
+        _: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
         messages[2].content = "gone".into();
         Ok(Vec::new())
     }
@@ -57,8 +75,14 @@ impl Reformat for Grows {
     fn name(&self) -> &'static str {
         "grows"
     }
-    fn reformat(&self, messages: &mut [Message], _: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
-        messages[2].content.push_str(" and a great deal of extra padding text that costs tokens");
+    fn reformat(
+        &self,
+        messages: &mut [Message],
+        _: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
+        messages[2]
+            .content
+            .push_str(" and a great deal of extra padding text that costs tokens");
         Ok(())
     }
 }
@@ -69,7 +93,11 @@ impl Reformat for Observer {
     fn name(&self) -> &'static str {
         "observer"
     }
-    fn reformat(&self, messages: &mut [Message], _: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
+    fn reformat(
+        &self,
+        messages: &mut [Message],
+        _: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
         self.0.lock().push(messages[2].content.clone());
         Ok(())
     }
@@ -130,16 +158,35 @@ fn each_failure_mode_reverts_only_its_component() {
     // Everything the failing components touched is back to the original.
     assert_eq!(msgs[2], original[2]);
     // No reverted change leaked into the next component.
-    assert!(observer.0.lock().iter().all(|seen| *seen == original[2].content));
+    assert!(
+        observer
+            .0
+            .lock()
+            .iter()
+            .all(|seen| *seen == original[2].content)
+    );
 
-    let reverts: Vec<_> = report.components.iter().map(|c| (c.name, c.reverted.clone())).collect();
+    let reverts: Vec<_> = report
+        .components
+        .iter()
+        .map(|c| (c.name, c.reverted.clone()))
+        .collect();
     assert_eq!(reverts[0], ("shorten", None));
-    assert_eq!(reverts[1], ("panics", Some(Revert::Panicked("component bug".into()))));
-    assert_eq!(reverts[3], ("fails", Some(Revert::Failed("gave up".into()))));
+    assert_eq!(
+        reverts[1],
+        ("panics", Some(Revert::Panicked("component bug".into())))
+    );
+    assert_eq!(
+        reverts[3],
+        ("fails", Some(Revert::Failed("gave up".into())))
+    );
     assert_eq!(reverts[5], ("drops_without_key", Some(Revert::NoStashKey)));
     assert_eq!(reverts[7], ("grows", Some(Revert::Grew)));
     assert!(report.components[0].acted && report.components[0].saved_tokens > 0);
-    assert_eq!(report.tokens_after, report.tokens_before - report.components[0].saved_tokens);
+    assert_eq!(
+        report.tokens_after,
+        report.tokens_before - report.components[0].saved_tokens
+    );
     assert_eq!(report.components[0].changed, vec![1]);
     assert_eq!(report.components[0].stashed.len(), 1);
 }
@@ -148,8 +195,12 @@ fn each_failure_mode_reverts_only_its_component() {
 fn stash_key_resolves_to_the_exact_original() {
     let context = cx();
     let mut msgs = messages();
-    let report = Pipeline::new(vec![Stage::Offload(Box::new(Shorten("shorten")))]).run(&mut msgs, &context);
+    let report =
+        Pipeline::new(vec![Stage::Offload(Box::new(Shorten("shorten")))]).run(&mut msgs, &context);
     let id = &report.components[0].stashed[0];
-    assert_eq!(context.store.resolve("s", id).as_deref(), Some(messages()[1].content.as_str()));
+    assert_eq!(
+        context.store.resolve("s", id).as_deref(),
+        Some(messages()[1].content.as_str())
+    );
     assert_eq!(context.store.resolve("other-session", id), None);
 }

@@ -11,7 +11,9 @@
 //!   `thinking` blocks become reasoning (signed, so never rewritten in place).
 
 use super::json::{self, Kind, Span};
-use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field};
+use super::{
+    ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field,
+};
 use crate::message::{Message, Role, ToolCall};
 
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
@@ -28,26 +30,48 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
             "assistant" => Role::Assistant,
             other => return Err(malformed(index, format!("unknown role `{other}`"))),
         };
-        let content = json::lookup(text, &fields, "content").ok_or_else(|| malformed(index, "no `content`"))?;
+        let content = json::lookup(text, &fields, "content")
+            .ok_or_else(|| malformed(index, "no `content`"))?;
         match json::kind_of(text, content) {
             Kind::String => {
-                let value = json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?;
-                parsed.messages.push(Message::text(role, value.into_owned()));
-                parsed.slots.push(Slot { content: Some(content), ..Slot::default() });
+                let value = json::decode_string(text, content)
+                    .map_err(|e| malformed(index, e.to_string()))?;
+                parsed
+                    .messages
+                    .push(Message::text(role, value.into_owned()));
+                parsed.slots.push(Slot {
+                    content: Some(content),
+                    ..Slot::default()
+                });
             }
             Kind::Array => read_blocks(parsed, index, role, content)?,
-            _ => return Err(malformed(index, "`content` is neither a string nor an array")),
+            _ => {
+                return Err(malformed(
+                    index,
+                    "`content` is neither a string nor an array",
+                ));
+            }
         }
     }
     Ok(())
 }
 
-fn read_system(text: &str, system: Span, breakpoints: &mut usize) -> Result<(Message, Slot), WireError> {
+fn read_system(
+    text: &str,
+    system: Span,
+    breakpoints: &mut usize,
+) -> Result<(Message, Slot), WireError> {
     let bad = |reason: &str| malformed(0, format!("`system` {reason}"));
     match json::kind_of(text, system) {
         Kind::String => {
             let value = json::decode_string(text, system).map_err(|e| bad(&e.to_string()))?;
-            Ok((Message::text(Role::System, value.into_owned()), Slot { content: Some(system), ..Slot::default() }))
+            Ok((
+                Message::text(Role::System, value.into_owned()),
+                Slot {
+                    content: Some(system),
+                    ..Slot::default()
+                },
+            ))
         }
         Kind::Array => {
             let mut texts = Vec::new();
@@ -86,7 +110,11 @@ fn read_system(text: &str, system: Span, breakpoints: &mut usize) -> Result<(Mes
 }
 
 /// The text and text-literal span of a `{"type":"text","text":...}` block, or `None` for any other block.
-fn text_block(text: &str, block: &[json::Entry], index: usize) -> Result<Option<(String, Span)>, WireError> {
+fn text_block(
+    text: &str,
+    block: &[json::Entry],
+    index: usize,
+) -> Result<Option<(String, Span)>, WireError> {
     let is_text = string_field(text, block, "type", index)?.is_some_and(|(t, _)| t == "text");
     if !is_text {
         return Ok(None);
@@ -100,7 +128,12 @@ fn block_type(text: &str, block: &[json::Entry], index: usize) -> Result<String,
         .ok_or_else(|| malformed(index, "a content block has no `type`"))
 }
 
-fn read_blocks(parsed: &mut ParsedBody<'_>, index: usize, role: Role, content: Span) -> Result<(), WireError> {
+fn read_blocks(
+    parsed: &mut ParsedBody<'_>,
+    index: usize,
+    role: Role,
+    content: Span,
+) -> Result<(), WireError> {
     let text = parsed.text;
     let mut own = Message::text(role, String::new());
     let mut own_slot = Slot::default();
@@ -140,12 +173,22 @@ fn read_blocks(parsed: &mut ParsedBody<'_>, index: usize, role: Role, content: S
                 }
             }
             "tool_use" if role == Role::Assistant => {
-                let id = string_field(text, &block_fields, "id", index)?.map(|(id, _)| id).unwrap_or_default();
-                let name = string_field(text, &block_fields, "name", index)?.map(|(n, _)| n).unwrap_or_default();
+                let id = string_field(text, &block_fields, "id", index)?
+                    .map(|(id, _)| id)
+                    .unwrap_or_default();
+                let name = string_field(text, &block_fields, "name", index)?
+                    .map(|(n, _)| n)
+                    .unwrap_or_default();
                 let input = json::lookup(text, &block_fields, "input");
                 let arguments = input.map(|s| s.of(text).to_owned()).unwrap_or_default();
-                own.tool_calls.push(ToolCall { id, name, arguments });
-                own_slot.args.push((input.unwrap_or(Span::new(0, 0)), ArgsEncoding::RawObject));
+                own.tool_calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+                own_slot
+                    .args
+                    .push((input.unwrap_or(Span::new(0, 0)), ArgsEncoding::RawObject));
             }
             _ => other_blocks += 1,
         }
@@ -175,7 +218,8 @@ fn read_tool_result(
 ) -> Result<(), WireError> {
     let text = parsed.text;
     let call_id = string_field(text, block_fields, "tool_use_id", index)?.map(|(id, _)| id);
-    let is_error = json::lookup(text, block_fields, "is_error").is_some_and(|s| s.of(text) == "true");
+    let is_error =
+        json::lookup(text, block_fields, "is_error").is_some_and(|s| s.of(text) == "true");
     let template = Message {
         tool_call_id: call_id,
         is_error,
@@ -184,9 +228,16 @@ fn read_tool_result(
     let first = parsed.messages.len();
     match json::lookup(text, block_fields, "content") {
         Some(content) if json::kind_of(text, content) == Kind::String => {
-            let value = json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?;
-            parsed.messages.push(Message { content: value.into_owned(), ..template.clone() });
-            parsed.slots.push(Slot { content: Some(content), ..Slot::default() });
+            let value =
+                json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?;
+            parsed.messages.push(Message {
+                content: value.into_owned(),
+                ..template.clone()
+            });
+            parsed.slots.push(Slot {
+                content: Some(content),
+                ..Slot::default()
+            });
         }
         Some(content) if json::kind_of(text, content) == Kind::Array => {
             for inner in json::elements(text, content) {
@@ -198,8 +249,14 @@ fn read_tool_result(
                     parsed.existing_breakpoints += 1;
                 }
                 if let Some((value, span)) = text_block(text, &inner_fields, index)? {
-                    parsed.messages.push(Message { content: value, ..template.clone() });
-                    parsed.slots.push(Slot { content: Some(span), ..Slot::default() });
+                    parsed.messages.push(Message {
+                        content: value,
+                        ..template.clone()
+                    });
+                    parsed.slots.push(Slot {
+                        content: Some(span),
+                        ..Slot::default()
+                    });
                 }
             }
         }
@@ -208,7 +265,10 @@ fn read_tool_result(
     if parsed.messages.len() == first {
         // No text at all (an image-only result, or no content): keep the call paired with an
         // output the components can see but never rewrite.
-        parsed.messages.push(Message { rewritable: false, ..template });
+        parsed.messages.push(Message {
+            rewritable: false,
+            ..template
+        });
         parsed.slots.push(Slot::default());
     }
     // Only the last synthetic message of a result may carry the block's breakpoint, so two

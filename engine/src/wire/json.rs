@@ -185,7 +185,11 @@ fn closing_quote(bytes: &[u8], pos: usize) -> Option<usize> {
     let mut cur = pos + 1;
     loop {
         let quote = cur + memchr::memchr(b'"', &bytes[cur..])?;
-        let backslashes = bytes[pos + 1..quote].iter().rev().take_while(|&&b| b == b'\\').count();
+        let backslashes = bytes[pos + 1..quote]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
         if backslashes % 2 == 0 {
             return Some(quote);
         }
@@ -309,7 +313,6 @@ fn scan_array(bytes: &[u8], pos: usize, depth: usize) -> Result<usize> {
     }
 }
 
-
 /// One `"key": value` entry of an object: the key's literal span (with quotes) and the value's span.
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
@@ -326,7 +329,11 @@ pub fn entries(text: &str, object: Span) -> Entries<'_> {
     } else {
         object.end
     };
-    Entries { bytes, pos, end: object.end }
+    Entries {
+        bytes,
+        pos,
+        end: object.end,
+    }
 }
 
 pub struct Entries<'a> {
@@ -354,7 +361,10 @@ impl Iterator for Entries<'_> {
             cur = skip_ws(bytes, cur + 1);
         }
         self.pos = cur;
-        Some(Entry { key, value: Span::new(value_start, value_end) })
+        Some(Entry {
+            key,
+            value: Span::new(value_start, value_end),
+        })
     }
 }
 
@@ -366,7 +376,11 @@ pub fn elements(text: &str, array: Span) -> Elements<'_> {
     } else {
         array.end
     };
-    Elements { bytes, pos, end: array.end }
+    Elements {
+        bytes,
+        pos,
+        end: array.end,
+    }
 }
 
 pub struct Elements<'a> {
@@ -403,12 +417,19 @@ pub fn fields(text: &str, object: Span) -> Vec<Entry> {
 /// Finds `key` among collected fields. With duplicate keys the last one wins, as in the
 /// parsers providers and SDKs use (Python, JavaScript, Go): we must read what the model reads.
 pub fn lookup(text: &str, fields: &[Entry], key: &str) -> Option<Span> {
-    fields.iter().rev().find(|e| key_is(text, e.key, key)).map(|e| e.value)
+    fields
+        .iter()
+        .rev()
+        .find(|e| key_is(text, e.key, key))
+        .map(|e| e.value)
 }
 
 /// Finds the value of `key` in an object span (last occurrence, see [`lookup`]).
 pub fn get(text: &str, object: Span, key: &str) -> Option<Span> {
-    entries(text, object).filter(|e| key_is(text, e.key, key)).last().map(|e| e.value)
+    entries(text, object)
+        .filter(|e| key_is(text, e.key, key))
+        .last()
+        .map(|e| e.value)
 }
 
 /// Whether the key literal at `span` decodes to `expected`. Keys with escapes are decoded; plain
@@ -456,7 +477,10 @@ pub fn decode_string(text: &str, span: Span) -> Result<Cow<'_, str>> {
             next = at + 2;
             continue;
         }
-        let first = hex4(bytes, at + 2).ok_or(JsonError { offset: span.start + 1 + at, reason: "invalid \\u escape" })?;
+        let first = hex4(bytes, at + 2).ok_or(JsonError {
+            offset: span.start + 1 + at,
+            reason: "invalid \\u escape",
+        })?;
         next = at + 6;
         let ch = if (0xD800..0xDC00).contains(&first) {
             // A high surrogate must be followed by an escaped low surrogate.
@@ -484,7 +508,12 @@ pub fn decode_string(text: &str, span: Span) -> Result<Cow<'_, str>> {
     out.extend_from_slice(&bytes[next.min(bytes.len())..]);
     // Escapes only ever produce whole characters, and the runs between them are slices of a
     // `str` cut at ASCII backslashes, so this cannot fail; stay total anyway.
-    String::from_utf8(out).map(Cow::Owned).map_err(|_| JsonError { offset: span.start, reason: "invalid UTF-8 after unescaping" })
+    String::from_utf8(out)
+        .map(Cow::Owned)
+        .map_err(|_| JsonError {
+            offset: span.start,
+            reason: "invalid UTF-8 after unescaping",
+        })
 }
 
 fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
@@ -546,7 +575,9 @@ mod tests {
         let text = r#" {"a": [1, -2.5e3, true, null], "b\"": {"c": "x\u00e9\ud83d\ude00"}} "#;
         let root = parse_document(text).unwrap();
         assert_eq!(root.of(text).chars().next(), Some('{'));
-        let keys: Vec<_> = entries(text, root).map(|e| decode_string(text, e.key).unwrap().into_owned()).collect();
+        let keys: Vec<_> = entries(text, root)
+            .map(|e| decode_string(text, e.key).unwrap().into_owned())
+            .collect();
         assert_eq!(keys, ["a", "b\""]);
         let a = get(text, root, "a").unwrap();
         let items: Vec<_> = elements(text, a).map(|s| s.of(text)).collect();
@@ -557,17 +588,39 @@ mod tests {
 
     #[test]
     fn rejects_invalid_documents_with_an_offset() {
-        for bad in ["", "{", "{\"a\" 1}", "[1,]", "01", "\"\u{1}\"", "\"\\x\"", "{} {}", "[1 2]", "-", "1.", "tru"] {
+        for bad in [
+            "",
+            "{",
+            "{\"a\" 1}",
+            "[1,]",
+            "01",
+            "\"\u{1}\"",
+            "\"\\x\"",
+            "{} {}",
+            "[1 2]",
+            "-",
+            "1.",
+            "tru",
+        ] {
             let res = parse_document(bad);
             assert!(res.is_err(), "accepted {bad:?}");
         }
         let deep = "[".repeat(10_000);
-        assert_eq!(parse_document(&deep).unwrap_err().reason, "nesting too deep");
+        assert_eq!(
+            parse_document(&deep).unwrap_err().reason,
+            "nesting too deep"
+        );
     }
 
     #[test]
     fn string_round_trip_matches_serde_json() {
-        for s in ["plain", "quote \" back \\ slash", "ctl \u{1} \u{1f} tab\t nl\n", "é 😀 \u{2028}", ""] {
+        for s in [
+            "plain",
+            "quote \" back \\ slash",
+            "ctl \u{1} \u{1f} tab\t nl\n",
+            "é 😀 \u{2028}",
+            "",
+        ] {
             let lit = to_literal(s);
             assert_eq!(serde_json::from_str::<String>(&lit).unwrap(), s);
             let span = Span::new(0, lit.len());
@@ -578,6 +631,9 @@ mod tests {
     #[test]
     fn lone_surrogates_decode_to_replacement() {
         let lit = r#""a\ud800b""#;
-        assert_eq!(decode_string(lit, Span::new(0, lit.len())).unwrap(), "a\u{FFFD}b");
+        assert_eq!(
+            decode_string(lit, Span::new(0, lit.len())).unwrap(),
+            "a\u{FFFD}b"
+        );
     }
 }

@@ -34,8 +34,12 @@ impl Dialect {
     /// Guesses the dialect of a body for offline use, where no route says it: a top-level `system`
     /// or any `tool_use`/`tool_result` block means Anthropic, anything else OpenAI.
     pub fn detect(body: &[u8]) -> Dialect {
-        let Ok(text) = std::str::from_utf8(body) else { return Dialect::OpenAi };
-        let Ok(root) = json::parse_document(text) else { return Dialect::OpenAi };
+        let Ok(text) = std::str::from_utf8(body) else {
+            return Dialect::OpenAi;
+        };
+        let Ok(root) = json::parse_document(text) else {
+            return Dialect::OpenAi;
+        };
         if json::get(text, root, "system").is_some() {
             return Dialect::Anthropic;
         }
@@ -60,7 +64,9 @@ impl std::str::FromStr for Dialect {
         match s {
             "openai" => Ok(Dialect::OpenAi),
             "anthropic" => Ok(Dialect::Anthropic),
-            other => Err(format!("unknown dialect `{other}` (expected `openai` or `anthropic`)")),
+            other => Err(format!(
+                "unknown dialect `{other}` (expected `openai` or `anthropic`)"
+            )),
         }
     }
 }
@@ -91,7 +97,9 @@ impl fmt::Display for WireError {
             WireError::NotObject => write!(f, "body is not a JSON object"),
             WireError::NoMessages => write!(f, "body has no `messages` field"),
             WireError::MessagesNotArray => write!(f, "`messages` is not an array"),
-            WireError::MalformedMessage { index, reason } => write!(f, "messages[{index}] is malformed: {reason}"),
+            WireError::MalformedMessage { index, reason } => {
+                write!(f, "messages[{index}] is malformed: {reason}")
+            }
         }
     }
 }
@@ -214,7 +222,8 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
 /// Copies each tool call's name and arguments onto the tool message that answers it, so components
 /// can tell a `pytest` output from a file read without walking back through the transcript.
 fn resolve_tool_names(messages: &mut [Message]) {
-    let mut calls: std::collections::HashMap<String, (String, String)> = std::collections::HashMap::new();
+    let mut calls: std::collections::HashMap<String, (String, String)> =
+        std::collections::HashMap::new();
     for msg in messages.iter_mut() {
         for call in &msg.tool_calls {
             calls.insert(call.id.clone(), (call.name.clone(), call.arguments.clone()));
@@ -277,12 +286,20 @@ impl<'a> ParsedBody<'a> {
     /// expressed keeps its original bytes entirely, and its index is reported in `discarded`.
     pub fn write_back(&self, rewritten: &[Message]) -> WriteBack<'a> {
         if rewritten.len() != self.messages.len() {
-            let discarded = (0..self.messages.len()).map(|i| (i, Discard::MessageCountChanged)).collect();
-            return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded };
+            let discarded = (0..self.messages.len())
+                .map(|i| (i, Discard::MessageCountChanged))
+                .collect();
+            return WriteBack {
+                body: Cow::Borrowed(self.text.as_bytes()),
+                discarded,
+            };
         }
         if std::ptr::eq(self.messages.as_slice(), rewritten) {
             // Handed our own messages back: nothing can have changed.
-            return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded: Vec::new() };
+            return WriteBack {
+                body: Cow::Borrowed(self.text.as_bytes()),
+                discarded: Vec::new(),
+            };
         }
         let mut edits: Vec<Edit> = Vec::new();
         let mut discarded = Vec::new();
@@ -296,7 +313,10 @@ impl<'a> ParsedBody<'a> {
             }
         }
         if edits.is_empty() {
-            return WriteBack { body: Cow::Borrowed(self.text.as_bytes()), discarded };
+            return WriteBack {
+                body: Cow::Borrowed(self.text.as_bytes()),
+                discarded,
+            };
         }
         edits.sort_by_key(|e| e.start);
         let extra: usize = edits.iter().map(|e| e.replacement.len()).sum();
@@ -308,7 +328,10 @@ impl<'a> ParsedBody<'a> {
             cursor = edit.end;
         }
         out.push_str(&self.text[cursor..]);
-        WriteBack { body: Cow::Owned(out.into_bytes()), discarded }
+        WriteBack {
+            body: Cow::Owned(out.into_bytes()),
+            discarded,
+        }
     }
 
     /// The edits that express `new` over `old`, or why they cannot.
@@ -322,19 +345,34 @@ impl<'a> ParsedBody<'a> {
             && old.can_cache_control == new.can_cache_control
             && old.tool_calls.len() == new.tool_calls.len()
             && old.reasoning.len() == new.reasoning.len()
-            && old.tool_calls.iter().zip(&new.tool_calls).all(|(a, b)| a.id == b.id && a.name == b.name);
+            && old
+                .tool_calls
+                .iter()
+                .zip(&new.tool_calls)
+                .all(|(a, b)| a.id == b.id && a.name == b.name);
         if !same_identity || (old.cache_control && !new.cache_control) {
             return Err(Discard::UnsupportedField);
         }
         let mut edits = Vec::new();
         if old.content != new.content {
-            let span = slot.content.filter(|_| old.rewritable).ok_or(Discard::ContentNotRewritable)?;
-            edits.push(Edit { start: span.start, end: span.end, replacement: json::to_literal(&new.content) });
+            let span = slot
+                .content
+                .filter(|_| old.rewritable)
+                .ok_or(Discard::ContentNotRewritable)?;
+            edits.push(Edit {
+                start: span.start,
+                end: span.end,
+                replacement: json::to_literal(&new.content),
+            });
         }
         for (i, (a, b)) in old.reasoning.iter().zip(&new.reasoning).enumerate() {
             if a != b {
                 let span = slot.reasoning.get(i).ok_or(Discard::UnsupportedField)?;
-                edits.push(Edit { start: span.start, end: span.end, replacement: json::to_literal(b) });
+                edits.push(Edit {
+                    start: span.start,
+                    end: span.end,
+                    replacement: json::to_literal(b),
+                });
             }
         }
         for (i, (a, b)) in old.tool_calls.iter().zip(&new.tool_calls).enumerate() {
@@ -353,7 +391,11 @@ impl<'a> ParsedBody<'a> {
                     b.arguments.clone()
                 }
             };
-            edits.push(Edit { start: span.start, end: span.end, replacement });
+            edits.push(Edit {
+                start: span.start,
+                end: span.end,
+                replacement,
+            });
         }
         if !old.cache_control && new.cache_control {
             // The metadata-only path: the key is written onto the original block, so a breakpoint
@@ -361,8 +403,16 @@ impl<'a> ParsedBody<'a> {
             let close = slot.block_close.ok_or(Discard::UnsupportedField)?;
             // An empty block `{}` takes the member without a leading comma.
             let empty = self.text[..close].trim_end().ends_with('{');
-            let member = if empty { &CACHE_CONTROL_MEMBER[1..] } else { CACHE_CONTROL_MEMBER };
-            edits.push(Edit { start: close, end: close, replacement: member.to_owned() });
+            let member = if empty {
+                &CACHE_CONTROL_MEMBER[1..]
+            } else {
+                CACHE_CONTROL_MEMBER
+            };
+            edits.push(Edit {
+                start: close,
+                end: close,
+                replacement: member.to_owned(),
+            });
         }
         Ok(edits)
     }
@@ -384,11 +434,19 @@ fn join_texts(parts: &[String]) -> String {
 }
 
 /// Reads an optional string field, with a clear reason when present but not a string.
-fn string_field(text: &str, fields: &[json::Entry], key: &str, index: usize) -> Result<Option<(String, Span)>, WireError> {
-    let Some(span) = json::lookup(text, fields, key) else { return Ok(None) };
+fn string_field(
+    text: &str,
+    fields: &[json::Entry],
+    key: &str,
+    index: usize,
+) -> Result<Option<(String, Span)>, WireError> {
+    let Some(span) = json::lookup(text, fields, key) else {
+        return Ok(None);
+    };
     match json::kind_of(text, span) {
         json::Kind::String => {
-            let value = json::decode_string(text, span).map_err(|e| malformed(index, e.to_string()))?;
+            let value =
+                json::decode_string(text, span).map_err(|e| malformed(index, e.to_string()))?;
             Ok(Some((value.into_owned(), span)))
         }
         json::Kind::Null => Ok(None),
@@ -397,17 +455,25 @@ fn string_field(text: &str, fields: &[json::Entry], key: &str, index: usize) -> 
 }
 
 /// The fields of message `index` and its `role`, or why it is not a readable message.
-fn message_head(text: &str, span: Span, index: usize) -> Result<(Vec<json::Entry>, String), WireError> {
+fn message_head(
+    text: &str,
+    span: Span,
+    index: usize,
+) -> Result<(Vec<json::Entry>, String), WireError> {
     if json::kind_of(text, span) != json::Kind::Object {
         return Err(malformed(index, "not an object"));
     }
     let fields = json::fields(text, span);
-    let (role, _) = string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+    let (role, _) =
+        string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
     Ok((fields, role))
 }
 
 fn malformed(index: usize, reason: impl Into<String>) -> WireError {
-    WireError::MalformedMessage { index, reason: reason.into() }
+    WireError::MalformedMessage {
+        index,
+        reason: reason.into(),
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@
 //! arguments as a JSON-encoded string; `reasoning_content` (DeepSeek, vLLM) is reasoning.
 
 use super::json::{self, Kind, Span};
-use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field};
+use super::{
+    ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field,
+};
 use crate::message::{Message, Role, ToolCall};
 
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
@@ -22,29 +24,48 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
         };
         let mut message = Message::text(role, String::new());
         let mut slot = Slot::default();
-        read_content(text, &fields, index, &mut message, &mut slot, &mut parsed.existing_breakpoints)?;
+        read_content(
+            text,
+            &fields,
+            index,
+            &mut message,
+            &mut slot,
+            &mut parsed.existing_breakpoints,
+        )?;
         if role == Role::Tool {
-            message.tool_call_id = string_field(text, &fields, "tool_call_id", index)?.map(|(id, _)| id);
+            message.tool_call_id =
+                string_field(text, &fields, "tool_call_id", index)?.map(|(id, _)| id);
             if role_name == "function" {
-                message.tool_name = string_field(text, &fields, "name", index)?.map(|(name, _)| name);
+                message.tool_name =
+                    string_field(text, &fields, "name", index)?.map(|(name, _)| name);
             }
         }
-        if let Some((reasoning, reasoning_span)) = string_field(text, &fields, "reasoning_content", index)? {
+        if let Some((reasoning, reasoning_span)) =
+            string_field(text, &fields, "reasoning_content", index)?
+        {
             message.reasoning.push(reasoning);
             slot.reasoning.push(reasoning_span);
         }
-        if let Some(calls) = json::lookup(text, &fields, "tool_calls").filter(|s| json::kind_of(text, *s) == Kind::Array) {
+        if let Some(calls) = json::lookup(text, &fields, "tool_calls")
+            .filter(|s| json::kind_of(text, *s) == Kind::Array)
+        {
             for call in json::elements(text, calls) {
                 let call_fields = json::fields(text, call);
                 let function = json::lookup(text, &call_fields, "function")
                     .filter(|f| json::kind_of(text, *f) == Kind::Object)
                     .ok_or_else(|| malformed(index, "a tool call has no `function` object"))?;
-                let id = string_field(text, &call_fields, "id", index)?.map(|(id, _)| id).unwrap_or_default();
+                let id = string_field(text, &call_fields, "id", index)?
+                    .map(|(id, _)| id)
+                    .unwrap_or_default();
                 let function_fields = json::fields(text, function);
-                let name = string_field(text, &function_fields, "name", index)?.map(|(n, _)| n).unwrap_or_default();
-                let (arguments, args_span) = match json::lookup(text, &function_fields, "arguments") {
+                let name = string_field(text, &function_fields, "name", index)?
+                    .map(|(n, _)| n)
+                    .unwrap_or_default();
+                let (arguments, args_span) = match json::lookup(text, &function_fields, "arguments")
+                {
                     Some(s) if json::kind_of(text, s) == Kind::String => {
-                        let decoded = json::decode_string(text, s).map_err(|e| malformed(index, e.to_string()))?;
+                        let decoded = json::decode_string(text, s)
+                            .map_err(|e| malformed(index, e.to_string()))?;
                         (decoded.into_owned(), Some(s))
                     }
                     // Some gateways send arguments as a raw object; keep it readable but fixed.
@@ -55,7 +76,11 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
                     Some(s) => slot.args.push((s, ArgsEncoding::JsonString)),
                     None => slot.args.push((Span::new(0, 0), ArgsEncoding::JsonString)),
                 }
-                message.tool_calls.push(ToolCall { id, name, arguments });
+                message.tool_calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
             }
             // A call without a real span must never be spliced: drop all arg slots in that case.
             if slot.args.iter().any(|(s, _)| s.is_empty()) {
@@ -82,7 +107,9 @@ fn read_content(
     };
     match json::kind_of(text, content) {
         Kind::String => {
-            message.content = json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?.into_owned();
+            message.content = json::decode_string(text, content)
+                .map_err(|e| malformed(index, e.to_string()))?
+                .into_owned();
             slot.content = Some(content);
         }
         Kind::Null => message.rewritable = false,
@@ -102,7 +129,8 @@ fn read_content(
                     message.cache_control = true;
                     *breakpoints += 1;
                 }
-                let is_text = string_field(text, &part_fields, "type", index)?.is_some_and(|(t, _)| t == "text");
+                let is_text = string_field(text, &part_fields, "type", index)?
+                    .is_some_and(|(t, _)| t == "text");
                 match string_field(text, &part_fields, "text", index)? {
                     Some((part_text, span)) if is_text => {
                         texts.push(part_text);
@@ -121,7 +149,12 @@ fn read_content(
                 slot.block_close = Some(last.end - 1);
             }
         }
-        _ => return Err(malformed(index, "`content` is neither a string, null nor an array")),
+        _ => {
+            return Err(malformed(
+                index,
+                "`content` is neither a string, null nor an array",
+            ));
+        }
     }
     Ok(())
 }

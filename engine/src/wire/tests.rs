@@ -27,7 +27,10 @@ fn openai_normalizes_roles_calls_and_parts() {
     assert_eq!(msgs.len(), 4);
     assert_eq!(msgs[0].role, Role::System);
     assert_eq!(msgs[1].content, "look at café");
-    assert!(!msgs[1].rewritable, "a text+image content is never flattened");
+    assert!(
+        !msgs[1].rewritable,
+        "a text+image content is never flattened"
+    );
     assert_eq!(msgs[2].tool_calls[0].arguments, r#"{"cmd": "ls"}"#);
     assert_eq!(msgs[3].tool_name.as_deref(), Some("bash"));
     assert_eq!(msgs[3].tool_arguments.as_deref(), Some(r#"{"cmd": "ls"}"#));
@@ -41,13 +44,24 @@ fn anthropic_expands_tool_results_one_message_per_text_block() {
     let roles: Vec<_> = msgs.iter().map(|m| m.role).collect();
     assert_eq!(
         roles,
-        [Role::System, Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Tool, Role::User]
+        [
+            Role::System,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Tool,
+            Role::Tool,
+            Role::User
+        ]
     );
     assert_eq!(msgs[2].reasoning, ["hmm"]);
     assert_eq!(msgs[2].tool_calls[0].arguments, r#"{"path":"/a.py"}"#);
     assert_eq!(msgs[3].content, "file body");
     assert_eq!(msgs[3].tool_name.as_deref(), Some("Read"));
-    assert_eq!((msgs[4].content.as_str(), msgs[5].content.as_str()), ("part one", "part two"));
+    assert_eq!(
+        (msgs[4].content.as_str(), msgs[5].content.as_str()),
+        ("part one", "part two")
+    );
     assert!(msgs[4].is_error && msgs[5].is_error);
     assert_eq!(msgs[6].content, "now fix it");
     assert_eq!(parsed.existing_breakpoints(), 2, "system + tools");
@@ -73,7 +87,10 @@ fn splice_changes_only_the_edited_values() {
     let out = parsed.write_back(&msgs);
     assert!(out.discarded.is_empty());
     let expected = ANTHROPIC
-        .replace(r#""content":"file body""#, r#""content":"short \"quoted\"""#)
+        .replace(
+            r#""content":"file body""#,
+            r#""content":"short \"quoted\"""#,
+        )
         .replace(r#""text":"part two""#, r#""text":"two""#);
     assert_eq!(std::str::from_utf8(&out.body).unwrap(), expected);
     // The result re-parses to the rewritten messages.
@@ -89,7 +106,13 @@ fn non_rewritable_changes_are_discarded_and_reported() {
     msgs[0].role = Role::User;
     let out = parsed.write_back(&msgs);
     assert_eq!(out.body.as_ref(), OPENAI.as_bytes());
-    assert_eq!(out.discarded, vec![(0, Discard::UnsupportedField), (1, Discard::ContentNotRewritable)]);
+    assert_eq!(
+        out.discarded,
+        vec![
+            (0, Discard::UnsupportedField),
+            (1, Discard::ContentNotRewritable)
+        ]
+    );
 }
 
 #[test]
@@ -99,7 +122,11 @@ fn message_count_change_keeps_the_original() {
     msgs.pop();
     let out = parsed.write_back(&msgs);
     assert_eq!(out.body.as_ref(), OPENAI.as_bytes());
-    assert!(out.discarded.iter().all(|(_, d)| *d == Discard::MessageCountChanged));
+    assert!(
+        out.discarded
+            .iter()
+            .all(|(_, d)| *d == Discard::MessageCountChanged)
+    );
 }
 
 #[test]
@@ -124,7 +151,11 @@ fn rewritten_arguments_are_spliced_in_their_encoding() {
     let mut msgs = parsed.messages().to_vec();
     msgs[2].tool_calls[0].arguments = r#"{"cmd":"pwd"}"#.into();
     let out = parsed.write_back(&msgs);
-    assert!(std::str::from_utf8(&out.body).unwrap().contains(r#""arguments":"{\"cmd\":\"pwd\"}""#));
+    assert!(
+        std::str::from_utf8(&out.body)
+            .unwrap()
+            .contains(r#""arguments":"{\"cmd\":\"pwd\"}""#)
+    );
 
     let parsed = parse(ANTHROPIC.as_bytes(), Dialect::Anthropic).unwrap();
     let mut msgs = parsed.messages().to_vec();
@@ -143,8 +174,14 @@ fn bad_bodies_are_errors_never_panics() {
         (b"{\"messages\": {}}", "not an array"),
         (b"{\"messages\": [42]}", "messages[0]"),
         (b"{\"messages\": [{\"content\": \"x\"}]}", "no `role`"),
-        (b"{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "unknown role"),
-        (b"{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "neither"),
+        (
+            b"{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
+            "unknown role",
+        ),
+        (
+            b"{\"messages\": [{\"role\": \"user\", \"content\": 7}]}",
+            "neither",
+        ),
     ];
     for (body, expected) in cases {
         for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
@@ -169,7 +206,10 @@ fn breakpoint_on_an_empty_block_stays_valid_json() {
     let out = parsed.write_back(&msgs);
     let text = std::str::from_utf8(&out.body).unwrap();
     serde_json::from_str::<serde_json::Value>(text).unwrap();
-    assert!(text.contains(r#"{ "cache_control":{"type":"ephemeral"}}"#), "{text}");
+    assert!(
+        text.contains(r#"{ "cache_control":{"type":"ephemeral"}}"#),
+        "{text}"
+    );
 }
 
 #[test]
@@ -181,5 +221,8 @@ fn duplicate_keys_read_the_last_one_like_the_provider() {
     msgs[0].content = "changed".into();
     let out = parsed.write_back(&msgs);
     let value: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
-    assert_eq!(value["messages"][0]["content"], "changed", "the splice lands where the provider reads");
+    assert_eq!(
+        value["messages"][0]["content"], "changed",
+        "the splice lands where the provider reads"
+    );
 }
