@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::message::Message;
 use crate::pipeline::{Pipeline, RunCx, RunReport, message_tokens};
-use crate::wire::{self, Discard, WireError};
+use crate::wire::{self, Discard, ParsedBody, WireError};
 
 /// A change the wire layer could not express, charged to the component that made it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -53,6 +53,25 @@ impl std::fmt::Display for ApplyError {
 
 /// Runs `pipeline` over `body` and returns the body to forward.
 pub fn apply_body<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Applied<'a> {
+    guarded(body, || {
+        let parsed = wire::parse(body, cx.dialect)?;
+        Ok(run_parsed(&parsed, pipeline, cx))
+    })
+}
+
+/// [`apply_body`] for a host that already parsed the body (to derive its session key, say),
+/// so the body is not parsed twice.
+pub fn apply_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> Applied<'a> {
+    guarded(parsed.text().as_bytes(), || {
+        Ok(run_parsed(parsed, pipeline, cx))
+    })
+}
+
+/// Fails open: a wire error or a panic anywhere returns the input untouched.
+fn guarded<'a>(
+    body: &'a [u8],
+    run: impl FnOnce() -> Result<Applied<'a>, WireError>,
+) -> Applied<'a> {
     let untouched = |error: ApplyError| Applied {
         body: Cow::Borrowed(body),
         report: RunReport::default(),
@@ -60,7 +79,7 @@ pub fn apply_body<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Applie
         error: Some(error),
         messages: Vec::new(),
     };
-    match catch_unwind(AssertUnwindSafe(|| apply_inner(body, pipeline, cx))) {
+    match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(applied)) => applied,
         Ok(Err(err)) => untouched(ApplyError::Wire(err)),
         Err(panic) => {
@@ -74,23 +93,19 @@ pub fn apply_body<'a>(body: &'a [u8], pipeline: &Pipeline, cx: &RunCx) -> Applie
     }
 }
 
-fn apply_inner<'a>(
-    body: &'a [u8],
-    pipeline: &Pipeline,
-    cx: &RunCx,
-) -> Result<Applied<'a>, WireError> {
-    let parsed = wire::parse(body, cx.dialect)?;
+fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> Applied<'a> {
+    let body = parsed.text().as_bytes();
     let mut cx = cx.clone();
     cx.existing_breakpoints = parsed.existing_breakpoints();
     let mut messages = parsed.messages().to_vec();
     if pipeline.is_empty() {
-        return Ok(Applied {
+        return Applied {
             body: Cow::Borrowed(body),
             report: RunReport::default(),
             discarded: Vec::new(),
             error: None,
             messages,
-        });
+        };
     }
     let report = pipeline.run(&mut messages, &cx);
     let written = parsed.write_back(&messages);
@@ -113,13 +128,13 @@ fn apply_inner<'a>(
     if !discarded.is_empty() {
         report.tokens_after = messages.iter().map(message_tokens).sum();
     }
-    Ok(Applied {
+    Applied {
         body: written.body,
         report,
         discarded,
         error: None,
         messages,
-    })
+    }
 }
 
 /// The last component whose kept change touched message `index`: a discard is charged to exactly

@@ -374,7 +374,7 @@ impl<'a> ComponentSource<'a> {
         };
         serde_saphyr::with_deserializer_from_str(document, |de| seed.deserialize(de))
             .map(Option::flatten)
-            .map_err(|e| first_paragraph(&e.to_string()))
+            .map_err(|e| first_line(&e.to_string()))
     }
 }
 
@@ -434,7 +434,7 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for OnlyComponent<'_, T> {
 }
 
 /// serde-saphyr follows its message with a source snippet; the first line is the message.
-fn first_paragraph(text: &str) -> String {
+fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or(text).trim();
     line.strip_prefix("error: ").unwrap_or(line).to_owned()
 }
@@ -476,7 +476,7 @@ impl Config {
         let raw: LenientConfig = match serde_saphyr::from_str::<RawConfig>(text) {
             Ok(raw) => raw.into(),
             Err(strict) => {
-                errors.push(problem("config", first_paragraph(&strict.to_string())));
+                errors.push(problem("config", first_line(&strict.to_string())));
                 match serde_saphyr::from_str::<LenientConfig>(text) {
                     Ok(raw) => raw,
                     Err(_) => return Err(errors),

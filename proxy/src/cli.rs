@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use engine::apply::apply_body;
+use engine::apply::apply_parsed;
 use engine::config::{self, Config};
 use engine::pipeline::RunCx;
 use engine::store::{MemoryStore, Store};
@@ -161,7 +161,7 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
     };
-    let applied = apply_body(&body, &pipeline, &cx);
+    let applied = apply_parsed(&parsed, &pipeline, &cx);
     if let Some(err) = applied.error {
         return Err(Failure(err.to_string()));
     }

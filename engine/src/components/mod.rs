@@ -6,7 +6,7 @@
 //! naming one fails the config check with a message that says so, instead of silently running
 //! without it.
 
-mod collapse;
+pub(crate) mod collapse;
 mod dedup;
 mod format;
 
@@ -139,8 +139,3 @@ pub(crate) fn offload_with(
 
 #[cfg(test)]
 pub(crate) mod testing;
-
-#[cfg(test)]
-pub(crate) mod collapse_config_for_tests {
-    pub(crate) use super::collapse::CollapseConfig;
-}

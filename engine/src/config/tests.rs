@@ -106,13 +106,13 @@ fn a_component_block_without_values_means_defaults() {
 }
 
 #[test]
-fn preset_tuned_blocks_apply_unless_the_user_has_one() {
+fn preset_tuned_blocks_apply_without_a_user_block() {
     // codesafe is not buildable yet, so test the mechanism through source_for directly.
     let config = Config {
         preset: Some("codesafe".into()),
         ..Config::embedded()
     };
-    let tuned: Option<crate::components::collapse_config_for_tests::CollapseConfig> =
+    let tuned: Option<crate::components::collapse::CollapseConfig> =
         config.source_for("collapse").decode().unwrap();
     assert_eq!(tuned.unwrap().max_tokens, 3000);
 }
