@@ -4,6 +4,8 @@
 //! `SLUICE_CORPUS` overrides the location; otherwise every ancestor of the checkout is tried,
 //! then the workplace's `/work/shared`, so a clone in a temporary folder still finds it.
 
+pub mod mock;
+
 use std::path::{Path, PathBuf};
 
 use engine::wire::{Dialect, json};

@@ -1,1 +1,6 @@
-//! Session actors, the bounded off-path worker pool and stats aggregation (filled by the sessions issue).
+//! Session actors, the bounded off-path worker pool, and stats aggregation.
+//!
+//! Today this holds the stats aggregator behind `/stats` and `/metrics`; session actors and the
+//! worker pool arrive with the sessions issue.
+
+pub mod stats;

@@ -239,7 +239,20 @@ pub struct ComponentReport {
     pub changed: Vec<usize>,
     /// Stash ids it returned.
     pub stashed: Vec<String>,
+    /// Per changed message: what it saved, keyed by the content it replaced, so a host can
+    /// count a saving once however many turns re-send the same message (`saved_tokens_unique`).
+    pub savings: Vec<MessageSaving>,
     pub duration_us: u64,
+}
+
+/// One message a component changed, and what that saved.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MessageSaving {
+    pub index: usize,
+    /// `tokens::content_hash` of the content before this component changed it.
+    pub content_key: u64,
+    /// Content tokens saved on this message (0 when it grew or only moved bytes).
+    pub saved_tokens: usize,
 }
 
 /// What the whole pipeline did on one request.
@@ -340,6 +353,7 @@ impl Pipeline {
                 gates: acx.gates,
                 changed: Vec::new(),
                 stashed: Vec::new(),
+                savings: Vec::new(),
                 duration_us: 0,
             };
             match revert {
@@ -350,7 +364,12 @@ impl Pipeline {
                     component.reverted = Some(why);
                 }
                 None => {
-                    for (i, n) in new_counts {
+                    for &(i, n) in &new_counts {
+                        component.savings.push(MessageSaving {
+                            index: i,
+                            content_key: tokens::content_hash(&snapshot[i].content),
+                            saved_tokens: counts[i].saturating_sub(n),
+                        });
                         counts[i] = n;
                     }
                     component.tokens_after = after;

@@ -28,6 +28,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the proxy: point agents at http://LISTEN/anthropic or http://LISTEN/openai/v1.
+    Serve(ServeArgs),
     /// Rewrite one request body offline: the result on stdout, the report on stderr or --report.
     Compact(CompactArgs),
     /// Check config files.
@@ -54,6 +56,38 @@ struct ConfigArgs {
     /// A preset name (see `sluice presets`).
     #[arg(long)]
     preset: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Address to listen on.
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:4000")]
+    listen: std::net::SocketAddr,
+    /// Where Anthropic Messages requests go.
+    #[arg(
+        long,
+        env = "SLUICE_ANTHROPIC_UPSTREAM",
+        default_value = "https://api.anthropic.com"
+    )]
+    anthropic_upstream: String,
+    /// Where OpenAI chat-completions requests go.
+    #[arg(
+        long,
+        env = "SLUICE_OPENAI_UPSTREAM",
+        default_value = "https://api.openai.com"
+    )]
+    openai_upstream: String,
+    /// Seconds to wait for an upstream connection.
+    #[arg(long, env = "SLUICE_CONNECT_TIMEOUT", default_value_t = 10)]
+    connect_timeout: u64,
+    /// Seconds to wait for upstream response headers (there is no overall body timeout).
+    #[arg(long, env = "SLUICE_FIRST_BYTE_TIMEOUT", default_value_t = 600)]
+    first_byte_timeout: u64,
+    /// Largest request body accepted, in MiB (413 beyond it).
+    #[arg(long, env = "SLUICE_BODY_LIMIT_MB", default_value_t = 32)]
+    body_limit_mb: usize,
 }
 
 #[derive(Debug, Args)]
@@ -90,6 +124,7 @@ fn stdout_result(res: std::io::Result<()>) -> Result<(), Failure> {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve(&args),
         Command::Compact(args) => compact(&args),
         Command::Config {
             command: ConfigCommand::Check { file },
@@ -119,6 +154,61 @@ impl ConfigArgs {
         };
         Ok(config)
     }
+}
+
+fn serve(args: &ServeArgs) -> Result<(), Failure> {
+    use crate::app::{App, Settings};
+    use crate::upstream::{Timeouts, Upstream};
+    use std::time::Duration;
+
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = args.config.load()?;
+    if config.mode == engine::config::Mode::Observe {
+        return Err(Failure(
+            "mode `observe` is not built in this version yet; use `mode: sync`".into(),
+        ));
+    }
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let clock = Arc::new(SystemClock);
+        let store = Arc::new(MemoryStore::new(config.store.limits(), clock));
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(args.connect_timeout),
+            first_byte: Duration::from_secs(args.first_byte_timeout),
+        };
+        let settings = Settings {
+            anthropic_upstream: args.anthropic_upstream.clone(),
+            openai_upstream: args.openai_upstream.clone(),
+            body_limit: args.body_limit_mb.saturating_mul(1 << 20),
+        };
+        let pipeline_names = config.pipeline.join(", ");
+        let app = App::new(config, settings, Upstream::new(timeouts), store)
+            .map_err(|errs| config_failure(Path::new("config"), &errs))?;
+        let (listener, local) = crate::server::bind(args.listen)
+            .await
+            .map_err(|e| Failure(format!("listen on {}: {e}", args.listen)))?;
+        tracing::info!(%local, pipeline = %pipeline_names, "sluice is listening.");
+        crate::server::serve(
+            listener,
+            Arc::new(app),
+            crate::server::stop_signal(),
+            crate::server::DEFAULT_DRAIN,
+        )
+        .await;
+        tracing::info!("sluice stopped.");
+        Ok(())
+    })
 }
 
 fn config_failure(origin: &Path, errors: &[config::ConfigError]) -> Failure {

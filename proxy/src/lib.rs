@@ -1,8 +1,14 @@
-//! sluice's host: the hyper server and upstream client, SSE, the expand loop, dashboard routes,
-//! and the `sluice` command line.
+//! sluice's host: the hyper server and upstream client, SSE, the expand loop, the operator
+//! routes, and the `sluice` command line.
 //!
-//! **Architecture Invariant:** all IO lives here or in `llm`; the engine is called with bytes, a
-//! store and a clock, and never learns where they came from.
+//! **Architecture Invariant:** all IO lives here (and, later, in `llm`); the engine is called
+//! with bytes, a store and a clock, and never learns where they came from.
 
+pub mod app;
 pub mod cli;
 pub mod clock;
+pub mod expand;
+pub mod http;
+pub mod server;
+pub mod sse;
+pub mod upstream;

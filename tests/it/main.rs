@@ -1,3 +1,4 @@
 //! sluice's end-to-end tests, one binary (each test binary costs a link step on CI).
 
 mod corpus;
+mod proxy;

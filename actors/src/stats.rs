@@ -1,0 +1,480 @@
+//! In-process rollups behind `/stats` and `/metrics`.
+//!
+//! Savings are token-weighted (Σ saved / Σ before), never a mean of per-request percentages.
+//! `saved_tokens` is cumulative (the agent re-sends history, so the same saving is counted every
+//! turn); `saved_tokens_unique` counts each (component, replaced content) once, and
+//! `overcount_ratio` says how far apart the two are. Field names are the reference's, and the
+//! set only ever grows: dashboards parse it.
+//!
+//! One short critical section per request under a `parking_lot` mutex, no `.await` inside.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use engine::apply::Discarded;
+use engine::pipeline::RunReport;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+/// Distinct (component, content) keys remembered for `saved_tokens_unique` before the set is
+/// reset; bounds memory at a few MiB on a long-running proxy.
+const MAX_UNIQUE_KEYS: usize = 1 << 20;
+
+#[derive(Debug, Default, Clone)]
+struct ComponentTotals {
+    runs: u64,
+    mutated: u64,
+    acted: u64,
+    reverted: u64,
+    saved_tokens: u64,
+    saved_tokens_unique: u64,
+    duration_us: u64,
+    discarded_changes: u64,
+    gates: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    requests: u64,
+    compacted_requests: u64,
+    unparsed_requests: u64,
+    passthrough_requests: u64,
+    tokens_before: u64,
+    tokens_after: u64,
+    saved_tokens_unique: u64,
+    added_us: u64,
+    added_n: u64,
+    upstream_us: u64,
+    upstream_n: u64,
+    sse_streamed: u64,
+    sse_buffered: u64,
+    sse_ttfb_us: u64,
+    sse_ttfb_n: u64,
+    expand_rounds: u64,
+    restorations: u64,
+    expand_misses: u64,
+    wasted_tokens: u64,
+    upstream_errors: u64,
+    components: BTreeMap<&'static str, ComponentTotals>,
+    seen: HashSet<(&'static str, u64)>,
+}
+
+/// The aggregator. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    totals: Mutex<Totals>,
+}
+
+/// How a streamed response was relayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamRelay {
+    /// Passed through chunk by chunk.
+    Streamed,
+    /// Held back whole, for the expand loop to inspect.
+    Buffered,
+}
+
+fn ms(us: u64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        us as f64 / n as f64 / 1000.0
+    }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats::default()
+    }
+
+    /// A request sluice rewrote (or tried to): its pipeline report and the time sluice added.
+    pub fn record_run(&self, report: &RunReport, discarded: &[Discarded], added: Duration) {
+        let mut t = self.totals.lock();
+        t.requests += 1;
+        t.compacted_requests += 1;
+        t.tokens_before += report.tokens_before as u64;
+        t.tokens_after += report.tokens_after as u64;
+        t.added_us += micros(added);
+        t.added_n += 1;
+        if t.seen.len() > MAX_UNIQUE_KEYS {
+            t.seen.clear();
+        }
+        for c in &report.components {
+            let mut unique = 0;
+            for saving in &c.savings {
+                if saving.saved_tokens > 0 && t.seen.insert((c.name, saving.content_key)) {
+                    unique += saving.saved_tokens as u64;
+                }
+            }
+            t.saved_tokens_unique += unique;
+            let entry = t.components.entry(c.name).or_default();
+            entry.runs += 1;
+            entry.mutated += u64::from(c.mutated);
+            entry.acted += u64::from(c.acted);
+            entry.reverted += u64::from(c.reverted.is_some());
+            entry.saved_tokens += c.saved_tokens as u64;
+            entry.saved_tokens_unique += unique;
+            entry.duration_us += c.duration_us;
+            for (gate, n) in &c.gates {
+                *entry.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
+            }
+        }
+        for d in discarded {
+            if let Some(name) = d.component {
+                t.components.entry(name).or_default().discarded_changes += 1;
+            }
+        }
+    }
+
+    /// A request forwarded untouched: a body sluice could not parse, or a route it does not
+    /// rewrite. `unparsed` separates the first kind.
+    pub fn record_passthrough(&self, unparsed: bool) {
+        let mut t = self.totals.lock();
+        t.requests += 1;
+        t.passthrough_requests += 1;
+        t.unparsed_requests += u64::from(unparsed);
+    }
+
+    pub fn record_upstream(&self, took: Duration, failed: bool) {
+        let mut t = self.totals.lock();
+        t.upstream_us += micros(took);
+        t.upstream_n += 1;
+        t.upstream_errors += u64::from(failed);
+    }
+
+    pub fn record_stream(&self, relay: StreamRelay, ttfb: Option<Duration>) {
+        let mut t = self.totals.lock();
+        match relay {
+            StreamRelay::Streamed => t.sse_streamed += 1,
+            StreamRelay::Buffered => t.sse_buffered += 1,
+        }
+        if let Some(ttfb) = ttfb {
+            t.sse_ttfb_us += micros(ttfb);
+            t.sse_ttfb_n += 1;
+        }
+    }
+
+    /// One expand round: how many ids were restored, how many missed, and the tokens the
+    /// restored originals cost (a premature offload: saved then paid back).
+    pub fn record_expand_round(&self, restored: u64, missed: u64, wasted_tokens: u64) {
+        let mut t = self.totals.lock();
+        t.expand_rounds += 1;
+        t.restorations += restored;
+        t.expand_misses += missed;
+        t.wasted_tokens += wasted_tokens;
+    }
+
+    /// The `/stats` document.
+    pub fn to_json(&self, mode: &str) -> Value {
+        let t = self.totals.lock();
+        let saved = t.tokens_before.saturating_sub(t.tokens_after);
+        let components: BTreeMap<&str, Value> = t
+            .components
+            .iter()
+            .map(|(name, c)| {
+                let verdict = if c.acted > 0 {
+                    "acted"
+                } else if c.mutated > 0 {
+                    "moved"
+                } else if c.gates.is_empty() {
+                    "idle"
+                } else {
+                    "skipped"
+                };
+                let value = json!({
+                    "runs": c.runs,
+                    "acted": c.acted,
+                    "mutated": c.mutated,
+                    "reverted": c.reverted,
+                    "saved_tokens": c.saved_tokens,
+                    "saved_tokens_unique": c.saved_tokens_unique,
+                    "overcount_ratio": ratio(c.saved_tokens, c.saved_tokens_unique),
+                    "duration_ms": c.duration_us as f64 / 1000.0,
+                    "discarded_changes": c.discarded_changes,
+                    "verdict": verdict,
+                    "gates": c.gates,
+                });
+                (*name, value)
+            })
+            .collect();
+        let top_passthrough: Vec<&str> = t
+            .components
+            .iter()
+            .filter(|(_, c)| c.runs > 0 && c.mutated == 0)
+            .map(|(n, _)| *n)
+            .collect();
+        let mut discarded: Vec<(&str, u64)> = t
+            .components
+            .iter()
+            .filter(|(_, c)| c.discarded_changes > 0)
+            .map(|(n, c)| (*n, c.discarded_changes))
+            .collect();
+        discarded.sort_by(|a, b| b.1.cmp(&a.1));
+        let sse_total = t.sse_streamed + t.sse_buffered;
+        json!({
+            "requests": t.requests,
+            "compacted_requests": t.compacted_requests,
+            "passthrough_requests": t.passthrough_requests,
+            "unparsed_requests": t.unparsed_requests,
+            "tokens_before": t.tokens_before,
+            "tokens_after": t.tokens_after,
+            "saved_tokens": saved,
+            "saved_tokens_unique": t.saved_tokens_unique,
+            "overcount_ratio": ratio(saved, t.saved_tokens_unique),
+            "savings_pct": pct(saved, t.tokens_before),
+            "wasted_tokens": t.wasted_tokens,
+            "bounces": t.restorations,
+            "adjusted_saved": saved.saturating_sub(t.wasted_tokens),
+            "expand_rounds": t.expand_rounds,
+            "expand_misses": t.expand_misses,
+            "components": components,
+            "top_passthrough": top_passthrough,
+            "top_discarded": discarded.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "cg_added_ms_avg": ms(t.added_us, t.added_n),
+            "upstream_ms_avg": ms(t.upstream_us, t.upstream_n),
+            "upstream_errors": t.upstream_errors,
+            "sse_streamed": t.sse_streamed,
+            "sse_buffered": t.sse_buffered,
+            "sse_buffered_pct": pct(t.sse_buffered, sse_total),
+            "sse_ttfb_ms_avg": ms(t.sse_ttfb_us, t.sse_ttfb_n),
+            "mode": mode,
+            "sync_enforced": mode == "sync",
+        })
+    }
+
+    /// The `/metrics` document, Prometheus text format. Labels are fixed sets (component and
+    /// gate names compiled into sluice), never a session id or a model string.
+    pub fn to_prometheus(&self) -> String {
+        let t = self.totals.lock();
+        let mut out = String::new();
+        let counters: [(&str, &str, u64); 12] = [
+            (
+                "cg_requests_total",
+                "Requests received on rewritten routes.",
+                t.requests,
+            ),
+            (
+                "cg_passthrough_requests_total",
+                "Requests forwarded untouched.",
+                t.passthrough_requests,
+            ),
+            (
+                "cg_unparsed_requests_total",
+                "Bodies sluice could not parse (forwarded untouched).",
+                t.unparsed_requests,
+            ),
+            (
+                "cg_tokens_before_total",
+                "Content tokens before compaction.",
+                t.tokens_before,
+            ),
+            (
+                "cg_tokens_after_total",
+                "Content tokens after compaction.",
+                t.tokens_after,
+            ),
+            (
+                "cg_saved_tokens_total",
+                "Content tokens saved, cumulative.",
+                t.tokens_before.saturating_sub(t.tokens_after),
+            ),
+            (
+                "cg_saved_tokens_unique_total",
+                "Content tokens saved, each replaced content once.",
+                t.saved_tokens_unique,
+            ),
+            (
+                "cg_wasted_tokens_total",
+                "Tokens of originals restored through expand.",
+                t.wasted_tokens,
+            ),
+            (
+                "cg_expand_bounces_total",
+                "Originals restored through expand.",
+                t.restorations,
+            ),
+            (
+                "cg_expand_rounds_total",
+                "Expand loop rounds.",
+                t.expand_rounds,
+            ),
+            (
+                "cg_upstream_errors_total",
+                "Upstream transport failures.",
+                t.upstream_errors,
+            ),
+            (
+                "cg_sse_streams_total",
+                "Streamed responses relayed.",
+                t.sse_streamed + t.sse_buffered,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP cg_added_latency_ms Average latency sluice added per rewritten request."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE cg_added_latency_ms gauge\ncg_added_latency_ms {}",
+            ms(t.added_us, t.added_n)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP cg_component_runs_total Component runs by outcome (nested, not disjoint)."
+        );
+        let _ = writeln!(out, "# TYPE cg_component_runs_total counter");
+        for (name, c) in &t.components {
+            for (outcome, n) in [
+                ("ran", c.runs),
+                ("mutated", c.mutated),
+                ("acted", c.acted),
+                ("reverted", c.reverted),
+                ("discarded", c.discarded_changes),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "cg_component_runs_total{{component=\"{name}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP cg_component_gate_declines_total Items a component declined, by named reason."
+        );
+        let _ = writeln!(out, "# TYPE cg_component_gate_declines_total counter");
+        for (name, c) in &t.components {
+            for (gate, n) in &c.gates {
+                let _ = writeln!(
+                    out,
+                    "cg_component_gate_declines_total{{component=\"{name}\",gate=\"{gate}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP cg_component_saved_tokens_unique_total Unique content tokens saved per component."
+        );
+        let _ = writeln!(out, "# TYPE cg_component_saved_tokens_unique_total counter");
+        for (name, c) in &t.components {
+            let _ = writeln!(
+                out,
+                "cg_component_saved_tokens_unique_total{{component=\"{name}\"}} {}",
+                c.saved_tokens_unique
+            );
+        }
+        out
+    }
+}
+
+/// cumulative ÷ unique, 0 when nothing unique was saved (never a made-up 1.0 or infinity).
+fn ratio(cumulative: u64, unique: u64) -> f64 {
+    if unique == 0 {
+        0.0
+    } else {
+        cumulative as f64 / unique as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::pipeline::{ComponentReport, Kind, MessageSaving};
+
+    fn report(saved_key: u64, saved: usize) -> RunReport {
+        RunReport {
+            tokens_before: 1000,
+            tokens_after: 1000 - saved,
+            components: vec![ComponentReport {
+                name: "collapse",
+                kind: Kind::Offload,
+                tokens_before: 1000,
+                tokens_after: 1000 - saved,
+                saved_tokens: saved,
+                mutated: true,
+                acted: true,
+                reverted: None,
+                gates: [("below_max_tokens", 2)].into_iter().collect(),
+                changed: vec![3],
+                stashed: vec!["abc".into()],
+                savings: vec![MessageSaving {
+                    index: 3,
+                    content_key: saved_key,
+                    saved_tokens: saved,
+                }],
+                duration_us: 1500,
+            }],
+            duration_us: 2000,
+        }
+    }
+
+    #[test]
+    fn unique_savings_count_resent_content_once() {
+        let stats = Stats::new();
+        // The same message saved on three turns, then a new one.
+        for _ in 0..3 {
+            stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
+        }
+        stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
+        let doc = stats.to_json("sync");
+        assert_eq!(doc["saved_tokens"], 350);
+        assert_eq!(doc["saved_tokens_unique"], 150);
+        assert_eq!(doc["savings_pct"], 8.75);
+        assert_eq!(doc["cg_added_ms_avg"], 2.5);
+        let c = &doc["components"]["collapse"];
+        assert_eq!(
+            (c["runs"].as_u64(), c["acted"].as_u64()),
+            (Some(4), Some(4))
+        );
+        assert_eq!(c["gates"]["below_max_tokens"], 8);
+        assert_eq!(c["verdict"], "acted");
+        let ratio = c["overcount_ratio"].as_f64().unwrap();
+        assert!((ratio - 350.0 / 150.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ratios_without_data_are_zero() {
+        let doc = Stats::new().to_json("sync");
+        assert_eq!(doc["savings_pct"], 0.0);
+        assert_eq!(doc["overcount_ratio"], 0.0);
+        assert_eq!(doc["sse_buffered_pct"], 0.0);
+    }
+
+    #[test]
+    fn prometheus_has_fixed_labels_only() {
+        let stats = Stats::new();
+        stats.record_run(&report(1, 10), &[], Duration::from_millis(1));
+        let text = stats.to_prometheus();
+        assert!(text.contains("cg_requests_total 1"));
+        assert!(
+            text.contains("cg_component_runs_total{component=\"collapse\",outcome=\"acted\"} 1")
+        );
+        assert!(text.contains(
+            "cg_component_gate_declines_total{component=\"collapse\",gate=\"below_max_tokens\"} 2"
+        ));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                !line.contains("session") && !line.contains("model"),
+                "{line}"
+            );
+        }
+    }
+}

@@ -1,0 +1,637 @@
+//! The request handler: routes, the rewrite path, pass-through, the expand loop, and the
+//! operator routes (`/healthz`, `/stats`, `/metrics`, `/expand`, `/compact`).
+//!
+//! Failure rule: sluice never answers 5xx for a problem it caused. A body it cannot parse is
+//! forwarded untouched; a panic in the engine forwards the original (the engine's own guard);
+//! only an upstream that cannot be reached gives 502/504, and an upstream error status passes
+//! through verbatim.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actors::stats::{Stats, StreamRelay};
+use bytes::Bytes;
+use engine::apply::apply_parsed;
+use engine::config::Config;
+use engine::pipeline::{Pipeline, RunCx};
+use engine::store::Store;
+use engine::wire::{self, Dialect, json};
+use engine::{marker, session, tokens};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+
+use crate::clock::SystemClock;
+use crate::expand;
+use crate::http::{self as h, Body, BoxError};
+use crate::sse::{self, Opening};
+use crate::upstream::{Upstream, UpstreamError, strip_hop_by_hop};
+
+/// The session header; wins over the derived key once sanitized.
+pub const SESSION_HEADER: &str = "x-context-guru-session";
+
+/// Expand rounds per request before the response goes to the agent as it is.
+pub const MAX_EXPAND_ROUNDS: usize = 3;
+
+/// How much of a stream may be held while deciding whether it opens with an expand call.
+const PEEK_MAX_BYTES: usize = 64 << 10;
+
+/// Where requests go and how big they may be.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub anthropic_upstream: String,
+    pub openai_upstream: String,
+    /// Request bodies over this are refused with 413.
+    pub body_limit: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            anthropic_upstream: "https://api.anthropic.com".into(),
+            openai_upstream: "https://api.openai.com".into(),
+            body_limit: 32 << 20,
+        }
+    }
+}
+
+/// Everything a request needs, shared by all of them.
+pub struct App {
+    pub config: Config,
+    pipeline: Pipeline,
+    store: Arc<dyn Store>,
+    pub stats: Stats,
+    upstream: Upstream,
+    clock: Arc<SystemClock>,
+    settings: Settings,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// # Errors
+    /// The config's problems, if its pipeline does not build.
+    pub fn new(
+        config: Config,
+        settings: Settings,
+        upstream: Upstream,
+        store: Arc<dyn Store>,
+    ) -> Result<App, Vec<engine::config::ConfigError>> {
+        let pipeline = config.build_pipeline()?;
+        Ok(App {
+            config,
+            pipeline,
+            store,
+            stats: Stats::new(),
+            upstream,
+            clock: Arc::new(SystemClock),
+            settings,
+        })
+    }
+
+    fn mode(&self) -> &'static str {
+        match self.config.mode {
+            engine::config::Mode::Sync => "sync",
+            engine::config::Mode::Observe => "observe",
+        }
+    }
+}
+
+/// The service function: never fails, every outcome is a response.
+pub async fn handle(
+    app: Arc<App>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let method = request.method().clone();
+    let response = match (&method, path.as_str()) {
+        (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
+        (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
+        (&Method::GET, "/stats") => {
+            h::json(StatusCode::OK, app.stats.to_json(app.mode()).to_string())
+        }
+        (&Method::GET, "/metrics") => h::text(StatusCode::OK, app.stats.to_prometheus()),
+        (&Method::GET, "/expand") => expand_route(&app, peer, &request),
+        (&Method::POST, "/compact") => compact_route(&app, request).await,
+        (&Method::POST, "/anthropic/v1/messages") => chat(&app, Dialect::Anthropic, request).await,
+        (&Method::POST, "/openai/v1/chat/completions") => {
+            chat(&app, Dialect::OpenAi, request).await
+        }
+        _ => match upstream_for(&app.settings, &path) {
+            Some(base) => passthrough(&app, base, request).await,
+            None => h::error(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                &format!("sluice has no route {method} {path}"),
+            ),
+        },
+    };
+    Ok(response)
+}
+
+/// The upstream base and the path to call there, for a path under `/anthropic/` or `/openai/`.
+fn upstream_for<'a>(settings: &'a Settings, path: &str) -> Option<&'a str> {
+    if path.starts_with("/anthropic/") {
+        Some(&settings.anthropic_upstream)
+    } else if path.starts_with("/openai/") {
+        Some(&settings.openai_upstream)
+    } else {
+        None
+    }
+}
+
+/// `/anthropic/v1/x?q` → `<base>/v1/x?q`.
+fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
+    let path = request_uri.path();
+    let rest = path
+        .strip_prefix("/anthropic")
+        .or_else(|| path.strip_prefix("/openai"))
+        .unwrap_or(path);
+    let query = request_uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    format!("{}{rest}{query}", base.trim_end_matches('/'))
+}
+
+async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
+    match Limited::new(body, app.settings.body_limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(h::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            &format!(
+                "request body is over sluice's limit of {} bytes",
+                app.settings.body_limit
+            ),
+        )),
+        Err(_) => Err(h::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "could not read the request body",
+        )),
+    }
+}
+
+fn upstream_failure(err: &UpstreamError) -> Response<Body> {
+    match err {
+        UpstreamError::Timeout => h::error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_timeout",
+            &err.to_string(),
+        ),
+        _ => h::error(StatusCode::BAD_GATEWAY, "upstream_error", &err.to_string()),
+    }
+}
+
+/// An upstream response passed through as it streams in.
+fn relay(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
+}
+
+async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(app, body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    app.stats.record_passthrough(false);
+    let uri = upstream_uri(base, &parts.uri);
+    send(app, parts.method, &uri, &parts.headers, body)
+        .await
+        .map_or_else(|e| upstream_failure(&e), relay)
+}
+
+async fn send(
+    app: &App,
+    method: Method,
+    uri: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Incoming>, UpstreamError> {
+    let started = Instant::now();
+    let result = app.upstream.send(method, uri, headers, body).await;
+    app.stats
+        .record_upstream(started.elapsed(), result.is_err());
+    result
+}
+
+/// Whether the body asks for a streamed response.
+fn wants_stream(body: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(body) else {
+        return false;
+    };
+    let Ok(root) = json::parse_document(text) else {
+        return false;
+    };
+    json::get(text, root, "stream").is_some_and(|s| s.of(text) == "true")
+}
+
+/// What the rewrite produced for one request.
+struct Rewritten {
+    body: Bytes,
+    session: String,
+    /// The expand tool was injected, so the response may call it.
+    expandable: bool,
+}
+
+fn rewrite(app: &App, dialect: Dialect, headers: &HeaderMap, body: &Bytes) -> Option<Rewritten> {
+    let started = Instant::now();
+    let parsed = wire::parse(body, dialect).ok()?;
+    let explicit = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok());
+    let session = session::resolve(explicit, parsed.messages());
+    let cx = RunCx {
+        dialect,
+        session: session.clone(),
+        store: app.store.clone(),
+        clock: app.clock.clone(),
+        // Every component this build has is a pure function of (content, config), so the
+        // same decision is re-derived byte-identically on every turn: acting at any depth does
+        // not move the cached prefix. The sessions issue brings the tracked boundary for
+        // components for which this does not hold.
+        mutable_from: 0,
+        cold: false,
+        existing_breakpoints: parsed.existing_breakpoints(),
+    };
+    let applied = apply_parsed(&parsed, &app.pipeline, &cx);
+    let stashed = applied
+        .report
+        .components
+        .iter()
+        .any(|c| !c.stashed.is_empty());
+    let rewritten = match applied.body {
+        std::borrow::Cow::Borrowed(_) => body.clone(),
+        std::borrow::Cow::Owned(bytes) => Bytes::from(bytes),
+    };
+    let injected = if stashed {
+        expand::inject_tool(&rewritten, dialect).map(Bytes::from)
+    } else {
+        None
+    };
+    app.stats
+        .record_run(&applied.report, &applied.discarded, started.elapsed());
+    Some(Rewritten {
+        expandable: injected.is_some(),
+        body: injected.unwrap_or(rewritten),
+        session,
+    })
+}
+
+async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(app, body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let base = match dialect {
+        Dialect::Anthropic => &app.settings.anthropic_upstream,
+        Dialect::OpenAi => &app.settings.openai_upstream,
+    };
+    let uri = upstream_uri(base, &parts.uri);
+    let Some(rewritten) = rewrite(app, dialect, &parts.headers, &body) else {
+        // Not ours to judge: the upstream answers a body we cannot read.
+        app.stats.record_passthrough(true);
+        return send(app, parts.method, &uri, &parts.headers, body)
+            .await
+            .map_or_else(|e| upstream_failure(&e), relay);
+    };
+    let stream = wants_stream(&rewritten.body);
+    let response = match send(
+        app,
+        parts.method.clone(),
+        &uri,
+        &parts.headers,
+        rewritten.body.clone(),
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(err) => return upstream_failure(&err),
+    };
+    if !rewritten.expandable || !response.status().is_success() {
+        if stream {
+            app.stats.record_stream(StreamRelay::Streamed, None);
+        }
+        return relay(response);
+    }
+    let call = Continuation {
+        app: app.clone(),
+        dialect,
+        uri,
+        headers: parts.headers,
+        session: rewritten.session,
+    };
+    if stream {
+        call.stream(rewritten.body, response)
+    } else {
+        call.buffered(rewritten.body, response).await
+    }
+}
+
+/// What the expand loop needs to re-invoke upstream.
+struct Continuation {
+    app: Arc<App>,
+    dialect: Dialect,
+    uri: String,
+    headers: HeaderMap,
+    session: String,
+}
+
+impl Continuation {
+    /// Resolves the calls and builds the next request, or `None` when the response is not an
+    /// all-expand turn.
+    fn next_request(&self, forwarded: &[u8], response: &[u8]) -> Option<Vec<u8>> {
+        let calls = expand::expand_calls(response, self.dialect)?;
+        let mut restored = 0;
+        let mut missed = 0;
+        let mut wasted = 0;
+        let results: Vec<(String, String)> = calls
+            .into_iter()
+            .map(|call| {
+                let original = match self.app.store.resolve(&self.session, &call.stash_id) {
+                    Some(original) => {
+                        restored += 1;
+                        wasted += tokens::count(&original) as u64;
+                        original.to_string()
+                    }
+                    None => {
+                        missed += 1;
+                        marker::expired_placeholder(&call.stash_id)
+                    }
+                };
+                (call.call_id, original)
+            })
+            .collect();
+        self.app.stats.record_expand_round(restored, missed, wasted);
+        expand::continuation(forwarded, response, self.dialect, &results)
+    }
+
+    /// Sends the next request of the loop with the agent's own headers.
+    async fn resend(&self, body: Bytes) -> Result<Response<Incoming>, UpstreamError> {
+        send(&self.app, Method::POST, &self.uri, &self.headers, body).await
+    }
+
+    /// Non-streamed: read each response whole, loop while it is all expand calls.
+    async fn buffered(
+        self,
+        mut forwarded: Bytes,
+        mut response: Response<Incoming>,
+    ) -> Response<Body> {
+        for _ in 0..=MAX_EXPAND_ROUNDS {
+            let (mut parts, body) = response.into_parts();
+            let bytes = match body.collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(err) => {
+                    return h::error(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_error",
+                        &format!("upstream body failed: {err}"),
+                    );
+                }
+            };
+            strip_hop_by_hop(&mut parts.headers);
+            let next = parts
+                .status
+                .is_success()
+                .then(|| self.next_request(&forwarded, &bytes))
+                .flatten();
+            let Some(next) = next else {
+                return Response::from_parts(parts, h::full(bytes));
+            };
+            forwarded = Bytes::from(next);
+            response = match self.resend(forwarded.clone()).await {
+                Ok(response) => response,
+                Err(err) => return upstream_failure(&err),
+            };
+        }
+        relay(response)
+    }
+
+    /// Streamed: peek at the opening of each stream; a stream that does not open with an expand
+    /// call is released at once and piped; one that does is held, and its continuation streams
+    /// in its place, so the client sees one coherent stream.
+    fn stream(self, forwarded: Bytes, first: Response<Incoming>) -> Response<Body> {
+        let (mut parts, body) = first.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(32);
+        tokio::spawn(self.drive_stream(forwarded, body, tx));
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        Response::from_parts(parts, BodyExt::boxed(StreamBody::new(stream)))
+    }
+
+    async fn drive_stream(
+        self,
+        mut forwarded: Bytes,
+        mut body: Incoming,
+        tx: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    ) {
+        let started = Instant::now();
+        for round in 0..=MAX_EXPAND_ROUNDS {
+            let mut held: Vec<u8> = Vec::new();
+            let mut pending: Vec<u8> = Vec::new();
+            let mut events: Vec<serde_json::Value> = Vec::new();
+            let mut opening = Opening::Undecided;
+            // Peek until the opening is known, the peek budget is spent, or the stream ends.
+            while opening == Opening::Undecided && held.len() < PEEK_MAX_BYTES {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else {
+                            continue;
+                        };
+                        held.extend_from_slice(&data);
+                        pending.extend_from_slice(&data);
+                        for f in sse::take_frames(&mut pending) {
+                            if let Some(value) = sse::frame_data(&f) {
+                                if opening == Opening::Undecided {
+                                    opening = sse::opening(self.dialect, &value);
+                                }
+                                events.push(value);
+                            }
+                        }
+                    }
+                    Some(Err(err)) => {
+                        let _ = tx.send(Ok(Frame::data(Bytes::from(held)))).await;
+                        let _ = tx.send(Err(Box::new(err))).await;
+                        return;
+                    }
+                    None => break,
+                }
+            }
+            if opening != Opening::Expand || round == MAX_EXPAND_ROUNDS {
+                self.app
+                    .stats
+                    .record_stream(StreamRelay::Streamed, Some(started.elapsed()));
+                if tx.send(Ok(Frame::data(Bytes::from(held)))).await.is_err() {
+                    return; // The client went away: nothing left to deliver.
+                }
+                pipe(body, &tx).await;
+                return;
+            }
+            // Hold the whole expand turn.
+            while let Some(next) = body.frame().await {
+                let Ok(frame) = next else { break };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                held.extend_from_slice(&data);
+                pending.extend_from_slice(&data);
+                events.extend(
+                    sse::take_frames(&mut pending)
+                        .iter()
+                        .filter_map(|f| sse::frame_data(f)),
+                );
+            }
+            self.app.stats.record_stream(StreamRelay::Buffered, None);
+            let aggregated = sse::aggregate(self.dialect, &events).to_string();
+            let Some(next) = self.next_request(&forwarded, aggregated.as_bytes()) else {
+                let _ = tx.send(Ok(Frame::data(Bytes::from(held)))).await;
+                return;
+            };
+            forwarded = Bytes::from(next);
+            match self.resend(forwarded.clone()).await {
+                Ok(response) if response.status().is_success() => body = response.into_body(),
+                // The continuation failed: the agent gets the held turn verbatim rather than nothing.
+                _ => {
+                    let _ = tx.send(Ok(Frame::data(Bytes::from(held)))).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn pipe(mut body: Incoming, tx: &tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>) {
+    while let Some(frame) = body.frame().await {
+        let item = frame.map_err(|e| Box::new(e) as BoxError);
+        let failed = item.is_err();
+        if tx.send(item).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// `GET /expand?id=HASH[&session=S]`: the exact original, for a person at a loopback address.
+/// With a session (header or parameter) only that session's stashes resolve.
+fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Response<Body> {
+    if !peer.ip().is_loopback() {
+        return h::error(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "stashed content is served to loopback addresses only",
+        );
+    }
+    let query = request.uri().query().unwrap_or("");
+    let param = |key: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .map(str::to_owned)
+    };
+    let Some(id) = param("id") else {
+        return h::error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "missing ?id=HASH",
+        );
+    };
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| param("session"));
+    let original = match session.as_deref().and_then(session::sanitize_explicit) {
+        Some(session) => app.store.resolve(session, &id),
+        None if session.is_some() => None,
+        None => app.store.resolve_any(&id),
+    };
+    match original {
+        Some(original) => h::text(StatusCode::OK, original.to_string()),
+        None => h::text(
+            StatusCode::NOT_FOUND,
+            "expired, unknown, or not owned by this session",
+        ),
+    }
+}
+
+/// `POST /compact[?provider=anthropic|openai][&preset=NAME]`: the rewritten body, no upstream
+/// call. Always 200: the rewrite, or the original when it cannot be rewritten.
+async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let query = request.uri().query().unwrap_or("").to_owned();
+    let (parts, body) = request.into_parts();
+    let body = match read_body(app, body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let param = |key: &str| {
+        query
+            .split('&')
+            .find_map(|p| p.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    };
+    let dialect = param("provider")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| Dialect::detect(&body));
+    let preset_pipeline =
+        param("preset").and_then(|name| Config::from_preset(name).ok()?.build_pipeline().ok());
+    let pipeline = preset_pipeline.as_ref().unwrap_or(&app.pipeline);
+    let Ok(parsed) = wire::parse(&body, dialect) else {
+        return h::json(StatusCode::OK, body);
+    };
+    let explicit = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok());
+    let cx = RunCx {
+        dialect,
+        session: session::resolve(explicit, parsed.messages()),
+        store: app.store.clone(),
+        clock: app.clock.clone(),
+        mutable_from: 0,
+        cold: false,
+        existing_breakpoints: parsed.existing_breakpoints(),
+    };
+    let applied = apply_parsed(&parsed, pipeline, &cx);
+    h::json(StatusCode::OK, applied.body.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_uri_strips_the_dialect_prefix_and_keeps_the_query() {
+        let uri: http::Uri = "/anthropic/v1/messages/count_tokens?beta=true"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            upstream_uri("https://api.anthropic.com/", &uri),
+            "https://api.anthropic.com/v1/messages/count_tokens?beta=true"
+        );
+        let uri: http::Uri = "/openai/v1/models".parse().unwrap();
+        assert_eq!(
+            upstream_uri("http://127.0.0.1:9", &uri),
+            "http://127.0.0.1:9/v1/models"
+        );
+    }
+
+    #[test]
+    fn stream_flag_is_read_from_the_body() {
+        assert!(wants_stream(br#"{"stream": true, "messages": []}"#));
+        assert!(!wants_stream(br#"{"stream": false}"#));
+        assert!(!wants_stream(b"not json"));
+    }
+}

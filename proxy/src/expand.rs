@@ -1,0 +1,362 @@
+//! The expand loop's wire work: inject the `context_guru_expand` tool, recognise a response
+//! whose tool calls are all expand calls, and build the continuation request.
+//!
+//! Everything here splices into the forwarded bytes, like the engine's write-back: the tool is
+//! appended last to `tools` with deterministic bytes (so the cached tools prefix is stable turn
+//! after turn), and the continuation appends two messages to `messages`, leaving everything else
+//! as it was.
+
+use engine::marker::EXPAND_TOOL_NAME;
+use engine::wire::Dialect;
+use engine::wire::json::{self, Kind, Span};
+
+/// The tool's description, as the reference wrote it.
+pub const EXPAND_DESCRIPTION: &str =
+    "Retrieve the full original content that was compressed and replaced by a <<cg:HASH>> marker.";
+
+fn tool_json(dialect: Dialect) -> String {
+    let description = json::to_literal(EXPAND_DESCRIPTION);
+    let schema = r#"{"type":"object","properties":{"id":{"type":"string","description":"The HASH inside the <<cg:HASH>> marker."}},"required":["id"]}"#;
+    match dialect {
+        Dialect::Anthropic => {
+            format!(
+                r#"{{"name":"{EXPAND_TOOL_NAME}","description":{description},"input_schema":{schema}}}"#
+            )
+        }
+        Dialect::OpenAi => format!(
+            r#"{{"type":"function","function":{{"name":"{EXPAND_TOOL_NAME}","description":{description},"parameters":{schema}}}}}"#
+        ),
+    }
+}
+
+/// Whether `tool_choice` leaves the model free to call our tool: absent or `auto`.
+fn choice_allows_expand(text: &str, root: Span) -> bool {
+    let Some(choice) = json::get(text, root, "tool_choice") else {
+        return true;
+    };
+    match json::kind_of(text, choice) {
+        Kind::String => json::decode_string(text, choice).is_ok_and(|c| c == "auto"),
+        Kind::Object => json::get(text, choice, "type")
+            .and_then(|t| json::decode_string(text, t).ok())
+            .is_some_and(|t| t == "auto"),
+        _ => false,
+    }
+}
+
+fn tool_name(text: &str, tool: Span) -> Option<String> {
+    let name = json::get(text, tool, "name")
+        .or_else(|| json::get(text, tool, "function").and_then(|f| json::get(text, f, "name")))?;
+    json::decode_string(text, name).ok().map(|n| n.into_owned())
+}
+
+/// Returns the body with the expand tool appended, or `None` when it must not be injected
+/// (a forced `tool_choice`, already present, or an unreadable body).
+pub fn inject_tool(body: &[u8], dialect: Dialect) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let root = json::parse_document(text).ok()?;
+    if !choice_allows_expand(text, root) {
+        return None;
+    }
+    let tool = tool_json(dialect);
+    let (at, insert) = match json::get(text, root, "tools") {
+        Some(tools) if json::kind_of(text, tools) == Kind::Array => {
+            let mut empty = true;
+            for existing in json::elements(text, tools) {
+                empty = false;
+                if tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME) {
+                    return None;
+                }
+            }
+            let close = tools.end - 1;
+            (close, if empty { tool } else { format!(",{tool}") })
+        }
+        Some(_) => return None,
+        None => (root.end - 1, format!(r#","tools":[{tool}]"#)),
+    };
+    let mut out = Vec::with_capacity(body.len() + insert.len());
+    out.extend_from_slice(&body[..at]);
+    out.extend_from_slice(insert.as_bytes());
+    out.extend_from_slice(&body[at..]);
+    Some(out)
+}
+
+/// One expand call the model made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpandCall {
+    /// The provider's tool call id, which the result must answer.
+    pub call_id: String,
+    /// The stash id the model asked for (empty when it sent none).
+    pub stash_id: String,
+}
+
+/// The assistant turn of a non-streamed response, as raw JSON pieces.
+struct AssistantTurn<'a> {
+    text: &'a str,
+    /// Anthropic: the `content` array. OpenAI: the `message` object.
+    content: Span,
+    calls: Vec<(String, String, String)>,
+}
+
+fn assistant_turn(text: &str, dialect: Dialect) -> Option<AssistantTurn<'_>> {
+    let root = json::parse_document(text).ok()?;
+    let mut calls = Vec::new();
+    let content = match dialect {
+        Dialect::Anthropic => {
+            let content = json::get(text, root, "content")?;
+            for block in json::elements(text, content) {
+                let kind =
+                    json::get(text, block, "type").and_then(|t| json::decode_string(text, t).ok());
+                if kind.as_deref() != Some("tool_use") {
+                    continue;
+                }
+                let field = |k: &str| {
+                    json::get(text, block, k)
+                        .and_then(|v| json::decode_string(text, v).ok())
+                        .map(|v| v.into_owned())
+                };
+                let input = json::get(text, block, "input")
+                    .map(|s| s.of(text).to_owned())
+                    .unwrap_or_default();
+                calls.push((
+                    field("id").unwrap_or_default(),
+                    field("name").unwrap_or_default(),
+                    input,
+                ));
+            }
+            content
+        }
+        Dialect::OpenAi => {
+            let choice = json::elements(text, json::get(text, root, "choices")?).next()?;
+            let message = json::get(text, choice, "message")?;
+            if let Some(tool_calls) = json::get(text, message, "tool_calls") {
+                for call in json::elements(text, tool_calls) {
+                    let id = json::get(text, call, "id")
+                        .and_then(|v| json::decode_string(text, v).ok())
+                        .unwrap_or_default();
+                    let function = json::get(text, call, "function");
+                    let get = |k: &str| {
+                        function
+                            .and_then(|f| json::get(text, f, k))
+                            .and_then(|v| json::decode_string(text, v).ok())
+                            .unwrap_or_default()
+                    };
+                    calls.push((
+                        id.into_owned(),
+                        get("name").into_owned(),
+                        get("arguments").into_owned(),
+                    ));
+                }
+            }
+            message
+        }
+    };
+    Some(AssistantTurn {
+        text,
+        content,
+        calls,
+    })
+}
+
+/// The expand calls of a non-streamed response, when it made at least one tool call and every
+/// one of them is an expand call. Any other tool means the agent must see the response as is.
+pub fn expand_calls(response: &[u8], dialect: Dialect) -> Option<Vec<ExpandCall>> {
+    let text = std::str::from_utf8(response).ok()?;
+    let turn = assistant_turn(text, dialect)?;
+    if turn.calls.is_empty()
+        || turn
+            .calls
+            .iter()
+            .any(|(_, name, _)| name != EXPAND_TOOL_NAME)
+    {
+        return None;
+    }
+    Some(
+        turn.calls
+            .iter()
+            .map(|(call_id, _, args)| ExpandCall {
+                call_id: call_id.clone(),
+                stash_id: requested_id(args),
+            })
+            .collect(),
+    )
+}
+
+/// The `id` argument of an expand call, tolerating a marker pasted whole (`<<cg:ID>>`).
+fn requested_id(arguments: &str) -> String {
+    let Ok(root) = json::parse_document(arguments) else {
+        return String::new();
+    };
+    let id = json::get(arguments, root, "id")
+        .and_then(|v| json::decode_string(arguments, v).ok())
+        .unwrap_or_default();
+    let id = id.trim();
+    id.strip_prefix("<<cg:")
+        .and_then(|s| s.strip_suffix(">>"))
+        .unwrap_or(id)
+        .to_owned()
+}
+
+/// The next request of the loop: `forwarded` plus the assistant turn of `response` and one tool
+/// result per call, in call order. `None` when either body is unreadable.
+pub fn continuation(
+    forwarded: &[u8],
+    response: &[u8],
+    dialect: Dialect,
+    results: &[(String, String)],
+) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(forwarded).ok()?;
+    let root = json::parse_document(text).ok()?;
+    let messages = json::get(text, root, "messages")?;
+    let response_text = std::str::from_utf8(response).ok()?;
+    let turn = assistant_turn(response_text, dialect)?;
+    let raw = turn.content.of(turn.text);
+    let mut added = String::new();
+    match dialect {
+        Dialect::Anthropic => {
+            added.push_str(r#"{"role":"assistant","content":"#);
+            added.push_str(raw);
+            added.push_str(r#"},{"role":"user","content":["#);
+            for (i, (call_id, original)) in results.iter().enumerate() {
+                if i > 0 {
+                    added.push(',');
+                }
+                added.push_str(r#"{"type":"tool_result","tool_use_id":"#);
+                json::encode_string(call_id, &mut added);
+                added.push_str(r#","content":"#);
+                json::encode_string(original, &mut added);
+                added.push('}');
+            }
+            added.push_str("]}");
+        }
+        Dialect::OpenAi => {
+            // A clean assistant message: the response's message may carry response-only
+            // fields (refusal, annotations) that a strict server rejects in a request.
+            let message = turn.content;
+            let content =
+                json::get(turn.text, message, "content").map_or("null", |s| s.of(turn.text));
+            let tool_calls =
+                json::get(turn.text, message, "tool_calls").map_or("[]", |s| s.of(turn.text));
+            added.push_str(&format!(
+                r#"{{"role":"assistant","content":{content},"tool_calls":{tool_calls}}}"#
+            ));
+            for (call_id, original) in results {
+                added.push_str(r#",{"role":"tool","tool_call_id":"#);
+                json::encode_string(call_id, &mut added);
+                added.push_str(r#","content":"#);
+                json::encode_string(original, &mut added);
+                added.push('}');
+            }
+        }
+    }
+    let close = messages.end - 1;
+    let empty = json::elements(text, messages).next().is_none();
+    let mut out = Vec::with_capacity(forwarded.len() + added.len() + 1);
+    out.extend_from_slice(&forwarded[..close]);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(added.as_bytes());
+    out.extend_from_slice(&forwarded[close..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn injects_last_idempotently_and_deterministically() {
+        let body = br#"{"model":"m","tools":[{"name":"bash","input_schema":{}}],"messages":[]}"#;
+        let once = inject_tool(body, Dialect::Anthropic).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&once).unwrap();
+        assert_eq!(value["tools"][1]["name"], EXPAND_TOOL_NAME);
+        assert_eq!(value["tools"][1]["input_schema"]["required"][0], "id");
+        assert_eq!(inject_tool(&once, Dialect::Anthropic), None, "idempotent");
+        assert_eq!(
+            inject_tool(body, Dialect::Anthropic).unwrap(),
+            once,
+            "deterministic"
+        );
+    }
+
+    #[test]
+    fn adds_a_tools_array_when_there_is_none_and_respects_tool_choice() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
+        let out = inject_tool(body, Dialect::OpenAi).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(value["tools"][0]["function"]["name"], EXPAND_TOOL_NAME);
+        for choice in [
+            r#""required""#,
+            r#""none""#,
+            r#"{"type":"function","function":{"name":"bash"}}"#,
+            r#"{"type":"tool","name":"bash"}"#,
+        ] {
+            let forced = format!(r#"{{"tool_choice":{choice},"tools":[],"messages":[]}}"#);
+            assert_eq!(
+                inject_tool(forced.as_bytes(), Dialect::OpenAi),
+                None,
+                "{choice}"
+            );
+        }
+        let auto = br#"{"tool_choice":{"type":"auto"},"tools":[],"messages":[]}"#;
+        assert!(inject_tool(auto, Dialect::Anthropic).is_some());
+    }
+
+    #[test]
+    fn recognises_all_expand_responses_only() {
+        let expand = br#"{"content":[{"type":"text","text":"let me look"},{"type":"tool_use","id":"tu1","name":"context_guru_expand","input":{"id":"<<cg:abc>>"}}],"stop_reason":"tool_use"}"#;
+        let calls = expand_calls(expand, Dialect::Anthropic).unwrap();
+        assert_eq!(
+            calls,
+            vec![ExpandCall {
+                call_id: "tu1".into(),
+                stash_id: "abc".into()
+            }]
+        );
+        let mixed = br#"{"content":[{"type":"tool_use","id":"a","name":"context_guru_expand","input":{"id":"x"}},{"type":"tool_use","id":"b","name":"bash","input":{}}]}"#;
+        assert_eq!(expand_calls(mixed, Dialect::Anthropic), None);
+        let text_only = br#"{"choices":[{"message":{"role":"assistant","content":"done"}}]}"#;
+        assert_eq!(expand_calls(text_only, Dialect::OpenAi), None);
+        let openai = br#"{"choices":[{"message":{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"context_guru_expand","arguments":"{\"id\":\"abc\"}"}}]}}]}"#;
+        assert_eq!(
+            expand_calls(openai, Dialect::OpenAi).unwrap()[0].stash_id,
+            "abc"
+        );
+    }
+
+    #[test]
+    fn continuation_appends_the_turn_and_one_result_per_call() {
+        let forwarded =
+            br#"{"model":"m","messages":[{"role":"user","content":"q"}],"stream":false}"#;
+        let response = br#"{"choices":[{"message":{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"context_guru_expand","arguments":"{\"id\":\"abc\"}"}}]}}]}"#;
+        let next = continuation(
+            forwarded,
+            response,
+            Dialect::OpenAi,
+            &[("c1".into(), "the \"original\"".into())],
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&next).unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1]["tool_calls"][0]["id"], "c1");
+        assert!(messages[1].get("refusal").is_none());
+        assert_eq!(messages[2]["role"], "tool");
+        assert_eq!(messages[2]["content"], "the \"original\"");
+        assert_eq!(value["stream"], false);
+
+        let forwarded = br#"{"messages":[{"role":"user","content":"q"}]}"#;
+        let response = br#"{"content":[{"type":"tool_use","id":"tu1","name":"context_guru_expand","input":{"id":"abc"}}]}"#;
+        let next = continuation(
+            forwarded,
+            response,
+            Dialect::Anthropic,
+            &[("tu1".into(), "orig".into())],
+        )
+        .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&next).unwrap();
+        assert_eq!(value["messages"][1]["content"][0]["name"], EXPAND_TOOL_NAME);
+        assert_eq!(value["messages"][2]["content"][0]["tool_use_id"], "tu1");
+        assert_eq!(value["messages"][2]["content"][0]["content"], "orig");
+    }
+}

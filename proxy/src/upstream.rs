@@ -1,0 +1,194 @@
+//! The upstream client: pooled HTTP/1.1 and h2 over rustls (ring, compiled-in roots), and the
+//! header rules for what may cross.
+//!
+//! The caller's auth headers go upstream as they are. Hop-by-hop headers, `Host`,
+//! `Content-Length` (recomputed), `Cookie` and every `x-context-guru-*` header never do. There
+//! is a connect timeout and a first-byte (response header) timeout, and no overall body
+//! timeout, so a ten-minute stream is never cut.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, Method, Request, Response, Uri, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Why an upstream call produced no response.
+#[derive(Debug)]
+pub enum UpstreamError {
+    /// Connecting or sending failed.
+    Transport(String),
+    /// No response headers within the first-byte timeout.
+    Timeout,
+    /// The configured upstream plus the path is not a valid URI.
+    BadUri(String),
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Transport(e) => write!(f, "upstream request failed: {e}"),
+            UpstreamError::Timeout => write!(f, "upstream sent no response headers in time"),
+            UpstreamError::BadUri(e) => write!(f, "bad upstream URI: {e}"),
+        }
+    }
+}
+
+/// Timeouts for upstream calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// Until the response headers arrive. Defaults to 10 minutes: a model may think long before
+    /// its first byte.
+    pub first_byte: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A pooled client shared by every request.
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeouts: Timeouts,
+}
+
+impl Upstream {
+    pub fn new(timeouts: Timeouts) -> Upstream {
+        // Both rustls providers must never be linked (see ARCHITECTURE.md); installing ring
+        // explicitly makes the choice independent of feature unification. A second call fails
+        // harmlessly when another part of the process installed it first.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(timeouts.connect));
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        Upstream { client, timeouts }
+    }
+
+    /// Sends one request and waits for the response headers (not the body).
+    ///
+    /// # Errors
+    /// [`UpstreamError`] on a transport failure, a timeout or a bad URI.
+    pub async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let uri: Uri = uri
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| UpstreamError::BadUri(e.to_string()))?;
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(out) = request.headers_mut() {
+            copy_forwardable(headers, out);
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| UpstreamError::BadUri(e.to_string()))?;
+        match tokio::time::timeout(self.timeouts.first_byte, self.client.request(request)).await {
+            Err(_) => Err(UpstreamError::Timeout),
+            Ok(Err(e)) => Err(UpstreamError::Transport(error_chain(&e))),
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Whether a request header may go upstream.
+pub fn forwardable(name: &HeaderName) -> bool {
+    !matches!(
+        *name,
+        header::CONNECTION
+            | header::TRANSFER_ENCODING
+            | header::TE
+            | header::TRAILER
+            | header::UPGRADE
+            | header::HOST
+            | header::CONTENT_LENGTH
+            | header::COOKIE
+            | header::PROXY_AUTHORIZATION
+    ) && name.as_str() != "keep-alive"
+        && name.as_str() != "proxy-connection"
+        && !name.as_str().starts_with("x-context-guru-")
+}
+
+fn copy_forwardable(from: &HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if forwardable(name) {
+            to.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Removes the response headers that describe the upstream hop rather than the content.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::TRAILER,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_headers_never_cross() {
+        for name in [
+            "cookie",
+            "x-context-guru-session",
+            "x-context-guru-bypass",
+            "connection",
+            "host",
+            "content-length",
+            "keep-alive",
+        ] {
+            assert!(!forwardable(&HeaderName::from_static(name)), "{name}");
+        }
+        for name in [
+            "authorization",
+            "x-api-key",
+            "anthropic-version",
+            "anthropic-beta",
+            "openai-organization",
+        ] {
+            assert!(forwardable(&HeaderName::from_static(name)), "{name}");
+        }
+    }
+}

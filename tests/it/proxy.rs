@@ -1,0 +1,600 @@
+//! The real server against the mock provider: both dialects, stream and non-stream, the expand
+//! loop, header hygiene, pass-through, operator routes, limits and graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use engine::config::Config;
+use engine::marker;
+use engine::store::MemoryStore;
+use engine::wire::{self, Dialect};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use integration_tests::mock::{Mock, Reply};
+use proxy::app::{App, Settings};
+use proxy::upstream::{Timeouts, Upstream};
+use serde_json::Value;
+
+struct Sluice {
+    url: String,
+    mock: Mock,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<()>,
+}
+
+async fn start_with(config: &str, body_limit: usize) -> Sluice {
+    let mock = Mock::start().await;
+    let config = Config::parse(config).unwrap();
+    let clock = Arc::new(proxy::clock::SystemClock);
+    let store = Arc::new(MemoryStore::new(config.store.limits(), clock));
+    let settings = Settings {
+        anthropic_upstream: mock.url(),
+        openai_upstream: mock.url(),
+        body_limit,
+    };
+    let app =
+        Arc::new(App::new(config, settings, Upstream::new(Timeouts::default()), store).unwrap());
+    let (listener, addr) = proxy::server::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(proxy::server::serve(
+        listener,
+        app,
+        async {
+            let _ = rx.await;
+        },
+        Duration::from_secs(5),
+    ));
+    Sluice {
+        url: format!("http://{addr}"),
+        mock,
+        stop: Some(tx),
+        served,
+    }
+}
+
+async fn start(config: &str) -> Sluice {
+    start_with(config, 32 << 20).await
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+struct Reply_ {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Bytes,
+}
+
+async fn call(method: &str, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply_ {
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = client()
+        .request(request.body(Full::new(body.into())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Reply_ {
+        status,
+        headers,
+        body,
+    }
+}
+
+impl Sluice {
+    /// POSTs a body to the dialect's rewritten route.
+    async fn chat(
+        &self,
+        dialect: Dialect,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Reply_ {
+        call(
+            "POST",
+            &format!("{}{}", self.url, route(dialect)),
+            headers,
+            body,
+        )
+        .await
+    }
+
+    async fn get(&self, path_and_query: &str) -> Reply_ {
+        call("GET", &format!("{}{path_and_query}", self.url), &[], "").await
+    }
+
+    async fn stats(&self) -> Value {
+        serde_json::from_slice(&self.get("/stats").await.body).unwrap()
+    }
+}
+
+fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
+    let file = match dialect {
+        Dialect::OpenAi => "openai.json",
+        Dialect::Anthropic => "anthropic.json",
+    };
+    std::fs::read(
+        integration_tests::corpus_root()
+            .join("public")
+            .join(run)
+            .join(file),
+    )
+    .unwrap()
+}
+
+fn route(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenAi => "/openai/v1/chat/completions",
+        Dialect::Anthropic => "/anthropic/v1/messages",
+    }
+}
+
+/// A corpus body the default config compacts (collapse acts on it), with `stream` set.
+fn compactable(dialect: Dialect, stream: bool) -> Vec<u8> {
+    let mut value: Value = serde_json::from_slice(&corpus(
+        "gemini3pro-miniswe-pytest-dev-pytest-6197",
+        dialect,
+    ))
+    .unwrap();
+    value["stream"] = Value::Bool(stream);
+    serde_json::to_vec(&value).unwrap()
+}
+
+/// The first marker id in a forwarded body and the original it stands for.
+fn first_marker(forwarded: &[u8], sent: &[u8], dialect: Dialect) -> (String, String) {
+    let after = wire::parse(forwarded, dialect).unwrap();
+    let before = wire::parse(sent, dialect).unwrap();
+    for (old, new) in before.messages().iter().zip(after.messages()) {
+        if let Some(id) = marker::marker_ids(&new.content).next() {
+            return (id.to_owned(), old.content.clone());
+        }
+    }
+    panic!("no marker in the forwarded body");
+}
+
+fn answer_text(body: &[u8], dialect: Dialect) -> String {
+    let value: Value = serde_json::from_slice(body).unwrap();
+    match dialect {
+        Dialect::Anthropic => value["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        Dialect::OpenAi => value["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// The text carried by a streamed answer, whichever dialect.
+fn streamed_text(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut out = String::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if let Some(t) = value["delta"]["text"].as_str() {
+            out.push_str(t);
+        }
+        if let Some(t) = value["choices"][0]["delta"]["content"].as_str() {
+            out.push_str(t);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn off_preset_forwards_bytes_identically_in_both_dialects() {
+    let sluice = start("preset: off").await;
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let body = corpus("sweagent-fncall-simple", dialect);
+        let reply = sluice
+            .chat(dialect, &[("authorization", "Bearer k")], body.clone())
+            .await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            reply.headers.get("x-mock").unwrap(),
+            "1",
+            "the upstream response passes through"
+        );
+        assert_eq!(answer_text(&reply.body, dialect), "ok");
+        let recorded = sluice.mock.recorded();
+        assert!(
+            recorded.last().unwrap().body == body,
+            "forwarded byte-identically"
+        );
+    }
+}
+
+#[tokio::test]
+async fn compacts_and_injects_the_expand_tool_last() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let body = compactable(dialect, false);
+        let reply = sluice.chat(dialect, &[], body.clone()).await;
+        assert_eq!(reply.status, 200);
+        let forwarded = sluice.mock.recorded().last().unwrap().body.clone();
+        assert!(forwarded.len() < body.len());
+        let value: Value = serde_json::from_slice(&forwarded).unwrap();
+        let last = value["tools"].as_array().unwrap().last().unwrap().clone();
+        let name = last["name"]
+            .as_str()
+            .or(last["function"]["name"].as_str())
+            .unwrap()
+            .to_owned();
+        assert_eq!(name, "context_guru_expand");
+        first_marker(&forwarded, &body, dialect);
+    }
+}
+
+#[tokio::test]
+async fn expand_calls_are_answered_from_the_store_without_streaming() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let body = compactable(dialect, false);
+        // Learn the marker id the way the model would: from a first forwarded request.
+        sluice.chat(dialect, &[], body.clone()).await;
+        let (id, original) =
+            first_marker(&sluice.mock.recorded().last().unwrap().body, &body, dialect);
+        let before = sluice.mock.recorded().len();
+        sluice.mock.script([
+            Reply::Expand {
+                text: Some("let me look".into()),
+                ids: vec![id.clone(), "0000000000000000".into()],
+            },
+            Reply::Text("final answer".into()),
+        ]);
+        let reply = sluice.chat(dialect, &[], body.clone()).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(
+            answer_text(&reply.body, dialect),
+            "final answer",
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let recorded = sluice.mock.recorded();
+        assert_eq!(recorded.len(), before + 2, "one continuation round");
+        let continuation: Value = serde_json::from_slice(&recorded.last().unwrap().body).unwrap();
+        let text = continuation.to_string();
+        assert!(
+            text.contains(&serde_json::to_string(&original).unwrap()[1..200]),
+            "the exact original is returned"
+        );
+        assert!(text.contains("[expand: original for id 0000000000000000 is no longer available]"));
+    }
+    let stats: Value = sluice.stats().await;
+    assert_eq!(stats["expand_rounds"], 2);
+    assert_eq!(stats["bounces"], 2);
+    assert_eq!(stats["expand_misses"], 2);
+    assert!(stats["wasted_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn expand_calls_are_answered_in_stream_in_both_dialects() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let body = compactable(dialect, true);
+        let first = sluice.chat(dialect, &[], body.clone()).await;
+        assert_eq!(
+            streamed_text(&first.body),
+            "ok",
+            "a marker-free answer streams through"
+        );
+        let (id, original) =
+            first_marker(&sluice.mock.recorded().last().unwrap().body, &body, dialect);
+        sluice.mock.script([
+            Reply::Expand {
+                text: None,
+                ids: vec![id],
+            },
+            Reply::Text("streamed final".into()),
+        ]);
+        let reply = sluice.chat(dialect, &[], body.clone()).await;
+        assert_eq!(reply.status, 200);
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        assert_eq!(streamed_text(&reply.body), "streamed final", "{text}");
+        assert!(
+            !text.contains("context_guru_expand"),
+            "the client never sees the expand call"
+        );
+        let continuation =
+            String::from_utf8_lossy(&sluice.mock.recorded().last().unwrap().body).into_owned();
+        assert!(continuation.contains(&serde_json::to_string(&original).unwrap()[1..200]));
+    }
+    let stats: Value = sluice.stats().await;
+    assert_eq!(stats["sse_buffered"], 2);
+    assert!(stats["sse_streamed"].as_u64().unwrap() >= 4);
+}
+
+#[tokio::test]
+async fn a_call_to_another_tool_reaches_the_agent_untouched() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let dialect = Dialect::Anthropic;
+    sluice.mock.script([Reply::Tool {
+        name: "bash".into(),
+        arguments: serde_json::json!({"command": "ls"}),
+    }]);
+    let reply = sluice.chat(dialect, &[], compactable(dialect, false)).await;
+    let value: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(value["content"][0]["name"], "bash");
+    assert_eq!(sluice.mock.recorded().len(), 1);
+}
+
+#[tokio::test]
+async fn forbidden_headers_never_reach_the_upstream() {
+    let sluice = start("preset: off").await;
+    let headers = [
+        ("authorization", "Bearer secret"),
+        ("x-api-key", "key"),
+        ("cookie", "session=abc"),
+        ("x-context-guru-session", "s1"),
+        ("x-context-guru-bypass", "true"),
+        ("anthropic-version", "2023-06-01"),
+    ];
+    call(
+        "POST",
+        &format!("{}/anthropic/v1/messages", sluice.url),
+        &headers,
+        corpus("sweagent-fncall-simple", Dialect::Anthropic),
+    )
+    .await;
+    let seen = &sluice.mock.recorded()[0].headers;
+    assert_eq!(seen.get("authorization").unwrap(), "Bearer secret");
+    assert_eq!(seen.get("x-api-key").unwrap(), "key");
+    assert_eq!(seen.get("anthropic-version").unwrap(), "2023-06-01");
+    assert!(seen.get("cookie").is_none());
+    assert!(
+        seen.keys()
+            .all(|k| !k.as_str().starts_with("x-context-guru-"))
+    );
+}
+
+#[tokio::test]
+async fn other_paths_pass_through_and_errors_arrive_verbatim() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let reply = call(
+        "GET",
+        &format!("{}/openai/v1/models?limit=2", sluice.url),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let value: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(value["path"], "/v1/models");
+    let recorded = sluice.mock.recorded();
+    assert_eq!(recorded[0].path, "/v1/models");
+
+    let error = r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
+    sluice.mock.script([
+        Reply::Status(429, error.into()),
+        Reply::Status(500, "upstream broke".into()),
+    ]);
+    let body = compactable(Dialect::Anthropic, false);
+    let reply = call(
+        "POST",
+        &format!("{}/anthropic/v1/messages", sluice.url),
+        &[],
+        body.clone(),
+    )
+    .await;
+    assert_eq!((reply.status, reply.body.as_ref()), (429, error.as_bytes()));
+    let reply = call(
+        "POST",
+        &format!("{}/anthropic/v1/messages", sluice.url),
+        &[],
+        body,
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.body.as_ref()),
+        (500, &b"upstream broke"[..])
+    );
+}
+
+#[tokio::test]
+async fn unparseable_bodies_are_forwarded_untouched_and_counted() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let reply = call(
+        "POST",
+        &format!("{}/openai/v1/chat/completions", sluice.url),
+        &[],
+        "{not json",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "the upstream judges it, not sluice");
+    assert_eq!(sluice.mock.recorded()[0].body.as_ref(), b"{not json");
+    let stats: Value = sluice.stats().await;
+    assert_eq!(stats["unparsed_requests"], 1);
+}
+
+#[tokio::test]
+async fn expand_route_returns_the_exact_original_scoped_to_a_session() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let body = compactable(Dialect::OpenAi, false);
+    call(
+        "POST",
+        &format!("{}/openai/v1/chat/completions", sluice.url),
+        &[("x-context-guru-session", "agent-1")],
+        body.clone(),
+    )
+    .await;
+    let (id, original) = first_marker(&sluice.mock.recorded()[0].body, &body, Dialect::OpenAi);
+    let reply = call(
+        "GET",
+        &format!("{}/expand?id={id}", sluice.url),
+        &[("x-context-guru-session", "agent-1")],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.body == original.as_bytes(), "exact original");
+    let reply = call(
+        "GET",
+        &format!("{}/expand?id={id}&session=agent-2", sluice.url),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 404, "another session does not see it");
+    let reply = sluice.get(&format!("/expand?id={id}")).await;
+    assert_eq!(
+        reply.status, 200,
+        "a person on loopback without a session may look it up"
+    );
+    let reply = call(
+        "GET",
+        &format!("{}/expand?id=ffffffffffffffff", sluice.url),
+        &[],
+        "",
+    )
+    .await;
+    assert_eq!(reply.status, 404);
+}
+
+#[tokio::test]
+async fn stats_metrics_health_and_compact_routes() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    assert_eq!(sluice.get("/healthz").await.body.as_ref(), b"ok");
+    let body = compactable(Dialect::Anthropic, false);
+    let compacted = call(
+        "POST",
+        &format!("{}/compact?provider=anthropic", sluice.url),
+        &[],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(compacted.status, 200);
+    assert!(compacted.body.len() < body.len());
+    assert!(
+        sluice.mock.recorded().is_empty(),
+        "/compact never calls upstream"
+    );
+    let garbage = call("POST", &format!("{}/compact", sluice.url), &[], "garbage").await;
+    assert_eq!(
+        (garbage.status, garbage.body.as_ref()),
+        (200, &b"garbage"[..])
+    );
+    let off = call(
+        "POST",
+        &format!("{}/compact?preset=off", sluice.url),
+        &[],
+        body.clone(),
+    )
+    .await;
+    assert!(off.body == body);
+
+    call(
+        "POST",
+        &format!("{}/anthropic/v1/messages", sluice.url),
+        &[],
+        body,
+    )
+    .await;
+    let stats: Value = sluice.stats().await;
+    for key in [
+        "requests",
+        "tokens_before",
+        "tokens_after",
+        "saved_tokens",
+        "saved_tokens_unique",
+        "overcount_ratio",
+        "savings_pct",
+        "cg_added_ms_avg",
+        "sse_streamed",
+        "sse_buffered",
+        "components",
+        "mode",
+        "bounces",
+        "wasted_tokens",
+    ] {
+        assert!(stats.get(key).is_some(), "/stats has {key}");
+    }
+    assert_eq!(stats["mode"], "sync");
+    assert!(
+        stats["components"]["collapse"]["saved_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let metrics = String::from_utf8(sluice.get("/metrics").await.body.to_vec()).unwrap();
+    assert!(metrics.contains("cg_requests_total"));
+    assert!(metrics.contains("cg_component_runs_total{component=\"collapse\",outcome=\"acted\"}"));
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413() {
+    let sluice = start_with("preset: off", 1024).await;
+    let reply = call(
+        "POST",
+        &format!("{}/openai/v1/chat/completions", sluice.url),
+        &[],
+        vec![b' '; 4096],
+    )
+    .await;
+    assert_eq!(reply.status, 413);
+    assert!(sluice.mock.recorded().is_empty());
+}
+
+#[tokio::test]
+async fn streams_pass_through_chunk_by_chunk_and_survive_shutdown() {
+    let mut sluice = start("preset: off").await;
+    sluice.mock.script([Reply::Slow {
+        chunks: 5,
+        pause: Duration::from_millis(150),
+    }]);
+    let mut body: Value =
+        serde_json::from_slice(&corpus("sweagent-fncall-simple", Dialect::OpenAi)).unwrap();
+    body["stream"] = Value::Bool(true);
+    let request = http::Request::post(format!("{}/openai/v1/chat/completions", sluice.url))
+        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+        .unwrap();
+    let response = client().request(request).await.unwrap();
+    let mut incoming = response.into_body();
+    // The first chunk arrives before the upstream has finished: nothing is buffered.
+    let first = incoming
+        .frame()
+        .await
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
+    // Stop the server while the stream is open: it must still finish.
+    sluice.stop.take().unwrap().send(()).unwrap();
+    let rest = incoming.collect().await.unwrap().to_bytes();
+    let all = [first.as_ref(), rest.as_ref()].concat();
+    assert_eq!(streamed_text(&all), "xxxxx");
+    assert!(String::from_utf8_lossy(&all).ends_with("data: [DONE]\n\n"));
+    tokio::time::timeout(Duration::from_secs(5), &mut sluice.served)
+        .await
+        .expect("server stops after draining")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_upstream_reset_mid_stream_reaches_the_client_as_an_error() {
+    let sluice = start("preset: off").await;
+    sluice.mock.script([Reply::ResetMidStream]);
+    let mut body: Value =
+        serde_json::from_slice(&corpus("sweagent-fncall-simple", Dialect::Anthropic)).unwrap();
+    body["stream"] = Value::Bool(true);
+    let request = http::Request::post(format!("{}/anthropic/v1/messages", sluice.url))
+        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
+        .unwrap();
+    let response = client().request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.into_body().collect().await.is_err(),
+        "the reset is not hidden as a clean end"
+    );
+}

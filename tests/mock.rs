@@ -1,0 +1,384 @@
+//! A mock model provider for tests and the load harness: hyper on `127.0.0.1:0`, both dialects,
+//! with and without SSE. It records every request it gets and answers from a script.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// One scripted answer. With an empty script the mock answers `Reply::Text("ok")`.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A plain text answer.
+    Text(String),
+    /// Tool calls to `context_guru_expand`, one per stash id, after optional text.
+    Expand {
+        text: Option<String>,
+        ids: Vec<String>,
+    },
+    /// A call to another tool.
+    Tool { name: String, arguments: Value },
+    /// An error status with this body, as a provider would send it.
+    Status(u16, String),
+    /// A stream that sends its first event and then resets the connection.
+    ResetMidStream,
+    /// A text answer streamed in this many chunks with a pause between them.
+    Slow { chunks: usize, pause: Duration },
+}
+
+/// What the mock received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+/// A running mock. Dropping it leaves the task running until the test runtime ends.
+#[derive(Clone)]
+pub struct Mock {
+    pub addr: SocketAddr,
+    recorded: Arc<Mutex<Vec<Recorded>>>,
+    script: Arc<Mutex<VecDeque<Reply>>>,
+}
+
+impl std::fmt::Debug for Mock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mock")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mock {
+    /// Starts the mock on an ephemeral loopback port.
+    ///
+    /// # Panics
+    /// When loopback cannot be bound.
+    pub async fn start() -> Mock {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let mock = Mock {
+            addr,
+            recorded: Arc::default(),
+            script: Arc::default(),
+        };
+        let served = mock.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let mock = served.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let mock = mock.clone();
+                        async move { Ok::<_, Infallible>(mock.answer(request).await) }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        mock
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues answers, used in order.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.script.lock().extend(replies);
+    }
+
+    /// Every request received so far.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.recorded.lock().clone()
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path().to_owned();
+        let headers = request.headers().clone();
+        let body = request
+            .into_body()
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        self.recorded.lock().push(Recorded {
+            path: path.clone(),
+            headers,
+            body: body.clone(),
+        });
+        let anthropic = path == "/v1/messages";
+        if !anthropic && path != "/v1/chat/completions" {
+            return json_response(
+                200,
+                json!({ "object": "list", "data": [], "path": path }).to_string(),
+            );
+        }
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let stream = request["stream"] == true;
+        let reply = self
+            .script
+            .lock()
+            .pop_front()
+            .unwrap_or(Reply::Text("ok".into()));
+        match reply {
+            Reply::Status(code, body) => json_response(code, body),
+            Reply::ResetMidStream => {
+                let first = Ok(Frame::data(Bytes::from_static(
+                    b"event: ping\ndata: {\"type\":\"ping\"}\n\n",
+                )));
+                let reset = Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "mock reset",
+                ));
+                sse_response(futures_stream(
+                    vec![first, reset],
+                    Duration::from_millis(100),
+                ))
+            }
+            Reply::Slow { chunks, pause } => {
+                let events = text_events(anthropic, &"x".repeat(chunks), chunks);
+                sse_response(futures_stream(
+                    events
+                        .into_iter()
+                        .map(|e| Ok(Frame::data(Bytes::from(e))))
+                        .collect(),
+                    pause,
+                ))
+            }
+            reply if stream => {
+                let events = stream_events(anthropic, &reply);
+                sse_response(futures_stream(
+                    events
+                        .into_iter()
+                        .map(|e| Ok(Frame::data(Bytes::from(e))))
+                        .collect(),
+                    Duration::ZERO,
+                ))
+            }
+            reply => json_response(200, whole_response(anthropic, &reply).to_string()),
+        }
+    }
+}
+
+fn json_response(status: u16, body: String) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    response
+        .headers_mut()
+        .insert("x-mock", "1".parse().unwrap());
+    response
+}
+
+fn sse_response(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+fn futures_stream(items: Vec<Result<Frame<Bytes>, std::io::Error>>, pause: Duration) -> Body {
+    let stream = futures::stream::unfold(
+        (items.into_iter(), pause, true),
+        |(mut items, pause, first)| async move {
+            if !first && !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            items.next().map(|item| (item, (items, pause, false)))
+        },
+    );
+    BodyExt::boxed(StreamBody::new(stream))
+}
+
+fn calls(reply: &Reply) -> Vec<(String, String, Value)> {
+    match reply {
+        Reply::Expand { ids, .. } => ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                (
+                    format!("call_{i}"),
+                    "context_guru_expand".to_owned(),
+                    json!({ "id": id }),
+                )
+            })
+            .collect(),
+        Reply::Tool { name, arguments } => vec![("call_t".into(), name.clone(), arguments.clone())],
+        _ => Vec::new(),
+    }
+}
+
+fn reply_text(reply: &Reply) -> Option<String> {
+    match reply {
+        Reply::Text(t) => Some(t.clone()),
+        Reply::Expand { text, .. } => text.clone(),
+        _ => None,
+    }
+}
+
+fn whole_response(anthropic: bool, reply: &Reply) -> Value {
+    let text = reply_text(reply);
+    let calls = calls(reply);
+    if anthropic {
+        let mut content: Vec<Value> = text
+            .into_iter()
+            .map(|t| json!({ "type": "text", "text": t }))
+            .collect();
+        content.extend(calls.iter().map(
+            |(id, name, args)| json!({ "type": "tool_use", "id": id, "name": name, "input": args }),
+        ));
+        let stop = if calls.is_empty() {
+            "end_turn"
+        } else {
+            "tool_use"
+        };
+        json!({ "id": "msg_mock", "type": "message", "role": "assistant", "model": "mock", "content": content,
+                "stop_reason": stop, "usage": { "input_tokens": 10, "output_tokens": 5 } })
+    } else {
+        let tool_calls: Vec<Value> = calls
+            .iter()
+            .map(|(id, name, args)| json!({ "id": id, "type": "function", "function": { "name": name, "arguments": args.to_string() } }))
+            .collect();
+        let mut message = json!({ "role": "assistant", "content": text, "refusal": null });
+        if !tool_calls.is_empty() {
+            message["tool_calls"] = Value::Array(tool_calls);
+        }
+        let finish = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        json!({ "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": "mock",
+                "choices": [{ "index": 0, "message": message, "finish_reason": finish }],
+                "usage": { "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15 } })
+    }
+}
+
+fn anthropic_event(kind: &str, data: &Value) -> String {
+    format!("event: {kind}\ndata: {data}\n\n")
+}
+
+fn openai_chunk(delta: &Value, finish: Option<&str>) -> String {
+    let chunk = json!({ "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": "mock",
+                        "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }] });
+    format!("data: {chunk}\n\n")
+}
+
+/// A text answer split into `pieces` deltas.
+fn text_events(anthropic: bool, text: &str, pieces: usize) -> Vec<String> {
+    let size = text.len().div_ceil(pieces.max(1)).max(1);
+    let parts: Vec<String> = text
+        .as_bytes()
+        .chunks(size)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect();
+    let mut events = Vec::new();
+    if anthropic {
+        events.push(anthropic_event("message_start", &json!({ "type": "message_start", "message": { "id": "msg_mock", "type": "message", "role": "assistant", "model": "mock", "content": [], "stop_reason": null, "usage": { "input_tokens": 10, "output_tokens": 1 } } })));
+        events.push(anthropic_event("content_block_start", &json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } })));
+        for part in parts {
+            events.push(anthropic_event("content_block_delta", &json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": part } })));
+        }
+        events.push(anthropic_event(
+            "content_block_stop",
+            &json!({ "type": "content_block_stop", "index": 0 }),
+        ));
+        events.push(anthropic_event("message_delta", &json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": 5 } })));
+        events.push(anthropic_event(
+            "message_stop",
+            &json!({ "type": "message_stop" }),
+        ));
+    } else {
+        events.push(openai_chunk(
+            &json!({ "role": "assistant", "content": "" }),
+            None,
+        ));
+        for part in parts {
+            events.push(openai_chunk(&json!({ "content": part }), None));
+        }
+        events.push(openai_chunk(&json!({}), Some("stop")));
+        events.push("data: [DONE]\n\n".into());
+    }
+    events
+}
+
+fn stream_events(anthropic: bool, reply: &Reply) -> Vec<String> {
+    let calls = calls(reply);
+    if calls.is_empty() {
+        return text_events(anthropic, &reply_text(reply).unwrap_or_default(), 3);
+    }
+    let text = reply_text(reply);
+    let mut events = Vec::new();
+    if anthropic {
+        events.push(anthropic_event("message_start", &json!({ "type": "message_start", "message": { "id": "msg_mock", "type": "message", "role": "assistant", "model": "mock", "content": [], "stop_reason": null, "usage": { "input_tokens": 10, "output_tokens": 1 } } })));
+        let mut index = 0;
+        if let Some(text) = &text {
+            events.push(anthropic_event("content_block_start", &json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } })));
+            events.push(anthropic_event("content_block_delta", &json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": text } })));
+            events.push(anthropic_event(
+                "content_block_stop",
+                &json!({ "type": "content_block_stop", "index": 0 }),
+            ));
+            index = 1;
+        }
+        for (i, (id, name, args)) in calls.iter().enumerate() {
+            let at = index + i;
+            events.push(anthropic_event("content_block_start", &json!({ "type": "content_block_start", "index": at, "content_block": { "type": "tool_use", "id": id, "name": name, "input": {} } })));
+            let args = args.to_string();
+            let (a, b) = args.split_at(args.len() / 2);
+            for piece in [a, b] {
+                events.push(anthropic_event("content_block_delta", &json!({ "type": "content_block_delta", "index": at, "delta": { "type": "input_json_delta", "partial_json": piece } })));
+            }
+            events.push(anthropic_event(
+                "content_block_stop",
+                &json!({ "type": "content_block_stop", "index": at }),
+            ));
+        }
+        events.push(anthropic_event("message_delta", &json!({ "type": "message_delta", "delta": { "stop_reason": "tool_use" }, "usage": { "output_tokens": 5 } })));
+        events.push(anthropic_event(
+            "message_stop",
+            &json!({ "type": "message_stop" }),
+        ));
+    } else {
+        events.push(openai_chunk(
+            &json!({ "role": "assistant", "content": null }),
+            None,
+        ));
+        if let Some(text) = &text {
+            events.push(openai_chunk(&json!({ "content": text }), None));
+        }
+        for (i, (id, name, args)) in calls.iter().enumerate() {
+            events.push(openai_chunk(&json!({ "tool_calls": [{ "index": i, "id": id, "type": "function", "function": { "name": name, "arguments": "" } }] }), None));
+            events.push(openai_chunk(&json!({ "tool_calls": [{ "index": i, "function": { "arguments": args.to_string() } }] }), None));
+        }
+        events.push(openai_chunk(&json!({}), Some("tool_calls")));
+        events.push("data: [DONE]\n\n".into());
+    }
+    events
+}
