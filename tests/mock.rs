@@ -69,9 +69,17 @@ impl Mock {
     /// # Panics
     /// When loopback cannot be bound.
     pub async fn start() -> Mock {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Mock::start_on("127.0.0.1:0".parse().expect("loopback address")).await
+    }
+
+    /// Starts the mock on `addr`.
+    ///
+    /// # Panics
+    /// When `addr` cannot be bound.
+    pub async fn start_on(addr: SocketAddr) -> Mock {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .expect("bind loopback");
+            .expect("bind the mock address");
         let addr = listener.local_addr().expect("local addr");
         let mock = Mock {
             addr,

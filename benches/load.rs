@@ -1,0 +1,230 @@
+//! The load harness: sluice against going direct, on the public corpus bodies, same mock.
+//!
+//! Run with `bash benches/load.sh` (builds release binaries, then runs this). Reports, per
+//! dialect and overall: added latency p50/p99 (sluice minus direct, bodies up to 200 KB, the
+//! embedded default config), streaming time to first byte, throughput at 64 concurrent
+//! connections as a share of direct, and the sluice process's peak RSS.
+//!
+//! The mock and the load generator share this process and the machine's two cores with sluice,
+//! so throughput is a relative figure: both arms pay the same overhead.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use engine::wire::Dialect;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use integration_tests::mock::Mock;
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+const MAX_BODY: usize = 200 * 1024;
+const ROUNDS: usize = 20;
+const CONCURRENCY: usize = 64;
+const THROUGHPUT_WINDOW: Duration = Duration::from_secs(5);
+
+fn route(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenAi => "/openai/v1/chat/completions",
+        Dialect::Anthropic => "/anthropic/v1/messages",
+    }
+}
+
+/// Direct calls go to the mock with the path sluice would use upstream.
+fn direct_route(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenAi => "/v1/chat/completions",
+        Dialect::Anthropic => "/v1/messages",
+    }
+}
+
+async fn post(client: &HttpClient, url: &str, body: Bytes) -> Duration {
+    let started = Instant::now();
+    let request = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .expect("request");
+    let response = client.request(request).await.expect("response");
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
+    response.into_body().collect().await.expect("body");
+    started.elapsed()
+}
+
+async fn first_byte(client: &HttpClient, url: &str, body: Bytes) -> Duration {
+    let started = Instant::now();
+    let request = http::Request::post(url)
+        .body(Full::new(body))
+        .expect("request");
+    let response = client.request(request).await.expect("response");
+    let mut body = response.into_body();
+    let _ = body.frame().await;
+    let ttfb = started.elapsed();
+    while body.frame().await.is_some() {}
+    ttfb
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn with_stream(body: &[u8]) -> Bytes {
+    let mut value: serde_json::Value = serde_json::from_slice(body).expect("corpus JSON");
+    value["stream"] = serde_json::Value::Bool(true);
+    Bytes::from(serde_json::to_vec(&value).expect("JSON"))
+}
+
+fn start_sluice(binary: &str, port: u16, upstream: &str) -> Child {
+    Command::new(binary)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--anthropic-upstream",
+            upstream,
+            "--openai-upstream",
+            upstream,
+        ])
+        .env("SLUICE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("sluice starts")
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+async fn throughput(client: &HttpClient, url: String, bodies: Arc<Vec<Bytes>>) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + THROUGHPUT_WINDOW;
+    let mut tasks = Vec::new();
+    for worker in 0..CONCURRENCY {
+        let (client, url, bodies, done) =
+            (client.clone(), url.clone(), bodies.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = worker;
+            while Instant::now() < deadline {
+                post(&client, &url, bodies[i % bodies.len()].clone()).await;
+                done.fetch_add(1, Ordering::Relaxed);
+                i += CONCURRENCY;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("load task");
+    }
+    done.load(Ordering::Relaxed) as f64 / THROUGHPUT_WINDOW.as_secs_f64()
+}
+
+fn main() {
+    let binary = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "target/release/sluice".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let mock = Mock::start().await;
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+            probe.local_addr().expect("addr").port()
+        };
+        let mut sluice = start_sluice(&binary, port, &mock.url());
+        let sluice_url = format!("http://127.0.0.1:{port}");
+        let client: HttpClient = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        for _ in 0..100 {
+            let ready = client
+                .request(http::Request::get(format!("{sluice_url}/healthz")).body(Full::new(Bytes::new())).expect("req"))
+                .await
+                .is_ok();
+            if ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        println!("| dialect | bodies | direct p50 | sluice p50 | added p50 | direct p99 | sluice p99 | added p99 | TTFB direct p50 | TTFB sluice p50 |");
+        println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+        let mut all_bodies = Vec::new();
+        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+            let bodies: Vec<Bytes> = benches::public_bodies(dialect)
+                .into_iter()
+                .filter(|(_, b)| b.len() <= MAX_BODY)
+                .map(|(_, b)| Bytes::from(b))
+                .collect();
+            let (mut direct, mut via, mut ttfb_direct, mut ttfb_via) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                for body in &bodies {
+                    // Alternate which arm goes first so neither always meets a warm pool.
+                    let d_url = format!("{}{}", mock.url(), direct_route(dialect));
+                    let s_url = format!("{sluice_url}{}", route(dialect));
+                    if round % 2 == 0 {
+                        direct.push(ms(post(&client, &d_url, body.clone()).await));
+                        via.push(ms(post(&client, &s_url, body.clone()).await));
+                    } else {
+                        via.push(ms(post(&client, &s_url, body.clone()).await));
+                        direct.push(ms(post(&client, &d_url, body.clone()).await));
+                    }
+                }
+                if round < 5 {
+                    for body in &bodies {
+                        let streamed = with_stream(body);
+                        ttfb_direct.push(ms(first_byte(&client, &format!("{}{}", mock.url(), direct_route(dialect)), streamed.clone()).await));
+                        ttfb_via.push(ms(first_byte(&client, &format!("{sluice_url}{}", route(dialect)), streamed).await));
+                    }
+                }
+            }
+            for v in [&mut direct, &mut via, &mut ttfb_direct, &mut ttfb_via] {
+                v.sort_by(f64::total_cmp);
+            }
+            let (d50, s50, d99, s99) = (percentile(&direct, 50.0), percentile(&via, 50.0), percentile(&direct, 99.0), percentile(&via, 99.0));
+            println!(
+                "| {} | {} | {d50:.3} ms | {s50:.3} ms | {:.3} ms | {d99:.3} ms | {s99:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms |",
+                dialect.as_str(),
+                bodies.len(),
+                s50 - d50,
+                s99 - d99,
+                percentile(&ttfb_direct, 50.0),
+                percentile(&ttfb_via, 50.0),
+            );
+            all_bodies.extend(bodies.into_iter().map(|b| (dialect, b)));
+        }
+
+        // Throughput: the same mixed set of OpenAI bodies, 64 connections, direct then sluice.
+        let openai: Arc<Vec<Bytes>> =
+            Arc::new(all_bodies.iter().filter(|(d, _)| *d == Dialect::OpenAi).map(|(_, b)| b.clone()).collect());
+        let direct_rps = throughput(&client, format!("{}{}", mock.url(), direct_route(Dialect::OpenAi)), openai.clone()).await;
+        let sluice_rps = throughput(&client, format!("{sluice_url}{}", route(Dialect::OpenAi)), openai).await;
+        println!();
+        println!(
+            "throughput at {CONCURRENCY} connections: direct {direct_rps:.0} req/s, via sluice {sluice_rps:.0} req/s ({:.0}% of direct)",
+            100.0 * sluice_rps / direct_rps.max(1.0)
+        );
+        match peak_rss_kib(sluice.id()) {
+            Some(kib) => println!("sluice peak RSS: {:.1} MiB", kib as f64 / 1024.0),
+            None => println!("sluice peak RSS: unavailable (no /proc)"),
+        }
+        let _ = sluice.kill();
+        let _ = sluice.wait();
+    });
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The load harness in one command: build release binaries, then measure sluice against direct.
+# Figures go to docs/performance.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet -p proxy --bin sluice && cargo build --release --quiet -p benches --bin load
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+"$target_dir/release/load" "$target_dir/release/sluice"

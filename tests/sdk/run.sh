@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The official openai and anthropic Python SDKs against sluice, pointed at the mock provider.
+# Usage: bash tests/sdk/run.sh   (builds what it needs; installs the SDKs in tests/sdk/.venv)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root="$(pwd)"
+corpus="${SLUICE_CORPUS:-}"
+if [[ -z "$corpus" ]]; then
+    for dir in "$root/.." "$root/../.." /work; do
+        if [[ -d "$dir/shared/corpus/public" ]]; then corpus="$dir/shared/corpus"; break; fi
+    done
+fi
+[[ -n "$corpus" ]] || { echo "corpus not found (set SLUICE_CORPUS)" >&2; exit 1; }
+
+venv="tests/sdk/.venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check openai anthropic
+fi
+
+cargo build --quiet --bin sluice --bin sluice-mock
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+logs="$(mktemp -d)"
+cleanup() { kill "${mock_pid:-}" "${sluice_pid:-}" 2>/dev/null || true; rm -rf "$logs"; }
+trap cleanup EXIT
+
+"$target_dir/debug/sluice-mock" 127.0.0.1:0 > "$logs/mock.out" &
+mock_pid=$!
+for _ in $(seq 100); do grep -q listening "$logs/mock.out" 2>/dev/null && break; sleep 0.05; done
+mock_url="$(sed -n 's/^listening on //p' "$logs/mock.out")"
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+"$target_dir/debug/sluice" serve --listen "127.0.0.1:$port" \
+    --anthropic-upstream "$mock_url" --openai-upstream "$mock_url" 2> "$logs/sluice.err" &
+sluice_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+
+SLUICE_URL="http://127.0.0.1:$port" \
+SLUICE_CORPUS_RUN="$corpus/public/gemini3pro-miniswe-pytest-dev-pytest-6197" \
+    "$venv/bin/python" tests/sdk/check.py || { cat "$logs/sluice.err" >&2; exit 1; }
