@@ -7,9 +7,12 @@
 //!   `StashKey` can only be made by [`ApplyCx::stash`], so holding one proves the store accepted
 //!   the original.
 //!
-//! Each component runs against a snapshot. It is reverted alone, and the run goes on, when it
-//! panics or errors, when it is an offload that shrank the messages without returning a key, or
-//! when it grew the token count. Components cannot add or remove messages: they get a slice.
+//! Each component works on a [`Transcript`]: reading is free, and the first write to a message
+//! saves a copy of it. The guard diffs and, when needed, restores only those messages, so a
+//! component that touches three outputs costs three copies, not a copy of the transcript. A
+//! component is reverted alone, and the run goes on, when it panics or errors, when it is an
+//! offload that shrank the messages without returning a key, or when it grew the token count.
+//! Components cannot add or remove messages.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -61,7 +64,7 @@ pub trait Reformat: Send + Sync {
     /// Any error reverts this component for this request.
     fn reformat(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError>;
 }
@@ -76,7 +79,7 @@ pub trait Offload: Send + Sync {
     /// Any error reverts this component for this request.
     fn offload(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError>;
 }
@@ -148,18 +151,28 @@ pub struct ApplyCx<'a> {
     run: &'a RunCx,
     /// The messages as the pipeline received them (the wire originals).
     initial: &'a [Message],
+    /// Tokens of each message as this component found it.
+    counts: &'a [usize],
     gates: BTreeMap<&'static str, u32>,
     stashed: usize,
 }
 
 impl<'a> ApplyCx<'a> {
-    fn new(run: &'a RunCx, initial: &'a [Message]) -> ApplyCx<'a> {
+    fn new(run: &'a RunCx, initial: &'a [Message], counts: &'a [usize]) -> ApplyCx<'a> {
         ApplyCx {
             run,
             initial,
+            counts,
             gates: BTreeMap::new(),
             stashed: 0,
         }
+    }
+
+    /// Tokens of message `index` as this component found it (every text the model reads; for a
+    /// tool output, its content). Counted once per run and kept current between components, so
+    /// a gate costs a lookup, not another pass over the text.
+    pub fn tokens(&self, index: usize) -> usize {
+        self.counts.get(index).copied().unwrap_or(0)
     }
 
     /// What the model would read at `index` had nothing run: the text to stash when an
@@ -204,6 +217,57 @@ impl<'a> ApplyCx<'a> {
         self.run.store.stash(&self.run.session, &id, original)?;
         self.stashed += 1;
         Ok(StashKey { id })
+    }
+}
+
+/// The messages one component works on: read any, write through [`Transcript::get_mut`].
+pub struct Transcript<'a> {
+    messages: &'a mut [Message],
+    /// Copies of the messages as they were before this component's first write to each.
+    saved: Vec<(usize, Message)>,
+    /// `saved` as a membership test, indexed like `messages`; reset after each component.
+    touched: &'a mut [bool],
+}
+
+impl<'a> Transcript<'a> {
+    fn new(messages: &'a mut [Message], touched: &'a mut [bool]) -> Transcript<'a> {
+        Transcript {
+            messages,
+            saved: Vec::new(),
+            touched,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Message> {
+        self.messages.iter()
+    }
+
+    /// Message `index` for writing. The first call for an index saves its prior state.
+    ///
+    /// # Panics
+    /// When `index` is out of range, like slice indexing (the guard reverts the component).
+    pub fn get_mut(&mut self, index: usize) -> &mut Message {
+        if !self.touched[index] {
+            self.touched[index] = true;
+            self.saved.push((index, self.messages[index].clone()));
+        }
+        &mut self.messages[index]
+    }
+}
+
+impl std::ops::Index<usize> for Transcript<'_> {
+    type Output = Message;
+
+    fn index(&self, index: usize) -> &Message {
+        &self.messages[index]
     }
 }
 
@@ -304,6 +368,18 @@ impl Pipeline {
 
     /// Runs every component over `messages` in order, each behind its guard.
     pub fn run(&self, messages: &mut [Message], cx: &RunCx) -> RunReport {
+        let originals = messages.to_vec();
+        self.run_from(&originals, messages, cx)
+    }
+
+    /// [`Pipeline::run`] for a host that still holds the messages as parsed (`originals`,
+    /// equal to `messages` on entry), which saves a copy of the transcript.
+    pub fn run_from(
+        &self,
+        originals: &[Message],
+        messages: &mut [Message],
+        cx: &RunCx,
+    ) -> RunReport {
         let started = cx.clock.now();
         let mut counts: Vec<usize> = messages.iter().map(message_tokens).collect();
         let mut total: usize = counts.iter().sum();
@@ -311,21 +387,26 @@ impl Pipeline {
             tokens_before: total,
             ..RunReport::default()
         };
-        let initial = messages.to_vec();
+        let mut touched = vec![false; messages.len()];
         for stage in &self.stages {
             let stage_started = cx.clock.now();
-            let snapshot = messages.to_vec();
-            let mut acx = ApplyCx::new(cx, &initial);
+            let mut acx = ApplyCx::new(cx, originals, &counts);
+            let mut transcript = Transcript::new(messages, &mut touched);
             let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
-                Stage::Reformat(c) => c.reformat(messages, &mut acx).map(|()| Vec::new()),
-                Stage::Offload(c) => c.offload(messages, &mut acx),
+                Stage::Reformat(c) => c.reformat(&mut transcript, &mut acx).map(|()| Vec::new()),
+                Stage::Offload(c) => c.offload(&mut transcript, &mut acx),
             }));
-            let changed: Vec<usize> = (0..messages.len())
-                .filter(|&i| messages[i] != snapshot[i])
-                .collect();
-            let new_counts: Vec<(usize, usize)> = changed
+            let mut saved = std::mem::take(&mut transcript.saved);
+            drop(transcript);
+            saved.sort_unstable_by_key(|(i, _)| *i);
+            for (i, _) in &saved {
+                touched[*i] = false;
+            }
+            // Written to is not changed: keep only messages that differ from their saved copy.
+            saved.retain(|(i, old)| messages[*i] != *old);
+            let new_counts: Vec<(usize, usize)> = saved
                 .iter()
-                .map(|&i| (i, message_tokens(&messages[i])))
+                .map(|(i, _)| (*i, message_tokens(&messages[*i])))
                 .collect();
             let after = new_counts
                 .iter()
@@ -358,16 +439,16 @@ impl Pipeline {
             };
             match revert {
                 Some(why) => {
-                    for &i in &changed {
-                        messages[i] = snapshot[i].clone();
+                    for (i, old) in saved {
+                        messages[i] = old;
                     }
                     component.reverted = Some(why);
                 }
                 None => {
-                    for &(i, n) in &new_counts {
+                    for (&(i, n), (_, old)) in new_counts.iter().zip(&saved) {
                         component.savings.push(MessageSaving {
                             index: i,
-                            content_key: tokens::content_hash(&snapshot[i].content),
+                            content_key: tokens::content_hash(&old.content),
                             saved_tokens: counts[i].saturating_sub(n),
                         });
                         counts[i] = n;
@@ -375,8 +456,8 @@ impl Pipeline {
                     component.tokens_after = after;
                     component.saved_tokens = total - after;
                     component.acted = after < total;
-                    component.mutated = !changed.is_empty();
-                    component.changed = changed;
+                    component.mutated = !saved.is_empty();
+                    component.changed = saved.iter().map(|(i, _)| *i).collect();
                     component.stashed = outcome
                         .ok()
                         .and_then(Result::ok)

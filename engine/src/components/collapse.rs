@@ -19,9 +19,7 @@ use serde::Deserialize;
 use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::message::Message;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey};
-use crate::tokens;
+use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
 
 /// `components.collapse`.
 #[derive(Debug, Clone, Deserialize)]
@@ -90,7 +88,7 @@ impl Offload for Collapse {
 
     fn offload(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
         let mut keys = Vec::new();
@@ -100,7 +98,7 @@ impl Offload for Collapse {
             if !offload_candidate(message, cx) {
                 continue;
             }
-            if tokens::count(&message.content) <= self.config.max_tokens {
+            if cx.tokens(index) <= self.config.max_tokens {
                 cx.gate("below_max_tokens");
                 continue;
             }

@@ -14,8 +14,7 @@ use serde::Deserialize;
 
 use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::config::ComponentSource;
-use crate::message::Message;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey};
+use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
 use crate::tokens;
 
 /// `components.dedup`.
@@ -67,23 +66,27 @@ impl Offload for Dedup {
 
     fn offload(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
-        let mut first_seen: HashMap<&str, usize> = HashMap::new();
+        // Keyed by the fast content hash (SipHash over every output cost more than the rest of
+        // the component); a hit is confirmed by comparing the texts, so a collision can only
+        // miss a duplicate, never invent one.
+        let mut first_seen: HashMap<u64, &str> = HashMap::new();
         let mut duplicates = Vec::new();
         for (index, message) in messages.iter().enumerate() {
             if !offload_candidate(message, cx) {
                 continue;
             }
-            if tokens::count(&message.content) < self.config.min_tokens {
+            if cx.tokens(index) < self.config.min_tokens {
                 cx.gate("below_min_tokens");
                 continue;
             }
-            match first_seen.get(message.content.as_str()) {
-                Some(_) => duplicates.push(index),
-                None => {
-                    first_seen.insert(&message.content, index);
+            let key = tokens::content_hash(&message.content);
+            match first_seen.get(&key) {
+                Some(earlier) if *earlier == message.content => duplicates.push(index),
+                _ => {
+                    first_seen.entry(key).or_insert(&message.content);
                     cx.gate("no_earlier_identical_output");
                 }
             }

@@ -16,8 +16,7 @@ use serde::Deserialize;
 
 use super::{ComponentFactory, decode};
 use crate::config::ComponentSource;
-use crate::message::Message;
-use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage};
+use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind};
 
@@ -66,10 +65,14 @@ impl Reformat for Format {
 
     fn reformat(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        for message in messages.iter_mut().filter(|m| m.is_tool()) {
+        for index in 0..messages.len() {
+            let message = &messages[index];
+            if !message.is_tool() {
+                continue;
+            }
             if !message.rewritable {
                 cx.gate("non_text_blocks");
                 continue;
@@ -79,7 +82,7 @@ impl Reformat for Format {
                 cx.gate("not_json_shaped");
                 continue;
             }
-            if tokens::count(&message.content) < self.config.min_tokens {
+            if cx.tokens(index) < self.config.min_tokens {
                 cx.gate("below_min_tokens");
                 continue;
             }
@@ -96,8 +99,8 @@ impl Reformat for Format {
                     continue;
                 }
             };
-            if tokens::count(&candidate) < tokens::count(&message.content) {
-                message.content = candidate;
+            if tokens::count(&candidate) < cx.tokens(index) {
+                messages.get_mut(index).content = candidate;
             } else {
                 cx.gate("already_compact");
             }

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use crate::config::ComponentSource;
 use crate::marker;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Stage, StashKey};
+use crate::pipeline::{ApplyCx, Stage, StashKey, Transcript};
 use crate::tokens;
 
 /// Builds one component from its `components.<name>` block.
@@ -109,25 +109,22 @@ pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool
 /// The stashed original is the wire original when only lossless reformats touched the message
 /// (a candidate has no marker, so nothing lossy did): expand then returns the agent's exact bytes.
 pub(crate) fn offload_with(
-    messages: &mut [Message],
+    messages: &mut Transcript<'_>,
     index: usize,
     cx: &mut ApplyCx<'_>,
     build: impl FnOnce(&str) -> String,
 ) -> Option<StashKey> {
-    let message = &mut messages[index];
-    let original = cx
-        .wire_original(index)
-        .unwrap_or(&message.content)
-        .to_owned();
+    let current = &messages[index].content;
+    let original = cx.wire_original(index).unwrap_or(current).to_owned();
     let id = marker::stash_id(&original);
     let replacement = build(&marker::marker(&id));
-    if tokens::count(&replacement) >= tokens::count(&message.content) {
+    if tokens::count(&replacement) >= cx.tokens(index) {
         cx.gate("marker_no_win");
         return None;
     }
     match cx.stash(&original) {
         Ok(key) => {
-            message.content = replacement;
+            messages.get_mut(index).content = replacement;
             Some(key)
         }
         Err(_) => {

@@ -14,13 +14,13 @@ impl Offload for Shorten {
     }
     fn offload(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
         let key = cx
             .stash(&messages[1].content)
             .map_err(|e| ComponentError(e.to_string()))?;
-        messages[1].content = format!("short {}", key.marker());
+        messages.get_mut(1).content = format!("short {}", key.marker());
         Ok(vec![key])
     }
 }
@@ -32,10 +32,10 @@ impl Reformat for Panics {
     }
     fn reformat(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        messages[2].content.clear();
+        messages.get_mut(2).content.clear();
         panic!("component bug");
     }
 }
@@ -47,10 +47,10 @@ impl Reformat for Fails {
     }
     fn reformat(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        messages[2].content = "half done".into();
+        messages.get_mut(2).content = "half done".into();
         Err(ComponentError("gave up".into()))
     }
 }
@@ -62,10 +62,10 @@ impl Offload for DropsWithoutKey {
     }
     fn offload(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
-        messages[2].content = "gone".into();
+        messages.get_mut(2).content = "gone".into();
         Ok(Vec::new())
     }
 }
@@ -77,10 +77,11 @@ impl Reformat for Grows {
     }
     fn reformat(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        messages[2]
+        messages
+            .get_mut(2)
             .content
             .push_str(" and a great deal of extra padding text that costs tokens");
         Ok(())
@@ -95,7 +96,7 @@ impl Reformat for Observer {
     }
     fn reformat(
         &self,
-        messages: &mut [Message],
+        messages: &mut Transcript<'_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         self.0.lock().push(messages[2].content.clone());
@@ -138,7 +139,11 @@ fn each_failure_mode_reverts_only_its_component() {
         fn name(&self) -> &'static str {
             "observer"
         }
-        fn reformat(&self, m: &mut [Message], cx: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
+        fn reformat(
+            &self,
+            m: &mut Transcript<'_>,
+            cx: &mut ApplyCx<'_>,
+        ) -> Result<(), ComponentError> {
             self.0.reformat(m, cx)
         }
     }
