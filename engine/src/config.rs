@@ -2,7 +2,7 @@
 //!
 //! ```yaml
 //! preset: balanced                    # expands to a pipeline
-//! pipeline: [format, dedup, collapse] # an explicit list overrides the preset's
+//! pipeline: [format, dedup, collapse]  # an explicit list overrides the preset's
 //! components:
 //!   collapse: { max_tokens: 2000, head_lines: 20, tail_lines: 20 }
 //! store: { ttl_seconds: 10000, max_entries: 5000 }

@@ -14,7 +14,7 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, decode};
+use super::{ComponentFactory, decode, text_tool_output};
 use crate::config::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
 use crate::tokens;
@@ -70,11 +70,7 @@ impl Reformat for Format {
     ) -> Result<(), ComponentError> {
         for index in 0..messages.len() {
             let message = &messages[index];
-            if !message.is_tool() {
-                continue;
-            }
-            if !message.rewritable {
-                cx.gate("non_text_blocks");
+            if !text_tool_output(message, cx) {
                 continue;
             }
             let trimmed = message.content.trim();

@@ -9,6 +9,12 @@
 pub(crate) mod collapse;
 mod dedup;
 mod format;
+mod linecap;
+mod textclean;
+
+/// What `textclean` makes of a text: escapes removed, `\r` redraws rendered (for tests and tools
+/// that check its output).
+pub use textclean::clean as terminal_render;
 
 use serde::de::DeserializeOwned;
 
@@ -33,7 +39,13 @@ pub trait ComponentFactory: Sync {
 }
 
 /// Every component of this build, alphabetically.
-pub const ALL: &[&dyn ComponentFactory] = &[&collapse::Factory, &dedup::Factory, &format::Factory];
+pub const ALL: &[&dyn ComponentFactory] = &[
+    &collapse::Factory,
+    &dedup::Factory,
+    &format::Factory,
+    &linecap::Factory,
+    &textclean::Factory,
+];
 
 /// Components the spec names that this build does not have yet.
 pub const PLANNED: &[&str] = &[
@@ -45,7 +57,6 @@ pub const PLANNED: &[&str] = &[
     "extract_llm",
     "failed_call",
     "failed_run",
-    "linecap",
     "mask",
     "oversized_block",
     "phi_evict",
@@ -57,7 +68,6 @@ pub const PLANNED: &[&str] = &[
     "stale_output",
     "stale_reasoning",
     "summarize",
-    "textclean",
     "toolfilter",
     "toolschema",
     "toon",
@@ -85,14 +95,23 @@ pub enum MarkerMode {
     Full,
 }
 
-/// Common candidate gate for offloaders: a text tool output with no marker in it yet.
-/// Records the gate and returns false when the message is not a candidate.
-pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool {
+/// Common candidate gate: a tool output whose content is one text value. Records
+/// `non_text_blocks` for a tool output that is not; other roles are not candidates at all.
+pub(crate) fn text_tool_output(message: &Message, cx: &mut ApplyCx<'_>) -> bool {
     if !message.is_tool() {
         return false;
     }
     if !message.rewritable {
         cx.gate("non_text_blocks");
+        return false;
+    }
+    true
+}
+
+/// Common candidate gate for offloaders: a text tool output with no marker in it yet.
+/// Records the gate and returns false when the message is not a candidate.
+pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool {
+    if !text_tool_output(message, cx) {
         return false;
     }
     if marker::contains_marker(&message.content) {

@@ -666,7 +666,9 @@ mod tests {
     #[test]
     fn word_at_a_time_scans_agree_with_serde_json_at_every_alignment() {
         // Escapes, quotes, control bytes and multi-byte UTF-8 at every offset of an 8-byte word.
-        let pieces = ["\\n", "\\\"", "\\\\", "\\u00e9", "é", "😀", "\u{1}", "\u{7f}", "abc", "\\x"];
+        let pieces = [
+            "\\n", "\\\"", "\\\\", "\\u00e9", "é", "😀", "\u{1}", "\u{7f}", "abc", "\\x",
+        ];
         for pad in 0..9 {
             for a in pieces {
                 for b in pieces {
@@ -675,8 +677,14 @@ mod tests {
                     let theirs = serde_json::from_str::<String>(&literal);
                     assert_eq!(ours, theirs.is_ok(), "{literal:?}");
                     if let Ok(expected) = theirs {
-                        assert_eq!(decode_string(&literal, Span::new(0, literal.len())).unwrap(), expected);
-                        assert_eq!(closing_quote(literal.as_bytes(), 0), Some(literal.len() - 1));
+                        assert_eq!(
+                            decode_string(&literal, Span::new(0, literal.len())).unwrap(),
+                            expected
+                        );
+                        assert_eq!(
+                            closing_quote(literal.as_bytes(), 0),
+                            Some(literal.len() - 1)
+                        );
                     }
                 }
             }

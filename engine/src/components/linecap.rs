@@ -1,0 +1,294 @@
+//! `linecap`: collapses repeated lines and clips overlong ones (Offload; last among offloaders).
+//!
+//! Before:
+//! ```text
+//! WARNING: deprecated call in module a.py
+//! ...
+//! WARNING: deprecated call in module a.py
+//! <a 3,000-character minified line>
+//! ```
+//! After:
+//! ```text
+//! WARNING: deprecated call in module a.py  (x2)
+//! ...
+//! <first 333 chars>...[cut]...<last 166 chars>
+//! <<cg:91ab…>> [full output: call context_guru_expand]
+//! ```
+//!
+//! Two steps, duplicates first. (1) A line repeated further down (not adjacent: adjacent runs are
+//! left alone) is kept once and annotated with its count; the first and last three lines and
+//! lines shorter than eight characters are never touched, and diff-shaped outputs are skipped,
+//! because there a repeated line is content. (2) A line over `max_line_chars` keeps its head
+//! and tail, unless it is a line an agent needs whole: a `path:line` reference, a stack frame,
+//! an error, a test verdict, an exit status, a diff line or a URL. The decision is a pure
+//! function of the content, so it needs no freeze. If the store refuses the stash the output is
+//! left alone.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde::Deserialize;
+
+use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::config::ComponentSource;
+use crate::marker::HINT_FULL_OUTPUT;
+use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+
+/// `components.linecap`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinecapConfig {
+    /// Defaults to `400`. Outputs shorter than this many bytes are left alone.
+    pub min_size: usize,
+    /// Defaults to `500`; `0` disables the cap. Longer lines keep 2/3 head and 1/3 tail.
+    pub max_line_chars: usize,
+    /// Defaults to `true`. Collapse non-adjacent repeats of a line into its first occurrence.
+    pub collapse_duplicate_lines: bool,
+    /// Defaults to `full` (the only mode).
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for LinecapConfig {
+    fn default() -> LinecapConfig {
+        LinecapConfig {
+            min_size: 400,
+            max_line_chars: 500,
+            collapse_duplicate_lines: true,
+            marker_mode: MarkerMode::Full,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "linecap"
+    }
+
+    fn summary(&self) -> &'static str {
+        "collapses repeated lines and clips overlong ones (recoverable)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let config: LinecapConfig = decode(source)?;
+        if config.max_line_chars != 0 && config.max_line_chars < 30 {
+            return Err(format!(
+                "max_line_chars must be 0 (off) or at least 30, got {}",
+                config.max_line_chars
+            ));
+        }
+        Ok(Stage::Offload(Box::new(Linecap { config })))
+    }
+}
+
+struct Linecap {
+    config: LinecapConfig,
+}
+
+/// Lines never clipped: what an agent acts on.
+fn never_truncate() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r#"(?i)^\S+:\d+|^\s*File "|^\s*at |error|exception|traceback|assertionerror|panic:|fatal|\b(passed|failed|ok|fail)\b|exit (code|status)|^[+-]|^@@ |https?://"#,
+        )
+        .expect("allow-list regex is valid")
+    })
+}
+
+fn is_diff_shaped(text: &str) -> bool {
+    text.lines().any(|l| {
+        l.starts_with("diff --git")
+            || l.starts_with("@@ ")
+            || l.starts_with("Index: ")
+            || l.starts_with("--- ")
+            || l.starts_with("+++ ")
+    })
+}
+
+/// Lines at each end that are never collapsed: where an output says what it is and how it ended.
+const PROTECTED_EDGE_LINES: usize = 3;
+/// Shorter lines (trimmed) repeat by nature (`}`, `----`) and are never collapsed.
+const MIN_DUPLICATE_CHARS: usize = 8;
+
+fn collapse_duplicates(lines: &[&str]) -> Option<Vec<String>> {
+    let n = lines.len();
+    if n <= 2 * PROTECTED_EDGE_LINES {
+        return None;
+    }
+    let middle = PROTECTED_EDGE_LINES..n - PROTECTED_EDGE_LINES;
+    let mut first_at: HashMap<&str, usize> = HashMap::new();
+    let mut repeats: HashMap<usize, usize> = HashMap::new();
+    let mut dropped = vec![false; n];
+    for i in middle {
+        let line = lines[i];
+        if line.trim().chars().count() < MIN_DUPLICATE_CHARS || (i > 0 && lines[i - 1] == line) {
+            continue;
+        }
+        match first_at.get(line) {
+            Some(&first) => {
+                dropped[i] = true;
+                *repeats.entry(first).or_insert(1) += 1;
+            }
+            None => {
+                first_at.insert(line, i);
+            }
+        }
+    }
+    if repeats.is_empty() {
+        return None;
+    }
+    let out = (0..n)
+        .filter(|&i| !dropped[i])
+        .map(|i| match repeats.get(&i) {
+            Some(count) => format!("{}  (x{count})", lines[i]),
+            None => lines[i].to_owned(),
+        })
+        .collect();
+    Some(out)
+}
+
+/// Middle-clips `line` to `budget` characters: 2/3 head, `...[cut]...`, 1/3 tail.
+fn clip(line: &str, budget: usize) -> String {
+    const CUT: &str = "...[cut]...";
+    let chars: Vec<char> = line.chars().collect();
+    let keep = budget.saturating_sub(CUT.len());
+    let head = keep * 2 / 3;
+    let tail = keep - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push_str(CUT);
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+impl Linecap {
+    /// The reduced text, or `None` when there is nothing to reduce.
+    fn reduce(&self, text: &str) -> Option<String> {
+        let lines: Vec<&str> = text.split('\n').collect();
+        let mut changed = false;
+        let mut current: Vec<String> =
+            match self.config.collapse_duplicate_lines && !is_diff_shaped(text) {
+                true => match collapse_duplicates(&lines) {
+                    Some(collapsed) => {
+                        changed = true;
+                        collapsed
+                    }
+                    None => lines.iter().map(|l| (*l).to_owned()).collect(),
+                },
+                false => lines.iter().map(|l| (*l).to_owned()).collect(),
+            };
+        let cap = self.config.max_line_chars;
+        if cap > 0 {
+            for line in &mut current {
+                if line.len() > cap
+                    && line.chars().count() > cap
+                    && !never_truncate().is_match(line)
+                {
+                    *line = clip(line, cap);
+                    changed = true;
+                }
+            }
+        }
+        changed.then(|| current.join("\n"))
+    }
+}
+
+impl Offload for Linecap {
+    fn name(&self) -> &'static str {
+        "linecap"
+    }
+
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        let mut keys = Vec::new();
+        for index in 0..messages.len() {
+            let message = &messages[index];
+            if !offload_candidate(message, cx) {
+                continue;
+            }
+            if message.content.len() < self.config.min_size {
+                cx.gate("below_min_size");
+                continue;
+            }
+            let Some(reduced) = self.reduce(&message.content) else {
+                cx.gate("no_long_or_repeated_lines");
+                continue;
+            };
+            keys.extend(offload_with(messages, index, cx, |marker| {
+                format!("{reduced}\n{marker}{HINT_FULL_OUTPUT}")
+            }));
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::components::testing::{check, tool_messages};
+
+    #[test]
+    fn collapses_non_adjacent_repeats_and_keeps_the_first_with_a_count() {
+        let mut lines = vec!["$ pytest -q", "collected 40 items", "============"];
+        for i in 0..12 {
+            lines.push("DeprecationWarning: pkg_resources is deprecated as an API");
+            lines.push(if i % 2 == 0 {
+                "  warnings.warn(msg)"
+            } else {
+                "tests/test_io.py::test_read_chunk"
+            });
+        }
+        lines.extend(["", "40 passed, 12 warnings in 3.21s", "$ "]);
+        let text = lines.join("\n");
+        let out = check("linecap", "", tool_messages(&[&text]));
+        let after = &out.messages[1].content;
+        assert_eq!(after.matches("DeprecationWarning").count(), 1);
+        assert!(after.contains("DeprecationWarning: pkg_resources is deprecated as an API  (x12)"));
+        assert!(
+            after.contains("40 passed, 12 warnings in 3.21s"),
+            "the ending survives"
+        );
+        assert!(after.ends_with("[full output: call context_guru_expand]"));
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn clips_long_lines_but_never_the_ones_an_agent_needs() {
+        let minified = format!("var a={};", "x".repeat(3000));
+        let trace = format!("File \"/app/{}.py\", line 3", "m".repeat(900));
+        let error = format!("ValueError: {}", "bad input ".repeat(100));
+        let text =
+            format!("header line\n{minified}\n{trace}\n{error}\nfooter line one\nfooter two\nend");
+        let out = check("linecap", "", tool_messages(&[&text]));
+        let after = &out.messages[1].content;
+        let clipped = after.lines().nth(1).unwrap();
+        assert_eq!(clipped.chars().count(), 500);
+        assert!(
+            clipped.starts_with("var a=xxx")
+                && clipped.contains("...[cut]...")
+                && clipped.ends_with("xx;")
+        );
+        assert!(after.contains(&trace) && after.contains(&error));
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn leaves_diffs_short_outputs_and_clean_outputs_alone() {
+        let diff = format!(
+            "diff --git a/x b/x\n--- a/x\n+++ b/x\n{}",
+            "@@ -1 +1 @@\n-old line here\n+new line here\n".repeat(20)
+        );
+        let clean: String = (0..40)
+            .map(|i| format!("src/module_{i}.rs: 120 lines\n"))
+            .collect();
+        let out = check("linecap", "", tool_messages(&[&diff, &clean, "short"]));
+        let gates = &out.report.components[0].gates;
+        assert_eq!(gates.get("no_long_or_repeated_lines"), Some(&2));
+        assert_eq!(gates.get("below_min_size"), Some(&1));
+        assert!(!out.report.components[0].mutated);
+    }
+}

@@ -1,0 +1,216 @@
+//! `textclean`: strips terminal control noise from tool outputs (Reformat).
+//!
+//! Before: `\x1b[32mPASSED\x1b[0m tests/test_a.py` and `  1%\r 45%\r100%\n`
+//! After:  `PASSED tests/test_a.py` and `100%\n`
+//!
+//! Two kinds of noise only a terminal can read: ANSI/VT100 escape sequences (colours, cursor
+//! moves, OSC titles and hyperlinks) and carriage-return redraws (progress bars rewritten in
+//! place). Escapes are removed; a line with interior `\r`s is rendered the way a terminal shows
+//! it, each segment overwriting the previous from column 0, so what a person would have read is
+//! exactly what remains. A `\r` that ends a line (CRLF) is kept. Adopted only when strictly fewer
+//! tokens; on any failure the output is left untouched.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde::Deserialize;
+
+use super::{ComponentFactory, decode, text_tool_output};
+use crate::config::ComponentSource;
+use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
+use crate::tokens;
+
+/// `components.textclean`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TextcleanConfig {
+    /// Defaults to `50`. Smaller outputs are left alone.
+    pub min_tokens: usize,
+}
+
+impl Default for TextcleanConfig {
+    fn default() -> TextcleanConfig {
+        TextcleanConfig { min_tokens: 50 }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "textclean"
+    }
+
+    fn summary(&self) -> &'static str {
+        "strips ANSI escapes and carriage-return redraws (lossless for what a terminal shows)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let config: TextcleanConfig = decode(source)?;
+        Ok(Stage::Reformat(Box::new(Textclean { config })))
+    }
+}
+
+struct Textclean {
+    config: TextcleanConfig,
+}
+
+fn escapes() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        // CSI (colours, cursor moves), OSC (titles, hyperlinks; ended by BEL or ST), and the
+        // two-byte Fe escapes.
+        Regex::new(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+            .expect("escape regex is valid")
+    })
+}
+
+/// Whether a text has anything for this component to do.
+fn has_noise(text: &str) -> bool {
+    text.contains('\x1b')
+        || text
+            .split('\n')
+            .any(|line| line.trim_end_matches('\r').contains('\r'))
+}
+
+/// The text as a terminal would show it: escapes removed, `\r` redraws rendered.
+pub fn clean(text: &str) -> String {
+    let stripped = escapes().replace_all(text, "");
+    let mut out = String::with_capacity(stripped.len());
+    for (i, line) in stripped.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let (body, crlf) = match line.strip_suffix('\r') {
+            Some(body) => (body, true),
+            None => (line, false),
+        };
+        if body.contains('\r') {
+            out.push_str(&overlay(body));
+        } else {
+            out.push_str(body);
+        }
+        if crlf {
+            out.push('\r');
+        }
+    }
+    out
+}
+
+/// Renders carriage-return segments onto one line, each from column 0.
+fn overlay(line: &str) -> String {
+    let mut screen: Vec<char> = Vec::new();
+    for segment in line.split('\r') {
+        for (col, ch) in segment.chars().enumerate() {
+            if col < screen.len() {
+                screen[col] = ch;
+            } else {
+                screen.push(ch);
+            }
+        }
+    }
+    // Trailing spaces a redraw left behind carry nothing.
+    let rendered: String = screen.into_iter().collect();
+    rendered.trim_end().to_owned()
+}
+
+impl Reformat for Textclean {
+    fn name(&self) -> &'static str {
+        "textclean"
+    }
+
+    fn reformat(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
+        for index in 0..messages.len() {
+            let message = &messages[index];
+            if !text_tool_output(message, cx) {
+                continue;
+            }
+            if cx.tokens(index) < self.config.min_tokens {
+                cx.gate("below_min_tokens");
+                continue;
+            }
+            if !has_noise(&message.content) {
+                cx.gate("no_terminal_noise");
+                continue;
+            }
+            let cleaned = clean(&message.content);
+            if tokens::count(&cleaned) < cx.tokens(index) {
+                messages.get_mut(index).content = cleaned;
+            } else {
+                cx.gate("already_clean");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::components::testing::{check, tool_messages};
+
+    #[test]
+    fn strips_colours_and_renders_redraws() {
+        assert_eq!(
+            clean("\x1b[32mPASSED\x1b[0m tests/a.py"),
+            "PASSED tests/a.py"
+        );
+        assert_eq!(clean("  1%\r 45%\r100%\nnext"), "100%\nnext");
+        assert_eq!(
+            clean("downloading 10 files\rdone"),
+            "doneloading 10 files",
+            "a terminal keeps what was not overwritten"
+        );
+        assert_eq!(
+            clean("line one\r\nline two\r\n"),
+            "line one\r\nline two\r\n",
+            "CRLF is not a redraw"
+        );
+        assert_eq!(
+            clean("\x1b]8;;http://x\x07link\x1b]8;;\x07 \x1b[1A\x1b[2K"),
+            "link "
+        );
+    }
+
+    #[test]
+    fn cleans_a_real_conda_progress_log() {
+        // Shape taken from a Claude Code session in the corpus (claude-code/sniffly-ba79134d):
+        // conda redraws each package's bar with `\r` and moves up with `\x1b[A`.
+        let mut log = String::from("Downloading and Extracting Packages:\n");
+        for pkg in [
+            "expat-2.7.1          | 156 KB ",
+            "python-3.11.13       | 15.4 MB",
+            "openssl-3.5.1        | 3.1 MB ",
+        ] {
+            for pct in [0, 1, 12, 45, 82, 100] {
+                let bar = "#".repeat(pct / 10);
+                log.push_str(&format!("\r{pkg}   | {bar:<10} | {pct:>3}% \x1b[A\n"));
+            }
+        }
+        log.push_str("Preparing transaction: done\nVerifying transaction: done\n");
+        let out = check("textclean", "", tool_messages(&[&log]));
+        let after = &out.messages[1].content;
+        assert!(!after.contains('\x1b') && !after.contains('\r'));
+        assert!(after.contains("python-3.11.13       | 15.4 MB   | ########## | 100%"));
+        assert!(after.contains("Verifying transaction: done"));
+        assert!(out.report.components[0].acted);
+    }
+
+    #[test]
+    fn inert_on_clean_or_small_outputs() {
+        let plain = "tests/test_a.py::test_one PASSED\n".repeat(20);
+        let out = check(
+            "textclean",
+            "",
+            tool_messages(&[&plain, "\x1b[31mx\x1b[0m"]),
+        );
+        let gates = &out.report.components[0].gates;
+        assert_eq!(gates.get("no_terminal_noise"), Some(&1));
+        assert_eq!(gates.get("below_min_tokens"), Some(&1));
+        assert!(!out.report.components[0].mutated);
+    }
+}
