@@ -26,7 +26,7 @@ use hyper::body::{Frame, Incoming};
 use crate::clock::SystemClock;
 use crate::expand;
 use crate::http::{self as h, Body, BoxError};
-use crate::sse::{self, Opening};
+use crate::sse;
 use crate::upstream::{Upstream, UpstreamError, strip_hop_by_hop};
 
 /// The session header; wins over the derived key once sanitized.
@@ -34,9 +34,6 @@ pub const SESSION_HEADER: &str = "x-context-guru-session";
 
 /// Expand rounds per request before the response goes to the agent as it is.
 pub const MAX_EXPAND_ROUNDS: usize = 3;
-
-/// How much of a stream may be held while deciding whether it opens with an expand call.
-const PEEK_MAX_BYTES: usize = 64 << 10;
 
 /// Where requests go and how big they may be.
 #[derive(Debug, Clone)]
@@ -412,9 +409,11 @@ impl Continuation {
         relay(response)
     }
 
-    /// Streamed: peek at the opening of each stream; a stream that does not open with an expand
-    /// call is released at once and piped; one that does is held, and its continuation streams
-    /// in its place, so the client sees one coherent stream.
+    /// Streamed: everything streams as it arrives until an expand call starts. From there the
+    /// rest of that response is held; when its calls are all expand calls they are answered
+    /// from the store and the continuation streams on in the same response, so the client sees
+    /// one coherent stream (text the model wrote before the call included). Anything else
+    /// releases what was held, verbatim.
     fn stream(self, forwarded: Bytes, first: Response<Incoming>) -> Response<Body> {
         let (mut parts, body) = first.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -434,86 +433,69 @@ impl Continuation {
         tx: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
     ) {
         let started = Instant::now();
+        let mut relay = sse::Relay::new(self.dialect);
         for round in 0..=MAX_EXPAND_ROUNDS {
-            let mut held: Vec<u8> = Vec::new();
+            let mut first_byte = round == 0;
             let mut pending: Vec<u8> = Vec::new();
-            let mut events: Vec<serde_json::Value> = Vec::new();
-            let mut opening = Opening::Undecided;
-            // Peek until the opening is known, the peek budget is spent, or the stream ends.
-            while opening == Opening::Undecided && held.len() < PEEK_MAX_BYTES {
-                match body.frame().await {
-                    Some(Ok(frame)) => {
-                        let Ok(data) = frame.into_data() else {
-                            continue;
-                        };
-                        held.extend_from_slice(&data);
-                        pending.extend_from_slice(&data);
-                        for f in sse::take_frames(&mut pending) {
-                            if let Some(value) = sse::frame_data(&f) {
-                                if opening == Opening::Undecided {
-                                    opening = sse::opening(self.dialect, &value);
-                                }
-                                events.push(value);
-                            }
-                        }
-                    }
+            // A round streams until an expand call starts, then holds.
+            loop {
+                let frame = match body.frame().await {
+                    Some(Ok(frame)) => frame,
                     Some(Err(err)) => {
-                        let _ = tx.send(Ok(Frame::data(Bytes::from(held)))).await;
+                        let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
                         let _ = tx.send(Err(Box::new(err))).await;
                         return;
                     }
                     None => break,
-                }
-            }
-            if opening != Opening::Expand || round == MAX_EXPAND_ROUNDS {
-                self.app
-                    .stats
-                    .record_stream(StreamRelay::Streamed, Some(started.elapsed()));
-                if tx.send(Ok(Frame::data(Bytes::from(held)))).await.is_err() {
-                    return; // The client went away: nothing left to deliver.
-                }
-                pipe(body, &tx).await;
-                return;
-            }
-            // Hold the whole expand turn.
-            while let Some(next) = body.frame().await {
-                let Ok(frame) = next else { break };
+                };
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
-                held.extend_from_slice(&data);
                 pending.extend_from_slice(&data);
-                events.extend(
-                    sse::take_frames(&mut pending)
-                        .iter()
-                        .filter_map(|f| sse::frame_data(f)),
-                );
+                let out = relay.push_frames(sse::take_frames(&mut pending));
+                if !out.is_empty() {
+                    if first_byte {
+                        self.app
+                            .stats
+                            .record_stream(StreamRelay::Streamed, Some(started.elapsed()));
+                        first_byte = false;
+                    }
+                    if tx.send(Ok(Frame::data(out))).await.is_err() {
+                        return; // The client went away: nothing left to deliver.
+                    }
+                }
+            }
+            if !relay.holding() {
+                // Bytes after the last blank line (a stream cut short) go out as they are.
+                if !pending.is_empty() {
+                    let _ = tx.send(Ok(Frame::data(Bytes::from(pending)))).await;
+                }
+                return;
             }
             self.app.stats.record_stream(StreamRelay::Buffered, None);
-            let aggregated = sse::aggregate(self.dialect, &events).to_string();
-            let Some(next) = self.next_request(&forwarded, aggregated.as_bytes()) else {
-                let _ = tx.send(Ok(Frame::data(Bytes::from(held)))).await;
+            let aggregated = relay.take_turn().to_string();
+            let next = if round < MAX_EXPAND_ROUNDS {
+                self.next_request(&forwarded, aggregated.as_bytes())
+            } else {
+                None
+            };
+            let Some(next) = next else {
+                // Not all expand calls, or out of rounds: the agent gets the turn as it was.
+                let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
                 return;
             };
             forwarded = Bytes::from(next);
             match self.resend(forwarded.clone()).await {
-                Ok(response) if response.status().is_success() => body = response.into_body(),
-                // The continuation failed: the agent gets the held turn verbatim rather than nothing.
+                Ok(response) if response.status().is_success() => {
+                    relay.continue_in_place();
+                    body = response.into_body();
+                }
+                // The continuation failed: the agent gets the held turn rather than nothing.
                 _ => {
-                    let _ = tx.send(Ok(Frame::data(Bytes::from(held)))).await;
+                    let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
                     return;
                 }
             }
-        }
-    }
-}
-
-async fn pipe(mut body: Incoming, tx: &tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>) {
-    while let Some(frame) = body.frame().await {
-        let item = frame.map_err(|e| Box::new(e) as BoxError);
-        let failed = item.is_err();
-        if tx.send(item).await.is_err() || failed {
-            return;
         }
     }
 }

@@ -1,9 +1,11 @@
-//! Server-sent events: frame splitting, the peek that decides whether a stream opens with an
-//! expand call, and aggregation of a held stream into a non-streamed response shape.
+//! Server-sent events: frame splitting, the relay that streams until an expand call starts and
+//! renumbers a continuation into the same stream, and folding a held turn into the non-streamed
+//! response shape.
 //!
 //! Upstream chunks arrive at TCP boundaries, not event boundaries, so frames are cut at the
 //! blank line. A marker-free stream never comes through here: it is piped as is.
 
+use bytes::Bytes;
 use engine::marker::EXPAND_TOOL_NAME;
 use engine::wire::Dialect;
 use serde_json::{Value, json};
@@ -46,54 +48,128 @@ pub fn frame_data(frame: &[u8]) -> Option<Value> {
     serde_json::from_str(&data.join("\n")).ok()
 }
 
-/// What the first meaningful event of a stream says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Opening {
-    /// Not decided yet: keep peeking.
-    Undecided,
-    /// The response opens with an expand call: hold it.
-    Expand,
-    /// Anything else: stream it.
-    Other,
-}
-
-/// Classifies one frame for the peek.
-pub fn opening(dialect: Dialect, data: &Value) -> Opening {
+/// Whether an event starts an expand call.
+fn starts_expand(dialect: Dialect, data: &Value) -> bool {
     match dialect {
         Dialect::Anthropic => {
-            if data["type"] != "content_block_start" {
-                return if data["type"] == "error" {
-                    Opening::Other
-                } else {
-                    Opening::Undecided
-                };
+            data["type"] == "content_block_start"
+                && data["content_block"]["type"] == "tool_use"
+                && data["content_block"]["name"] == EXPAND_TOOL_NAME
+        }
+        Dialect::OpenAi => data["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .is_some_and(|calls| {
+                calls
+                    .iter()
+                    .any(|c| c["function"]["name"] == EXPAND_TOOL_NAME)
+            }),
+    }
+}
+
+/// The state of one streamed response across expand rounds: what has gone to the client, what
+/// is held, and how a continuation's events are renumbered to read as one stream.
+#[derive(Debug)]
+pub struct Relay {
+    dialect: Dialect,
+    /// This round continues an earlier one: its opening event is dropped and its content block
+    /// indices shifted past the blocks the client already has.
+    continuing: bool,
+    /// Anthropic content blocks the client has seen start, across rounds.
+    blocks_sent: u64,
+    offset: u64,
+    holding: bool,
+    held: Vec<u8>,
+    /// Every data event of this round, for folding the turn into a response.
+    events: Vec<Value>,
+}
+
+impl Relay {
+    pub fn new(dialect: Dialect) -> Relay {
+        Relay {
+            dialect,
+            continuing: false,
+            blocks_sent: 0,
+            offset: 0,
+            holding: false,
+            held: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// Whether an expand call started in this round (and the rest of it is held).
+    pub fn holding(&self) -> bool {
+        self.holding
+    }
+
+    /// Takes complete frames from upstream and returns the bytes to send the client now.
+    pub fn push_frames(&mut self, frames: Vec<Vec<u8>>) -> Bytes {
+        let mut out = Vec::new();
+        for frame in frames {
+            let data = frame_data(&frame);
+            if let Some(data) = &data {
+                if !self.holding && starts_expand(self.dialect, data) {
+                    self.holding = true;
+                }
             }
-            let block = &data["content_block"];
-            if block["type"] == "tool_use" && block["name"] == EXPAND_TOOL_NAME {
-                Opening::Expand
+            let Some(frame) = self.renumber(frame, data.as_ref()) else {
+                continue;
+            };
+            if self.holding {
+                self.held.extend_from_slice(&frame);
             } else {
-                Opening::Other
+                if self.dialect == Dialect::Anthropic
+                    && data
+                        .as_ref()
+                        .is_some_and(|d| d["type"] == "content_block_start")
+                {
+                    self.blocks_sent += 1;
+                }
+                out.extend_from_slice(&frame);
+            }
+            if let Some(data) = data {
+                self.events.push(data);
             }
         }
-        Dialect::OpenAi => {
-            let delta = &data["choices"][0]["delta"];
-            if let Some(call) = delta["tool_calls"].get(0) {
-                return match call["function"]["name"].as_str() {
-                    Some(EXPAND_TOOL_NAME) => Opening::Expand,
-                    Some(_) => Opening::Other,
-                    None => Opening::Undecided,
-                };
-            }
-            let has_text = delta["content"].as_str().is_some_and(|c| !c.is_empty())
-                || delta["reasoning_content"]
-                    .as_str()
-                    .is_some_and(|c| !c.is_empty());
-            if has_text || !data["choices"][0]["finish_reason"].is_null() {
-                Opening::Other
-            } else {
-                Opening::Undecided
-            }
+        Bytes::from(out)
+    }
+
+    /// A continuation's frame as it must read inside the first stream: Anthropic drops the
+    /// second `message_start` and shifts block indices. The first round passes bytes as they are.
+    fn renumber(&self, frame: Vec<u8>, data: Option<&Value>) -> Option<Vec<u8>> {
+        if !self.continuing || self.dialect != Dialect::Anthropic {
+            return Some(frame);
         }
+        let Some(data) = data else { return Some(frame) };
+        if data["type"] == "message_start" {
+            return None;
+        }
+        let Some(index) = data["index"].as_u64() else {
+            return Some(frame);
+        };
+        let mut data = data.clone();
+        data["index"] = Value::from(index + self.offset);
+        let kind = data["type"].as_str().unwrap_or("message").to_owned();
+        Some(format!("event: {kind}\ndata: {data}\n\n").into_bytes())
+    }
+
+    /// The held part, to release verbatim (the turn was not all expand calls, or the
+    /// continuation failed).
+    pub fn release_held(&mut self) -> Bytes {
+        Bytes::from(std::mem::take(&mut self.held))
+    }
+
+    /// This round's whole assistant turn, in the shape of a non-streamed response.
+    pub fn take_turn(&mut self) -> Value {
+        aggregate(self.dialect, &std::mem::take(&mut self.events))
+    }
+
+    /// The held turn was answered; the next upstream response continues this stream.
+    pub fn continue_in_place(&mut self) {
+        self.continuing = true;
+        self.holding = false;
+        self.held.clear();
+        self.events.clear();
+        self.offset = self.blocks_sent;
     }
 }
 
@@ -217,8 +293,8 @@ mod tests {
         .iter()
         .map(|s| serde_json::from_str(s).unwrap())
         .collect();
-        assert_eq!(opening(Dialect::Anthropic, &frames[0]), Opening::Undecided);
-        assert_eq!(opening(Dialect::Anthropic, &frames[1]), Opening::Expand);
+        assert!(!starts_expand(Dialect::Anthropic, &frames[0]));
+        assert!(starts_expand(Dialect::Anthropic, &frames[1]));
         let response = aggregate(Dialect::Anthropic, &frames);
         assert_eq!(response["content"][0]["input"]["id"], "abc");
     }
@@ -233,8 +309,8 @@ mod tests {
         .iter()
         .map(|s| serde_json::from_str(s).unwrap())
         .collect();
-        assert_eq!(opening(Dialect::OpenAi, &frames[0]), Opening::Undecided);
-        assert_eq!(opening(Dialect::OpenAi, &frames[1]), Opening::Expand);
+        assert!(!starts_expand(Dialect::OpenAi, &frames[0]));
+        assert!(starts_expand(Dialect::OpenAi, &frames[1]));
         let response = aggregate(Dialect::OpenAi, &frames);
         assert_eq!(
             response["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
@@ -242,6 +318,6 @@ mod tests {
         );
         let text: Value =
             serde_json::from_str(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#).unwrap();
-        assert_eq!(opening(Dialect::OpenAi, &text), Opening::Other);
+        assert!(!starts_expand(Dialect::OpenAi, &text));
     }
 }

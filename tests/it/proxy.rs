@@ -174,6 +174,16 @@ fn answer_text(body: &[u8], dialect: Dialect) -> String {
     }
 }
 
+/// The `index` of every Anthropic event of `kind` in a raw stream, in order.
+fn event_indices(raw: &str, kind: &str) -> Vec<u64> {
+    raw.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == kind)
+        .filter_map(|v| v["index"].as_u64())
+        .collect()
+}
+
 /// The text carried by a streamed answer, whichever dialect.
 fn streamed_text(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
@@ -313,6 +323,54 @@ async fn expand_calls_are_answered_in_stream_in_both_dialects() {
     let stats: Value = sluice.stats().await;
     assert_eq!(stats["sse_buffered"], 2);
     assert!(stats["sse_streamed"].as_u64().unwrap() >= 4);
+}
+
+#[tokio::test]
+async fn text_before_an_expand_call_streams_and_the_answer_continues_in_the_same_stream() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let body = compactable(dialect, true);
+        sluice.chat(dialect, &[], body.clone()).await;
+        let (id, _) = first_marker(&sluice.mock.recorded().last().unwrap().body, &body, dialect);
+        let before = sluice.mock.recorded().len();
+        // Two rounds: text then expand, again text then expand, then the answer.
+        sluice.mock.script([
+            Reply::Expand {
+                text: Some("Let me read the full log. ".into()),
+                ids: vec![id.clone()],
+            },
+            Reply::Expand {
+                text: Some("And once more. ".into()),
+                ids: vec![id],
+            },
+            Reply::Text("Here is the fix.".into()),
+        ]);
+        let reply = sluice.chat(dialect, &[], body.clone()).await;
+        let raw = String::from_utf8_lossy(&reply.body).into_owned();
+        assert_eq!(
+            streamed_text(&reply.body),
+            "Let me read the full log. And once more. Here is the fix.",
+            "{raw}"
+        );
+        assert!(!raw.contains("context_guru_expand"), "{raw}");
+        assert_eq!(
+            sluice.mock.recorded().len(),
+            before + 3,
+            "two continuation rounds"
+        );
+        if dialect == Dialect::Anthropic {
+            // One message, with content blocks numbered 0, 1, 2 across the three upstream calls.
+            assert_eq!(raw.matches("event: message_start").count(), 1, "{raw}");
+            assert_eq!(
+                event_indices(&raw, "content_block_start"),
+                vec![0, 1, 2],
+                "{raw}"
+            );
+            let mut deltas = event_indices(&raw, "content_block_delta");
+            deltas.dedup();
+            assert_eq!(deltas, vec![0, 1, 2], "deltas follow their blocks");
+        }
+    }
 }
 
 #[tokio::test]
