@@ -34,8 +34,50 @@ struct ComponentTotals {
     gates: BTreeMap<String, u64>,
 }
 
+/// Upper bounds of the latency histogram buckets, in seconds (Prometheus `le`).
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// A fixed-bucket latency histogram.
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    /// Per bucket (not cumulative); the last slot is `+Inf`.
+    counts: [u64; LATENCY_BUCKETS.len() + 1],
+    sum_us: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, d: Duration) {
+        let seconds = d.as_secs_f64();
+        let slot = LATENCY_BUCKETS
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[slot] += 1;
+        self.sum_us += micros(d);
+    }
+
+    fn write(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (slot, count) in self.counts.iter().enumerate() {
+            cumulative += count;
+            let le = LATENCY_BUCKETS
+                .get(slot)
+                .map_or_else(|| "+Inf".to_owned(), |le| le.to_string());
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_sum {}", self.sum_us as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+}
+
 #[derive(Debug, Default)]
 struct Totals {
+    added_latency: Histogram,
+    upstream_latency: Histogram,
+    ttfb: Histogram,
     requests: u64,
     compacted_requests: u64,
     unparsed_requests: u64,
@@ -109,6 +151,7 @@ impl Stats {
         t.tokens_after += report.tokens_after as u64;
         t.added_us += micros(added);
         t.added_n += 1;
+        t.added_latency.observe(added);
         if t.seen.len() > MAX_UNIQUE_KEYS {
             t.seen.clear();
         }
@@ -152,6 +195,7 @@ impl Stats {
         let mut t = self.totals.lock();
         t.upstream_us += micros(took);
         t.upstream_n += 1;
+        t.upstream_latency.observe(took);
         t.upstream_errors += u64::from(failed);
     }
 
@@ -164,6 +208,7 @@ impl Stats {
         if let Some(ttfb) = ttfb {
             t.sse_ttfb_us += micros(ttfb);
             t.sse_ttfb_n += 1;
+            t.ttfb.observe(ttfb);
         }
     }
 
@@ -328,6 +373,21 @@ impl Stats {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
+        t.added_latency.write(
+            &mut out,
+            "cg_added_latency_seconds",
+            "Time sluice spent rewriting a request.",
+        );
+        t.upstream_latency.write(
+            &mut out,
+            "cg_upstream_latency_seconds",
+            "Time to upstream response headers.",
+        );
+        t.ttfb.write(
+            &mut out,
+            "cg_sse_ttfb_seconds",
+            "Time to the first byte relayed of a streamed response.",
+        );
         let _ = writeln!(
             out,
             "# HELP cg_added_latency_ms Average latency sluice added per rewritten request."
@@ -464,6 +524,17 @@ mod tests {
         stats.record_run(&report(1, 10), &[], Duration::from_millis(1));
         let text = stats.to_prometheus();
         assert!(text.contains("cg_requests_total 1"));
+        // 1 ms lands in the le=0.001 bucket and every bucket above it.
+        assert!(
+            text.contains("cg_added_latency_seconds_bucket{le=\"0.0005\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cg_added_latency_seconds_bucket{le=\"0.001\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("cg_added_latency_seconds_bucket{le=\"+Inf\"} 1"));
+        assert!(text.contains("cg_added_latency_seconds_count 1"));
         assert!(
             text.contains("cg_component_runs_total{component=\"collapse\",outcome=\"acted\"} 1")
         );

@@ -17,7 +17,7 @@ use engine::apply::apply_parsed;
 use engine::config::Config;
 use engine::pipeline::{Pipeline, RunCx};
 use engine::store::Store;
-use engine::wire::{self, Dialect, json};
+use engine::wire::{self, Dialect};
 use engine::{marker, session, tokens};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited, StreamBody};
@@ -263,13 +263,14 @@ fn rewrite(app: &App, dialect: Dialect, headers: &HeaderMap, body: &Bytes) -> Op
         std::borrow::Cow::Owned(bytes) => Bytes::from(bytes),
     };
     let injected = if stashed {
-        expand::inject_tool(&rewritten, dialect).map(Bytes::from)
+        expand::inject_tool_after(&parsed, &rewritten).map(Bytes::from)
     } else {
         None
     };
     app.stats
         .record_run(&applied.report, &applied.discarded, started.elapsed());
-    let stream = json::get(parsed.text(), parsed.root(), "stream")
+    let stream = parsed
+        .field("stream")
         .is_some_and(|s| s.of(parsed.text()) == "true");
     Some(Rewritten {
         expandable: injected.is_some(),

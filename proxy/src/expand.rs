@@ -7,8 +7,8 @@
 //! as it was.
 
 use engine::marker::EXPAND_TOOL_NAME;
-use engine::wire::Dialect;
 use engine::wire::json::{self, Kind, Span};
+use engine::wire::{self, Dialect, ParsedBody};
 
 /// The tool's description, as the reference wrote it.
 pub const EXPAND_DESCRIPTION: &str =
@@ -30,10 +30,8 @@ fn tool_json(dialect: Dialect) -> String {
 }
 
 /// Whether `tool_choice` leaves the model free to call our tool: absent or `auto`.
-fn choice_allows_expand(text: &str, root: Span) -> bool {
-    let Some(choice) = json::get(text, root, "tool_choice") else {
-        return true;
-    };
+fn choice_allows_expand(text: &str, choice: Option<Span>) -> bool {
+    let Some(choice) = choice else { return true };
     match json::kind_of(text, choice) {
         Kind::String => json::decode_string(text, choice).is_ok_and(|c| c == "auto"),
         Kind::Object => json::get(text, choice, "type")
@@ -49,16 +47,22 @@ fn tool_name(text: &str, tool: Span) -> Option<String> {
     json::decode_string(text, name).ok().map(|n| n.into_owned())
 }
 
-/// Returns the body with the expand tool appended, or `None` when it must not be injected
-/// (a forced `tool_choice`, already present, or an unreadable body).
+/// Returns `body` with the expand tool appended, or `None` when it must not be injected (a
+/// forced `tool_choice`, already present, or an unreadable body).
 pub fn inject_tool(body: &[u8], dialect: Dialect) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(body).ok()?;
-    let root = json::parse_document(text).ok()?;
-    if !choice_allows_expand(text, root) {
+    let parsed = wire::parse(body, dialect).ok()?;
+    inject_tool_after(&parsed, body)
+}
+
+/// Appends the expand tool to `rewritten`, a rewrite of `parsed`'s body, reading `tools` and
+/// `tool_choice` from the parse already done instead of parsing the body again.
+pub fn inject_tool_after(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Option<Vec<u8>> {
+    let text = parsed.text();
+    if !choice_allows_expand(text, parsed.field("tool_choice")) {
         return None;
     }
-    let tool = tool_json(dialect);
-    let (at, insert) = match json::get(text, root, "tools") {
+    let tool = tool_json(parsed.dialect());
+    let (at, insert) = match parsed.tools_span() {
         Some(tools) if json::kind_of(text, tools) == Kind::Array => {
             let mut empty = true;
             for existing in json::elements(text, tools) {
@@ -67,16 +71,16 @@ pub fn inject_tool(body: &[u8], dialect: Dialect) -> Option<Vec<u8>> {
                     return None;
                 }
             }
-            let close = tools.end - 1;
-            (close, if empty { tool } else { format!(",{tool}") })
+            (tools.end - 1, if empty { tool } else { format!(",{tool}") })
         }
         Some(_) => return None,
-        None => (root.end - 1, format!(r#","tools":[{tool}]"#)),
+        None => (parsed.root().end - 1, format!(r#","tools":[{tool}]"#)),
     };
-    let mut out = Vec::with_capacity(body.len() + insert.len());
-    out.extend_from_slice(&body[..at]);
+    let at = parsed.map_offset(at, rewritten.len())?;
+    let mut out = Vec::with_capacity(rewritten.len() + insert.len());
+    out.extend_from_slice(&rewritten[..at]);
     out.extend_from_slice(insert.as_bytes());
-    out.extend_from_slice(&body[at..]);
+    out.extend_from_slice(&rewritten[at..]);
     Some(out)
 }
 

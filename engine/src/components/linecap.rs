@@ -34,6 +34,7 @@ use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_wit
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::tokens;
 
 /// `components.linecap`.
 #[derive(Debug, Clone, Deserialize)]
@@ -119,32 +120,38 @@ fn collapse_duplicates(lines: &[&str]) -> Option<Vec<String>> {
         return None;
     }
     let middle = PROTECTED_EDGE_LINES..n - PROTECTED_EDGE_LINES;
-    let mut first_at: HashMap<&str, usize> = HashMap::new();
-    let mut repeats: HashMap<usize, usize> = HashMap::new();
+    // Keyed by the fast content hash (SipHash over every line was a visible cost on the request
+    // path); a hit is confirmed by comparing the lines, so a collision only misses a repeat.
+    let mut first_at: HashMap<u64, usize> = HashMap::new();
+    let mut count = vec![1usize; n];
     let mut dropped = vec![false; n];
+    let mut any = false;
     for i in middle {
         let line = lines[i];
         if line.trim().chars().count() < MIN_DUPLICATE_CHARS || (i > 0 && lines[i - 1] == line) {
             continue;
         }
-        match first_at.get(line) {
-            Some(&first) => {
+        let key = tokens::content_hash(line);
+        match first_at.get(&key) {
+            Some(&first) if lines[first] == line => {
                 dropped[i] = true;
-                *repeats.entry(first).or_insert(1) += 1;
+                count[first] += 1;
+                any = true;
             }
+            Some(_) => {}
             None => {
-                first_at.insert(line, i);
+                first_at.insert(key, i);
             }
         }
     }
-    if repeats.is_empty() {
+    if !any {
         return None;
     }
     let out = (0..n)
         .filter(|&i| !dropped[i])
-        .map(|i| match repeats.get(&i) {
-            Some(count) => format!("{}  (x{count})", lines[i]),
-            None => lines[i].to_owned(),
+        .map(|i| match count[i] {
+            1 => lines[i].to_owned(),
+            repeats => format!("{}  (x{repeats})", lines[i]),
         })
         .collect();
     Some(out)

@@ -143,6 +143,8 @@ pub struct ParsedBody<'a> {
     system_span: Option<Span>,
     tools_span: Option<Span>,
     root: Span,
+    /// Every top-level member, read once, so hosts look fields up without rescanning the body.
+    top_level: Vec<json::Entry>,
 }
 
 /// What a write-back produced.
@@ -178,20 +180,11 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
     if json::kind_of(text, root) != json::Kind::Object {
         return Err(WireError::NotObject);
     }
-    let mut messages_span = None;
-    let mut system_span = None;
-    let mut tools_span = None;
-    for entry in json::entries(text, root) {
-        // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
-        if json::key_is(text, entry.key, "messages") {
-            messages_span = Some(entry.value);
-        } else if json::key_is(text, entry.key, "system") {
-            system_span = Some(entry.value);
-        } else if json::key_is(text, entry.key, "tools") {
-            tools_span = Some(entry.value);
-        }
-    }
-    let messages_span = messages_span.ok_or(WireError::NoMessages)?;
+    // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
+    let top_level = json::fields(text, root);
+    let system_span = json::lookup(text, &top_level, "system");
+    let tools_span = json::lookup(text, &top_level, "tools");
+    let messages_span = json::lookup(text, &top_level, "messages").ok_or(WireError::NoMessages)?;
     if json::kind_of(text, messages_span) != json::Kind::Array {
         return Err(WireError::MessagesNotArray);
     }
@@ -205,6 +198,7 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
         system_span,
         tools_span,
         root,
+        top_level,
     };
     match dialect {
         Dialect::OpenAi => openai::normalize(&mut parsed)?,
@@ -263,6 +257,31 @@ impl<'a> ParsedBody<'a> {
     /// Span of the top-level object.
     pub fn root(&self) -> Span {
         self.root
+    }
+
+    /// The value of a top-level field (`stream`, `tool_choice`, ...), without rescanning.
+    pub fn field(&self, key: &str) -> Option<Span> {
+        json::lookup(self.text, &self.top_level, key)
+    }
+
+    /// Where a byte offset of the original body lands in a rewrite of it, for an offset outside
+    /// every rewritten value. Write-back only edits inside `messages` and `system`, so an offset
+    /// past both moves by the whole length change and one before both does not move; anything
+    /// else has no answer here.
+    pub fn map_offset(&self, offset: usize, rewritten_len: usize) -> Option<usize> {
+        let edited_start = self.system_span.map_or(self.messages_span.start, |s| {
+            s.start.min(self.messages_span.start)
+        });
+        let edited_end = self.system_span.map_or(self.messages_span.end, |s| {
+            s.end.max(self.messages_span.end)
+        });
+        if offset >= edited_end {
+            (offset + rewritten_len).checked_sub(self.text.len())
+        } else if offset < edited_start {
+            Some(offset)
+        } else {
+            None
+        }
     }
 
     /// Span of the `messages` array.

@@ -226,3 +226,23 @@ fn duplicate_keys_read_the_last_one_like_the_provider() {
         "the splice lands where the provider reads"
     );
 }
+
+#[test]
+fn offsets_outside_the_rewritten_fields_map_into_the_rewrite() {
+    let body = r#"{"model":"m","messages":[{"role":"tool","tool_call_id":"a","content":"long output"}],"tools":[],"stream":true}"#;
+    let parsed = parse(body.as_bytes(), Dialect::OpenAi).unwrap();
+    let mut msgs = parsed.messages().to_vec();
+    msgs[0].content = "short".into();
+    let out = parsed.write_back(&msgs);
+    let tools_close = parsed.tools_span().unwrap().end - 1;
+    let mapped = parsed.map_offset(tools_close, out.body.len()).unwrap();
+    assert_eq!(out.body[mapped], b']');
+    assert_eq!(
+        parsed.map_offset(1, out.body.len()),
+        Some(1),
+        "before the messages nothing moves"
+    );
+    let inside = parsed.messages_span().start + 5;
+    assert_eq!(parsed.map_offset(inside, out.body.len()), None);
+    assert_eq!(parsed.field("stream").map(|s| s.of(body)), Some("true"));
+}
