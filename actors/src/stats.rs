@@ -82,6 +82,7 @@ struct Totals {
     compacted_requests: u64,
     unparsed_requests: u64,
     passthrough_requests: u64,
+    bypassed_requests: u64,
     tokens_before: u64,
     tokens_after: u64,
     saved_tokens_unique: u64,
@@ -191,6 +192,17 @@ impl Stats {
         t.unparsed_requests += u64::from(unparsed);
     }
 
+    /// A request forwarded untouched on purpose: counted on the pseudo-component `bypass`
+    /// with the reason as its gate (`header`, `agent_compaction`).
+    pub fn record_bypass(&self, reason: &'static str) {
+        let mut t = self.totals.lock();
+        t.requests += 1;
+        t.bypassed_requests += 1;
+        let entry = t.components.entry("bypass").or_default();
+        entry.runs += 1;
+        *entry.gates.entry(reason.to_owned()).or_default() += 1;
+    }
+
     pub fn record_upstream(&self, took: Duration, failed: bool) {
         let mut t = self.totals.lock();
         t.upstream_us += micros(took);
@@ -274,6 +286,7 @@ impl Stats {
             "compacted_requests": t.compacted_requests,
             "passthrough_requests": t.passthrough_requests,
             "unparsed_requests": t.unparsed_requests,
+            "bypassed_requests": t.bypassed_requests,
             "tokens_before": t.tokens_before,
             "tokens_after": t.tokens_after,
             "saved_tokens": saved,

@@ -8,6 +8,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::message::{Message, Role};
+use crate::wire::{ParsedBody, json};
 
 /// The longest explicit session id accepted.
 pub const MAX_EXPLICIT_LEN: usize = 128;
@@ -49,6 +50,46 @@ pub fn resolve(explicit: Option<&str>, messages: &[Message]) -> String {
     }
 }
 
+/// Longer `metadata.user_id` values are ignored rather than truncated: a cut id could alias.
+const MAX_METADATA_ID_BYTES: usize = 1024;
+
+/// The session id a body names itself: `metadata.user_id` (Claude Code; when it is a JSON
+/// object in a string, its `session_id`), else `metadata.taskId`. Explicit ids survive the
+/// agent's own compaction of its transcript, which a derived key does not.
+pub fn from_body(parsed: &ParsedBody<'_>) -> Option<String> {
+    let text = parsed.text();
+    let metadata = parsed
+        .field("metadata")
+        .filter(|m| json::kind_of(text, *m) == json::Kind::Object)?;
+    let string = |key: &str| {
+        json::get(text, metadata, key)
+            .filter(|v| json::kind_of(text, *v) == json::Kind::String)
+            .and_then(|v| json::decode_string(text, v).ok())
+            .map(|v| v.into_owned())
+    };
+    if let Some(user_id) = string("user_id").filter(|u| u.len() <= MAX_METADATA_ID_BYTES) {
+        let unwrapped = json::parse_document(&user_id)
+            .ok()
+            .filter(|root| json::kind_of(&user_id, *root) == json::Kind::Object)
+            .and_then(|root| json::get(&user_id, root, "session_id"))
+            .and_then(|v| json::decode_string(&user_id, v).ok())
+            .map(|v| v.into_owned());
+        let id = unwrapped.unwrap_or(user_id);
+        if sanitize_explicit(&id).is_some() {
+            return Some(id);
+        }
+    }
+    string("taskId").filter(|id| sanitize_explicit(id).is_some())
+}
+
+/// The key for a proxied request, in order: the caller's header, the body's own id, derived.
+pub fn for_request(header: Option<&str>, parsed: &ParsedBody<'_>) -> String {
+    if let Some(id) = header.and_then(sanitize_explicit) {
+        return id.to_owned();
+    }
+    from_body(parsed).unwrap_or_else(|| derive(parsed.messages()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +111,41 @@ mod tests {
         ] {
             assert_eq!(sanitize_explicit(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn body_ids_come_from_metadata_in_order() {
+        use crate::wire::{Dialect, parse};
+        let body = |metadata: &str| {
+            format!(r#"{{"metadata":{metadata},"messages":[{{"role":"user","content":"task"}}]}}"#)
+        };
+        let cases = [
+            (
+                r#"{"user_id":"user_abc_account__session_07f2"}"#,
+                Some("user_abc_account__session_07f2"),
+            ),
+            (
+                r#"{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s-42\"}"}"#,
+                Some("s-42"),
+            ),
+            (r#"{"taskId":"task.9"}"#, Some("task.9")),
+            (r#"{"user_id":"has spaces","taskId":"t1"}"#, Some("t1")),
+            (r#"{"user_id":"../../etc"}"#, None),
+            ("[]", None),
+        ];
+        for (metadata, expected) in cases {
+            let text = body(metadata);
+            let parsed = parse(text.as_bytes(), Dialect::Anthropic).unwrap();
+            assert_eq!(from_body(&parsed).as_deref(), expected, "{metadata}");
+        }
+        let text = body(r#"{"user_id":"u1"}"#);
+        let parsed = parse(text.as_bytes(), Dialect::Anthropic).unwrap();
+        assert_eq!(for_request(Some("hdr"), &parsed), "hdr", "the header wins");
+        assert_eq!(
+            for_request(Some("bad/id"), &parsed),
+            "u1",
+            "a bad header falls back"
+        );
     }
 
     #[test]

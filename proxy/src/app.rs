@@ -32,6 +32,9 @@ use crate::upstream::{Upstream, UpstreamError, strip_hop_by_hop};
 /// The session header; wins over the derived key once sanitized.
 pub const SESSION_HEADER: &str = "x-context-guru-session";
 
+/// `x-context-guru-bypass: true` forwards the request byte-identically (still counted).
+pub const BYPASS_HEADER: &str = "x-context-guru-bypass";
+
 /// Expand rounds per request before the response goes to the agent as it is.
 pub const MAX_EXPAND_ROUNDS: usize = 3;
 
@@ -234,11 +237,51 @@ struct Rewritten {
     stream: bool,
 }
 
-fn rewrite(app: &App, dialect: Dialect, headers: &HeaderMap, body: &Bytes) -> Option<Rewritten> {
+/// Why a request went upstream exactly as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Untouched {
+    /// The body could not be normalized.
+    Unparsed,
+    /// The caller asked (`x-context-guru-bypass: true`), or the request is the agent compacting
+    /// its own transcript, where a summary must see everything.
+    Bypassed(&'static str),
+}
+
+/// Phrases that open an agent's request to summarize its own conversation (Claude Code, and
+/// IBM Bob). Compacting that request would summarize our markers instead of the content.
+const AGENT_COMPACTION_PROMPTS: [&str; 2] = [
+    "Your task is to create a detailed summary of the ",
+    "First, reason in your scratchpad. Then, generate the ",
+];
+
+fn is_agent_compaction(parsed: &wire::ParsedBody<'_>) -> bool {
+    parsed.messages().last().is_some_and(|m| {
+        m.role == engine::message::Role::User
+            && AGENT_COMPACTION_PROMPTS
+                .iter()
+                .any(|p| m.content.contains(p))
+    })
+}
+
+fn rewrite(
+    app: &App,
+    dialect: Dialect,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Rewritten, Untouched> {
     let started = Instant::now();
-    let parsed = wire::parse(body, dialect).ok()?;
+    if headers
+        .get(BYPASS_HEADER)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+    {
+        return Err(Untouched::Bypassed("header"));
+    }
+    let parsed = wire::parse(body, dialect).map_err(|_| Untouched::Unparsed)?;
+    if is_agent_compaction(&parsed) {
+        return Err(Untouched::Bypassed("agent_compaction"));
+    }
     let explicit = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok());
-    let session = session::resolve(explicit, parsed.messages());
+    let session = session::for_request(explicit, &parsed);
     let cx = RunCx {
         dialect,
         session: session.clone(),
@@ -272,7 +315,7 @@ fn rewrite(app: &App, dialect: Dialect, headers: &HeaderMap, body: &Bytes) -> Op
     let stream = parsed
         .field("stream")
         .is_some_and(|s| s.of(parsed.text()) == "true");
-    Some(Rewritten {
+    Ok(Rewritten {
         expandable: injected.is_some(),
         body: injected.unwrap_or(rewritten),
         session,
@@ -291,12 +334,18 @@ async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> R
         Dialect::OpenAi => &app.settings.openai_upstream,
     };
     let uri = upstream_uri(base, &parts.uri);
-    let Some(rewritten) = rewrite(app, dialect, &parts.headers, &body) else {
-        // Not ours to judge: the upstream answers a body we cannot read.
-        app.stats.record_passthrough(true);
-        return send(app, parts.method, &uri, &parts.headers, body)
-            .await
-            .map_or_else(|e| upstream_failure(&e), relay);
+    let rewritten = match rewrite(app, dialect, &parts.headers, &body) {
+        Ok(rewritten) => rewritten,
+        Err(untouched) => {
+            match untouched {
+                // Not ours to judge: the upstream answers a body we cannot read.
+                Untouched::Unparsed => app.stats.record_passthrough(true),
+                Untouched::Bypassed(reason) => app.stats.record_bypass(reason),
+            }
+            return send(app, parts.method, &uri, &parts.headers, body)
+                .await
+                .map_or_else(|e| upstream_failure(&e), relay);
+        }
     };
     let stream = rewritten.stream;
     let response = match send(
@@ -574,7 +623,7 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
         .and_then(|v| v.to_str().ok());
     let cx = RunCx {
         dialect,
-        session: session::resolve(explicit, parsed.messages()),
+        session: session::for_request(explicit, &parsed),
         store: app.store.clone(),
         clock: app.clock.clone(),
         mutable_from: 0,

@@ -656,3 +656,59 @@ async fn an_upstream_reset_mid_stream_reaches_the_client_as_an_error() {
         "the reset is not hidden as a clean end"
     );
 }
+
+#[tokio::test]
+async fn bypass_header_and_agent_compaction_forward_untouched() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let body = compactable(Dialect::Anthropic, false);
+    sluice
+        .chat(
+            Dialect::Anthropic,
+            &[("x-context-guru-bypass", "true")],
+            body.clone(),
+        )
+        .await;
+    assert!(
+        sluice.mock.recorded()[0].body == body,
+        "bypassed byte-identically"
+    );
+
+    // Claude Code's own /compact request: the last user turn asks for a summary.
+    let mut value: Value = serde_json::from_slice(&body).unwrap();
+    let messages = value["messages"].as_array_mut().unwrap();
+    messages.push(serde_json::json!({"role": "assistant", "content": "ok"}));
+    messages.push(serde_json::json!({"role": "user", "content": "Your task is to create a detailed summary of the conversation so far."}));
+    let summary_request = serde_json::to_vec(&value).unwrap();
+    sluice
+        .chat(Dialect::Anthropic, &[], summary_request.clone())
+        .await;
+    assert!(
+        sluice.mock.recorded()[1].body == summary_request,
+        "the agent's summary sees everything"
+    );
+
+    let stats = sluice.stats().await;
+    assert_eq!(stats["bypassed_requests"], 2);
+    assert_eq!(stats["components"]["bypass"]["gates"]["header"], 1);
+    assert_eq!(
+        stats["components"]["bypass"]["gates"]["agent_compaction"],
+        1
+    );
+}
+
+#[tokio::test]
+async fn claude_code_metadata_names_the_session() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let mut value: Value = serde_json::from_slice(&compactable(Dialect::Anthropic, false)).unwrap();
+    value["metadata"] = serde_json::json!({"user_id": "user_6b74_account__session_07f2e15c"});
+    let body = serde_json::to_vec(&value).unwrap();
+    sluice.chat(Dialect::Anthropic, &[], body.clone()).await;
+    let (id, original) = first_marker(&sluice.mock.recorded()[0].body, &body, Dialect::Anthropic);
+    let scoped = sluice
+        .get(&format!(
+            "/expand?id={id}&session=user_6b74_account__session_07f2e15c"
+        ))
+        .await;
+    assert_eq!(scoped.status, 200);
+    assert!(scoped.body == original.as_bytes());
+}
