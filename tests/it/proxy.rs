@@ -712,3 +712,20 @@ async fn claude_code_metadata_names_the_session() {
     assert_eq!(scoped.status, 200);
     assert!(scoped.body == original.as_bytes());
 }
+
+#[tokio::test]
+async fn serves_h2_with_prior_knowledge_on_the_same_port() {
+    let sluice = start("preset: off").await;
+    let h2: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(HttpConnector::new());
+    let body = corpus("sweagent-fncall-simple", Dialect::OpenAi);
+    let request = http::Request::post(format!("{}/openai/v1/chat/completions", sluice.url))
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = h2.request(request).await.unwrap();
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(answer_text(&bytes, Dialect::OpenAi), "ok");
+}
