@@ -15,6 +15,8 @@ use std::time::Duration;
 use engine::apply::Discarded;
 use engine::pipeline::RunReport;
 use parking_lot::Mutex;
+
+use crate::pool::PoolStats;
 use serde_json::{Value, json};
 
 /// Distinct (component, content) keys remembered for `saved_tokens_unique` before the set is
@@ -73,8 +75,93 @@ impl Histogram {
     }
 }
 
+/// Token savings rolled up per component: one for what sluice did, one (observe mode) for what
+/// it would have done.
+#[derive(Debug, Default)]
+struct Rollup {
+    tokens_before: u64,
+    tokens_after: u64,
+    saved_tokens_unique: u64,
+    components: BTreeMap<&'static str, ComponentTotals>,
+    seen: HashSet<(&'static str, u64)>,
+}
+
+impl Rollup {
+    fn add(&mut self, report: &RunReport, discarded: &[Discarded]) {
+        self.tokens_before += report.tokens_before as u64;
+        self.tokens_after += report.tokens_after as u64;
+        if self.seen.len() > MAX_UNIQUE_KEYS {
+            self.seen.clear();
+        }
+        for c in &report.components {
+            let mut unique = 0;
+            for saving in &c.savings {
+                if saving.saved_tokens > 0 && self.seen.insert((c.name, saving.content_key)) {
+                    unique += saving.saved_tokens as u64;
+                }
+            }
+            self.saved_tokens_unique += unique;
+            let entry = self.components.entry(c.name).or_default();
+            entry.runs += 1;
+            entry.mutated += u64::from(c.mutated);
+            entry.acted += u64::from(c.acted);
+            entry.reverted += u64::from(c.reverted.is_some());
+            entry.saved_tokens += c.saved_tokens as u64;
+            entry.saved_tokens_unique += unique;
+            entry.duration_us += c.duration_us;
+            for (gate, n) in &c.gates {
+                *entry.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
+            }
+        }
+        for d in discarded {
+            if let Some(name) = d.component {
+                self.components.entry(name).or_default().discarded_changes += 1;
+            }
+        }
+    }
+
+    fn saved(&self) -> u64 {
+        self.tokens_before.saturating_sub(self.tokens_after)
+    }
+
+    fn components_json(&self) -> BTreeMap<&'static str, Value> {
+        self.components
+            .iter()
+            .map(|(name, c)| {
+                let verdict = if c.acted > 0 {
+                    "acted"
+                } else if c.mutated > 0 {
+                    "moved"
+                } else if c.gates.is_empty() {
+                    "idle"
+                } else {
+                    "skipped"
+                };
+                let value = json!({
+                    "runs": c.runs,
+                    "acted": c.acted,
+                    "mutated": c.mutated,
+                    "reverted": c.reverted,
+                    "saved_tokens": c.saved_tokens,
+                    "saved_tokens_unique": c.saved_tokens_unique,
+                    "overcount_ratio": ratio(c.saved_tokens, c.saved_tokens_unique),
+                    "duration_ms": c.duration_us as f64 / 1000.0,
+                    "discarded_changes": c.discarded_changes,
+                    "verdict": verdict,
+                    "gates": c.gates,
+                });
+                (*name, value)
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Default)]
 struct Totals {
+    live: Rollup,
+    potential: Rollup,
+    observe_projections: u64,
+    observe_us: u64,
     added_latency: Histogram,
     upstream_latency: Histogram,
     ttfb: Histogram,
@@ -83,9 +170,6 @@ struct Totals {
     unparsed_requests: u64,
     passthrough_requests: u64,
     bypassed_requests: u64,
-    tokens_before: u64,
-    tokens_after: u64,
-    saved_tokens_unique: u64,
     added_us: u64,
     added_n: u64,
     upstream_us: u64,
@@ -99,8 +183,6 @@ struct Totals {
     expand_misses: u64,
     wasted_tokens: u64,
     upstream_errors: u64,
-    components: BTreeMap<&'static str, ComponentTotals>,
-    seen: HashSet<(&'static str, u64)>,
 }
 
 /// The aggregator. Cheap to share behind an `Arc`.
@@ -148,39 +230,19 @@ impl Stats {
         let mut t = self.totals.lock();
         t.requests += 1;
         t.compacted_requests += 1;
-        t.tokens_before += report.tokens_before as u64;
-        t.tokens_after += report.tokens_after as u64;
         t.added_us += micros(added);
         t.added_n += 1;
         t.added_latency.observe(added);
-        if t.seen.len() > MAX_UNIQUE_KEYS {
-            t.seen.clear();
-        }
-        for c in &report.components {
-            let mut unique = 0;
-            for saving in &c.savings {
-                if saving.saved_tokens > 0 && t.seen.insert((c.name, saving.content_key)) {
-                    unique += saving.saved_tokens as u64;
-                }
-            }
-            t.saved_tokens_unique += unique;
-            let entry = t.components.entry(c.name).or_default();
-            entry.runs += 1;
-            entry.mutated += u64::from(c.mutated);
-            entry.acted += u64::from(c.acted);
-            entry.reverted += u64::from(c.reverted.is_some());
-            entry.saved_tokens += c.saved_tokens as u64;
-            entry.saved_tokens_unique += unique;
-            entry.duration_us += c.duration_us;
-            for (gate, n) in &c.gates {
-                *entry.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
-            }
-        }
-        for d in discarded {
-            if let Some(name) = d.component {
-                t.components.entry(name).or_default().discarded_changes += 1;
-            }
-        }
+        t.live.add(report, discarded);
+    }
+
+    /// What sync would have done to a request observe mode forwarded untouched (the shadow
+    /// run), and what computing it cost off the request path.
+    pub fn record_projection(&self, report: &RunReport, discarded: &[Discarded], took: Duration) {
+        let mut t = self.totals.lock();
+        t.observe_projections += 1;
+        t.observe_us += micros(took);
+        t.potential.add(report, discarded);
     }
 
     /// A request forwarded untouched: a body sluice could not parse, or a route it does not
@@ -198,7 +260,7 @@ impl Stats {
         let mut t = self.totals.lock();
         t.requests += 1;
         t.bypassed_requests += 1;
-        let entry = t.components.entry("bypass").or_default();
+        let entry = t.live.components.entry("bypass").or_default();
         entry.runs += 1;
         *entry.gates.entry(reason.to_owned()).or_default() += 1;
     }
@@ -235,51 +297,25 @@ impl Stats {
     }
 
     /// The `/stats` document.
-    pub fn to_json(&self, mode: &str) -> Value {
+    pub fn to_json(&self, mode: &str, observe: Option<PoolStats>) -> Value {
         let t = self.totals.lock();
-        let saved = t.tokens_before.saturating_sub(t.tokens_after);
-        let components: BTreeMap<&str, Value> = t
-            .components
-            .iter()
-            .map(|(name, c)| {
-                let verdict = if c.acted > 0 {
-                    "acted"
-                } else if c.mutated > 0 {
-                    "moved"
-                } else if c.gates.is_empty() {
-                    "idle"
-                } else {
-                    "skipped"
-                };
-                let value = json!({
-                    "runs": c.runs,
-                    "acted": c.acted,
-                    "mutated": c.mutated,
-                    "reverted": c.reverted,
-                    "saved_tokens": c.saved_tokens,
-                    "saved_tokens_unique": c.saved_tokens_unique,
-                    "overcount_ratio": ratio(c.saved_tokens, c.saved_tokens_unique),
-                    "duration_ms": c.duration_us as f64 / 1000.0,
-                    "discarded_changes": c.discarded_changes,
-                    "verdict": verdict,
-                    "gates": c.gates,
-                });
-                (*name, value)
-            })
-            .collect();
-        let top_passthrough: Vec<&str> = t
+        let live = &t.live;
+        let saved = live.saved();
+        let components = live.components_json();
+        let top_passthrough: Vec<&str> = live
             .components
             .iter()
             .filter(|(_, c)| c.runs > 0 && c.mutated == 0)
             .map(|(n, _)| *n)
             .collect();
-        let mut discarded: Vec<(&str, u64)> = t
+        let mut discarded: Vec<(&str, u64)> = live
             .components
             .iter()
             .filter(|(_, c)| c.discarded_changes > 0)
             .map(|(n, c)| (*n, c.discarded_changes))
             .collect();
         discarded.sort_by(|a, b| b.1.cmp(&a.1));
+        let potential = &t.potential;
         let sse_total = t.sse_streamed + t.sse_buffered;
         json!({
             "requests": t.requests,
@@ -287,12 +323,12 @@ impl Stats {
             "passthrough_requests": t.passthrough_requests,
             "unparsed_requests": t.unparsed_requests,
             "bypassed_requests": t.bypassed_requests,
-            "tokens_before": t.tokens_before,
-            "tokens_after": t.tokens_after,
+            "tokens_before": live.tokens_before,
+            "tokens_after": live.tokens_after,
             "saved_tokens": saved,
-            "saved_tokens_unique": t.saved_tokens_unique,
-            "overcount_ratio": ratio(saved, t.saved_tokens_unique),
-            "savings_pct": pct(saved, t.tokens_before),
+            "saved_tokens_unique": live.saved_tokens_unique,
+            "overcount_ratio": ratio(saved, live.saved_tokens_unique),
+            "savings_pct": pct(saved, live.tokens_before),
             "wasted_tokens": t.wasted_tokens,
             "bounces": t.restorations,
             "adjusted_saved": saved.saturating_sub(t.wasted_tokens),
@@ -310,6 +346,20 @@ impl Stats {
             "sse_ttfb_ms_avg": ms(t.sse_ttfb_us, t.sse_ttfb_n),
             "mode": mode,
             "sync_enforced": mode == "sync",
+            "observe_notice": if mode == "observe" {
+                "observe mode: requests are forwarded untouched; potential_* fields show what sync would have saved"
+            } else {
+                ""
+            },
+            "observe_hypothetical_requests": t.observe_projections,
+            "actual_baseline_tokens": potential.tokens_before,
+            "projected_optimized_tokens": potential.tokens_after,
+            "potential_saved_tokens": potential.saved(),
+            "potential_saved_tokens_unique": potential.saved_tokens_unique,
+            "potential_savings_pct": pct(potential.saved(), potential.tokens_before),
+            "potential_components": potential.components_json(),
+            "potential_overhead_ms_avg": ms(t.observe_us, t.observe_projections),
+            "observe_queue": observe.unwrap_or_default(),
         })
     }
 
@@ -337,22 +387,22 @@ impl Stats {
             (
                 "cg_tokens_before_total",
                 "Content tokens before compaction.",
-                t.tokens_before,
+                t.live.tokens_before,
             ),
             (
                 "cg_tokens_after_total",
                 "Content tokens after compaction.",
-                t.tokens_after,
+                t.live.tokens_after,
             ),
             (
                 "cg_saved_tokens_total",
                 "Content tokens saved, cumulative.",
-                t.tokens_before.saturating_sub(t.tokens_after),
+                t.live.saved(),
             ),
             (
                 "cg_saved_tokens_unique_total",
                 "Content tokens saved, each replaced content once.",
-                t.saved_tokens_unique,
+                t.live.saved_tokens_unique,
             ),
             (
                 "cg_wasted_tokens_total",
@@ -415,7 +465,7 @@ impl Stats {
             "# HELP cg_component_runs_total Component runs by outcome (nested, not disjoint)."
         );
         let _ = writeln!(out, "# TYPE cg_component_runs_total counter");
-        for (name, c) in &t.components {
+        for (name, c) in &t.live.components {
             for (outcome, n) in [
                 ("ran", c.runs),
                 ("mutated", c.mutated),
@@ -434,7 +484,7 @@ impl Stats {
             "# HELP cg_component_gate_declines_total Items a component declined, by named reason."
         );
         let _ = writeln!(out, "# TYPE cg_component_gate_declines_total counter");
-        for (name, c) in &t.components {
+        for (name, c) in &t.live.components {
             for (gate, n) in &c.gates {
                 let _ = writeln!(
                     out,
@@ -447,7 +497,7 @@ impl Stats {
             "# HELP cg_component_saved_tokens_unique_total Unique content tokens saved per component."
         );
         let _ = writeln!(out, "# TYPE cg_component_saved_tokens_unique_total counter");
-        for (name, c) in &t.components {
+        for (name, c) in &t.live.components {
             let _ = writeln!(
                 out,
                 "cg_component_saved_tokens_unique_total{{component=\"{name}\"}} {}",
@@ -507,7 +557,7 @@ mod tests {
             stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
         }
         stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
-        let doc = stats.to_json("sync");
+        let doc = stats.to_json("sync", None);
         assert_eq!(doc["saved_tokens"], 350);
         assert_eq!(doc["saved_tokens_unique"], 150);
         assert_eq!(doc["savings_pct"], 8.75);
@@ -525,7 +575,7 @@ mod tests {
 
     #[test]
     fn ratios_without_data_are_zero() {
-        let doc = Stats::new().to_json("sync");
+        let doc = Stats::new().to_json("sync", None);
         assert_eq!(doc["savings_pct"], 0.0);
         assert_eq!(doc["overcount_ratio"], 0.0);
         assert_eq!(doc["sse_buffered_pct"], 0.0);

@@ -11,12 +11,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use actors::pool::WorkerPool;
 use actors::stats::{Stats, StreamRelay};
 use bytes::Bytes;
 use engine::apply::apply_parsed;
 use engine::config::Config;
 use engine::pipeline::{Pipeline, RunCx};
-use engine::store::Store;
+use engine::store::{MemoryStore, Store};
 use engine::wire::{self, Dialect};
 use engine::{marker, session, tokens};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
@@ -60,12 +61,24 @@ impl Default for Settings {
 /// Everything a request needs, shared by all of them.
 pub struct App {
     pub config: Config,
-    pipeline: Pipeline,
+    pipeline: Arc<Pipeline>,
     store: Arc<dyn Store>,
-    pub stats: Stats,
+    pub stats: Arc<Stats>,
     upstream: Upstream,
     clock: Arc<SystemClock>,
     settings: Settings,
+    /// Observe mode's off-path measurement; `None` in sync mode.
+    observer: Option<Observer>,
+}
+
+/// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
+///
+/// The shadow run has its own store, disjoint from the live one, so no decision observe made can
+/// ever be resolved or replayed for a real request. Jobs hold only what they need (never the
+/// `App`), so the last reference to the pool is never dropped on one of its own threads.
+struct Observer {
+    pool: WorkerPool,
+    shadow_store: Arc<dyn Store>,
 }
 
 impl std::fmt::Debug for App {
@@ -85,15 +98,25 @@ impl App {
         upstream: Upstream,
         store: Arc<dyn Store>,
     ) -> Result<App, Vec<engine::config::ConfigError>> {
-        let pipeline = config.build_pipeline()?;
+        let pipeline = Arc::new(config.build_pipeline()?);
+        let clock = Arc::new(SystemClock);
+        let observer = (config.mode == engine::config::Mode::Observe).then(|| Observer {
+            pool: WorkerPool::new(
+                "sluice-observe",
+                config.observe.workers,
+                config.observe.max_queue,
+            ),
+            shadow_store: Arc::new(MemoryStore::new(config.store.limits(), clock.clone())),
+        });
         Ok(App {
             config,
             pipeline,
             store,
-            stats: Stats::new(),
+            stats: Arc::new(Stats::new()),
             upstream,
-            clock: Arc::new(SystemClock),
+            clock,
             settings,
+            observer,
         })
     }
 
@@ -116,9 +139,12 @@ pub async fn handle(
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
-        (&Method::GET, "/stats") => {
-            h::json(StatusCode::OK, app.stats.to_json(app.mode()).to_string())
-        }
+        (&Method::GET, "/stats") => h::json(
+            StatusCode::OK,
+            app.stats
+                .to_json(app.mode(), app.observer.as_ref().map(|o| o.pool.stats()))
+                .to_string(),
+        ),
         (&Method::GET, "/metrics") => h::text(StatusCode::OK, app.stats.to_prometheus()),
         (&Method::GET, "/expand") => expand_route(&app, peer, &request),
         (&Method::POST, "/compact") => compact_route(&app, request).await,
@@ -334,6 +360,14 @@ async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> R
         Dialect::OpenAi => &app.settings.openai_upstream,
     };
     let uri = upstream_uri(base, &parts.uri);
+    if let Some(observer) = &app.observer {
+        // Observe: the body goes out exactly as it came; the measurement happens off-path.
+        observe(app, observer, dialect, &parts.headers, &body);
+        app.stats.record_passthrough(false);
+        return send(app, parts.method, &uri, &parts.headers, body)
+            .await
+            .map_or_else(|e| upstream_failure(&e), relay);
+    }
     let rewritten = match rewrite(app, dialect, &parts.headers, &body) {
         Ok(rewritten) => rewritten,
         Err(untouched) => {
@@ -378,6 +412,45 @@ async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> R
     } else {
         call.buffered(rewritten.body, response).await
     }
+}
+
+/// Queues the shadow run of one request; a full queue drops it (counted), never waits.
+fn observe(app: &App, observer: &Observer, dialect: Dialect, headers: &HeaderMap, body: &Bytes) {
+    let key = {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(body.as_ref())
+    };
+    let explicit = headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let (pipeline, stats, store, clock, body) = (
+        app.pipeline.clone(),
+        app.stats.clone(),
+        observer.shadow_store.clone(),
+        app.clock.clone(),
+        body.clone(),
+    );
+    let _ = observer.pool.try_submit(key, move || {
+        let started = Instant::now();
+        let Ok(parsed) = wire::parse(&body, dialect) else {
+            return;
+        };
+        if is_agent_compaction(&parsed) {
+            return;
+        }
+        let cx = RunCx {
+            dialect,
+            session: session::for_request(explicit.as_deref(), &parsed),
+            store,
+            clock,
+            mutable_from: 0,
+            cold: false,
+            existing_breakpoints: parsed.existing_breakpoints(),
+        };
+        let applied = apply_parsed(&parsed, &pipeline, &cx);
+        stats.record_projection(&applied.report, &applied.discarded, started.elapsed());
+    });
 }
 
 /// What the expand loop needs to re-invoke upstream.

@@ -85,6 +85,10 @@ struct ServeArgs {
     /// Seconds to wait for upstream response headers (there is no overall body timeout).
     #[arg(long, env = "SLUICE_FIRST_BYTE_TIMEOUT", default_value_t = 600)]
     first_byte_timeout: u64,
+    /// `sync` compacts; `observe` forwards untouched and measures what sync would save.
+    /// Overrides the config's `mode:`.
+    #[arg(long, env = "SLUICE_MODE")]
+    mode: Option<engine::config::Mode>,
     /// Largest request body accepted, in MiB (413 beyond it).
     #[arg(long, env = "SLUICE_BODY_LIMIT_MB", default_value_t = 32)]
     body_limit_mb: usize,
@@ -168,11 +172,9 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let config = args.config.load()?;
-    if config.mode == engine::config::Mode::Observe {
-        return Err(Failure(
-            "mode `observe` is not built in this version yet; use `mode: sync`".into(),
-        ));
+    let mut config = args.config.load()?;
+    if let Some(mode) = args.mode {
+        config.mode = mode;
     }
     for warning in &config.warnings {
         tracing::warn!("{warning}");

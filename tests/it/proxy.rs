@@ -729,3 +729,69 @@ async fn serves_h2_with_prior_knowledge_on_the_same_port() {
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(answer_text(&bytes, Dialect::OpenAi), "ok");
 }
+
+/// Polls `/stats` until the observe pool has processed `n` jobs.
+async fn observed(sluice: &Sluice, n: u64) -> Value {
+    for _ in 0..200 {
+        let stats = sluice.stats().await;
+        if stats["observe_queue"]["processed"].as_u64().unwrap_or(0) >= n {
+            return stats;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the observe pool did not process {n} jobs");
+}
+
+#[tokio::test]
+async fn observe_forwards_untouched_and_projects_what_sync_saves() {
+    let config = format!(
+        "{}\nobserve: {{workers: 1, max_queue: 64}}\n",
+        engine::config::EMBEDDED_DEFAULT.replace("mode: sync", "mode: observe")
+    );
+    let observe = start(&config).await;
+    let sync = start(engine::config::EMBEDDED_DEFAULT).await;
+    let bodies = [
+        compactable(Dialect::OpenAi, false),
+        compactable(Dialect::Anthropic, false),
+        corpus("swesmith-sqlfluff-sqlfluff-2", Dialect::OpenAi),
+    ];
+    let dialects = [Dialect::OpenAi, Dialect::Anthropic, Dialect::OpenAi];
+    for (body, dialect) in bodies.iter().zip(dialects) {
+        observe.chat(dialect, &[], body.clone()).await;
+        sync.chat(dialect, &[], body.clone()).await;
+    }
+    // Observe forwarded every body exactly as sent, with no tool injected.
+    for (recorded, body) in observe.mock.recorded().iter().zip(&bodies) {
+        assert!(recorded.body == *body);
+    }
+    let stats = observed(&observe, 3).await;
+    let sync_stats = sync.stats().await;
+    assert_eq!(stats["mode"], "observe");
+    assert_eq!(stats["saved_tokens"], 0, "nothing is enforced in observe");
+    assert!(
+        stats["observe_notice"]
+            .as_str()
+            .unwrap()
+            .contains("untouched")
+    );
+    assert_eq!(stats["observe_hypothetical_requests"], 3);
+    assert!(sync_stats["saved_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(
+        stats["potential_saved_tokens"], sync_stats["saved_tokens"],
+        "projection equals sync's actual"
+    );
+    assert_eq!(stats["actual_baseline_tokens"], sync_stats["tokens_before"]);
+    assert_eq!(
+        stats["potential_components"]["collapse"]["saved_tokens"],
+        sync_stats["components"]["collapse"]["saved_tokens"]
+    );
+
+    // The shadow run's stashes never reach the live store.
+    let (id, _) = first_marker(&sync.mock.recorded()[0].body, &bodies[0], Dialect::OpenAi);
+    assert_eq!(sync.get(&format!("/expand?id={id}")).await.status, 200);
+    assert_eq!(
+        observe.get(&format!("/expand?id={id}")).await.status,
+        404,
+        "observe never writes the live store"
+    );
+}
