@@ -93,7 +93,7 @@ fn never_truncate() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
         Regex::new(
-            r#"(?i)^\S+:\d+|^\s*File "|^\s*at |error|exception|traceback|assertionerror|panic:|fatal|\b(passed|failed|ok|fail)\b|exit (code|status)|^[+-]|^@@ |https?://"#,
+            r#"(?i)^\S+:\d+|^\s*File "|^\s*at |error|exception|traceback|assertionerror|panic:|fatal|(?-u:\b)(passed|failed|ok|fail)(?-u:\b)|exit (code|status)|^[+-]|^@@ |https?://"#,
         )
         .expect("allow-list regex is valid")
     })
@@ -128,7 +128,13 @@ fn collapse_duplicates(lines: &[&str]) -> Option<Vec<String>> {
     let mut any = false;
     for i in middle {
         let line = lines[i];
-        if line.trim().chars().count() < MIN_DUPLICATE_CHARS || (i > 0 && lines[i - 1] == line) {
+        let trimmed = line.trim();
+        // Bytes bound characters from above (and from below, at four per character): count
+        // characters only when the byte length cannot decide.
+        let too_short = trimmed.len() < MIN_DUPLICATE_CHARS
+            || (trimmed.len() < 4 * MIN_DUPLICATE_CHARS
+                && trimmed.chars().count() < MIN_DUPLICATE_CHARS);
+        if too_short || (i > 0 && lines[i - 1] == line) {
             continue;
         }
         let key = tokens::content_hash(line);
@@ -174,31 +180,27 @@ impl Linecap {
     /// The reduced text, or `None` when there is nothing to reduce.
     fn reduce(&self, text: &str) -> Option<String> {
         let lines: Vec<&str> = text.split('\n').collect();
-        let mut changed = false;
-        let mut current: Vec<String> =
-            match self.config.collapse_duplicate_lines && !is_diff_shaped(text) {
-                true => match collapse_duplicates(&lines) {
-                    Some(collapsed) => {
-                        changed = true;
-                        collapsed
-                    }
-                    None => lines.iter().map(|l| (*l).to_owned()).collect(),
-                },
-                false => lines.iter().map(|l| (*l).to_owned()).collect(),
-            };
         let cap = self.config.max_line_chars;
+        let clippable = |line: &str| {
+            line.len() > cap && line.chars().count() > cap && !never_truncate().is_match(line)
+        };
+        let collapsed = (self.config.collapse_duplicate_lines && !is_diff_shaped(text))
+            .then(|| collapse_duplicates(&lines))
+            .flatten();
+        // Most outputs have neither: answer that without allocating a string per line.
+        if collapsed.is_none() && (cap == 0 || !lines.iter().any(|l| clippable(l))) {
+            return None;
+        }
+        let mut current =
+            collapsed.unwrap_or_else(|| lines.iter().map(|l| (*l).to_owned()).collect());
         if cap > 0 {
             for line in &mut current {
-                if line.len() > cap
-                    && line.chars().count() > cap
-                    && !never_truncate().is_match(line)
-                {
+                if clippable(line) {
                     *line = clip(line, cap);
-                    changed = true;
                 }
             }
         }
-        changed.then(|| current.join("\n"))
+        Some(current.join("\n"))
     }
 }
 

@@ -65,12 +65,12 @@ fn escapes() -> &'static Regex {
     })
 }
 
-/// Whether a text has anything for this component to do.
+/// Whether a text has anything for this component to do: an escape, or a `\r` that does not
+/// end a CRLF. Two byte searches, not a walk over every line (this runs on every tool output).
 fn has_noise(text: &str) -> bool {
-    text.contains('\x1b')
-        || text
-            .split('\n')
-            .any(|line| line.trim_end_matches('\r').contains('\r'))
+    let bytes = text.as_bytes();
+    memchr::memchr(0x1b, bytes).is_some()
+        || memchr::memchr_iter(b'\r', bytes).any(|i| bytes.get(i + 1) != Some(&b'\n'))
 }
 
 /// The text as a terminal would show it: escapes removed, `\r` redraws rendered.
