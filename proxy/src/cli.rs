@@ -171,6 +171,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let mut config = args.config.load()?;
     if let Some(mode) = args.mode {
