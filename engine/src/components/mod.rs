@@ -10,6 +10,7 @@ pub(crate) mod collapse;
 mod dedup;
 mod format;
 mod linecap;
+mod smartcrush;
 mod textclean;
 
 /// What `textclean` makes of a text: escapes removed, `\r` redraws rendered (for tests and tools
@@ -44,6 +45,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &dedup::Factory,
     &format::Factory,
     &linecap::Factory,
+    &smartcrush::Factory,
     &textclean::Factory,
 ];
 
@@ -64,7 +66,6 @@ pub const PLANNED: &[&str] = &[
     "repeated_call",
     "searchfold",
     "skeleton",
-    "smartcrush",
     "stale_output",
     "stale_reasoning",
     "summarize",
