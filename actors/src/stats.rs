@@ -13,10 +13,11 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use engine::apply::Discarded;
-use engine::pipeline::RunReport;
+use engine::pipeline::{FrozenCounts, RunReport};
 use parking_lot::Mutex;
 
 use crate::pool::PoolStats;
+use crate::sessions::SessionStats;
 use serde_json::{Value, json};
 
 /// Distinct (component, content) keys remembered for `saved_tokens_unique` before the set is
@@ -84,12 +85,14 @@ struct Rollup {
     saved_tokens_unique: u64,
     components: BTreeMap<&'static str, ComponentTotals>,
     seen: HashSet<(&'static str, u64)>,
+    frozen: FrozenCounts,
 }
 
 impl Rollup {
     fn add(&mut self, report: &RunReport, discarded: &[Discarded]) {
         self.tokens_before += report.tokens_before as u64;
         self.tokens_after += report.tokens_after as u64;
+        self.frozen.add(report.frozen());
         if self.seen.len() > MAX_UNIQUE_KEYS {
             self.seen.clear();
         }
@@ -183,6 +186,17 @@ struct Totals {
     expand_misses: u64,
     wasted_tokens: u64,
     upstream_errors: u64,
+    turns: TurnTotals,
+}
+
+/// What the cached-prefix tracker decided, over all turns.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+struct TurnTotals {
+    tracked_turns: u64,
+    cold_turns: u64,
+    unknown_boundary_turns: u64,
+    compaction_resets: u64,
+    cold_mispredicted: u64,
 }
 
 /// The aggregator. Cheap to share behind an `Arc`.
@@ -234,6 +248,21 @@ impl Stats {
         t.added_n += 1;
         t.added_latency.observe(added);
         t.live.add(report, discarded);
+    }
+
+    /// One turn the cached-prefix tracker saw: whether it read cold, whether an earlier turn was
+    /// on record, and whether the transcript diverged from every remembered one.
+    pub fn record_turn(&self, cold: bool, known: bool, diverged: bool) {
+        let mut t = self.totals.lock();
+        t.turns.tracked_turns += 1;
+        t.turns.cold_turns += u64::from(cold);
+        t.turns.unknown_boundary_turns += u64::from(!known);
+        t.turns.compaction_resets += u64::from(diverged);
+    }
+
+    /// The provider reported a cache read on a turn the predictor read cold.
+    pub fn record_cold_mispredicted(&self) {
+        self.totals.lock().turns.cold_mispredicted += 1;
     }
 
     /// What sync would have done to a request observe mode forwarded untouched (the shadow
@@ -297,7 +326,12 @@ impl Stats {
     }
 
     /// The `/stats` document.
-    pub fn to_json(&self, mode: &str, observe: Option<PoolStats>) -> Value {
+    pub fn to_json(
+        &self,
+        mode: &str,
+        observe: Option<PoolStats>,
+        sessions: Option<SessionStats>,
+    ) -> Value {
         let t = self.totals.lock();
         let live = &t.live;
         let saved = live.saved();
@@ -314,9 +348,10 @@ impl Stats {
             .filter(|(_, c)| c.discarded_changes > 0)
             .map(|(n, c)| (*n, c.discarded_changes))
             .collect();
-        discarded.sort_by(|a, b| b.1.cmp(&a.1));
+        discarded.sort_by_key(|d| std::cmp::Reverse(d.1));
         let potential = &t.potential;
         let sse_total = t.sse_streamed + t.sse_buffered;
+        let frozen = live.frozen;
         json!({
             "requests": t.requests,
             "compacted_requests": t.compacted_requests,
@@ -360,6 +395,18 @@ impl Stats {
             "potential_components": potential.components_json(),
             "potential_overhead_ms_avg": ms(t.observe_us, t.observe_projections),
             "observe_queue": observe.unwrap_or_default(),
+            "frozen_hits": frozen.hits,
+            "frozen_misses": frozen.misses,
+            "frozen_dropped": frozen.dropped,
+            "frozen_repaired": frozen.repaired,
+            "frozen_flips": frozen.dropped.saturating_sub(frozen.repaired),
+            "potential_frozen_hits": potential.frozen.hits,
+            "tracked_turns": t.turns.tracked_turns,
+            "cold_turns": t.turns.cold_turns,
+            "unknown_boundary_turns": t.turns.unknown_boundary_turns,
+            "compaction_resets": t.turns.compaction_resets,
+            "cold_mispredicted": t.turns.cold_mispredicted,
+            "sessions": sessions.unwrap_or_default(),
         })
     }
 
@@ -368,7 +415,8 @@ impl Stats {
     pub fn to_prometheus(&self) -> String {
         let t = self.totals.lock();
         let mut out = String::new();
-        let counters: [(&str, &str, u64); 12] = [
+        let frozen = t.live.frozen;
+        let counters: [(&str, &str, u64); 19] = [
             (
                 "cg_requests_total",
                 "Requests received on rewritten routes.",
@@ -428,6 +476,41 @@ impl Stats {
                 "cg_sse_streams_total",
                 "Streamed responses relayed.",
                 t.sse_streamed + t.sse_buffered,
+            ),
+            (
+                "cg_frozen_hits_total",
+                "Earlier decisions replayed byte-identically.",
+                frozen.hits,
+            ),
+            (
+                "cg_frozen_misses_total",
+                "Freeze lookups with no decision on record.",
+                frozen.misses,
+            ),
+            (
+                "cg_frozen_dropped_total",
+                "Decisions needed again after the store dropped them.",
+                frozen.dropped,
+            ),
+            (
+                "cg_frozen_repaired_total",
+                "Dropped decisions re-derived byte-identically.",
+                frozen.repaired,
+            ),
+            (
+                "cg_frozen_flips_total",
+                "Dropped decisions that could not be re-derived (a cache write).",
+                frozen.dropped.saturating_sub(frozen.repaired),
+            ),
+            (
+                "cg_cold_turns_total",
+                "Turns whose prompt cache was provably cold.",
+                t.turns.cold_turns,
+            ),
+            (
+                "cg_compaction_resets_total",
+                "Turns whose transcript diverged from every remembered one.",
+                t.turns.compaction_resets,
             ),
         ];
         for (name, help, value) in counters {
@@ -543,6 +626,12 @@ mod tests {
                     content_key: saved_key,
                     saved_tokens: saved,
                 }],
+                frozen: FrozenCounts {
+                    hits: 2,
+                    misses: 1,
+                    dropped: 1,
+                    repaired: 1,
+                },
                 duration_us: 1500,
             }],
             duration_us: 2000,
@@ -557,7 +646,7 @@ mod tests {
             stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
         }
         stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
-        let doc = stats.to_json("sync", None);
+        let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["saved_tokens"], 350);
         assert_eq!(doc["saved_tokens_unique"], 150);
         assert_eq!(doc["savings_pct"], 8.75);
@@ -571,11 +660,33 @@ mod tests {
         assert_eq!(c["verdict"], "acted");
         let ratio = c["overcount_ratio"].as_f64().unwrap();
         assert!((ratio - 350.0 / 150.0).abs() < 1e-9);
+        // Four runs, each with 2 hits, 1 miss and one dropped freeze re-derived.
+        assert_eq!(
+            (doc["frozen_hits"].as_u64(), doc["frozen_dropped"].as_u64()),
+            (Some(8), Some(4))
+        );
+        assert_eq!(doc["frozen_flips"], 0);
+    }
+
+    #[test]
+    fn turn_totals_reach_stats_and_metrics() {
+        let stats = Stats::new();
+        stats.record_turn(false, false, false);
+        stats.record_turn(true, true, false);
+        stats.record_turn(false, true, true);
+        stats.record_cold_mispredicted();
+        let doc = stats.to_json("sync", None, None);
+        assert_eq!(doc["tracked_turns"], 3);
+        assert_eq!(doc["cold_turns"], 1);
+        assert_eq!(doc["unknown_boundary_turns"], 1);
+        assert_eq!(doc["compaction_resets"], 1);
+        assert_eq!(doc["cold_mispredicted"], 1);
+        assert!(stats.to_prometheus().contains("cg_cold_turns_total 1"));
     }
 
     #[test]
     fn ratios_without_data_are_zero() {
-        let doc = Stats::new().to_json("sync", None);
+        let doc = Stats::new().to_json("sync", None, None);
         assert_eq!(doc["savings_pct"], 0.0);
         assert_eq!(doc["overcount_ratio"], 0.0);
         assert_eq!(doc["sse_buffered_pct"], 0.0);

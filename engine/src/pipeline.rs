@@ -11,8 +11,17 @@
 //! saves a copy of it. The guard diffs and, when needed, restores only those messages, so a
 //! component that touches three outputs costs three copies, not a copy of the transcript. A
 //! component is reverted alone, and the run goes on, when it panics or errors, when it is an
-//! offload that shrank the messages without returning a key, or when it grew the token count.
+//! offload that shrank the messages without returning a key, when it grew the token count, or
+//! when a history-rewriting offload changed a message inside the cached prefix on a warm turn.
 //! Components cannot add or remove messages.
+//!
+//! **Freeze and replay.** An offload whose decisions depend on more than the message itself
+//! (mask keeps the newest outputs; an LLM samples) declares a [`Freeze`] policy other than
+//! [`Freeze::Stateless`]. Before it runs, every earlier decision it made in this session is
+//! replayed byte-identically (before any gate, at any depth); each new decision is recorded in
+//! the store's replay namespace, keyed by component and content. A decision whose record was
+//! lost is re-derived only by a [`Freeze::Rederivable`] component, whose replacement is a pure
+//! function of content and config; a [`Freeze::Sampled`] one forwards the message verbatim.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -69,9 +78,37 @@ pub trait Reformat: Send + Sync {
     ) -> Result<(), ComponentError>;
 }
 
+/// How an offloader's decisions carry across the turns of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Freeze {
+    /// Whether and how it rewrites a message is a pure function of that message and the ones
+    /// before it (linecap, dedup): every turn re-derives the same bytes, at any depth, so there
+    /// is nothing to remember and no cached prefix to respect.
+    Stateless,
+    /// Whether it acts depends on position or later history (mask acts once an output is old),
+    /// but the replacement is a pure function of content and config. New decisions only beyond
+    /// the cached prefix (or on a cold turn, when opted in); decisions are frozen and replayed;
+    /// a lost freeze is re-derived at any depth, since the bytes come out the same.
+    Rederivable,
+    /// The replacement is sampled (an LLM wrote it): frozen and replayed, never re-derived.
+    Sampled,
+}
+
 /// A lossy but reversible component: replaces content with a marker and stashes the original.
 pub trait Offload: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// How its decisions carry across turns. Defaults to [`Freeze::Stateless`].
+    fn freeze(&self) -> Freeze {
+        Freeze::Stateless
+    }
+
+    /// Whether it may make new decisions inside the cached prefix on a provably cold turn.
+    /// Only meaningful for [`Freeze::Rederivable`]: a cold decision must be re-derivable later.
+    fn cold_cache(&self) -> bool {
+        false
+    }
 
     /// Returns the keys of every original it stashed.
     ///
@@ -104,6 +141,20 @@ impl Stage {
             Stage::Offload(_) => Kind::Offload,
         }
     }
+
+    pub fn freeze(&self) -> Freeze {
+        match self {
+            Stage::Reformat(_) => Freeze::Stateless,
+            Stage::Offload(c) => c.freeze(),
+        }
+    }
+
+    fn cold_cache(&self) -> bool {
+        match self {
+            Stage::Reformat(_) => false,
+            Stage::Offload(c) => c.freeze() == Freeze::Rederivable && c.cold_cache(),
+        }
+    }
 }
 
 impl fmt::Debug for Stage {
@@ -126,8 +177,9 @@ pub struct RunCx {
     pub session: String,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
-    /// Offloaders may only change messages at or after this index (the cached-prefix boundary).
-    /// 0 lets them change everything, which is right offline and on a cold turn.
+    /// History-rewriting offloaders ([`Freeze`] other than stateless) may make new decisions
+    /// only at or after this index: the cached-prefix boundary. 0 lets them act anywhere, which
+    /// is right offline; a host that does not know the boundary passes the message count.
     pub mutable_from: usize,
     /// The session's prompt cache is provably cold on this turn.
     pub cold: bool,
@@ -155,16 +207,35 @@ pub struct ApplyCx<'a> {
     counts: &'a [usize],
     gates: BTreeMap<&'static str, u32>,
     stashed: usize,
+    /// The running component may act at depth on a cold turn.
+    cold_cache: bool,
+    /// Indices whose freeze was lost and may be re-derived at any depth, ascending.
+    repair: Vec<usize>,
+    /// Indices replayed from a freeze before the component ran, ascending.
+    replayed: Vec<usize>,
+    /// Freeze keys of the candidates replay looked up and did not find, by index.
+    fresh: Vec<(usize, String)>,
+    frozen: FrozenCounts,
 }
 
 impl<'a> ApplyCx<'a> {
-    fn new(run: &'a RunCx, initial: &'a [Message], counts: &'a [usize]) -> ApplyCx<'a> {
+    fn new(
+        run: &'a RunCx,
+        initial: &'a [Message],
+        counts: &'a [usize],
+        cold_cache: bool,
+    ) -> ApplyCx<'a> {
         ApplyCx {
             run,
             initial,
             counts,
             gates: BTreeMap::new(),
             stashed: 0,
+            cold_cache,
+            repair: Vec::new(),
+            replayed: Vec::new(),
+            fresh: Vec::new(),
+            frozen: FrozenCounts::default(),
         }
     }
 
@@ -197,10 +268,14 @@ impl<'a> ApplyCx<'a> {
         self.run.existing_breakpoints
     }
 
-    /// Whether an offloader may change message `index` on this turn: it is beyond the cached
-    /// prefix, or the turn is cold and the component opted into `cold_cache`.
-    pub fn may_mutate(&self, index: usize, cold_cache: bool) -> bool {
-        index >= self.run.mutable_from || (cold_cache && self.run.cold)
+    /// Whether a history-rewriting offloader may make a new decision on message `index` on this
+    /// turn: it is beyond the cached prefix, or the turn is cold and the component opted into
+    /// `cold_cache`, or its earlier decision was lost and is being re-derived. The guard enforces
+    /// the same rule, so asking only saves work and records the right gate.
+    pub fn may_mutate(&self, index: usize) -> bool {
+        index >= self.run.mutable_from
+            || (self.cold_cache && self.run.cold)
+            || self.repair.binary_search(&index).is_ok()
     }
 
     /// Records why the component declined an item (a named skip reason, shown in `/stats`).
@@ -281,6 +356,31 @@ pub enum Revert {
     NoStashKey,
     /// The component grew the token count.
     Grew,
+    /// A history-rewriting offload made a new decision inside the cached prefix on a warm turn.
+    CachedPrefix,
+}
+
+/// Freeze lookups by one component on one request (`frozen_*` in `/stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FrozenCounts {
+    /// Earlier decisions replayed byte-identically.
+    pub hits: u64,
+    /// Candidates with no decision on record.
+    pub misses: u64,
+    /// Candidates whose decision was on record and had been dropped by the store.
+    pub dropped: u64,
+    /// Dropped decisions re-derived (byte-identical by construction: the component is
+    /// [`Freeze::Rederivable`]). `dropped - repaired` is the number of flips.
+    pub repaired: u64,
+}
+
+impl FrozenCounts {
+    pub fn add(&mut self, other: FrozenCounts) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.dropped += other.dropped;
+        self.repaired += other.repaired;
+    }
 }
 
 /// What one component did on one request.
@@ -306,6 +406,8 @@ pub struct ComponentReport {
     /// Per changed message: what it saved, keyed by the content it replaced, so a host can
     /// count a saving once however many turns re-send the same message (`saved_tokens_unique`).
     pub savings: Vec<MessageSaving>,
+    /// Freeze lookups (all zero for a stateless component).
+    pub frozen: FrozenCounts,
     pub duration_us: u64,
 }
 
@@ -332,6 +434,79 @@ impl RunReport {
     pub fn saved_tokens(&self) -> usize {
         self.tokens_before.saturating_sub(self.tokens_after)
     }
+
+    /// Freeze lookups of every component together.
+    pub fn frozen(&self) -> FrozenCounts {
+        let mut total = FrozenCounts::default();
+        for c in &self.components {
+            total.add(c.frozen);
+        }
+        total
+    }
+}
+
+/// The replay key of `component`'s decision on `content`.
+fn freeze_key(component: &str, content: &str) -> String {
+    format!("frz:{component}:{:032x}", tokens::content_key(content))
+}
+
+/// Replays `name`'s earlier decisions onto `messages` and books what it finds in `cx`.
+/// Returns the keys of the originals the replayed markers name (each checked or re-stashed, so
+/// a replayed marker always resolves).
+fn replay(
+    name: &str,
+    freeze: Freeze,
+    messages: &mut Transcript<'_>,
+    cx: &mut ApplyCx<'_>,
+) -> Vec<StashKey> {
+    let (store, session) = (cx.run.store.clone(), cx.run.session.clone());
+    let mut keys = Vec::new();
+    for index in 0..messages.len() {
+        let message = &messages[index];
+        if !message.is_tool() || !message.rewritable || marker::contains_marker(&message.content) {
+            continue;
+        }
+        let key = freeze_key(name, &message.content);
+        let Some(replacement) = store.get_replay(&session, &key) else {
+            cx.frozen.misses += 1;
+            if store.was_lost(&session, &key) {
+                cx.frozen.dropped += 1;
+                if freeze == Freeze::Rederivable {
+                    cx.repair.push(index);
+                }
+            }
+            cx.fresh.push((index, key));
+            continue;
+        };
+        // Replay also refreshes the originals its markers name: a marker that no longer
+        // resolves would turn a lossless offload lossy.
+        let mut named = Vec::new();
+        let restored = marker::marker_ids(&replacement).all(|id| {
+            if store.resolve(&session, id).is_none() {
+                let original = [cx.wire_original(index), Some(message.content.as_str())]
+                    .into_iter()
+                    .flatten()
+                    .find(|c| marker::stash_id(c) == id);
+                if original.is_none_or(|o| store.stash(&session, id, o).is_err()) {
+                    return false;
+                }
+            }
+            named.push(StashKey { id: id.to_owned() });
+            true
+        });
+        if !restored {
+            // Forwarding the original flips the cached prefix once; forwarding a marker that
+            // resolves to nothing would lose content. Losing nothing wins.
+            cx.gate("freeze_original_unavailable");
+            cx.frozen.dropped += 1;
+            continue;
+        }
+        messages.get_mut(index).content = replacement.to_string();
+        cx.frozen.hits += 1;
+        cx.replayed.push(index);
+        keys.extend(named);
+    }
+    keys
 }
 
 /// An ordered list of built components.
@@ -390,11 +565,19 @@ impl Pipeline {
         let mut touched = vec![false; messages.len()];
         for stage in &self.stages {
             let stage_started = cx.clock.now();
-            let mut acx = ApplyCx::new(cx, originals, &counts);
+            let freeze = stage.freeze();
+            let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache());
             let mut transcript = Transcript::new(messages, &mut touched);
             let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
                 Stage::Reformat(c) => c.reformat(&mut transcript, &mut acx).map(|()| Vec::new()),
-                Stage::Offload(c) => c.offload(&mut transcript, &mut acx),
+                Stage::Offload(c) if freeze == Freeze::Stateless => {
+                    c.offload(&mut transcript, &mut acx)
+                }
+                Stage::Offload(c) => {
+                    let mut keys = replay(c.name(), freeze, &mut transcript, &mut acx);
+                    keys.extend(c.offload(&mut transcript, &mut acx)?);
+                    Ok(keys)
+                }
             }));
             let mut saved = std::mem::take(&mut transcript.saved);
             drop(transcript);
@@ -411,10 +594,14 @@ impl Pipeline {
             let after = new_counts
                 .iter()
                 .fold(total, |acc, &(i, n)| acc - counts[i] + n);
+            let is_new = |i: &usize| acx.replayed.binary_search(i).is_err();
+            let in_cached_prefix = freeze != Freeze::Stateless
+                && saved.iter().any(|(i, _)| is_new(i) && !acx.may_mutate(*i));
             let revert = match &outcome {
                 Err(panic) => Some(Revert::Panicked(panic_message(panic.as_ref()))),
                 Ok(Err(err)) => Some(Revert::Failed(err.0.clone())),
                 Ok(Ok(_)) if after > total => Some(Revert::Grew),
+                Ok(Ok(_)) if in_cached_prefix => Some(Revert::CachedPrefix),
                 Ok(Ok(keys))
                     if stage.kind() == Kind::Offload && after < total && keys.is_empty() =>
                 {
@@ -431,10 +618,11 @@ impl Pipeline {
                 mutated: false,
                 acted: false,
                 reverted: None,
-                gates: acx.gates,
+                gates: std::mem::take(&mut acx.gates),
                 changed: Vec::new(),
                 stashed: Vec::new(),
                 savings: Vec::new(),
+                frozen: acx.frozen,
                 duration_us: 0,
             };
             match revert {
@@ -443,8 +631,23 @@ impl Pipeline {
                         messages[i] = old;
                     }
                     component.reverted = Some(why);
+                    // Nothing it did reached the wire, replays included.
+                    component.frozen.hits = 0;
                 }
                 None => {
+                    if freeze != Freeze::Stateless {
+                        for (i, old) in saved.iter().filter(|(i, _)| is_new(i)) {
+                            let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
+                                Ok(at) => acx.fresh[at].1.clone(),
+                                Err(_) => freeze_key(stage.name(), &old.content),
+                            };
+                            cx.store
+                                .put_replay(&cx.session, &key, &messages[*i].content);
+                            if acx.repair.binary_search(i).is_ok() {
+                                component.frozen.repaired += 1;
+                            }
+                        }
+                    }
                     for (&(i, n), (_, old)) in new_counts.iter().zip(&saved) {
                         component.savings.push(MessageSaving {
                             index: i,

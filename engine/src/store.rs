@@ -15,7 +15,7 @@
 //! TTL is sliding: every read refreshes it, because a read is proof the session is alive, and a
 //! stash or freeze that dies mid-task costs a cache write of the whole suffix.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +79,15 @@ pub trait Store: Send + Sync {
     /// Reads a replay entry, refreshing its TTL.
     fn get_replay(&self, session: &str, key: &str) -> Option<Arc<str>>;
 
+    /// Whether a replay entry under `key` existed and was dropped (expired or evicted) since it
+    /// was last written: "was frozen, now lost" as opposed to "never frozen". The pipeline
+    /// re-derives such a decision where that is provably byte-identical. A store that cannot
+    /// tell answers `false`, which errs towards leaving the message alone.
+    fn was_lost(&self, session: &str, key: &str) -> bool {
+        let _ = (session, key);
+        false
+    }
+
     /// Whether stashes survive until they are resolved (false for a disabled store, where an
     /// offload would be one-way).
     fn persists(&self) -> bool;
@@ -128,6 +137,9 @@ struct Inner {
     stash_bytes: usize,
     stash_count: usize,
     replay_count: usize,
+    /// Replay keys dropped since their last write, oldest first, bounded by `max_entries`.
+    lost: HashSet<String>,
+    lost_order: VecDeque<String>,
     stats: StoreStats,
 }
 
@@ -168,7 +180,7 @@ impl MemoryStore {
         let mut inner = self.inner.lock();
         let expired = inner.entries.get(key)?.expires <= now;
         if expired {
-            inner.remove(key);
+            inner.drop_entry(key, self.limits.max_entries);
             inner.stats.expired += 1;
             return None;
         }
@@ -203,14 +215,30 @@ impl Inner {
         Some(entry)
     }
 
+    /// Removes an entry that is going away for good (expired or evicted). A replay entry's key
+    /// is remembered as lost, so a later turn can tell a dropped freeze from one never made.
+    fn drop_entry(&mut self, key: &str, max_lost: usize) {
+        if let Some(entry) = self.remove(key)
+            && entry.class == Class::Replay
+            && self.lost.insert(key.to_owned())
+        {
+            self.lost_order.push_back(key.to_owned());
+            while self.lost_order.len() > max_lost.max(1) {
+                if let Some(old) = self.lost_order.pop_front() {
+                    self.lost.remove(&old);
+                }
+            }
+        }
+    }
+
     /// Drops expired entries, oldest first; stops at the first live one.
-    fn purge_expired(&mut self, now: Duration) {
+    fn purge_expired(&mut self, now: Duration, max_lost: usize) {
         while let Some((&tick, key)) = self.by_recency.first_key_value() {
             let key = key.clone();
             match self.entries.get(&key) {
                 Some(entry) if entry.expires > now => break,
                 Some(_) => {
-                    self.remove(&key);
+                    self.drop_entry(&key, max_lost);
                     self.stats.expired += 1;
                 }
                 // A recency slot whose entry is gone must not stall the purge.
@@ -222,7 +250,7 @@ impl Inner {
     }
 
     /// Evicts the least recently used replay entry, if any.
-    fn evict_oldest_replay(&mut self) -> bool {
+    fn evict_oldest_replay(&mut self, max_lost: usize) -> bool {
         let victim = self
             .by_recency
             .values()
@@ -234,7 +262,7 @@ impl Inner {
             .cloned();
         match victim {
             Some(key) => {
-                self.remove(&key);
+                self.drop_entry(&key, max_lost);
                 self.stats.replay_dropped += 1;
                 true
             }
@@ -283,12 +311,12 @@ impl Store for MemoryStore {
                 || inner.stash_bytes + original.len() > self.limits.reserve_bytes
         };
         if full(&inner) {
-            inner.purge_expired(now);
+            inner.purge_expired(now, self.limits.max_entries);
         }
         // Replay entries beyond their half may be reclaimed for a stash; live stashes never are.
         while full(&inner)
             && inner.replay_count > self.limits.max_entries / 2
-            && inner.evict_oldest_replay()
+            && inner.evict_oldest_replay(self.limits.max_entries)
         {}
         if full(&inner) {
             inner.stats.refused += 1;
@@ -319,16 +347,19 @@ impl Store for MemoryStore {
         let key = replay_key(session, key);
         let now = self.clock.now();
         let mut inner = self.inner.lock();
+        if inner.lost.remove(&key) {
+            inner.lost_order.retain(|k| k != &key);
+        }
         if inner.remove(&key).is_some() {
             inner.insert(key, value, Class::Replay, now + self.limits.ttl);
             return;
         }
         if inner.entries.len() >= self.limits.max_entries {
-            inner.purge_expired(now);
+            inner.purge_expired(now, self.limits.max_entries);
         }
         while (inner.replay_count >= self.limits.max_entries / 2
             || inner.entries.len() >= self.limits.max_entries)
-            && inner.evict_oldest_replay()
+            && inner.evict_oldest_replay(self.limits.max_entries)
         {}
         if inner.entries.len() >= self.limits.max_entries {
             // Everything left is live stashes: keep them, drop this decision instead.
@@ -340,6 +371,18 @@ impl Store for MemoryStore {
 
     fn get_replay(&self, session: &str, key: &str) -> Option<Arc<str>> {
         self.get(&replay_key(session, key))
+    }
+
+    fn was_lost(&self, session: &str, key: &str) -> bool {
+        let key = replay_key(session, key);
+        let now = self.clock.now();
+        let mut inner = self.inner.lock();
+        // An entry that expired but was not yet swept is lost too.
+        if inner.entries.get(&key).is_some_and(|e| e.expires <= now) {
+            inner.drop_entry(&key, self.limits.max_entries);
+            inner.stats.expired += 1;
+        }
+        inner.lost.contains(&key)
     }
 
     fn persists(&self) -> bool {
@@ -468,6 +511,28 @@ mod tests {
             Err(StoreError::Full),
             "replay within its half is pinned"
         );
+    }
+
+    #[test]
+    fn a_dropped_replay_entry_is_remembered_as_lost_until_rewritten() {
+        let (store, clock) = store(4, 1 << 20);
+        store.put_replay("s", "frz", "v");
+        assert!(!store.was_lost("s", "frz"), "live is not lost");
+        assert!(!store.was_lost("s", "never"), "never written is not lost");
+        clock.advance(Duration::from_secs(101));
+        assert!(store.was_lost("s", "frz"), "expired is lost");
+        assert!(
+            !store.was_lost("other", "frz"),
+            "lost is scoped to the session"
+        );
+        store.put_replay("s", "frz", "v");
+        assert!(!store.was_lost("s", "frz"), "a rewrite repairs it");
+        for i in 0..3 {
+            store.put_replay("s", &format!("k{i}"), "v");
+        }
+        assert!(store.was_lost("s", "frz"), "evicted past the cap is lost");
+        store.put_replay("s", "k2", "changed");
+        assert!(!store.was_lost("s", "k2"), "an overwrite is not a loss");
     }
 
     #[test]

@@ -1,1 +1,100 @@
-//! `sync` and `observe` modes, the cached-prefix tracker and the cold-cache predictor (filled by the sessions issue).
+//! `sync` and `observe` modes, the cached-prefix tracker and the cold-cache predictor.
+//!
+//! A turn of either mode runs the same way: the session actor (see `actors::sessions`) lends
+//! the session's [`SessionState`]; [`run_turn`] asks its [`Tracker`] for the cached-prefix
+//! boundary and coldness, records the turn, and runs the pipeline with them. Sync forwards the
+//! result; observe computes it off the request path against its own store and only reports it.
+//! Both use one tracker per session, so observe's projection respects the same boundary sync
+//! would have: a projection without it would overstate savings.
+
+pub mod tracker;
+
+use std::sync::Arc;
+
+use actors::sessions::Persist;
+use engine::apply::{Applied, apply_parsed};
+use engine::pipeline::{Pipeline, RunCx};
+use engine::store::Store;
+use engine::wire::{Dialect, ParsedBody};
+use serde::{Deserialize, Serialize};
+
+pub use tracker::{CacheUsage, Tracker, TurnFacts};
+
+/// What a session actor owns for one session.
+///
+/// Freeze decisions are not here: they live in the store's pinned replay namespace, scoped to
+/// the session, because they must outlive this state (an evicted actor, a restarted actor) for
+/// as long as the provider may still cache what they produced. The actor serializes every use
+/// of them all the same, since only a leased turn runs the pipeline for its session.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SessionState {
+    pub tracker: Tracker,
+}
+
+/// Keeps a session's state in a store between actors (under the session's replay namespace).
+pub struct StorePersist {
+    store: Arc<dyn Store>,
+}
+
+/// The replay key a session's state is saved under.
+const STATE_KEY: &str = "session-state";
+
+impl StorePersist {
+    pub fn new(store: Arc<dyn Store>) -> StorePersist {
+        StorePersist { store }
+    }
+}
+
+impl Persist<SessionState> for StorePersist {
+    fn load(&self, key: &str) -> SessionState {
+        // A missing or unreadable snapshot is a fresh state: a tracker that knows no boundary
+        // treats the whole transcript as cached, which is the safe direction.
+        self.store
+            .get_replay(key, STATE_KEY)
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default()
+    }
+
+    fn save(&self, key: &str, state: &SessionState) {
+        if let Ok(json) = serde_json::to_string(state) {
+            self.store.put_replay(key, STATE_KEY, &json);
+        }
+    }
+}
+
+/// Asks the tracker about a turn carrying `parsed`, and records it.
+pub fn begin_turn(
+    state: &mut SessionState,
+    parsed: &ParsedBody<'_>,
+    now: std::time::Duration,
+) -> TurnFacts {
+    let fingerprints = parsed.messages().iter().map(tracker::fingerprint).collect();
+    let raw = parsed.text().as_bytes();
+    let dialect = parsed.dialect();
+    // OpenAI caches every long enough prompt on its own; Anthropic only what a breakpoint asks.
+    let asked_caching =
+        dialect == Dialect::OpenAi || memchr::memmem::find(raw, b"\"cache_control\"").is_some();
+    state.tracker.begin_turn(
+        fingerprints,
+        now,
+        tracker::asked_ttl(raw, dialect),
+        asked_caching,
+    )
+}
+
+/// One turn: the tracker's facts, then the pipeline under them. `cx` carries the request's
+/// session, store and clock; its boundary and coldness are overwritten here.
+pub fn run_turn<'a>(
+    state: &mut SessionState,
+    parsed: &ParsedBody<'a>,
+    pipeline: &Pipeline,
+    mut cx: RunCx,
+) -> (Applied<'a>, TurnFacts) {
+    let facts = begin_turn(state, parsed, cx.clock.now());
+    cx.mutable_from = facts.mutable_from;
+    cx.cold = facts.cold;
+    (apply_parsed(parsed, pipeline, &cx), facts)
+}
+
+#[cfg(test)]
+mod tests;

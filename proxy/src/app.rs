@@ -12,9 +12,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actors::pool::WorkerPool;
+use actors::sessions::{SessionLimits, Sessions};
 use actors::stats::{Stats, StreamRelay};
 use bytes::Bytes;
 use engine::apply::apply_parsed;
+use engine::clock::Clock;
 use engine::config::Config;
 use engine::pipeline::{Pipeline, RunCx};
 use engine::store::{MemoryStore, Store};
@@ -23,12 +25,14 @@ use engine::{marker, session, tokens};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
+use modes::{SessionState, StorePersist};
 
 use crate::clock::SystemClock;
 use crate::expand;
 use crate::http::{self as h, Body, BoxError};
 use crate::sse;
 use crate::upstream::{Upstream, UpstreamError, strip_hop_by_hop};
+use crate::usage::UsageScanner;
 
 /// The session header; wins over the derived key once sanitized.
 pub const SESSION_HEADER: &str = "x-context-guru-session";
@@ -69,6 +73,8 @@ pub struct App {
     settings: Settings,
     /// Observe mode's off-path measurement; `None` in sync mode.
     observer: Option<Observer>,
+    /// One actor per session: the cached-prefix tracker, serialized turns.
+    sessions: Sessions<SessionState>,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -90,6 +96,8 @@ impl std::fmt::Debug for App {
 }
 
 impl App {
+    /// Must be called on a tokio runtime: session actors are spawned on it.
+    ///
     /// # Errors
     /// The config's problems, if its pipeline does not build.
     pub fn new(
@@ -108,6 +116,16 @@ impl App {
             ),
             shadow_store: Arc::new(MemoryStore::new(config.store.limits(), clock.clone())),
         });
+        // Session state is saved in the store of the mode that runs the pipeline: observe must
+        // never write the live store.
+        let state_store = observer
+            .as_ref()
+            .map_or_else(|| store.clone(), |o| o.shadow_store.clone());
+        let sessions = Sessions::new(
+            SessionLimits::DEFAULT,
+            Arc::new(StorePersist::new(state_store)),
+            tokio::runtime::Handle::current(),
+        );
         Ok(App {
             config,
             pipeline,
@@ -117,6 +135,7 @@ impl App {
             clock,
             settings,
             observer,
+            sessions,
         })
     }
 
@@ -142,7 +161,11 @@ pub async fn handle(
         (&Method::GET, "/stats") => h::json(
             StatusCode::OK,
             app.stats
-                .to_json(app.mode(), app.observer.as_ref().map(|o| o.pool.stats()))
+                .to_json(
+                    app.mode(),
+                    app.observer.as_ref().map(|o| o.pool.stats()),
+                    Some(app.sessions.stats()),
+                )
                 .to_string(),
         ),
         (&Method::GET, "/metrics") => h::text(StatusCode::OK, app.stats.to_prometheus()),
@@ -289,39 +312,53 @@ fn is_agent_compaction(parsed: &wire::ParsedBody<'_>) -> bool {
     })
 }
 
-fn rewrite(
+async fn rewrite(
     app: &App,
     dialect: Dialect,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Rewritten, Untouched> {
     let started = Instant::now();
-    if headers
+    let bypass = headers
         .get(BYPASS_HEADER)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
-    {
-        return Err(Untouched::Bypassed("header"));
-    }
-    let parsed = wire::parse(body, dialect).map_err(|_| Untouched::Unparsed)?;
-    if is_agent_compaction(&parsed) {
-        return Err(Untouched::Bypassed("agent_compaction"));
-    }
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let parsed = match wire::parse(body, dialect) {
+        Ok(parsed) => parsed,
+        Err(_) if bypass => return Err(Untouched::Bypassed("header")),
+        Err(_) => return Err(Untouched::Unparsed),
+    };
     let explicit = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok());
     let session = session::for_request(explicit, &parsed);
+    let bypassed = if bypass {
+        Some("header")
+    } else if is_agent_compaction(&parsed) {
+        Some("agent_compaction")
+    } else {
+        None
+    };
+    // Held for the rewrite only: a concurrent turn of this session waits here, not for our
+    // upstream call.
+    let mut lease = app.sessions.lease(&session).await;
+    if let Some(reason) = bypassed {
+        // A bypassed turn still happened: the provider cached it, so the tracker records it.
+        let facts = modes::begin_turn(&mut lease, &parsed, app.clock.now());
+        app.stats
+            .record_turn(facts.cold, facts.known, facts.diverged);
+        return Err(Untouched::Bypassed(reason));
+    }
     let cx = RunCx {
         dialect,
         session: session.clone(),
         store: app.store.clone(),
         clock: app.clock.clone(),
-        // Every component this build has is a pure function of (content, config), so the
-        // same decision is re-derived byte-identically on every turn: acting at any depth does
-        // not move the cached prefix. The sessions issue brings the tracked boundary for
-        // components for which this does not hold.
         mutable_from: 0,
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
     };
-    let applied = apply_parsed(&parsed, &app.pipeline, &cx);
+    let (applied, facts) = modes::run_turn(&mut lease, &parsed, &app.pipeline, cx);
+    drop(lease);
+    app.stats
+        .record_turn(facts.cold, facts.known, facts.diverged);
     let stashed = applied
         .report
         .components
@@ -349,6 +386,37 @@ fn rewrite(
     })
 }
 
+/// Relays `response` and, once its body is done, hands the provider's cache report for this
+/// turn to the session's tracker.
+fn relay_reporting(
+    app: &Arc<App>,
+    session: String,
+    response: Response<Incoming>,
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let (sessions, stats) = (app.sessions.clone(), app.stats.clone());
+    let mut scanner = UsageScanner::new(move |usage| {
+        sessions.apply(&session, move |state: &mut SessionState| {
+            let before = state.tracker.counts.cold_mispredicted;
+            state.tracker.observe_usage(usage);
+            if state.tracker.counts.cold_mispredicted > before {
+                stats.record_cold_mispredicted();
+            }
+        });
+    });
+    let body = body
+        .map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                scanner.scan(data);
+            }
+            frame
+        })
+        .map_err(|e| Box::new(e) as BoxError)
+        .boxed();
+    Response::from_parts(parts, body)
+}
+
 async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let body = match read_body(app, body).await {
@@ -368,7 +436,7 @@ async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> R
             .await
             .map_or_else(|e| upstream_failure(&e), relay);
     }
-    let rewritten = match rewrite(app, dialect, &parts.headers, &body) {
+    let rewritten = match rewrite(app, dialect, &parts.headers, &body).await {
         Ok(rewritten) => rewritten,
         Err(untouched) => {
             match untouched {
@@ -398,7 +466,7 @@ async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> R
         if stream {
             app.stats.record_stream(StreamRelay::Streamed, None);
         }
-        return relay(response);
+        return relay_reporting(app, rewritten.session, response);
     }
     let call = Continuation {
         app: app.clone(),
@@ -424,11 +492,12 @@ fn observe(app: &App, observer: &Observer, dialect: Dialect, headers: &HeaderMap
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let (pipeline, stats, store, clock, body) = (
+    let (pipeline, stats, store, clock, sessions, body) = (
         app.pipeline.clone(),
         app.stats.clone(),
         observer.shadow_store.clone(),
         app.clock.clone(),
+        app.sessions.clone(),
         body.clone(),
     );
     let _ = observer.pool.try_submit(key, move || {
@@ -439,16 +508,21 @@ fn observe(app: &App, observer: &Observer, dialect: Dialect, headers: &HeaderMap
         if is_agent_compaction(&parsed) {
             return;
         }
+        let session = session::for_request(explicit.as_deref(), &parsed);
         let cx = RunCx {
             dialect,
-            session: session::for_request(explicit.as_deref(), &parsed),
+            session: session.clone(),
             store,
             clock,
             mutable_from: 0,
             cold: false,
             existing_breakpoints: parsed.existing_breakpoints(),
         };
-        let applied = apply_parsed(&parsed, &pipeline, &cx);
+        // The same tracker sync would use, so the projection respects the same boundary.
+        let mut lease = sessions.lease_blocking(&session);
+        let (applied, facts) = modes::run_turn(&mut lease, &parsed, &pipeline, cx);
+        drop(lease);
+        stats.record_turn(facts.cold, facts.known, facts.diverged);
         stats.record_projection(&applied.report, &applied.discarded, started.elapsed());
     });
 }
@@ -696,7 +770,9 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
         .and_then(|v| v.to_str().ok());
     let cx = RunCx {
         dialect,
-        session: session::for_request(explicit, &parsed),
+        // A namespace of its own: a one-off rewrite acts at any depth (mutable_from 0), and its
+        // frozen decisions must never be replayed into a live session's cached prefix.
+        session: format!("compact:{}", session::for_request(explicit, &parsed)),
         store: app.store.clone(),
         clock: app.clock.clone(),
         mutable_from: 0,

@@ -12,3 +12,4 @@ pub mod http;
 pub mod server;
 pub mod sse;
 pub mod upstream;
+pub mod usage;

@@ -106,10 +106,11 @@ impl Relay {
         let mut out = Vec::new();
         for frame in frames {
             let data = frame_data(&frame);
-            if let Some(data) = &data {
-                if !self.holding && starts_expand(self.dialect, data) {
-                    self.holding = true;
-                }
+            if let Some(data) = &data
+                && !self.holding
+                && starts_expand(self.dialect, data)
+            {
+                self.holding = true;
             }
             let Some(frame) = self.renumber(frame, data.as_ref()) else {
                 continue;

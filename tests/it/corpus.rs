@@ -101,11 +101,11 @@ fn every_built_component_keeps_the_promises_on_the_corpus() {
 fn check_promises(config: &Config) -> usize {
     let mut acted = 0;
     for body in bodies() {
-        let (applied, store, session) = run(&config, &body);
+        let (applied, store, session) = run(config, &body);
         let out = &applied.body;
         let name = body.path.display();
         assert!(applied.error.is_none(), "{name}: {:?}", applied.error);
-        let text = std::str::from_utf8(&out).unwrap();
+        let text = std::str::from_utf8(out).unwrap();
         serde_json::from_str::<serde_json::Value>(text)
             .unwrap_or_else(|e| panic!("{name}: output is not JSON: {e}"));
         let input = std::str::from_utf8(&body.bytes).unwrap();
@@ -116,7 +116,7 @@ fn check_promises(config: &Config) -> usize {
         );
 
         let before = wire::parse(&body.bytes, body.dialect).unwrap();
-        let after = wire::parse(&out, body.dialect).unwrap();
+        let after = wire::parse(out, body.dialect).unwrap();
         assert_eq!(before.messages().len(), after.messages().len(), "{name}");
         for (old, new) in before.messages().iter().zip(after.messages()) {
             if old == new {
@@ -188,7 +188,7 @@ fn decoded_text_matches_serde_json_on_every_body() {
         let value: serde_json::Value = serde_json::from_slice(&body.bytes).unwrap();
         // Every string the model reads, in wire order, as serde_json decodes it.
         let mut expected: Vec<String> = Vec::new();
-        let mut text_of = |v: &serde_json::Value| match v {
+        let text_of = |v: &serde_json::Value| match v {
             serde_json::Value::String(s) => vec![s.clone()],
             serde_json::Value::Array(parts) => parts
                 .iter()

@@ -795,3 +795,46 @@ async fn observe_forwards_untouched_and_projects_what_sync_saves() {
         "observe never writes the live store"
     );
 }
+
+#[tokio::test]
+async fn turns_of_a_session_share_one_tracker_and_never_flip_the_cached_prefix() {
+    let sluice = start("pipeline: [dedup, mask, collapse, linecap]").await;
+    let full: Value = serde_json::from_slice(&corpus(
+        "swegym-openhands-python-mypy-15976_0",
+        Dialect::OpenAi,
+    ))
+    .unwrap();
+    let messages = full["messages"].as_array().unwrap();
+    let turn = |n: usize| {
+        let mut body = full.clone();
+        body["messages"] = Value::Array(messages[..n].to_vec());
+        serde_json::to_vec(&body).unwrap()
+    };
+    let header = [("x-context-guru-session", "task-42")];
+    let (early, late) = (messages.len() - 6, messages.len());
+    sluice.chat(Dialect::OpenAi, &header, turn(early)).await;
+    sluice.chat(Dialect::OpenAi, &header, turn(late)).await;
+    let recorded = sluice.mock.recorded();
+    let forwarded = |i: usize| {
+        let parsed = wire::parse(&recorded[i].body, Dialect::OpenAi).unwrap();
+        parsed.messages().to_vec()
+    };
+    let (first, second) = (forwarded(0), forwarded(1));
+    assert_eq!(
+        second[..first.len()],
+        first[..],
+        "the second turn forwards the first turn's messages byte for byte"
+    );
+    let stats = sluice.stats().await;
+    assert_eq!(stats["tracked_turns"], 2);
+    assert_eq!(stats["unknown_boundary_turns"], 1, "only the first turn");
+    assert_eq!(stats["sessions"]["live"], 1);
+    assert_eq!(stats["frozen_flips"], 0);
+    assert!(
+        stats["components"]["mask"]["gates"]["cached_prefix"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "mask left the cached prefix alone on a warm turn"
+    );
+}

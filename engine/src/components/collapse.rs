@@ -9,16 +9,23 @@
 //! ```
 //!
 //! Content-agnostic and late in a pipeline: it catches what nothing more specific handled, and
-//! skips anything already carrying a marker. It only changes messages beyond the cached prefix,
-//! except on a provably cold turn when `cold_cache` is on (the default): its output is a pure
-//! function of the content and the config, so a decision made at depth can be re-derived
-//! byte-identically on every later turn. If the store refuses the stash the output is left alone.
+//! skips anything already carrying a marker. If the store refuses the stash the output is left
+//! alone.
+//!
+//! Cache safety: whether and how it collapses a message depends on that message alone, so every
+//! turn re-derives the same bytes at any depth ([`Freeze::Stateless`]). The reference tail-gates
+//! and freezes it because its threshold could follow the model's context window (`max_frac`);
+//! sluice does not know windows, so that cannot happen here, and a tail gate would only cost the
+//! first turn a proxy sees of a long session its whole saving. `cold_cache` is accepted for
+//! config compatibility and has nothing to lift.
 
 use serde::Deserialize;
 
 use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
+#[cfg(doc)]
+use crate::pipeline::Freeze;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
 
 /// `components.collapse`.
@@ -35,7 +42,7 @@ pub struct CollapseConfig {
     pub head_lines: usize,
     /// Defaults to `20`. Lines kept from the end.
     pub tail_lines: usize,
-    /// Defaults to `true`. May act at depth on a provably cold turn.
+    /// Defaults to `true`. Accepted for compatibility: collapse acts at any depth already.
     pub cold_cache: bool,
     /// Defaults to `full` (the only mode).
     pub marker_mode: MarkerMode,
@@ -107,10 +114,6 @@ impl Offload for Collapse {
                 cx.gate("too_few_lines");
                 continue;
             }
-            if !cx.may_mutate(index, self.config.cold_cache) {
-                cx.gate("cached_prefix");
-                continue;
-            }
             let head = lines[..self.config.head_lines].join("\n");
             let tail = lines[lines.len() - self.config.tail_lines..].join("\n");
             let omitted = lines.len() - keep;
@@ -174,42 +177,16 @@ mod tests {
     }
 
     #[test]
-    fn respects_the_cached_prefix_unless_cold() {
+    fn acts_at_any_depth_because_every_turn_re_derives_the_same_bytes() {
         let log = big_log(600);
+        let first = check("collapse", "", tool_messages(&[&log]));
         let warm = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| {
-            cx.mutable_from = 2
+            cx.mutable_from = 3;
         });
-        assert!(
-            !warm.messages[1].content.contains("<<cg:"),
-            "message 1 is in the cached prefix"
-        );
-        assert!(
-            warm.messages[2].content.contains("<<cg:"),
-            "message 2 is in the tail"
-        );
         assert_eq!(
-            warm.report.components[0].gates.get("cached_prefix"),
-            Some(&1)
+            warm.messages[1], first.messages[1],
+            "same bytes, deep or not"
         );
-
-        let cold = check_with("collapse", "", tool_messages(&[&log, &log]), |cx| {
-            cx.mutable_from = 2;
-            cx.cold = true;
-        });
-        assert!(
-            cold.messages[1].content.contains("<<cg:"),
-            "a cold turn may act at depth"
-        );
-
-        let no_cold = check_with(
-            "collapse",
-            "cold_cache: false",
-            tool_messages(&[&log, &log]),
-            |cx| {
-                cx.mutable_from = 2;
-                cx.cold = true;
-            },
-        );
-        assert!(!no_cold.messages[1].content.contains("<<cg:"));
+        assert!(warm.report.components[0].reverted.is_none());
     }
 }

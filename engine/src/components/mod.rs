@@ -10,6 +10,7 @@ pub(crate) mod collapse;
 mod dedup;
 mod format;
 mod linecap;
+mod mask;
 mod smartcrush;
 mod textclean;
 
@@ -45,6 +46,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &dedup::Factory,
     &format::Factory,
     &linecap::Factory,
+    &mask::Factory,
     &smartcrush::Factory,
     &textclean::Factory,
 ];
@@ -59,7 +61,6 @@ pub const PLANNED: &[&str] = &[
     "extract_llm",
     "failed_call",
     "failed_run",
-    "mask",
     "oversized_block",
     "phi_evict",
     "readlifecycle",

@@ -209,3 +209,225 @@ fn stash_key_resolves_to_the_exact_original() {
     );
     assert_eq!(context.store.resolve("other-session", id), None);
 }
+
+/// A store that can forget every replay entry at once, the way a TTL or the pin cap would: after
+/// `forget_replays`, a replay entry reads as lost until it is written again.
+struct Forgetful {
+    inner: MemoryStore,
+    forgot: std::sync::atomic::AtomicBool,
+    rewritten: parking_lot::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Forgetful {
+    fn new() -> Forgetful {
+        Forgetful {
+            inner: MemoryStore::new(MemoryStoreLimits::DEFAULT, Arc::new(ManualClock::new())),
+            forgot: std::sync::atomic::AtomicBool::new(false),
+            rewritten: parking_lot::Mutex::new(Default::default()),
+        }
+    }
+
+    fn forget_replays(&self) {
+        self.forgot.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.rewritten.lock().clear();
+    }
+
+    fn is_forgotten(&self, key: &str) -> bool {
+        self.forgot.load(std::sync::atomic::Ordering::SeqCst)
+            && !self.rewritten.lock().contains(key)
+    }
+}
+
+impl Store for Forgetful {
+    fn stash(&self, s: &str, id: &str, original: &str) -> Result<(), StoreError> {
+        self.inner.stash(s, id, original)
+    }
+    fn resolve(&self, s: &str, id: &str) -> Option<Arc<str>> {
+        self.inner.resolve(s, id)
+    }
+    fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
+        self.inner.resolve_any(id)
+    }
+    fn put_replay(&self, s: &str, key: &str, value: &str) {
+        self.rewritten.lock().insert(key.to_owned());
+        self.inner.put_replay(s, key, value);
+    }
+    fn get_replay(&self, s: &str, key: &str) -> Option<Arc<str>> {
+        if self.is_forgotten(key) {
+            return None;
+        }
+        self.inner.get_replay(s, key)
+    }
+    fn was_lost(&self, s: &str, key: &str) -> bool {
+        self.is_forgotten(key) && self.inner.get_replay(s, key).is_some()
+    }
+    fn persists(&self) -> bool {
+        true
+    }
+    fn stats(&self) -> crate::store::StoreStats {
+        self.inner.stats()
+    }
+}
+
+fn session_cx(store: Arc<dyn Store>, mutable_from: usize) -> RunCx {
+    RunCx {
+        dialect: Dialect::OpenAi,
+        session: "s".into(),
+        store,
+        clock: Arc::new(ManualClock::new()),
+        mutable_from,
+        cold: false,
+        existing_breakpoints: 0,
+    }
+}
+
+fn run_log(i: usize) -> String {
+    format!("$ cargo test -p api_{i}\n")
+        + &format!("test api_{i}::roundtrip ... ok\n").repeat(40)
+        + "test result: ok. 40 passed; 0 failed\n"
+}
+
+/// A user turn, then `n` tool outputs, each a distinct test run.
+fn turn(n: usize) -> Vec<Message> {
+    let mut m = vec![Message::text(Role::User, "make the api tests pass")];
+    m.extend((0..n).map(|i| Message::tool(&format!("c{i}"), "bash", run_log(i))));
+    m
+}
+
+fn mask() -> Pipeline {
+    crate::config::Config::parse("pipeline: [mask]")
+        .unwrap()
+        .build_pipeline()
+        .unwrap()
+}
+
+#[test]
+fn a_frozen_decision_replays_byte_identically_and_depth_stays_untouched_when_warm() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let pipeline = mask();
+    let mut first = turn(5);
+    let r1 = pipeline.run(&mut first, &session_cx(store.clone(), 0));
+    assert_eq!(r1.components[0].changed, vec![1, 2]);
+
+    // Next turn: two more outputs; the previous turn's six messages are cached.
+    let mut second = turn(7);
+    let r2 = pipeline.run(&mut second, &session_cx(store.clone(), 6));
+    assert_eq!(second[..3], first[..3], "earlier decisions replayed");
+    assert_eq!(
+        second[3..6],
+        turn(7)[3..6],
+        "no new decision inside the prefix"
+    );
+    let c = &r2.components[0];
+    assert_eq!(c.frozen.hits, 2);
+    assert_eq!(c.gates.get("cached_prefix"), Some(&2));
+    assert!(c.reverted.is_none());
+}
+
+#[test]
+fn a_lost_freeze_is_rederived_identically_only_when_rederivable() {
+    let store = Arc::new(Forgetful::new());
+    let pipeline = mask();
+    let mut first = turn(5);
+    pipeline.run(&mut first, &session_cx(store.clone(), 0));
+    store.forget_replays();
+    let mut second = turn(7);
+    let r2 = pipeline.run(&mut second, &session_cx(store.clone(), 6));
+    assert_eq!(second[..3], first[..3], "re-derived byte for byte");
+    let c = &r2.components[0];
+    assert_eq!((c.frozen.dropped, c.frozen.repaired), (2, 2));
+
+    /// Writes a different replacement every time it runs, like a sampled model.
+    struct Sampled(std::sync::atomic::AtomicUsize);
+    impl Offload for Sampled {
+        fn name(&self) -> &'static str {
+            "sampled"
+        }
+        fn freeze(&self) -> Freeze {
+            Freeze::Sampled
+        }
+        fn offload(
+            &self,
+            messages: &mut Transcript<'_>,
+            cx: &mut ApplyCx<'_>,
+        ) -> Result<Vec<StashKey>, ComponentError> {
+            let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut keys = Vec::new();
+            for i in 1..messages.len() {
+                if messages[i].content.contains("<<cg:") || !cx.may_mutate(i) {
+                    continue;
+                }
+                let key = cx.stash(&messages[i].content).unwrap();
+                messages.get_mut(i).content = format!("summary #{n} {}", key.marker());
+                keys.push(key);
+            }
+            Ok(keys)
+        }
+    }
+    let store = Arc::new(Forgetful::new());
+    let sampled = Pipeline::new(vec![Stage::Offload(Box::new(Sampled(0.into())))]);
+    let mut first = turn(2);
+    sampled.run(&mut first, &session_cx(store.clone(), 0));
+    store.forget_replays();
+    let mut second = turn(3);
+    let r2 = sampled.run(&mut second, &session_cx(store.clone(), 3));
+    assert_eq!(
+        second[..3],
+        turn(3)[..3],
+        "never re-derived: forwarded verbatim"
+    );
+    assert!(
+        second[3].content.starts_with("summary #1 "),
+        "the tail is new"
+    );
+    let c = &r2.components[0];
+    assert_eq!((c.frozen.dropped, c.frozen.repaired), (2, 0));
+}
+
+#[test]
+fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
+    /// Masks everything but the newest, ignoring the boundary.
+    struct Careless;
+    impl Offload for Careless {
+        fn name(&self) -> &'static str {
+            "careless"
+        }
+        fn freeze(&self) -> Freeze {
+            Freeze::Rederivable
+        }
+        fn offload(
+            &self,
+            messages: &mut Transcript<'_>,
+            cx: &mut ApplyCx<'_>,
+        ) -> Result<Vec<StashKey>, ComponentError> {
+            let mut keys = Vec::new();
+            for i in 1..messages.len() - 1 {
+                let key = cx.stash(&messages[i].content).unwrap();
+                messages.get_mut(i).content = key.marker();
+                keys.push(key);
+            }
+            Ok(keys)
+        }
+    }
+    let careless = Pipeline::new(vec![Stage::Offload(Box::new(Careless))]);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let mut warm = turn(4);
+    let report = careless.run(&mut warm, &session_cx(store.clone(), 3));
+    assert_eq!(report.components[0].reverted, Some(Revert::CachedPrefix));
+    assert_eq!(warm, turn(4));
+    let mut cold = turn(4);
+    let mut cx = session_cx(store, 3);
+    cx.cold = true;
+    let report = careless.run(&mut cold, &cx);
+    assert_eq!(
+        report.components[0].reverted,
+        Some(Revert::CachedPrefix),
+        "cold does not help a component that did not opt into cold_cache"
+    );
+}

@@ -1,0 +1,377 @@
+//! The per-session tracker: the cached-prefix boundary and the cold-cache predictor.
+//!
+//! The provider caches a request's prefix, so what a turn may rewrite without a cache write is
+//! exactly what the provider has not seen. The tracker keeps a fingerprint of every message of
+//! the session's recent transcripts and, each turn, measures the longest prefix the new
+//! transcript shares with one of them: messages inside it were forwarded before (and, since
+//! every earlier decision is replayed, forwarded the same way), so they are the cached prefix.
+//!
+//! This is stricter than the reference's message count: an agent that edits or compacts its
+//! history diverges at the first changed message, and the boundary moves there instead of to a
+//! count that no longer describes the same messages. Several branches are kept because one
+//! session key can carry interleaved transcripts (Claude Code's subagents share the session id
+//! of their parent): a short subagent turn must not make the parent's history look new.
+//!
+//! Every error here errs towards "cached" and "warm": a missed cold turn forgoes a saving, a
+//! wrong cold reading costs a cache write of the whole suffix.
+
+use std::time::Duration;
+
+use engine::message::Message;
+use engine::tokens;
+use engine::wire::Dialect;
+use serde::{Deserialize, Serialize};
+
+/// Transcripts remembered per session.
+pub const MAX_BRANCHES: usize = 4;
+
+/// Added to the cache TTL before a turn reads cold: the provider's clock and ours differ.
+pub const COLD_MARGIN: Duration = Duration::from_secs(60);
+
+/// Anthropic's default prompt-cache lifetime.
+pub const ANTHROPIC_TTL: Duration = Duration::from_secs(5 * 60);
+/// Anthropic's extended lifetime (`"ttl": "1h"`), and the lifetime assumed for OpenAI, whose
+/// in-memory cache is documented to last "up to an hour".
+pub const ONE_HOUR: Duration = Duration::from_secs(60 * 60);
+/// OpenAI's extended retention (`"prompt_cache_retention": "24h"`).
+pub const ONE_DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest prompt-cache lifetime a request asks for, judged from its raw bytes.
+///
+/// A scan rather than a parse, because it only ever widens the TTL: a stray `"1h"` in a
+/// message makes a cold turn read warm, which forgoes a saving and costs nothing.
+pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
+    let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
+    match dialect {
+        Dialect::Anthropic if has(b"\"1h\"") => ONE_HOUR,
+        Dialect::Anthropic => ANTHROPIC_TTL,
+        Dialect::OpenAi if has(b"\"24h\"") => ONE_DAY,
+        Dialect::OpenAi => ONE_HOUR,
+    }
+}
+
+/// A message's identity for prefix matching: everything the model reads of it, plus its role
+/// and tool ids. Content it does not cover (an image) can only make two different messages look
+/// equal, which makes the prefix look longer: the safe direction.
+pub fn fingerprint(message: &Message) -> u64 {
+    let mut h = tokens::content_hash(message.role.as_str());
+    let mut fold = |text: &str| {
+        h = h.rotate_left(17) ^ tokens::content_hash(text);
+    };
+    fold(&message.content);
+    if let Some(id) = &message.tool_call_id {
+        fold(id);
+    }
+    for call in &message.tool_calls {
+        fold(&call.id);
+        fold(&call.name);
+        fold(&call.arguments);
+    }
+    for r in &message.reasoning {
+        fold(r);
+    }
+    h
+}
+
+/// What the tracker knows about one turn, decided before the pipeline runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TurnFacts {
+    /// History-rewriting offloaders may make new decisions only at or after this index.
+    pub mutable_from: usize,
+    /// The session's prompt cache is provably cold: opted-in components may act at depth.
+    pub cold: bool,
+    /// Whether an earlier turn of this session is on record. Without one the whole transcript
+    /// is treated as cached (fail closed) and the turn reads warm.
+    pub known: bool,
+    /// Time since the previous turn, when there was one.
+    pub idle: Option<Duration>,
+    /// The transcript diverged from every remembered one before its end (the agent edited or
+    /// compacted its history): counted as `compaction_resets`.
+    pub diverged: bool,
+}
+
+/// Tokens the provider reported caching for a turn's request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Anthropic `cache_read_input_tokens`, OpenAI `prompt_tokens_details.cached_tokens`.
+    pub read: u64,
+    /// Anthropic `cache_creation_input_tokens` (OpenAI does not report writes).
+    pub written: Option<u64>,
+}
+
+/// What the session remembers about its last turn, to check the provider's answer against.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct LastTurn {
+    predicted_cold: bool,
+    idle_ms: Option<u64>,
+    /// The request asked for caching (a `cache_control` anywhere, or an OpenAI request, which
+    /// caches automatically).
+    asked_caching: bool,
+}
+
+/// One remembered transcript.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Branch {
+    fingerprints: Vec<u64>,
+}
+
+/// Counters the tracker keeps for `/stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrackerCounts {
+    pub turns: u64,
+    pub cold_turns: u64,
+    /// Turns with no earlier turn on record (first turn, restart, evicted state).
+    pub unknown_boundary: u64,
+    pub compaction_resets: u64,
+    /// The provider reported a cache read on a turn predicted cold: the TTL was widened.
+    pub cold_mispredicted: u64,
+}
+
+/// Everything the session actor owns about the provider's cache for one session.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Tracker {
+    /// Most recently used first.
+    branches: Vec<Branch>,
+    /// Clock reading of the latest turn.
+    last_seen_ms: Option<u64>,
+    /// Longest cache lifetime this session asked for, or learned from the provider.
+    ttl_ms: u64,
+    /// The provider reported neither a cache read nor a write for a request that did not ask
+    /// for caching: nothing of this session is cached, so every turn is cold.
+    uncached: bool,
+    last: LastTurn,
+    pub counts: TrackerCounts,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Tracker {
+    /// Reads the boundary and coldness for a turn carrying `fingerprints`, and records the turn,
+    /// in one call: two concurrent turns serialized by the session actor each see the other.
+    pub fn begin_turn(
+        &mut self,
+        fingerprints: Vec<u64>,
+        now: Duration,
+        asked_ttl: Duration,
+        asked_caching: bool,
+    ) -> TurnFacts {
+        self.ttl_ms = self.ttl_ms.max(millis(asked_ttl));
+        let now_ms = millis(now);
+        let known = !self.branches.is_empty();
+        let idle = self
+            .last_seen_ms
+            .map(|t| Duration::from_millis(now_ms.saturating_sub(t)));
+        let (best, common) = self
+            .branches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (i, common_prefix(&b.fingerprints, &fingerprints)))
+            .max_by_key(|&(i, c)| (c, std::cmp::Reverse(i)))
+            .unwrap_or((0, 0));
+        let len = fingerprints.len();
+        let ttl = Duration::from_millis(self.ttl_ms);
+        let cold = known && (self.uncached || idle.is_some_and(|idle| idle >= ttl + COLD_MARGIN));
+        let diverged = known
+            && common < len
+            && common < self.branches.get(best).map_or(0, |b| b.fingerprints.len());
+        let facts = TurnFacts {
+            mutable_from: if known { common } else { len },
+            cold,
+            known,
+            idle,
+            diverged,
+        };
+        self.counts.turns += 1;
+        self.counts.cold_turns += u64::from(cold);
+        self.counts.unknown_boundary += u64::from(!known);
+        self.counts.compaction_resets += u64::from(diverged);
+        self.remember(best, common, fingerprints);
+        self.last_seen_ms = Some(self.last_seen_ms.map_or(now_ms, |t| t.max(now_ms)));
+        self.last = LastTurn {
+            predicted_cold: cold,
+            idle_ms: idle.map(millis),
+            asked_caching,
+        };
+        facts
+    }
+
+    fn remember(&mut self, best: usize, common: usize, fingerprints: Vec<u64>) {
+        let len = fingerprints.len();
+        match self.branches.get(best) {
+            // A shorter resend of a remembered transcript (a retry): keep the longer one, whose
+            // tail the provider still caches.
+            Some(b) if common == len && b.fingerprints.len() >= len => {
+                let b = self.branches.remove(best);
+                self.branches.insert(0, b);
+            }
+            // The same transcript, grown.
+            Some(b) if common == b.fingerprints.len() => {
+                self.branches.remove(best);
+                self.branches.insert(0, Branch { fingerprints });
+            }
+            _ => {
+                self.branches.insert(0, Branch { fingerprints });
+                self.branches.truncate(MAX_BRANCHES);
+            }
+        }
+    }
+
+    /// Checks the provider's report for the latest turn and tightens the predictor with it.
+    pub fn observe_usage(&mut self, usage: CacheUsage) {
+        let last = self.last;
+        if last.predicted_cold && !self.uncached && usage.read > 0 {
+            // We read cold and the provider still had it: its cache lives longer than we
+            // assumed. Widen the TTL past the gap we saw, so the same gap reads warm next time.
+            self.counts.cold_mispredicted += 1;
+            if let Some(idle) = last.idle_ms {
+                self.ttl_ms = self.ttl_ms.max(idle);
+            }
+        }
+        self.uncached = !last.asked_caching && usage.read == 0 && usage.written == Some(0);
+    }
+
+    /// The cache lifetime the predictor currently assumes.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+}
+
+fn common_prefix(a: &[u64], b: &[u64]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    fn fp(n: usize) -> Vec<u64> {
+        (0..n as u64).map(|i| i * 7 + 1).collect()
+    }
+
+    #[test]
+    fn unknown_boundary_fails_closed_and_reads_warm() {
+        let mut t = Tracker::default();
+        let facts = t.begin_turn(fp(10), Duration::ZERO, ANTHROPIC_TTL, true);
+        assert_eq!(
+            facts.mutable_from, 10,
+            "the whole transcript counts as cached"
+        );
+        assert!(!facts.cold && !facts.known);
+    }
+
+    #[test]
+    fn boundary_is_the_prefix_shared_with_the_previous_turn() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(10), Duration::ZERO, ANTHROPIC_TTL, true);
+        let facts = t.begin_turn(fp(14), MIN, ANTHROPIC_TTL, true);
+        assert_eq!(
+            (facts.mutable_from, facts.cold, facts.diverged),
+            (10, false, false)
+        );
+
+        // The agent compacted: only the first 3 messages survive.
+        let mut compacted = fp(3);
+        compacted.extend([999, 998]);
+        let facts = t.begin_turn(compacted, 2 * MIN, ANTHROPIC_TTL, true);
+        assert_eq!((facts.mutable_from, facts.diverged), (3, true));
+        assert_eq!(t.counts.compaction_resets, 1);
+    }
+
+    #[test]
+    fn a_short_interleaved_transcript_does_not_shrink_the_boundary() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(40), Duration::ZERO, ANTHROPIC_TTL, true);
+        // A subagent on the same session key, and a retry of an older, shorter turn.
+        t.begin_turn(vec![5, 6, 7], MIN, ANTHROPIC_TTL, true);
+        let retry = t.begin_turn(fp(20), MIN, ANTHROPIC_TTL, true);
+        assert_eq!(retry.mutable_from, 20);
+        let facts = t.begin_turn(fp(42), 2 * MIN, ANTHROPIC_TTL, true);
+        assert_eq!(
+            facts.mutable_from, 40,
+            "the parent's history is still cached"
+        );
+    }
+
+    #[test]
+    fn cold_only_past_the_longest_ttl_ever_asked_plus_margin() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(4), Duration::ZERO, ANTHROPIC_TTL, true);
+        let at = ANTHROPIC_TTL + COLD_MARGIN;
+        assert!(
+            !t.begin_turn(fp(5), at - Duration::from_secs(1), ANTHROPIC_TTL, true)
+                .cold
+        );
+        let later = at - Duration::from_secs(1) + at;
+        assert!(t.begin_turn(fp(6), later, ANTHROPIC_TTL, true).cold);
+        // Once the session asked for an hour, five idle minutes are warm for good.
+        t.begin_turn(fp(7), later + MIN, ONE_HOUR, true);
+        let facts = t.begin_turn(fp(8), later + MIN + 10 * MIN, ANTHROPIC_TTL, true);
+        assert!(!facts.cold);
+        assert_eq!(t.ttl(), ONE_HOUR);
+    }
+
+    #[test]
+    fn the_provider_report_tightens_the_predictor() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(4), Duration::ZERO, ANTHROPIC_TTL, true);
+        let gap = 20 * MIN;
+        assert!(t.begin_turn(fp(5), gap, ANTHROPIC_TTL, true).cold);
+        t.observe_usage(CacheUsage {
+            read: 12_000,
+            written: Some(0),
+        });
+        assert_eq!(t.counts.cold_mispredicted, 1);
+        assert!(
+            !t.begin_turn(fp(6), 2 * gap, ANTHROPIC_TTL, true).cold,
+            "same gap, now warm"
+        );
+
+        // A request without breakpoints that the provider did not cache at all: every turn is
+        // cold, so opted-in components may act at depth.
+        let mut u = Tracker::default();
+        u.begin_turn(fp(4), Duration::ZERO, ANTHROPIC_TTL, false);
+        u.observe_usage(CacheUsage {
+            read: 0,
+            written: Some(0),
+        });
+        assert!(u.begin_turn(fp(5), MIN, ANTHROPIC_TTL, false).cold);
+        u.observe_usage(CacheUsage {
+            read: 0,
+            written: None,
+        });
+        assert!(
+            !u.begin_turn(fp(6), 2 * MIN, ANTHROPIC_TTL, false).cold,
+            "unknown writes: warm"
+        );
+    }
+
+    #[test]
+    fn asked_ttl_reads_the_longest_lifetime() {
+        let body = br#"{"system":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"1h"}}]}"#;
+        assert_eq!(asked_ttl(body, Dialect::Anthropic), ONE_HOUR);
+        assert_eq!(asked_ttl(b"{}", Dialect::Anthropic), ANTHROPIC_TTL);
+        assert_eq!(
+            asked_ttl(br#"{"prompt_cache_retention":"24h"}"#, Dialect::OpenAi),
+            ONE_DAY
+        );
+        assert_eq!(asked_ttl(b"{}", Dialect::OpenAi), ONE_HOUR);
+    }
+
+    #[test]
+    fn the_tracker_survives_a_snapshot() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(12), Duration::ZERO, ONE_HOUR, true);
+        let json = serde_json::to_string(&t).unwrap();
+        let mut back: Tracker = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back.begin_turn(fp(13), MIN, ANTHROPIC_TTL, true)
+                .mutable_from,
+            12
+        );
+        assert_eq!(back.ttl(), ONE_HOUR);
+    }
+}

@@ -1,0 +1,116 @@
+//! Every public corpus session replayed turn by turn through the real session machinery, with
+//! every built component: no turn may change a byte the previous turn forwarded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::clock::ManualClock;
+use engine::config::Config;
+use engine::pipeline::RunCx;
+use engine::store::MemoryStore;
+use engine::wire::{self, json};
+use integration_tests::bodies;
+use modes::{SessionState, run_turn};
+
+/// Every component this build has, in the order a user would run them.
+const ALL_BUILT: &str = "pipeline: [format, textclean, dedup, smartcrush, mask, collapse, linecap]";
+
+/// Turn k of a recorded session: its final request with the messages before the k-th
+/// assistant message (what the agent sent to get that answer).
+fn turns(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let body: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m["role"] == "assistant" && i > 0 {
+            let mut turn = body.clone();
+            turn["messages"] = serde_json::Value::Array(messages[..i].to_vec());
+            out.push(serde_json::to_vec(&turn).unwrap());
+        }
+    }
+    // The final request in the same serialization as the others: an agent does not reformat
+    // its history between turns.
+    out.push(serde_json::to_vec(&body).unwrap());
+    out
+}
+
+/// The raw bytes of each element of a body's `messages` array.
+fn wire_messages(body: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(body).unwrap();
+    let root = json::parse_document(text).unwrap();
+    let messages = json::get(text, root, "messages").unwrap();
+    json::elements(text, messages)
+        .map(|span| span.of(text).to_owned())
+        .collect()
+}
+
+#[test]
+fn every_public_session_replays_turn_by_turn_with_zero_flips() {
+    let config = Config::parse(ALL_BUILT).unwrap();
+    let pipeline = config.build_pipeline().unwrap();
+    let (mut sessions, mut checked, mut replayed, mut cold_acted) = (0, 0, 0u64, 0);
+    for body in bodies()
+        .iter()
+        .filter(|b| b.path.to_string_lossy().contains("/public/"))
+    {
+        let clock = Arc::new(ManualClock::new());
+        let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+        let mut state = SessionState::default();
+        let mut previous: Vec<String> = Vec::new();
+        let turns = turns(&body.bytes);
+        let cold_turn = turns.len() / 2;
+        for (k, turn) in turns.iter().enumerate() {
+            // Warm turns 40 s apart, with one long break half way through the session.
+            let gap = if k == cold_turn { 3 * 3600 } else { 40 };
+            clock.advance(Duration::from_secs(gap));
+            let parsed = wire::parse(turn, body.dialect).unwrap();
+            let cx = RunCx {
+                dialect: body.dialect,
+                session: "replay".into(),
+                store: store.clone(),
+                clock: clock.clone(),
+                mutable_from: 0,
+                cold: false,
+                existing_breakpoints: 0,
+            };
+            let (applied, facts) = run_turn(&mut state, &parsed, &pipeline, cx);
+            assert!(applied.error.is_none(), "{}", body.path.display());
+            let forwarded = wire_messages(&applied.body);
+            let frozen = applied.report.frozen();
+            assert_eq!(frozen.dropped, frozen.repaired, "{}", body.path.display());
+            replayed += frozen.hits;
+            if facts.cold {
+                cold_acted += usize::from(
+                    applied
+                        .report
+                        .components
+                        .iter()
+                        .any(|c| c.name == "mask" && c.acted),
+                );
+            } else if k > 0 {
+                for (i, (before, now)) in previous.iter().zip(&forwarded).enumerate() {
+                    assert!(
+                        before == now,
+                        "{} turn {k}: message {i} flipped inside the cached prefix:\n{}\n---\n{}",
+                        body.path.display(),
+                        &before[..before.len().min(600)],
+                        &now[..now.len().min(600)]
+                    );
+                }
+                checked += 1;
+            }
+            previous = forwarded;
+        }
+        sessions += 1;
+    }
+    eprintln!(
+        "{sessions} sessions, {checked} warm turns, mask acted on {cold_acted} cold turns, {replayed} replays"
+    );
+    assert!(sessions >= 58, "{sessions} sessions");
+    assert!(checked > 500, "{checked} warm turns checked");
+    assert!(
+        cold_acted > 5,
+        "mask acted at depth on {cold_acted} cold turns"
+    );
+    assert!(replayed > 100, "{replayed} frozen decisions replayed");
+}
