@@ -197,6 +197,7 @@ struct TurnTotals {
     unknown_boundary_turns: u64,
     compaction_resets: u64,
     cold_mispredicted: u64,
+    amortized_rewrites: u64,
 }
 
 /// The aggregator. Cheap to share behind an `Arc`.
@@ -251,10 +252,12 @@ impl Stats {
     }
 
     /// One turn the cached-prefix tracker saw: whether it read cold, whether an earlier turn was
-    /// on record, and whether the transcript diverged from every remembered one.
-    pub fn record_turn(&self, cold: bool, known: bool, diverged: bool) {
+    /// on record, whether the transcript diverged from every remembered one, and whether
+    /// `cache.amortize` re-wrote part of the cached prefix.
+    pub fn record_turn(&self, cold: bool, known: bool, diverged: bool, amortized: bool) {
         let mut t = self.totals.lock();
         t.turns.tracked_turns += 1;
+        t.turns.amortized_rewrites += u64::from(amortized);
         t.turns.cold_turns += u64::from(cold);
         t.turns.unknown_boundary_turns += u64::from(!known);
         t.turns.compaction_resets += u64::from(diverged);
@@ -406,6 +409,7 @@ impl Stats {
             "unknown_boundary_turns": t.turns.unknown_boundary_turns,
             "compaction_resets": t.turns.compaction_resets,
             "cold_mispredicted": t.turns.cold_mispredicted,
+            "amortized_rewrites": t.turns.amortized_rewrites,
             "sessions": sessions.unwrap_or_default(),
         })
     }
@@ -671,9 +675,9 @@ mod tests {
     #[test]
     fn turn_totals_reach_stats_and_metrics() {
         let stats = Stats::new();
-        stats.record_turn(false, false, false);
-        stats.record_turn(true, true, false);
-        stats.record_turn(false, true, true);
+        stats.record_turn(false, false, false, false);
+        stats.record_turn(true, true, false, false);
+        stats.record_turn(false, true, true, true);
         stats.record_cold_mispredicted();
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["tracked_turns"], 3);
@@ -681,6 +685,7 @@ mod tests {
         assert_eq!(doc["unknown_boundary_turns"], 1);
         assert_eq!(doc["compaction_resets"], 1);
         assert_eq!(doc["cold_mispredicted"], 1);
+        assert_eq!(doc["amortized_rewrites"], 1);
         assert!(stats.to_prometheus().contains("cg_cold_turns_total 1"));
     }
 

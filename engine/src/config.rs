@@ -137,6 +137,8 @@ impl Default for ObserveConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
+    /// Amortized depth decisions on warm turns (off by default).
+    pub amortize: AmortizeConfig,
     pub keepalive: bool,
     pub keepalive_idle_seconds: Option<u64>,
     pub keepalive_max_pings: Option<u64>,
@@ -144,6 +146,39 @@ pub struct CacheConfig {
     pub keepalive_max_usd_per_ping: Option<f64>,
     pub head_ttl_1h: bool,
     pub head_ttl_min_tokens: Option<u64>,
+}
+
+/// `cache.amortize:` — lets a rederivable offloader (mask) make new decisions inside the cached
+/// prefix on a *warm* turn when that pays: the tokens it removes, read at the cache-read price on
+/// every turn the session is expected to have left, outweigh writing the changed suffix once at
+/// the cache-write price. Checked at most once every `every_turns` turns (a staircase), because
+/// re-writing a little every turn is what made per-turn masking raise peers' bills.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AmortizeConfig {
+    /// Defaults to `false`.
+    pub enabled: bool,
+    /// Defaults to `10`. Turns between two depth re-writes, at least.
+    pub every_turns: u32,
+    /// Defaults to `0`: as many turns as the session has had so far (a session that has run k
+    /// turns is taken to run about k more), capped at 100.
+    pub expected_turns: u32,
+    /// Defaults to `0.1`. Price of a cache-read token relative to a fresh input token.
+    pub read_price: f64,
+    /// Defaults to `1.25`. Price of a cache-write token relative to a fresh input token.
+    pub write_price: f64,
+}
+
+impl Default for AmortizeConfig {
+    fn default() -> AmortizeConfig {
+        AmortizeConfig {
+            enabled: false,
+            every_turns: 10,
+            expected_turns: 0,
+            read_price: 0.1,
+            write_price: 1.25,
+        }
+    }
 }
 
 /// Declares the top-level document twice: strict (`RawConfig`, unknown keys are errors with
@@ -536,6 +571,13 @@ impl Config {
         };
         if config.observe.workers == 0 {
             errors.push(problem("observe.workers", "must be at least 1"));
+        }
+        let amortize = config.cache.amortize;
+        if !(amortize.read_price >= 0.0 && amortize.write_price >= amortize.read_price) {
+            errors.push(problem(
+                "cache.amortize",
+                "prices must satisfy 0 <= read_price <= write_price",
+            ));
         }
         if config.store.max_entries < 2 {
             errors.push(problem("store.max_entries", "must be at least 2"));

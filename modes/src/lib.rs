@@ -7,12 +7,14 @@
 //! Both use one tracker per session, so observe's projection respects the same boundary sync
 //! would have: a projection without it would overstate savings.
 
+pub mod amortize;
 pub mod tracker;
 
 use std::sync::Arc;
 
 use actors::sessions::Persist;
 use engine::apply::{Applied, apply_parsed};
+use engine::config::AmortizeConfig;
 use engine::pipeline::{Pipeline, RunCx};
 use engine::store::Store;
 use engine::wire::{Dialect, ParsedBody};
@@ -29,6 +31,9 @@ pub use tracker::{CacheUsage, Tracker, TurnFacts};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SessionState {
     pub tracker: Tracker,
+    /// Turns since the last amortized depth re-write (the staircase of `cache.amortize`).
+    #[serde(default)]
+    pub turns_since_amortized: u32,
 }
 
 /// Keeps a session's state in a store between actors (under the session's replay namespace).
@@ -83,17 +88,56 @@ pub fn begin_turn(
 }
 
 /// One turn: the tracker's facts, then the pipeline under them. `cx` carries the request's
-/// session, store and clock; its boundary and coldness are overwritten here.
+/// session, store and clock; its boundary and coldness are overwritten here. With
+/// `cache.amortize` on, a warm staircase turn also weighs a depth re-write (see [`amortize`]).
 pub fn run_turn<'a>(
     state: &mut SessionState,
     parsed: &ParsedBody<'a>,
     pipeline: &Pipeline,
     mut cx: RunCx,
+    amortize: &AmortizeConfig,
 ) -> (Applied<'a>, TurnFacts) {
-    let facts = begin_turn(state, parsed, cx.clock.now());
+    let mut facts = begin_turn(state, parsed, cx.clock.now());
     cx.mutable_from = facts.mutable_from;
     cx.cold = facts.cold;
-    (apply_parsed(parsed, pipeline, &cx), facts)
+    state.turns_since_amortized = state.turns_since_amortized.saturating_add(1);
+    let staircase = amortize.enabled
+        && facts.known
+        && !facts.cold
+        && state.turns_since_amortized >= amortize.every_turns;
+    if !staircase {
+        return (apply_parsed(parsed, pipeline, &cx), facts);
+    }
+    let usual_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
+    let deep_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
+    let usual_cx = RunCx {
+        store: usual_store.clone(),
+        ..cx.clone()
+    };
+    let deep_cx = RunCx {
+        store: deep_store.clone(),
+        cold: true,
+        ..cx
+    };
+    let usual = apply_parsed(parsed, pipeline, &usual_cx);
+    let deep = apply_parsed(parsed, pipeline, &deep_cx);
+    let verdict = amortize::weigh(
+        amortize,
+        &usual,
+        &deep,
+        facts.mutable_from,
+        state.tracker.counts.turns,
+    );
+    if verdict.pays() {
+        deep_store.commit();
+        state.turns_since_amortized = 0;
+        state.tracker.counts.amortized_rewrites += 1;
+        facts.amortized = true;
+        (deep, facts)
+    } else {
+        usual_store.commit();
+        (usual, facts)
+    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ fn body(calls: usize) -> Vec<u8> {
 
 struct Session {
     state: SessionState,
+    amortize: AmortizeConfig,
     pipeline: Pipeline,
     store: Arc<MemoryStore>,
     clock: Arc<ManualClock>,
@@ -59,9 +60,11 @@ struct Session {
 impl Session {
     fn new(yaml: &str) -> Session {
         let clock = Arc::new(ManualClock::new());
+        let config = Config::parse(yaml).unwrap();
         Session {
             state: SessionState::default(),
-            pipeline: Config::parse(yaml).unwrap().build_pipeline().unwrap(),
+            amortize: config.cache.amortize,
+            pipeline: config.build_pipeline().unwrap(),
             store: Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone())),
             clock,
         }
@@ -79,7 +82,8 @@ impl Session {
             cold: false,
             existing_breakpoints: 0,
         };
-        let (applied, facts) = run_turn(&mut self.state, &parsed, &self.pipeline, cx);
+        let (applied, facts) =
+            run_turn(&mut self.state, &parsed, &self.pipeline, cx, &self.amortize);
         assert!(applied.error.is_none());
         (applied.messages, facts, applied.report)
     }
@@ -247,4 +251,86 @@ fn session_state_round_trips_through_the_store() {
     assert_eq!(facts.mutable_from, parsed.messages().len());
     assert!(facts.known);
     assert!(!begin_turn(&mut persist.load("other"), &parsed, Duration::ZERO).known);
+}
+
+#[test]
+fn amortize_rewrites_the_prefix_on_a_staircase_turn_only_when_it_pays() {
+    let yaml = "pipeline: [mask]\ncache:\n  amortize: {enabled: true, every_turns: 5}\n";
+    let mut session = Session::new(yaml);
+    let mut previous = session.turn(1).0;
+    let mut rewrites = Vec::new();
+    for turn in 2..=30 {
+        session.clock.advance(Duration::from_secs(30));
+        let (messages, facts, _) = session.turn(turn);
+        assert!(!facts.cold, "every turn is warm");
+        if facts.amortized {
+            rewrites.push(turn);
+        } else {
+            assert_no_flip(&previous, &messages, turn);
+        }
+        previous = messages;
+    }
+    assert!(
+        !rewrites.is_empty(),
+        "a long warm session does re-write at some point"
+    );
+    for pair in rewrites.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 5,
+            "a staircase, not every turn: {rewrites:?}"
+        );
+    }
+    // The last re-write masked everything old, and later warm turns replayed it.
+    let masked = previous
+        .iter()
+        .filter(|m| m.content.contains("<<cg:"))
+        .count();
+    assert!(masked >= rewrites.last().unwrap() - 4, "{masked} masked");
+
+    // Off (the default): no warm turn ever touches the prefix.
+    let mut off = Session::new("pipeline: [mask]");
+    off.turn(1);
+    for turn in 2..=30 {
+        off.clock.advance(Duration::from_secs(30));
+        assert!(!off.turn(turn).1.amortized);
+    }
+}
+
+#[test]
+fn amortize_declines_when_the_suffix_costs_more_than_it_saves() {
+    use engine::apply::apply_body;
+    // One old output worth masking, deep under a long suffix, and one expected turn left.
+    let config = AmortizeConfig {
+        enabled: true,
+        expected_turns: 1,
+        ..AmortizeConfig::default()
+    };
+    let pipeline = Config::parse("pipeline: [mask]")
+        .unwrap()
+        .build_pipeline()
+        .unwrap();
+    let body = body(12);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let cx = |cold| RunCx {
+        dialect: Dialect::OpenAi,
+        session: "s".into(),
+        store: store.clone(),
+        clock: Arc::new(ManualClock::new()),
+        mutable_from: 25,
+        cold,
+        existing_breakpoints: 0,
+    };
+    let usual = apply_body(&body, &pipeline, &cx(false));
+    let deep = apply_body(&body, &pipeline, &cx(true));
+    let verdict = amortize::weigh(&config, &usual, &deep, 25, 12);
+    assert!(verdict.extra_saved > 0);
+    assert!(!verdict.pays(), "{verdict:?}");
+    let patient = AmortizeConfig {
+        expected_turns: 100,
+        ..config
+    };
+    assert!(amortize::weigh(&patient, &usual, &deep, 25, 12).pays());
 }

@@ -88,6 +88,8 @@ pub struct TurnFacts {
     /// The transcript diverged from every remembered one before its end (the agent edited or
     /// compacted its history): counted as `compaction_resets`.
     pub diverged: bool,
+    /// `cache.amortize` judged a depth re-write worth its cache write on this warm turn.
+    pub amortized: bool,
 }
 
 /// Tokens the provider reported caching for a turn's request.
@@ -125,6 +127,9 @@ pub struct TrackerCounts {
     pub compaction_resets: u64,
     /// The provider reported a cache read on a turn predicted cold: the TTL was widened.
     pub cold_mispredicted: u64,
+    /// Warm turns on which `cache.amortize` re-wrote part of the cached prefix.
+    #[serde(default)]
+    pub amortized_rewrites: u64,
 }
 
 /// Everything the session actor owns about the provider's cache for one session.
@@ -182,6 +187,7 @@ impl Tracker {
             known,
             idle,
             diverged,
+            amortized: false,
         };
         self.counts.turns += 1;
         self.counts.cold_turns += u64::from(cold);

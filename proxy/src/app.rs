@@ -122,7 +122,10 @@ impl App {
             .as_ref()
             .map_or_else(|| store.clone(), |o| o.shadow_store.clone());
         let sessions = Sessions::new(
-            SessionLimits::DEFAULT,
+            SessionLimits {
+                max_sessions: config.store.max_sessions,
+                ..SessionLimits::DEFAULT
+            },
             Arc::new(StorePersist::new(state_store)),
             tokio::runtime::Handle::current(),
         );
@@ -343,7 +346,7 @@ async fn rewrite(
         // A bypassed turn still happened: the provider cached it, so the tracker records it.
         let facts = modes::begin_turn(&mut lease, &parsed, app.clock.now());
         app.stats
-            .record_turn(facts.cold, facts.known, facts.diverged);
+            .record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
         return Err(Untouched::Bypassed(reason));
     }
     let cx = RunCx {
@@ -355,10 +358,16 @@ async fn rewrite(
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
     };
-    let (applied, facts) = modes::run_turn(&mut lease, &parsed, &app.pipeline, cx);
+    let (applied, facts) = modes::run_turn(
+        &mut lease,
+        &parsed,
+        &app.pipeline,
+        cx,
+        &app.config.cache.amortize,
+    );
     drop(lease);
     app.stats
-        .record_turn(facts.cold, facts.known, facts.diverged);
+        .record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
     let stashed = applied
         .report
         .components
@@ -492,6 +501,7 @@ fn observe(app: &App, observer: &Observer, dialect: Dialect, headers: &HeaderMap
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let amortize = app.config.cache.amortize;
     let (pipeline, stats, store, clock, sessions, body) = (
         app.pipeline.clone(),
         app.stats.clone(),
@@ -520,9 +530,9 @@ fn observe(app: &App, observer: &Observer, dialect: Dialect, headers: &HeaderMap
         };
         // The same tracker sync would use, so the projection respects the same boundary.
         let mut lease = sessions.lease_blocking(&session);
-        let (applied, facts) = modes::run_turn(&mut lease, &parsed, &pipeline, cx);
+        let (applied, facts) = modes::run_turn(&mut lease, &parsed, &pipeline, cx, &amortize);
         drop(lease);
-        stats.record_turn(facts.cold, facts.known, facts.diverged);
+        stats.record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
         stats.record_projection(&applied.report, &applied.discarded, started.elapsed());
     });
 }

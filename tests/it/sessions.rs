@@ -73,7 +73,8 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
                 cold: false,
                 existing_breakpoints: 0,
             };
-            let (applied, facts) = run_turn(&mut state, &parsed, &pipeline, cx);
+            let (applied, facts) =
+                run_turn(&mut state, &parsed, &pipeline, cx, &config.cache.amortize);
             assert!(applied.error.is_none(), "{}", body.path.display());
             let forwarded = wire_messages(&applied.body);
             let frozen = applied.report.frozen();
