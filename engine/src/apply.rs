@@ -7,7 +7,8 @@
 use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::message::Message;
+use crate::components::cachesplit::split_system;
+use crate::message::{Message, Role};
 use crate::pipeline::{Pipeline, RunCx, RunReport, message_tokens};
 use crate::wire::{self, Discard, ParsedBody, WireError};
 
@@ -128,8 +129,35 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
     if !discarded.is_empty() {
         report.tokens_after = messages.iter().map(message_tokens).sum();
     }
+    let mut body = written.body;
+    if let Some(at) = report
+        .components
+        .iter()
+        .position(|c| c.name == "cachesplit")
+        .or_else(|| {
+            report
+                .components
+                .iter()
+                .position(|c| c.name == "cacheinject")
+        })
+    {
+        let system_changed = parsed
+            .messages()
+            .first()
+            .zip(messages.first())
+            .is_some_and(|(before, after)| before.role == Role::System && before != after);
+        let component = &mut report.components[at];
+        match split_system(parsed, &body, system_changed) {
+            Ok(split) => {
+                body = Cow::Owned(split);
+                component.mutated = true;
+                *component.gates.entry("system_split").or_insert(0) += 1;
+            }
+            Err(reason) => *component.gates.entry(reason).or_insert(0) += 1,
+        }
+    }
     Applied {
-        body: written.body,
+        body,
         report,
         discarded,
         error: None,

@@ -60,6 +60,9 @@ pub struct Message {
     pub cache_control: bool,
     /// Whether a breakpoint can be added on the wire (the message has block content).
     pub can_cache_control: bool,
+    /// A breakpoint this message gains asks for the one-hour cache (`"ttl":"1h"`). Only read
+    /// when `cache_control` turns on; a caller's own breakpoint is never rewritten.
+    pub cache_ttl_1h: bool,
 }
 
 impl Message {
@@ -78,6 +81,7 @@ impl Message {
             reasoning: Vec::new(),
             cache_control: false,
             can_cache_control: false,
+            cache_ttl_1h: false,
         }
     }
 

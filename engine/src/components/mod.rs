@@ -6,13 +6,17 @@
 //! naming one fails the config check with a message that says so, instead of silently running
 //! without it.
 
+mod cacheinject;
+pub mod cachesplit;
 pub(crate) mod collapse;
 mod dedup;
+mod failed_run;
 mod format;
 mod linecap;
 mod mask;
 mod smartcrush;
 mod textclean;
+mod toon;
 
 /// What `textclean` makes of a text: escapes removed, `\r` redraws rendered (for tests and tools
 /// that check its output).
@@ -42,25 +46,26 @@ pub trait ComponentFactory: Sync {
 
 /// Every component of this build, alphabetically.
 pub const ALL: &[&dyn ComponentFactory] = &[
+    &cacheinject::Factory,
+    &cachesplit::Factory,
     &collapse::Factory,
     &dedup::Factory,
+    &failed_run::Factory,
     &format::Factory,
     &linecap::Factory,
     &mask::Factory,
     &smartcrush::Factory,
     &textclean::Factory,
+    &toon::Factory,
 ];
 
 /// Components the spec names that this build does not have yet.
 pub const PLANNED: &[&str] = &[
     "agentdiet",
-    "cacheinject",
-    "cachesplit",
     "cmdfilter",
     "extract",
     "extract_llm",
     "failed_call",
-    "failed_run",
     "oversized_block",
     "phi_evict",
     "readlifecycle",
@@ -72,7 +77,6 @@ pub const PLANNED: &[&str] = &[
     "summarize",
     "toolfilter",
     "toolschema",
-    "toon",
 ];
 
 /// The factory registered under `name`.

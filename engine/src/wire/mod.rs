@@ -422,11 +422,12 @@ impl<'a> ParsedBody<'a> {
             let close = slot.block_close.ok_or(Discard::UnsupportedField)?;
             // An empty block `{}` takes the member without a leading comma.
             let empty = self.text[..close].trim_end().ends_with('{');
-            let member = if empty {
-                &CACHE_CONTROL_MEMBER[1..]
+            let full = if new.cache_ttl_1h {
+                CACHE_CONTROL_MEMBER_1H
             } else {
                 CACHE_CONTROL_MEMBER
             };
+            let member = if empty { &full[1..] } else { full };
             edits.push(Edit {
                 start: close,
                 end: close,
@@ -439,6 +440,8 @@ impl<'a> ParsedBody<'a> {
 
 /// The member `cacheinject` adds, inserted just before a block's closing brace.
 const CACHE_CONTROL_MEMBER: &str = r#","cache_control":{"type":"ephemeral"}"#;
+/// The same, asking for the one-hour cache.
+const CACHE_CONTROL_MEMBER_1H: &str = r#","cache_control":{"type":"ephemeral","ttl":"1h"}"#;
 
 #[derive(Debug)]
 struct Edit {
