@@ -21,7 +21,7 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
@@ -73,34 +73,6 @@ impl ComponentFactory for Factory {
 
 struct Mask {
     config: MaskConfig,
-}
-
-/// The first `chars` characters of `text` on one line, with any marker syntax defanged so the
-/// stub never names a stash it does not own.
-fn peek(text: &str, chars: usize) -> String {
-    let mut out = String::with_capacity(chars + 8);
-    let mut last_space = true;
-    let mut cut = false;
-    for (taken, c) in text.chars().enumerate() {
-        if taken == chars {
-            cut = true;
-            break;
-        }
-        if c.is_whitespace() {
-            if !last_space {
-                out.push(' ');
-            }
-            last_space = true;
-        } else {
-            out.push(c);
-            last_space = false;
-        }
-    }
-    out.truncate(out.trim_end().len());
-    if cut {
-        out.push_str(" ...");
-    }
-    out.replace("<<cg:", "<< cg:")
 }
 
 impl Offload for Mask {
@@ -160,7 +132,7 @@ impl Offload for Mask {
 
 #[cfg(test)]
 mod tests {
-    use super::peek;
+    use crate::components::peek;
     use crate::components::testing::{check, check_with, tool_messages};
 
     fn pytest_run(n: usize) -> String {

@@ -14,6 +14,7 @@ mod failed_run;
 mod format;
 mod linecap;
 mod mask;
+mod phi_evict;
 mod smartcrush;
 mod textclean;
 mod toon;
@@ -54,6 +55,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &format::Factory,
     &linecap::Factory,
     &mask::Factory,
+    &phi_evict::Factory,
     &smartcrush::Factory,
     &textclean::Factory,
     &toon::Factory,
@@ -67,7 +69,6 @@ pub const PLANNED: &[&str] = &[
     "extract_llm",
     "failed_call",
     "oversized_block",
-    "phi_evict",
     "readlifecycle",
     "repeated_call",
     "searchfold",
@@ -157,6 +158,34 @@ pub(crate) fn offload_with(
             None
         }
     }
+}
+
+/// The first `chars` characters of `text` on one line, with any marker syntax defanged so the
+/// stub never names a stash it does not own.
+pub(crate) fn peek(text: &str, chars: usize) -> String {
+    let mut out = String::with_capacity(chars + 8);
+    let mut last_space = true;
+    let mut cut = false;
+    for (taken, c) in text.chars().enumerate() {
+        if taken == chars {
+            cut = true;
+            break;
+        }
+        if c.is_whitespace() {
+            if !last_space {
+                out.push(' ');
+            }
+            last_space = true;
+        } else {
+            out.push(c);
+            last_space = false;
+        }
+    }
+    out.truncate(out.trim_end().len());
+    if cut {
+        out.push_str(" ...");
+    }
+    out.replace("<<cg:", "<< cg:")
 }
 
 #[cfg(test)]
