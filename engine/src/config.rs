@@ -604,6 +604,13 @@ impl Config {
         if config.cache.keepalive {
             config.warnings.push("cache.keepalive is accepted for compatibility but not implemented: no pings are sent".into());
         }
+        for name in components::llm_offload::WITHOUT_MODEL {
+            if config.pipeline.iter().any(|p| p == name) {
+                config.warnings.push(format!(
+                    "{name} needs a model client, and this build has no model: it does nothing (gate no_model)"
+                ));
+            }
+        }
         if config.cache.head_ttl_1h {
             config
                 .warnings

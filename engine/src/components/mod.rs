@@ -10,11 +10,14 @@ mod cacheinject;
 pub mod cachesplit;
 pub(crate) mod collapse;
 mod dedup;
+mod extract;
 mod failed_run;
 mod format;
 mod linecap;
+pub mod llm_offload;
 mod mask;
 mod phi_evict;
+mod searchfold;
 mod smartcrush;
 mod textclean;
 mod toon;
@@ -22,6 +25,8 @@ mod toon;
 /// What `textclean` makes of a text: escapes removed, `\r` redraws rendered (for tests and tools
 /// that check its output).
 pub use textclean::clean as terminal_render;
+
+use std::collections::BTreeSet;
 
 use serde::de::DeserializeOwned;
 
@@ -47,35 +52,35 @@ pub trait ComponentFactory: Sync {
 
 /// Every component of this build, alphabetically.
 pub const ALL: &[&dyn ComponentFactory] = &[
+    &llm_offload::Agentdiet,
     &cacheinject::Factory,
     &cachesplit::Factory,
     &collapse::Factory,
     &dedup::Factory,
+    &extract::Factory,
+    &llm_offload::ExtractLlm,
     &failed_run::Factory,
     &format::Factory,
     &linecap::Factory,
     &mask::Factory,
     &phi_evict::Factory,
+    &searchfold::Factory,
     &smartcrush::Factory,
+    &llm_offload::Summarize,
     &textclean::Factory,
     &toon::Factory,
 ];
 
 /// Components the spec names that this build does not have yet.
 pub const PLANNED: &[&str] = &[
-    "agentdiet",
     "cmdfilter",
-    "extract",
-    "extract_llm",
     "failed_call",
     "oversized_block",
     "readlifecycle",
     "repeated_call",
-    "searchfold",
     "skeleton",
     "stale_output",
     "stale_reasoning",
-    "summarize",
     "toolfilter",
     "toolschema",
 ];
@@ -186,6 +191,19 @@ pub(crate) fn peek(text: &str, chars: usize) -> String {
         out.push_str(" ...");
     }
     out.replace("<<cg:", "<< cg:")
+}
+
+/// Lowercase words of three or more letters or digits, minus the commonest English ones.
+pub(crate) fn keywords(text: &str) -> BTreeSet<String> {
+    const STOP: [&str; 24] = [
+        "the", "and", "for", "are", "but", "not", "you", "all", "can", "was", "one", "our", "out",
+        "has", "this", "that", "with", "from", "have", "what", "when", "will", "your", "into",
+    ];
+    text.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .filter(|w| w.chars().count() >= 3)
+        .map(str::to_lowercase)
+        .filter(|w| !STOP.contains(&w.as_str()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,11 +22,13 @@
 //! off by default here: eviction at depth is a large cache write). The stub depends only on the
 //! content, so a lost freeze is re-derived. Inert when tool outputs already fit, or with one.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek};
+use super::{
+    ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with, peek,
+};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
@@ -128,19 +130,6 @@ impl ComponentFactory for Factory {
 
 struct PhiEvict {
     config: PhiEvictConfig,
-}
-
-/// Lowercase words of three or more letters or digits, minus the commonest English ones.
-fn keywords(text: &str) -> BTreeSet<String> {
-    const STOP: [&str; 24] = [
-        "the", "and", "for", "are", "but", "not", "you", "all", "can", "was", "one", "our", "out",
-        "has", "this", "that", "with", "from", "have", "what", "when", "will", "your", "into",
-    ];
-    text.split(|c: char| !c.is_alphanumeric() && c != '_')
-        .filter(|w| w.chars().count() >= 3)
-        .map(str::to_lowercase)
-        .filter(|w| !STOP.contains(&w.as_str()))
-        .collect()
 }
 
 impl Offload for PhiEvict {

@@ -1,0 +1,324 @@
+//! `extract`: projects a large tool output onto what the conversation is about (Offload, frozen).
+//!
+//! The deterministic strategy, in two steps:
+//!
+//! 1. Noise goes: terminal escapes and `\r` redraws, progress-bar and spinner lines, runs of
+//!    blank lines (to one), and consecutively repeated blocks of 1 to 12 lines (to one copy).
+//! 2. When the conversation has a query (keywords of the task in the first user message and of
+//!    the latest user and assistant messages), only the first and last `head_lines`/`tail_lines`
+//!    lines, lines sharing a keyword with the query, and lines carrying an error word stay; each
+//!    gap becomes `… (N lines)`.
+//!
+//! Before: a 600-line `pip install` log; the agent asked about `numpy`.
+//! After:
+//! ```text
+//! Collecting requests
+//! …
+//! Collecting numpy>=1.26
+//! … (212 lines)
+//! ERROR: Could not build wheels for numpy
+//! Successfully installed ...
+//! <<cg:4b1d…>> [full output: call context_guru_expand]
+//! ```
+//!
+//! What it keeps depends on the query at the time, so a decision is made once, on a new output,
+//! and frozen; like a sampled result it is never re-derived after a loss (a different query
+//! would keep different lines). `strategy: code` and `rlm` ask a cheap model for a filter; this
+//! build has no model client yet, so they use the deterministic projection and record
+//! `no_model`, as the spec says. If the store refuses the stash the output is left alone.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use super::{ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with};
+use crate::config::ComponentSource;
+use crate::marker::HINT_FULL_OUTPUT;
+use crate::message::Role;
+use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    #[default]
+    Deterministic,
+    Code,
+    Rlm,
+}
+
+/// `components.extract`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExtractConfig {
+    /// Defaults to `300`. Outputs under this many tokens are left alone.
+    pub min_tokens: usize,
+    /// Defaults to `5`. Lines always kept from the start.
+    pub head_lines: usize,
+    /// Defaults to `5`. Lines always kept from the end.
+    pub tail_lines: usize,
+    /// Defaults to `deterministic`.
+    pub strategy: Strategy,
+    /// The cheap model for `code`/`rlm` (`source: incoming | config`); read by the LLM actor.
+    pub model: Option<IgnoredAny>,
+    /// When to spend a model call (`min_output_tokens`, `min_request_tokens`, `min_messages`).
+    pub trigger: Option<IgnoredAny>,
+    /// Defaults to `false`. Lets a model-written filter reword (no deletion-only proof).
+    pub rewrite: bool,
+    /// Defaults to `full` (the only mode).
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for ExtractConfig {
+    fn default() -> ExtractConfig {
+        ExtractConfig {
+            min_tokens: 300,
+            head_lines: 5,
+            tail_lines: 5,
+            strategy: Strategy::Deterministic,
+            model: None,
+            trigger: None,
+            rewrite: false,
+            marker_mode: MarkerMode::Full,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "extract"
+    }
+
+    fn summary(&self) -> &'static str {
+        "projects a large output onto the conversation's query and drops noise (frozen)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let config: ExtractConfig = decode(source)?;
+        Ok(Stage::Offload(Box::new(Extract { config })))
+    }
+}
+
+struct Extract {
+    config: ExtractConfig,
+}
+
+fn progress_line() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"^\s*(?:[\[(|]?\s*[#=>\-.█━▏▎▍▌▋▊▉►░▒▓■□ ]{6,}\s*[\])|]?\s*[\d.]+\s*%.*|[\d.]+\s*%\s*[\[|][#=>\-.█━▏▎▍▌▋▊▉►░▒▓■□ ]*[\]|].*|[█━▏▎▍▌▋▊▉►░▒▓■□╸╺]{6,}.*|.*\beta \d+:\d\d(?::\d\d)?\s*|[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏|/\\-]\s.*\.\.\.\s*)$",
+        )
+        .expect("progress regex is valid")
+    })
+}
+
+fn error_line() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)\b(?:error|errors|exception|fail|failed|failure|fatal|panic|traceback|warning|denied|cannot|undefined|not found)\b")
+            .expect("error regex is valid")
+    })
+}
+
+/// Step 1: the output without terminal noise, progress lines, blank runs and repeated blocks.
+fn denoise(text: &str) -> Vec<String> {
+    let rendered = super::terminal_render(text);
+    let mut lines: Vec<String> = Vec::new();
+    for line in rendered.split('\n') {
+        if progress_line().is_match(line) {
+            continue;
+        }
+        if line.trim().is_empty() && lines.last().is_some_and(|l| l.trim().is_empty()) {
+            continue;
+        }
+        lines.push(line.to_owned());
+        // A block of 1..=12 lines that just repeated the block before it goes.
+        for size in 1..=12.min(lines.len() / 2) {
+            let n = lines.len();
+            if lines[n - size..] == lines[n - 2 * size..n - size] {
+                lines.truncate(n - size);
+                break;
+            }
+        }
+    }
+    lines
+}
+
+/// The query: keywords of the task (first user message) and of the latest user and assistant
+/// messages.
+fn query(messages: &Transcript<'_>) -> std::collections::BTreeSet<String> {
+    let first_user = (0..messages.len()).find(|&i| messages[i].role == Role::User);
+    let latest = |role| {
+        (0..messages.len())
+            .rev()
+            .find(|&i| messages[i].role == role)
+    };
+    let mut words = std::collections::BTreeSet::new();
+    for i in [first_user, latest(Role::User), latest(Role::Assistant)]
+        .into_iter()
+        .flatten()
+    {
+        words.extend(keywords(&messages[i].content));
+    }
+    words
+}
+
+impl Offload for Extract {
+    fn name(&self) -> &'static str {
+        "extract"
+    }
+
+    fn freeze(&self) -> Freeze {
+        Freeze::Sampled
+    }
+
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        let query = query(messages);
+        let mut keys = Vec::new();
+        for index in 0..messages.len() {
+            if !offload_candidate(&messages[index], cx) {
+                continue;
+            }
+            if cx.tokens(index) < self.config.min_tokens {
+                cx.gate("below_output_floor");
+                continue;
+            }
+            if !cx.may_mutate(index) {
+                cx.gate("cached_prefix");
+                continue;
+            }
+            if self.config.strategy != Strategy::Deterministic {
+                cx.gate("no_model");
+            }
+            let original = &messages[index].content;
+            let lines = denoise(original);
+            let n = lines.len();
+            let (head, tail) = (self.config.head_lines, self.config.tail_lines);
+            let keep = |i: usize, line: &str| {
+                query.is_empty()
+                    || i < head
+                    || i + tail >= n
+                    || error_line().is_match(line)
+                    || keywords(line).iter().any(|w| query.contains(w))
+            };
+            let mut projected = String::with_capacity(original.len() / 2);
+            let mut gap = 0;
+            for (i, line) in lines.iter().enumerate() {
+                if keep(i, line) {
+                    if gap > 0 {
+                        projected.push_str(&format!("… ({gap} lines)\n"));
+                        gap = 0;
+                    }
+                    projected.push_str(line);
+                    projected.push('\n');
+                } else {
+                    gap += 1;
+                }
+            }
+            if gap > 0 {
+                projected.push_str(&format!("… ({gap} lines)\n"));
+            }
+            if projected.trim_end() == original.trim_end() {
+                cx.gate("no_obvious_noise");
+                continue;
+            }
+            keys.extend(offload_with(messages, index, cx, |marker| {
+                format!("{projected}{marker}{HINT_FULL_OUTPUT}")
+            }));
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::denoise;
+    use crate::components::testing::{check, check_with};
+    use crate::message::{Message, Role};
+
+    fn pip_log() -> String {
+        let mut out = String::new();
+        for pkg in [
+            "requests",
+            "urllib3",
+            "idna",
+            "certifi",
+            "charset-normalizer",
+        ] {
+            out.push_str(&format!(
+                "Collecting {pkg}\n  Downloading {pkg}-2.31.0-py3-none-any.whl (62 kB)\n"
+            ));
+            out.push_str(
+                "     ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 62.6/62.6 kB 4.1 MB/s eta 0:00:00\n",
+            );
+        }
+        out.push_str("Collecting numpy>=1.26\n  Using cached numpy-1.26.4.tar.gz (15.8 MB)\n");
+        for i in 0..120 {
+            out.push_str(&format!("  gcc -pthread -fno-strict-overflow -O3 -c src/multiarray/file_{i}.c -o tmp/file_{i}.o\n"));
+        }
+        out.push_str("  error: command '/usr/bin/gcc' failed with exit code 1\nERROR: Could not build wheels for numpy, which is required to install pyproject.toml-based projects\n");
+        out
+    }
+
+    fn conversation(output: &str) -> Vec<Message> {
+        vec![
+            Message::text(
+                Role::User,
+                "install the project dependencies; numpy fails to build",
+            ),
+            Message::tool("a", "bash", output),
+        ]
+    }
+
+    #[test]
+    fn keeps_query_lines_errors_and_ends_and_stashes_the_rest() {
+        let log = pip_log();
+        let out = check("extract", "", conversation(&log));
+        let after = &out.messages[1].content;
+        assert!(after.contains("Collecting numpy>=1.26"));
+        assert!(after.contains("ERROR: Could not build wheels for numpy"));
+        assert!(after.contains("error: command '/usr/bin/gcc' failed"));
+        assert!(after.contains("… ("), "gaps are marked");
+        assert!(!after.contains("━━━━"), "progress bars go");
+        assert!(after.ends_with("[full output: call context_guru_expand]"));
+        assert!(out.report.components[0].saved_tokens > 1000);
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn small_outputs_and_the_cached_prefix_are_left_alone() {
+        let out = check("extract", "", conversation("Collecting numpy\nok"));
+        assert_eq!(
+            out.report.components[0].gates.get("below_output_floor"),
+            Some(&1)
+        );
+        let warm = check_with("extract", "", conversation(&pip_log()), |cx| {
+            cx.mutable_from = 2
+        });
+        assert_eq!(warm.messages, warm.before);
+        let code = check(
+            "extract",
+            "strategy: code\nmodel: {source: config}",
+            conversation(&pip_log()),
+        );
+        assert_eq!(code.report.components[0].gates.get("no_model"), Some(&1));
+        assert!(
+            code.report.components[0].acted,
+            "degrades to the deterministic projection"
+        );
+    }
+
+    #[test]
+    fn denoise_collapses_repeats_and_blank_runs() {
+        let text = "a\n\n\n\nb\nx\ny\nx\ny\nx\ny\nc\n  45% [#########           ] 1.2MB\nd";
+        assert_eq!(denoise(text), ["a", "", "b", "x", "y", "c", "d"]);
+    }
+}
