@@ -10,6 +10,7 @@ pub mod apply;
 pub mod clock;
 pub mod components;
 pub mod config;
+pub mod dsl;
 pub mod marker;
 pub mod message;
 pub mod pipeline;

@@ -39,6 +39,28 @@ enum Command {
     },
     /// List the presets and their pipelines.
     Presets,
+    /// The command-output filters of `cmdfilter`: list, test, apply.
+    Filters {
+        #[command(subcommand)]
+        command: FiltersCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FiltersCommand {
+    /// List the builtin filters (and those of the given files), in selection order.
+    List { files: Vec<PathBuf> },
+    /// Run the inline tests of the builtins and of the given filter files.
+    Test { files: Vec<PathBuf> },
+    /// Apply filter NAME to a file (or stdin) and print the result.
+    Apply {
+        name: String,
+        /// The output to filter; `-` or nothing reads stdin.
+        input: Option<PathBuf>,
+        /// Filter files to load besides the builtins.
+        #[arg(long = "filters")]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +156,7 @@ pub fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         } => config_check(&file),
         Command::Presets => presets(),
+        Command::Filters { command } => filters(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -348,6 +371,91 @@ fn config_check(path: &Path) -> Result<(), Failure> {
                 path.display(),
                 errors.len()
             )))
+        }
+    }
+}
+
+/// The builtins plus the filter files given, every problem reported at once.
+fn filter_set(files: &[PathBuf]) -> Result<engine::dsl::FilterSet, Failure> {
+    let texts: Vec<(String, String)> = files
+        .iter()
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .map(|t| (p.display().to_string(), t))
+                .map_err(|e| Failure(format!("{}: {e}", p.display())))
+        })
+        .collect::<Result<_, _>>()?;
+    let documents: Vec<(&str, &str)> = texts
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    engine::dsl::FilterSet::builtins()
+        .and_then(|set| set.extend(&documents))
+        .map_err(|errors| {
+            Failure(
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            )
+        })
+}
+
+fn filters(command: FiltersCommand) -> Result<(), Failure> {
+    use std::io::Read as _;
+    let mut out = std::io::stdout().lock();
+    match command {
+        FiltersCommand::List { files } => {
+            let set = filter_set(&files)?;
+            for f in set.filters() {
+                let line = format!(
+                    "{:<16} {:<7} {:>4}  {}",
+                    f.name, f.family, f.priority, f.description
+                );
+                stdout_result(writeln!(out, "{}", line.trim_end()))?;
+            }
+            Ok(())
+        }
+        FiltersCommand::Test { files } => {
+            // Loading runs every inline test; a failure stops the load with its diff.
+            let set = filter_set(&files)?;
+            let tests: usize = set.filters().iter().map(|f| f.tests.len()).sum();
+            stdout_result(writeln!(
+                out,
+                "{} filters, {tests} inline tests passed",
+                set.filters().len()
+            ))
+        }
+        FiltersCommand::Apply { name, input, files } => {
+            let set = filter_set(&files)?;
+            let filter = set
+                .filters()
+                .iter()
+                .find(|f| f.name == name)
+                .ok_or_else(|| {
+                    Failure(format!(
+                        "no filter named `{name}` (see `sluice filters list`)"
+                    ))
+                })?;
+            let mut text = String::new();
+            match input.as_deref().filter(|p| *p != Path::new("-")) {
+                Some(path) => {
+                    text = std::fs::read_to_string(path)
+                        .map_err(|e| Failure(format!("{}: {e}", path.display())))?
+                }
+                None => {
+                    std::io::stdin().read_to_string(&mut text)?;
+                }
+            }
+            let filtered = filter.apply(&text);
+            eprintln!("sluice: {name}: loss {:?}", filtered.loss);
+            let newline = if filtered.text.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            stdout_result(write!(out, "{}{newline}", filtered.text))
         }
     }
 }

@@ -141,3 +141,35 @@ fn presets_and_help_list_everything() {
         assert!(help.contains(sub));
     }
 }
+
+#[test]
+fn filters_list_test_and_apply() {
+    let out = sluice(&["filters", "test"], b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("inline tests passed"));
+
+    let failing = std::env::temp_dir().join(format!("sluice-filter-{}.yaml", std::process::id()));
+    std::fs::write(
+        &failing,
+        "schema_version: 1\nfilters:\n  mine:\n    match: 'x'\n    head_lines: 1\ntests:\n  mine:\n    - name: keeps two\n      input: \"a\\nb\\nc\"\n      expected: \"a\\nb\"\n",
+    )
+    .unwrap();
+    let out = sluice(&["filters", "test", failing.to_str().unwrap()], b"");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("filter `mine`, test `keeps two` failed at line 2"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_file(&failing).ok();
+
+    let log = "Reading package lists...\nGet:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\nE: Unable to locate package libfoo-dev\n";
+    let out = sluice(&["filters", "apply", "apt-get"], log.as_bytes());
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "E: Unable to locate package libfoo-dev\n"
+    );
+    let out = sluice(&["filters", "apply", "nope"], b"");
+    assert!(stderr(&out).contains("no filter named `nope`"));
+}

@@ -8,6 +8,7 @@
 
 mod cacheinject;
 pub mod cachesplit;
+pub mod cmdfilter;
 pub(crate) mod collapse;
 mod dedup;
 mod extract;
@@ -55,6 +56,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &llm_offload::Agentdiet,
     &cacheinject::Factory,
     &cachesplit::Factory,
+    &cmdfilter::Factory,
     &collapse::Factory,
     &dedup::Factory,
     &extract::Factory,
@@ -73,7 +75,6 @@ pub const ALL: &[&dyn ComponentFactory] = &[
 
 /// Components the spec names that this build does not have yet.
 pub const PLANNED: &[&str] = &[
-    "cmdfilter",
     "failed_call",
     "oversized_block",
     "readlifecycle",
