@@ -1,4 +1,5 @@
-//! Criterion benches for the engine: parse + no-op write-back, and the embedded default pipeline.
+//! Criterion benches for the engine: parse + no-op write-back, the embedded default pipeline,
+//! each component alone on 200 KB, and a DSL filter on 5 MB.
 //!
 //! Run: `cargo bench -p benches --bench engine`. Figures go to `docs/performance.md`.
 
@@ -81,6 +82,64 @@ fn default_pipeline(c: &mut Criterion) {
     group.finish();
 }
 
+/// Each component alone on a 200 KB body of real transcript (target: under 1 ms each), steady
+/// state: token counts memoized, as on every turn after a session's first.
+fn each_component(c: &mut Criterion) {
+    let mut group = c.benchmark_group("component/200kb_openai");
+    let body = benches::body_of_size(200 << 10);
+    // The component's own run over the parsed messages: parsing and splicing are the wire
+    // layer's cost, benched above, and the same whatever the pipeline holds.
+    let parsed = wire::parse(&body, Dialect::OpenAi).unwrap();
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    for factory in engine::components::ALL {
+        let pipeline = Config::parse(&format!("pipeline: [{}]", factory.name()))
+            .unwrap()
+            .build_pipeline()
+            .unwrap();
+        let cx = run_cx(Dialect::OpenAi);
+        group.bench_function(factory.name(), |b| {
+            b.iter_batched_ref(
+                || parsed.messages().to_vec(),
+                |messages| {
+                    pipeline
+                        .run_from(parsed.messages(), messages, &cx)
+                        .tokens_after
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    group.finish();
+}
+
+/// The pytest builtin on a 5 MB pytest log (target: well under 100 ms): the regex crate keeps
+/// every filter linear in its input.
+fn dsl_filter(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dsl");
+    let set = engine::dsl::FilterSet::builtins().unwrap();
+    let pytest = set.filters().iter().find(|f| f.name == "pytest").unwrap();
+    let mut log = String::from(
+        "============================= test session starts ==============================\n",
+    );
+    let mut i = 0;
+    while log.len() < 5 << 20 {
+        log.push_str(&format!(
+            "tests/test_models.py::test_case_{i} PASSED                               [ 42%]\n"
+        ));
+        if i % 997 == 0 {
+            log.push_str(&format!(
+                "tests/test_models.py::test_edge_{i} FAILED\nE   AssertionError: assert {i} == 0\n"
+            ));
+        }
+        i += 1;
+    }
+    group.throughput(Throughput::Bytes(log.len() as u64));
+    group.bench_function("pytest_5mb", |b| {
+        b.iter(|| pytest.apply(black_box(&log)).text.len())
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(20)
@@ -88,5 +147,5 @@ fn config() -> Criterion {
         .warm_up_time(Duration::from_secs(1))
 }
 
-criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline }
+criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, each_component, dsl_filter }
 criterion_main!(benches);

@@ -24,6 +24,11 @@ pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
 /// A ~1 MB OpenAI body: the messages of the largest public runs, one after another, under the
 /// first run's envelope. Real tool outputs, real shapes, just more of them.
 pub fn one_megabyte_body() -> Vec<u8> {
+    body_of_size(1 << 20)
+}
+
+/// [`one_megabyte_body`] for any size: public transcript messages until `target` bytes.
+pub fn body_of_size(target: usize) -> Vec<u8> {
     let bodies = public_bodies(Dialect::OpenAi);
     let mut root: serde_json::Value = serde_json::from_slice(&bodies[0].1).expect("corpus JSON");
     let mut messages = Vec::new();
@@ -38,7 +43,7 @@ pub fn one_megabyte_body() -> Vec<u8> {
             size += message.to_string().len();
             messages.push(message.clone());
         }
-        if size >= 1 << 20 {
+        if size >= target {
             break;
         }
     }

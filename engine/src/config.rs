@@ -339,7 +339,9 @@ pub const PRESETS: &[Preset] = &[
             "cachesplit",
         ],
         description: "long agentic sessions: age-based masking is the biggest lever",
-        tuned: "",
+        // The newest three outputs reach the model byte for byte: mask keeps them, and these
+        // keep their hands off them too (the preset's promise, measured in docs/components.md).
+        tuned: "components:\n  format: {keep_recent: 3}\n  textclean: {keep_recent: 3}\n  searchfold: {keep_recent: 3}\n  dedup: {keep_recent: 3}\n  failed_run: {keep_recent: 3}\n  extract: {keep_recent: 3}\n",
     },
     Preset {
         name: "general",

@@ -392,6 +392,9 @@ pub fn selector(command: Option<&str>, output: &str) -> String {
 #[derive(Debug, Default, Clone)]
 pub struct FilterSet {
     filters: Vec<Filter>,
+    /// Every filter's `match` in one set, in filter order: one pass over a selector finds all
+    /// candidates, instead of one regex run per filter.
+    union: Option<RegexSet>,
 }
 
 impl FilterSet {
@@ -456,7 +459,9 @@ impl FilterSet {
                 .cmp(&a.priority)
                 .then_with(|| a.name.cmp(&b.name))
         });
-        let set = FilterSet { filters };
+        // Falls back to one regex per filter if the union cannot be built (a size limit).
+        let union = RegexSet::new(filters.iter().map(|f| f.selector.as_str())).ok();
+        let set = FilterSet { filters, union };
         // Routing checks need the whole set: a test with a command must select its own filter.
         for filter in &set.filters {
             for case in filter.tests.iter().filter(|c| c.command.is_some()) {
@@ -493,7 +498,14 @@ impl FilterSet {
 
     /// The first filter, by priority then name, that claims `selector`.
     pub fn select(&self, selector: &str) -> Option<&Filter> {
-        self.filters.iter().find(|f| f.selects(selector))
+        match &self.union {
+            Some(union) => union
+                .matches(selector)
+                .iter()
+                .next()
+                .and_then(|i| self.filters.get(i)),
+            None => self.filters.iter().find(|f| f.selects(selector)),
+        }
     }
 
     pub fn filters(&self) -> &[Filter] {

@@ -23,6 +23,8 @@ use crate::tokens;
 pub struct DedupConfig {
     /// Defaults to `100`. Smaller repeats cost less than the pointer is worth.
     pub min_tokens: usize,
+    /// Defaults to `0`. The newest this many tool outputs are left byte-identical.
+    pub keep_recent: usize,
     /// Defaults to `full` (the only mode: a marker plus a stash).
     pub marker_mode: MarkerMode,
 }
@@ -31,6 +33,7 @@ impl Default for DedupConfig {
     fn default() -> DedupConfig {
         DedupConfig {
             min_tokens: 100,
+            keep_recent: 0,
             marker_mode: MarkerMode::Full,
         }
     }
@@ -91,8 +94,13 @@ impl Offload for Dedup {
                 }
             }
         }
+        let recent = super::recent_outputs(messages, self.config.keep_recent);
         let mut keys = Vec::new();
         for index in duplicates {
+            if recent.contains(&index) {
+                cx.gate("within_keep_recent");
+                continue;
+            }
             if let Some(key) =
                 offload_with(messages, index, cx, |marker| format!("{POINTER}{marker}"))
             {

@@ -54,6 +54,8 @@ pub enum Strategy {
 pub struct ExtractConfig {
     /// Defaults to `300`. Outputs under this many tokens are left alone.
     pub min_tokens: usize,
+    /// Defaults to `0`. The newest this many tool outputs are left byte-identical.
+    pub keep_recent: usize,
     /// Defaults to `5`. Lines always kept from the start.
     pub head_lines: usize,
     /// Defaults to `5`. Lines always kept from the end.
@@ -74,6 +76,7 @@ impl Default for ExtractConfig {
     fn default() -> ExtractConfig {
         ExtractConfig {
             min_tokens: 300,
+            keep_recent: 0,
             head_lines: 5,
             tail_lines: 5,
             strategy: Strategy::Deterministic,
@@ -119,27 +122,38 @@ fn progress_line() -> &'static Regex {
 fn error_line() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?i)\b(?:error|errors|exception|fail|failed|failure|fatal|panic|traceback|warning|denied|cannot|undefined|not found)\b")
+        Regex::new(r"(?i-u)\b(?:error|errors|exception|fail|failed|failure|fatal|panic|traceback|warning|denied|cannot|undefined|not found)\b")
             .expect("error regex is valid")
     })
 }
 
-/// Step 1: the output without terminal noise, progress lines, blank runs and repeated blocks.
-fn denoise(text: &str) -> Vec<String> {
-    let rendered = super::terminal_render(text);
-    let mut lines: Vec<String> = Vec::new();
+/// Step 1: the lines of an output (already terminal-rendered) without progress lines, blank
+/// runs and repeated blocks.
+fn denoise(rendered: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = Vec::new();
     for line in rendered.split('\n') {
-        if progress_line().is_match(line) {
+        // Every progress shape holds a `%`, an `eta`, a non-ASCII glyph or a spinner character;
+        // most lines hold none, and skip the regex.
+        let maybe_progress = !line.is_ascii()
+            || line.contains('%')
+            || line.contains("eta ")
+            || line
+                .trim_start()
+                .starts_with(['|', '/', '\\', '-', '[', '(', '#', '=', '>']);
+        if maybe_progress && progress_line().is_match(line) {
             continue;
         }
         if line.trim().is_empty() && lines.last().is_some_and(|l| l.trim().is_empty()) {
             continue;
         }
-        lines.push(line.to_owned());
+        lines.push(line);
         // A block of 1..=12 lines that just repeated the block before it goes.
         for size in 1..=12.min(lines.len() / 2) {
             let n = lines.len();
-            if lines[n - size..] == lines[n - 2 * size..n - size] {
+            // The newest line must repeat first; checking it alone rules out almost every size.
+            if lines[n - 1] == lines[n - 1 - size]
+                && lines[n - size..] == lines[n - 2 * size..n - size]
+            {
                 lines.truncate(n - size);
                 break;
             }
@@ -150,14 +164,14 @@ fn denoise(text: &str) -> Vec<String> {
 
 /// The query: keywords of the task (first user message) and of the latest user and assistant
 /// messages.
-fn query(messages: &Transcript<'_>) -> std::collections::BTreeSet<String> {
+fn query(messages: &Transcript<'_>) -> std::collections::HashSet<String> {
     let first_user = (0..messages.len()).find(|&i| messages[i].role == Role::User);
     let latest = |role| {
         (0..messages.len())
             .rev()
             .find(|&i| messages[i].role == role)
     };
-    let mut words = std::collections::BTreeSet::new();
+    let mut words = std::collections::HashSet::new();
     for i in [first_user, latest(Role::User), latest(Role::Assistant)]
         .into_iter()
         .flatten()
@@ -182,8 +196,25 @@ impl Offload for Extract {
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
         let query = query(messages);
+        // A line is relevant when one of its words, lowercased, is a query keyword. One reused
+        // buffer: building a word set per line was most of this component's time.
+        let mut word = String::new();
+        let mut relevant = |line: &str| {
+            line.split(|c: char| !c.is_alphanumeric() && c != '_')
+                .filter(|w| w.len() >= 3)
+                .any(|w| {
+                    word.clear();
+                    word.extend(w.chars().flat_map(char::to_lowercase));
+                    query.contains(word.as_str())
+                })
+        };
         let mut keys = Vec::new();
+        let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
+            if recent.contains(&index) {
+                cx.gate("within_keep_recent");
+                continue;
+            }
             if !offload_candidate(&messages[index], cx) {
                 continue;
             }
@@ -199,15 +230,21 @@ impl Offload for Extract {
                 cx.gate("no_model");
             }
             let original = &messages[index].content;
-            let lines = denoise(original);
+            // Most outputs hold no escape or redraw: render only those that do.
+            let rendered: std::borrow::Cow<'_, str> = if original.contains(['\x1b', '\r']) {
+                super::terminal_render(original).into()
+            } else {
+                original.as_str().into()
+            };
+            let lines = denoise(&rendered);
             let n = lines.len();
             let (head, tail) = (self.config.head_lines, self.config.tail_lines);
-            let keep = |i: usize, line: &str| {
+            let mut keep = |i: usize, line: &str| {
                 query.is_empty()
                     || i < head
                     || i + tail >= n
                     || error_line().is_match(line)
-                    || keywords(line).iter().any(|w| query.contains(w))
+                    || relevant(line)
             };
             let mut projected = String::with_capacity(original.len() / 2);
             let mut gap = 0;
@@ -320,5 +357,7 @@ mod tests {
     fn denoise_collapses_repeats_and_blank_runs() {
         let text = "a\n\n\n\nb\nx\ny\nx\ny\nx\ny\nc\n  45% [#########           ] 1.2MB\nd";
         assert_eq!(denoise(text), ["a", "", "b", "x", "y", "c", "d"]);
+        let rendered = crate::components::terminal_render("50%\r100% done\nok");
+        assert_eq!(denoise(&rendered), ["100% done", "ok"]);
     }
 }

@@ -33,6 +33,8 @@ use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey,
 pub struct FailedRunConfig {
     /// Defaults to `100`. Runs under this many tokens are left alone.
     pub min_tokens: usize,
+    /// Defaults to `0`. The newest this many tool outputs are left byte-identical.
+    pub keep_recent: usize,
     /// Defaults to `true`. May act at depth on a provably cold turn.
     pub cold_cache: bool,
     /// Defaults to `full` (the only mode).
@@ -43,6 +45,7 @@ impl Default for FailedRunConfig {
     fn default() -> FailedRunConfig {
         FailedRunConfig {
             min_tokens: 100,
+            keep_recent: 0,
             cold_cache: true,
             marker_mode: MarkerMode::Full,
         }
@@ -154,8 +157,13 @@ impl Offload for FailedRun {
             }
             return Ok(Vec::new());
         }
+        let recent = super::recent_outputs(messages, self.config.keep_recent);
         let mut keys = Vec::new();
         for (at, (index, fam)) in runs.iter().enumerate() {
+            if recent.contains(index) {
+                cx.gate("within_keep_recent");
+                continue;
+            }
             let superseded = runs[at + 1..]
                 .iter()
                 .any(|(_, later)| fam.is_none() || later.is_none() || later == fam);

@@ -26,11 +26,16 @@ use crate::wire::json::{self, Kind};
 pub struct FormatConfig {
     /// Defaults to `50`. Smaller outputs are left alone: the saving would be a handful of tokens.
     pub min_tokens: usize,
+    /// Defaults to `0`. The newest this many tool outputs are left byte-identical.
+    pub keep_recent: usize,
 }
 
 impl Default for FormatConfig {
     fn default() -> FormatConfig {
-        FormatConfig { min_tokens: 50 }
+        FormatConfig {
+            min_tokens: 50,
+            keep_recent: 0,
+        }
     }
 }
 
@@ -68,7 +73,12 @@ impl Reformat for Format {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
+        let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
+            if recent.contains(&index) {
+                cx.gate("within_keep_recent");
+                continue;
+            }
             let message = &messages[index];
             if !text_tool_output(message, cx) {
                 continue;

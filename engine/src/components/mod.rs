@@ -207,5 +207,16 @@ pub(crate) fn keywords(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Indices of the newest `n` tool outputs, ascending (`keep_recent` of several components).
+pub(crate) fn recent_outputs(messages: &Transcript<'_>, n: usize) -> Vec<usize> {
+    let mut recent: Vec<usize> = (0..messages.len())
+        .rev()
+        .filter(|&i| messages[i].is_tool())
+        .take(n)
+        .collect();
+    recent.reverse();
+    recent
+}
+
 #[cfg(test)]
 pub(crate) mod testing;

@@ -292,8 +292,7 @@ mod tests {
         assert!(
             warm.report.components[0]
                 .gates
-                .get("cached_prefix")
-                .is_some()
+                .contains_key("cached_prefix")
         );
     }
 
