@@ -32,6 +32,7 @@
 //! shows the first differing line. Regexes are the `regex` crate's, so every filter runs in time
 //! linear in its input.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -286,11 +287,13 @@ impl Filter {
         } else {
             input
         };
-        let mut lines: Vec<String> = text.split('\n').map(str::to_owned).collect();
+        // Lines stay borrowed from the input unless a stage rewrites them.
+        let mut lines: Vec<Cow<'_, str>> = text.split('\n').map(Cow::Borrowed).collect();
         for (pattern, replacement) in &self.replace {
             for line in &mut lines {
                 if pattern.is_match(line) {
-                    *line = pattern.replace_all(line, replacement.as_str()).into_owned();
+                    *line =
+                        Cow::Owned(pattern.replace_all(line, replacement.as_str()).into_owned());
                 }
             }
         }
@@ -316,7 +319,7 @@ impl Filter {
             for line in &mut lines {
                 if line.chars().count() > cap {
                     let cut: String = line.chars().take(cap.saturating_sub(3)).collect();
-                    *line = format!("{cut}...");
+                    *line = Cow::Owned(format!("{cut}..."));
                     loss = Lossiness::Whole;
                 }
             }
@@ -326,19 +329,19 @@ impl Filter {
             (Some(h), None) if n > h => {
                 let omitted = n - h;
                 lines.truncate(h);
-                lines.push(format!("... ({omitted} lines omitted)"));
+                lines.push(Cow::Owned(format!("... ({omitted} lines omitted)")));
                 loss = loss.max(Lossiness::Tail);
             }
             (None, Some(t)) if n > t => {
                 let omitted = n - t;
                 lines.drain(..omitted);
-                lines.insert(0, format!("... ({omitted} lines omitted)"));
+                lines.insert(0, Cow::Owned(format!("... ({omitted} lines omitted)")));
                 loss = Lossiness::Whole;
             }
             (Some(h), Some(t)) if n > h + t => {
                 let omitted = n - h - t;
                 lines.drain(h..n - t);
-                lines.insert(h, format!("... ({omitted} lines omitted)"));
+                lines.insert(h, Cow::Owned(format!("... ({omitted} lines omitted)")));
                 loss = Lossiness::Whole;
             }
             _ => {}
@@ -348,7 +351,7 @@ impl Filter {
         {
             let truncated = lines.len() - max;
             lines.truncate(max);
-            lines.push(format!("... ({truncated} lines truncated)"));
+            lines.push(Cow::Owned(format!("... ({truncated} lines truncated)")));
             loss = if loss == Lossiness::None {
                 Lossiness::Tail
             } else {

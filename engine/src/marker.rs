@@ -4,7 +4,10 @@
 //! bytes in every process, run and platform, so a marker written by one sluice resolves in another
 //! that shares the store, and a replayed decision writes the same marker again.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 
 use regex::Regex;
 use sha2::{Digest, Sha256};
@@ -23,7 +26,31 @@ pub const HINT_FULL_TRAJECTORY: &str = " [full earlier trajectory: call context_
 pub const ID_HEX_LEN: usize = 16;
 
 /// The id an original is stashed under: its content hash.
+///
+/// Memoized by a 128-bit content key for originals of a kilobyte or more: agents re-send the
+/// same outputs every turn, and hashing them again was a visible share of an offloader's time.
 pub fn stash_id(original: &str) -> String {
+    const MEMO_MIN_BYTES: usize = 1024;
+    const MEMO_MAX_ENTRIES: usize = 1 << 16;
+    static MEMO: OnceLock<Mutex<HashMap<u128, String>>> = OnceLock::new();
+    if original.len() < MEMO_MIN_BYTES {
+        return sha256_id(original);
+    }
+    let key = crate::tokens::content_key(original);
+    let memo = MEMO.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(id) = memo.lock().get(&key) {
+        return id.clone();
+    }
+    let id = sha256_id(original);
+    let mut memo = memo.lock();
+    if memo.len() >= MEMO_MAX_ENTRIES {
+        memo.clear();
+    }
+    memo.insert(key, id.clone());
+    id
+}
+
+fn sha256_id(original: &str) -> String {
     let digest = Sha256::digest(original.as_bytes());
     let mut hex = String::with_capacity(ID_HEX_LEN);
     for byte in digest.iter().take(ID_HEX_LEN / 2) {
@@ -77,6 +104,12 @@ mod tests {
         assert_eq!(stash_id("hello"), "2cf24dba5fb0a30e");
         assert_eq!(stash_id(""), "e3b0c44298fc1c14");
         assert_eq!(marker("2cf24dba5fb0a30e"), "<<cg:2cf24dba5fb0a30e>>");
+        // Large originals go through the memo and get the same id, first time and again.
+        let big = "x".repeat(4096);
+        let direct = sha256_id(&big);
+        assert_eq!(stash_id(&big), direct);
+        assert_eq!(stash_id(&big), direct);
+        assert_ne!(stash_id(&format!("{big}y")), direct);
     }
 
     #[test]

@@ -249,7 +249,7 @@ impl<'a> ApplyCx<'a> {
     /// What the model would read at `index` had nothing run: the text to stash when an
     /// offloader replaces content that only lossless reformats touched, so a marker always
     /// resolves to the exact bytes the agent sent, not to our repacking of them.
-    pub fn wire_original(&self, index: usize) -> Option<&str> {
+    pub fn wire_original(&self, index: usize) -> Option<&'a str> {
         self.initial
             .get(index)
             .map(|m| m.content.as_str())

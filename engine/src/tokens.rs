@@ -16,7 +16,10 @@ const MEMO_MIN_BYTES: usize = 24;
 /// The memo is cleared when it grows past this many entries, bounding its memory to a few MiB.
 const MEMO_MAX_ENTRIES: usize = 200_000;
 
-type Memo = HashMap<u64, u32, BuildHasherDefault<IdentityHasher>>;
+type Memo = HashMap<u64, u32, IdentityBuild>;
+
+/// A hasher for keys that are already uniform hashes ([`content_hash`] values).
+pub(crate) type IdentityBuild = BuildHasherDefault<IdentityHasher>;
 
 fn memo() -> &'static Mutex<Memo> {
     static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
@@ -114,7 +117,7 @@ pub fn content_key(text: &str) -> u128 {
 
 /// The memo keys are already uniform hashes; hashing them again would be wasted work.
 #[derive(Default)]
-struct IdentityHasher(u64);
+pub(crate) struct IdentityHasher(u64);
 
 impl std::hash::Hasher for IdentityHasher {
     fn finish(&self) -> u64 {

@@ -164,6 +164,9 @@ fn denoise(rendered: &str) -> Vec<&str> {
 
 /// The query: keywords of the task (first user message) and of the latest user and assistant
 /// messages.
+/// Bytes of each message the query is read from.
+const QUERY_CHARS: usize = 2000;
+
 fn query(messages: &Transcript<'_>) -> std::collections::HashSet<String> {
     let first_user = (0..messages.len()).find(|&i| messages[i].role == Role::User);
     let latest = |role| {
@@ -176,7 +179,14 @@ fn query(messages: &Transcript<'_>) -> std::collections::HashSet<String> {
         .into_iter()
         .flatten()
     {
-        words.extend(keywords(&messages[i].content));
+        // The words of a question, not of a pasted log: agents that send observations as user
+        // messages would otherwise make every word of the last output a query word.
+        let content = &messages[i].content;
+        let mut end = content.len().min(QUERY_CHARS);
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        words.extend(keywords(&content[..end]));
     }
     words
 }

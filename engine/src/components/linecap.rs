@@ -99,8 +99,8 @@ fn never_truncate() -> &'static Regex {
     })
 }
 
-fn is_diff_shaped(text: &str) -> bool {
-    text.lines().any(|l| {
+fn is_diff_shaped(lines: &[&str]) -> bool {
+    lines.iter().any(|l| {
         l.starts_with("diff --git")
             || l.starts_with("@@ ")
             || l.starts_with("Index: ")
@@ -122,7 +122,8 @@ fn collapse_duplicates(lines: &[&str]) -> Option<Vec<String>> {
     let middle = PROTECTED_EDGE_LINES..n - PROTECTED_EDGE_LINES;
     // Keyed by the fast content hash (SipHash over every line was a visible cost on the request
     // path); a hit is confirmed by comparing the lines, so a collision only misses a repeat.
-    let mut first_at: HashMap<u64, usize> = HashMap::new();
+    let mut first_at: HashMap<u64, usize, tokens::IdentityBuild> =
+        HashMap::with_capacity_and_hasher(n, tokens::IdentityBuild::default());
     let mut count = vec![1usize; n];
     let mut dropped = vec![false; n];
     let mut any = false;
@@ -184,7 +185,7 @@ impl Linecap {
         let clippable = |line: &str| {
             line.len() > cap && line.chars().count() > cap && !never_truncate().is_match(line)
         };
-        let collapsed = (self.config.collapse_duplicate_lines && !is_diff_shaped(text))
+        let collapsed = (self.config.collapse_duplicate_lines && !is_diff_shaped(&lines))
             .then(|| collapse_duplicates(&lines))
             .flatten();
         // Most outputs have neither: answer that without allocating a string per line.

@@ -27,7 +27,7 @@ mod toon;
 /// that check its output).
 pub use textclean::clean as terminal_render;
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 
 use serde::de::DeserializeOwned;
 
@@ -146,15 +146,18 @@ pub(crate) fn offload_with(
     cx: &mut ApplyCx<'_>,
     build: impl FnOnce(&str) -> String,
 ) -> Option<StashKey> {
-    let current = &messages[index].content;
-    let original = cx.wire_original(index).unwrap_or(current).to_owned();
-    let id = marker::stash_id(&original);
+    // Borrowed, not copied: the original can be a megabyte, and this runs on every turn.
+    let original: &str = match cx.wire_original(index) {
+        Some(wire) => wire,
+        None => &messages[index].content,
+    };
+    let id = marker::stash_id(original);
     let replacement = build(&marker::marker(&id));
     if tokens::count(&replacement) >= cx.tokens(index) {
         cx.gate("marker_no_win");
         return None;
     }
-    match cx.stash(&original) {
+    match cx.stash(original) {
         Ok(key) => {
             messages.get_mut(index).content = replacement;
             Some(key)
@@ -195,7 +198,7 @@ pub(crate) fn peek(text: &str, chars: usize) -> String {
 }
 
 /// Lowercase words of three or more letters or digits, minus the commonest English ones.
-pub(crate) fn keywords(text: &str) -> BTreeSet<String> {
+pub(crate) fn keywords(text: &str) -> HashSet<String> {
     const STOP: [&str; 24] = [
         "the", "and", "for", "are", "but", "not", "you", "all", "can", "was", "one", "our", "out",
         "has", "this", "that", "with", "from", "have", "what", "when", "will", "your", "into",
