@@ -69,6 +69,13 @@ impl StashKey {
 pub trait Reformat: Send + Sync {
     fn name(&self) -> &'static str;
 
+    /// How its decisions carry across turns. Stateless unless it skips by position (a
+    /// `keep_recent` window): then whether it acts depends on later history, and its decisions
+    /// are frozen like an offloader's.
+    fn freeze(&self) -> Freeze {
+        Freeze::Stateless
+    }
+
     /// # Errors
     /// Any error reverts this component for this request.
     fn reformat(
@@ -144,14 +151,15 @@ impl Stage {
 
     pub fn freeze(&self) -> Freeze {
         match self {
-            Stage::Reformat(_) => Freeze::Stateless,
+            Stage::Reformat(c) => c.freeze(),
             Stage::Offload(c) => c.freeze(),
         }
     }
 
     fn cold_cache(&self) -> bool {
         match self {
-            Stage::Reformat(_) => false,
+            // A lossless repacking is always re-derivable, so a cold turn may apply it anywhere.
+            Stage::Reformat(c) => c.freeze() == Freeze::Rederivable,
             Stage::Offload(c) => c.freeze() == Freeze::Rederivable && c.cold_cache(),
         }
     }
@@ -445,9 +453,18 @@ impl RunReport {
     }
 }
 
-/// The replay key of `component`'s decision on `content`.
-fn freeze_key(component: &str, content: &str) -> String {
-    format!("frz:{component}:{:032x}", tokens::content_key(content))
+/// The replay key of `component`'s decision on the message at `index` holding `content`.
+///
+/// Position is part of it: whether a history-rewriting component acts depends on where a
+/// message sits (mask keeps the newest outputs, dedup keeps the first copy), so a decision made
+/// for one copy of a text must not replay onto another copy elsewhere. Transcripts only grow, so
+/// a message keeps its index from turn to turn; one that moved (an edited history) is past the
+/// point where the provider's cache diverged anyway.
+fn freeze_key(component: &str, index: usize, content: &str) -> String {
+    format!(
+        "frz:{component}:{index}:{:032x}",
+        tokens::content_key(content)
+    )
 }
 
 /// Replays `name`'s earlier decisions onto `messages` and books what it finds in `cx`.
@@ -466,7 +483,7 @@ fn replay(
         if !message.is_tool() || !message.rewritable || marker::contains_marker(&message.content) {
             continue;
         }
-        let key = freeze_key(name, &message.content);
+        let key = freeze_key(name, index, &message.content);
         let Some(replacement) = store.get_replay(&session, &key) else {
             cx.frozen.misses += 1;
             if store.was_lost(&session, &key) {
@@ -569,7 +586,14 @@ impl Pipeline {
             let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache());
             let mut transcript = Transcript::new(messages, &mut touched);
             let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
-                Stage::Reformat(c) => c.reformat(&mut transcript, &mut acx).map(|()| Vec::new()),
+                Stage::Reformat(c) if freeze == Freeze::Stateless => {
+                    c.reformat(&mut transcript, &mut acx).map(|()| Vec::new())
+                }
+                Stage::Reformat(c) => {
+                    // A replayed repacking names no stash; its keys are not needed.
+                    replay(c.name(), freeze, &mut transcript, &mut acx);
+                    c.reformat(&mut transcript, &mut acx).map(|()| Vec::new())
+                }
                 Stage::Offload(c) if freeze == Freeze::Stateless => {
                     c.offload(&mut transcript, &mut acx)
                 }
@@ -639,7 +663,7 @@ impl Pipeline {
                         for (i, old) in saved.iter().filter(|(i, _)| is_new(i)) {
                             let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
                                 Ok(at) => acx.fresh[at].1.clone(),
-                                Err(_) => freeze_key(stage.name(), &old.content),
+                                Err(_) => freeze_key(stage.name(), *i, &old.content),
                             };
                             cx.store
                                 .put_replay(&cx.session, &key, &messages[*i].content);

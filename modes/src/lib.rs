@@ -8,6 +8,7 @@
 //! would have: a projection without it would overstate savings.
 
 pub mod amortize;
+pub mod replay;
 pub mod tracker;
 
 use std::sync::Arc;

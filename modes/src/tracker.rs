@@ -145,6 +145,9 @@ pub struct Tracker {
     /// for caching: nothing of this session is cached, so every turn is cold.
     uncached: bool,
     last: LastTurn,
+    /// Never read a turn cold (`sluice tune cold-cache` compares against this).
+    #[serde(default)]
+    never_cold: bool,
     pub counts: TrackerCounts,
 }
 
@@ -177,7 +180,9 @@ impl Tracker {
             .unwrap_or((0, 0));
         let len = fingerprints.len();
         let ttl = Duration::from_millis(self.ttl_ms);
-        let cold = known && (self.uncached || idle.is_some_and(|idle| idle >= ttl + COLD_MARGIN));
+        let cold = !self.never_cold
+            && known
+            && (self.uncached || idle.is_some_and(|idle| idle >= ttl + COLD_MARGIN));
         let diverged = known
             && common < len
             && common < self.branches.get(best).map_or(0, |b| b.fingerprints.len());
@@ -236,6 +241,11 @@ impl Tracker {
             }
         }
         self.uncached = !last.asked_caching && usage.read == 0 && usage.written == Some(0);
+    }
+
+    /// With `true`, no turn reads cold: every component behaves as with `cold_cache: false`.
+    pub fn set_never_cold(&mut self, never: bool) {
+        self.never_cold = never;
     }
 
     /// The cache lifetime the predictor currently assumes.

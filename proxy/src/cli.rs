@@ -39,10 +39,55 @@ enum Command {
     },
     /// List the presets and their pipelines.
     Presets,
+    /// Replay recorded sessions turn by turn and bill them with a prompt-cache cost model.
+    Replay(ReplayArgs),
+    /// Sweep settings over recorded sessions and recommend one.
+    Tune {
+        #[command(subcommand)]
+        command: TuneCommand,
+    },
     /// The command-output filters of `cmdfilter`: list, test, apply.
     Filters {
         #[command(subcommand)]
         command: FiltersCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ReplayArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// `md` (default) or `json` (with a `totals` object).
+    #[arg(long, default_value = "md")]
+    format: ReportFormat,
+    /// Also write report.md, report.json and SVG charts here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Seconds between turns on the simulated clock.
+    #[arg(long, default_value_t = 30)]
+    gap: u64,
+    /// Request bodies (.json, split into turns), per-turn JSONL, or folders of them.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ReportFormat {
+    Md,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum TuneCommand {
+    /// Billed cost with cold_cache on and off, for each idle gap between turns.
+    ColdCache {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Idle gaps to try, in seconds.
+        #[arg(long, value_delimiter = ',', default_value = "60,300,600,3600")]
+        gaps: Vec<u64>,
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
     },
 }
 
@@ -157,6 +202,15 @@ pub fn main() -> ExitCode {
         } => config_check(&file),
         Command::Presets => presets(),
         Command::Filters { command } => filters(command),
+        Command::Replay(args) => replay(&args),
+        Command::Tune {
+            command:
+                TuneCommand::ColdCache {
+                    config,
+                    gaps,
+                    paths,
+                },
+        } => tune_cold_cache(&config, &gaps, &paths),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -373,6 +427,32 @@ fn config_check(path: &Path) -> Result<(), Failure> {
             )))
         }
     }
+}
+
+fn replay(args: &ReplayArgs) -> Result<(), Failure> {
+    let config = args.config.load()?;
+    let sessions = crate::replay::load(&args.paths).map_err(Failure)?;
+    let options = modes::replay::Options {
+        gap: std::time::Duration::from_secs(args.gap),
+        ..modes::replay::Options::default()
+    };
+    let reports = crate::replay::run(&config, &sessions, &options).map_err(Failure)?;
+    let totals = modes::replay::totals(&reports, &options.prices);
+    if let Some(dir) = &args.out {
+        crate::replay::write_out(dir, &reports, &totals, &options.prices).map_err(Failure)?;
+    }
+    let text = match args.format {
+        ReportFormat::Md => crate::replay::markdown(&reports, &totals),
+        ReportFormat::Json => crate::replay::json(&reports, &totals),
+    };
+    stdout_result(writeln!(std::io::stdout().lock(), "{text}"))
+}
+
+fn tune_cold_cache(config: &ConfigArgs, gaps: &[u64], paths: &[PathBuf]) -> Result<(), Failure> {
+    let config = config.load()?;
+    let sessions = crate::replay::load(paths).map_err(Failure)?;
+    let table = crate::replay::tune_cold_cache(&config, &sessions, gaps).map_err(Failure)?;
+    stdout_result(writeln!(std::io::stdout().lock(), "{table}"))
 }
 
 /// The builtins plus the filter files given, every problem reported at once.

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod expand;
 pub mod http;
+pub mod replay;
 pub mod server;
 pub mod sse;
 pub mod upstream;

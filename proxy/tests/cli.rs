@@ -173,3 +173,64 @@ fn filters_list_test_and_apply() {
     let out = sluice(&["filters", "apply", "nope"], b"");
     assert!(stderr(&out).contains("no filter named `nope`"));
 }
+
+#[test]
+fn replay_reports_in_markdown_and_json_and_writes_charts() {
+    let body = corpus_body("gemini3pro-miniswe-pytest-dev-pytest-6197", "openai.json");
+    let out_dir = std::env::temp_dir().join(format!("sluice-replay-{}", std::process::id()));
+    let out = sluice(
+        &[
+            "replay",
+            "--preset",
+            "agent",
+            "--gap",
+            "600",
+            "--out",
+            out_dir.to_str().unwrap(),
+            body.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        md.contains("Content tokens saved")
+            && md.contains("Reference recall")
+            && md.contains("Flips: **0**"),
+        "{md}"
+    );
+    assert!(out_dir.join("report.md").is_file() && out_dir.join("report.json").is_file());
+    let charts = std::fs::read_dir(out_dir.join("charts")).unwrap().count();
+    assert_eq!(charts, 1);
+    let out = sluice(
+        &[
+            "replay",
+            "--preset",
+            "agent",
+            "--format",
+            "json",
+            body.to_str().unwrap(),
+        ],
+        b"",
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["totals"]["sessions"], 1);
+    assert_eq!(doc["totals"]["flips"], 0);
+    std::fs::remove_dir_all(&out_dir).ok();
+
+    let out = sluice(
+        &[
+            "tune",
+            "cold-cache",
+            "--gaps",
+            "60,600",
+            body.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Recommended: cold_cache"));
+    let out = sluice(&["replay", "/nonexistent/path"], b"");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no such file or directory"));
+}

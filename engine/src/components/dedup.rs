@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::config::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 use crate::tokens;
 
 /// `components.dedup`.
@@ -67,6 +67,19 @@ impl Offload for Dedup {
         "dedup"
     }
 
+    /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
+    fn freeze(&self) -> Freeze {
+        if self.config.keep_recent > 0 {
+            Freeze::Rederivable
+        } else {
+            Freeze::Stateless
+        }
+    }
+
+    fn cold_cache(&self) -> bool {
+        true
+    }
+
     fn offload(
         &self,
         messages: &mut Transcript<'_>,
@@ -99,6 +112,10 @@ impl Offload for Dedup {
         for index in duplicates {
             if recent.contains(&index) {
                 cx.gate("within_keep_recent");
+                continue;
+            }
+            if self.config.keep_recent > 0 && !cx.may_mutate(index) {
+                cx.gate("cached_prefix");
                 continue;
             }
             if let Some(key) =

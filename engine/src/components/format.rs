@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::{ComponentFactory, decode, text_tool_output};
 use crate::config::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind};
 
@@ -68,6 +68,15 @@ impl Reformat for Format {
         "format"
     }
 
+    /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
+    fn freeze(&self) -> Freeze {
+        if self.config.keep_recent > 0 {
+            Freeze::Rederivable
+        } else {
+            Freeze::Stateless
+        }
+    }
+
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,
@@ -77,6 +86,12 @@ impl Reformat for Format {
         for index in 0..messages.len() {
             if recent.contains(&index) {
                 cx.gate("within_keep_recent");
+                continue;
+            }
+            if self.config.keep_recent > 0 && !cx.may_mutate(index) {
+                // Frozen (see `freeze`): an output that left the window inside the cached
+                // prefix keeps the bytes the provider cached.
+                cx.gate("cached_prefix");
                 continue;
             }
             let message = &messages[index];

@@ -431,3 +431,23 @@ fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
         "cold does not help a component that did not opt into cold_cache"
     );
 }
+
+#[test]
+fn a_frozen_decision_never_replays_onto_another_copy_of_the_same_text() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let pipeline = mask();
+    // Turn 1: four outputs, the oldest masked.
+    let mut first = turn(4);
+    pipeline.run(&mut first, &session_cx(store.clone(), 0));
+    assert!(first[1].content.contains("<<cg:"));
+    // Turn 2: the agent ran the same command again; its output is the newest and identical to
+    // the masked one. Only the old copy's decision replays.
+    let mut second = turn(4);
+    second.push(Message::tool("again", "bash", run_log(0)));
+    pipeline.run(&mut second, &session_cx(store, 5));
+    assert_eq!(second[1], first[1], "the old copy replays");
+    assert_eq!(second[5].content, run_log(0), "the newest copy stays whole");
+}

@@ -1,0 +1,442 @@
+//! Offline replay of recorded sessions, turn by turn, with a prompt-cache cost model.
+//!
+//! A session is a list of request bodies, one per turn. Each goes through the same session
+//! state, freeze and cold-cache machinery the proxy uses ([`crate::run_turn`]), on a simulated
+//! clock. Both arms, the bodies as recorded (baseline) and as sluice would forward them, are
+//! billed by one model:
+//!
+//! - A turn's **cached prefix** is the run of leading messages byte-identical (as normalized) to
+//!   the previous turn's forwarded messages, when the gap is within the cache TTL the request
+//!   asks for; a later gap means nothing is cached.
+//! - Agents that use prompt caching mark the end of every request, so the prefix is billed as
+//!   **cache reads** and the rest as **cache writes**. Prices are relative by default (fresh 1.0,
+//!   read 0.1, write 1.25).
+//! - A **flip** is a message inside the previous turn's forwarded prefix that sluice forwards
+//!   differently on a warm turn whose incoming prefix did not change: a cache write sluice
+//!   caused. Cold turns and `cache.amortize` re-writes are decisions, not flips.
+//!
+//! **Reference recall** checks fidelity: for each answer (the assistant message that followed a
+//! turn), the identifiers it mentions that appeared in earlier tool outputs (paths, symbols,
+//! error names, numbers of three or more digits), and how many the compacted request still
+//! showed, or showed behind a marker one expand away.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use engine::clock::{Clock, ManualClock};
+use engine::config::Config;
+use engine::marker;
+use engine::message::{Message, Role};
+use engine::pipeline::{Pipeline, RunCx, message_tokens};
+use engine::store::{MemoryStore, Store};
+use engine::wire::{self, Dialect};
+use regex::Regex;
+use serde::Serialize;
+
+use crate::{SessionState, run_turn, tracker};
+
+/// Relative prices of one input token by how it is billed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Prices {
+    pub fresh: f64,
+    pub read: f64,
+    pub write: f64,
+}
+
+impl Default for Prices {
+    fn default() -> Prices {
+        Prices {
+            fresh: 1.0,
+            read: 0.1,
+            write: 1.25,
+        }
+    }
+}
+
+/// How to replay.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Simulated time between turns.
+    pub gap: Duration,
+    pub prices: Prices,
+    /// Let the tracker read cold turns (false: every turn is treated as warm, i.e. cold_cache
+    /// off for every component).
+    pub cold_detection: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            gap: Duration::from_secs(30),
+            prices: Prices::default(),
+            cold_detection: true,
+        }
+    }
+}
+
+/// One arm's bill for one turn, in tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Bill {
+    pub content_tokens: usize,
+    pub cache_read: usize,
+    pub cache_write: usize,
+    pub fresh: usize,
+}
+
+impl Bill {
+    pub fn cost(&self, p: &Prices) -> f64 {
+        self.cache_read as f64 * p.read
+            + self.cache_write as f64 * p.write
+            + self.fresh as f64 * p.fresh
+    }
+
+    fn add(&mut self, other: &Bill) {
+        self.content_tokens += other.content_tokens;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.fresh += other.fresh;
+    }
+}
+
+/// Identifiers an answer used, and where the compacted request had them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Recall {
+    pub referenced: usize,
+    pub visible: usize,
+    pub behind_marker: usize,
+}
+
+impl Recall {
+    /// Share visible or one expand away (1.0 when nothing was referenced).
+    pub fn share(&self) -> f64 {
+        if self.referenced == 0 {
+            1.0
+        } else {
+            (self.visible + self.behind_marker) as f64 / self.referenced as f64
+        }
+    }
+
+    fn add(&mut self, other: &Recall) {
+        self.referenced += other.referenced;
+        self.visible += other.visible;
+        self.behind_marker += other.behind_marker;
+    }
+}
+
+/// One turn of one session.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnRecord {
+    pub baseline: Bill,
+    pub sluice: Bill,
+    pub cold: bool,
+    pub amortized: bool,
+    pub flipped_messages: usize,
+    pub recall: Recall,
+}
+
+/// What one component did over a session (or all of them).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ComponentTally {
+    pub acted: usize,
+    pub saved_tokens: usize,
+    pub saved_tokens_unique: usize,
+    pub gates: BTreeMap<String, u64>,
+}
+
+/// One session's replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionReport {
+    pub name: String,
+    pub turns: Vec<TurnRecord>,
+    pub components: BTreeMap<String, ComponentTally>,
+    /// The largest single savings: (turn, message index, tokens saved, component).
+    pub largest: Vec<(usize, usize, usize, String)>,
+    pub frozen_flips: u64,
+}
+
+/// Sums over sessions.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub sessions: usize,
+    pub turns: usize,
+    pub baseline: Bill,
+    pub sluice: Bill,
+    pub baseline_cost: f64,
+    pub sluice_cost: f64,
+    pub content_saved_pct: f64,
+    pub cost_change_pct: f64,
+    pub cache_write_change_pct: f64,
+    pub flips: usize,
+    pub frozen_flips: u64,
+    pub recall: Recall,
+    pub recall_pct: f64,
+}
+
+/// Turn k of a recorded final request: the messages before its k-th assistant message, then the
+/// whole request. Re-serialized, so every turn has the same layout.
+///
+/// # Errors
+/// When the body is not a JSON object with a `messages` array.
+pub fn turns_of(body: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let messages = value["messages"].as_array().ok_or("no `messages` array")?;
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m["role"] == "assistant" && i > 0 {
+            let mut turn = value.clone();
+            turn["messages"] = serde_json::Value::Array(messages[..i].to_vec());
+            out.push(serde_json::to_vec(&turn).map_err(|e| e.to_string())?);
+        }
+    }
+    out.push(serde_json::to_vec(&value).map_err(|e| e.to_string())?);
+    Ok(out)
+}
+
+fn identifier() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        // Paths, dotted or snake/camel symbols, error names, numbers of 3+ digits.
+        Regex::new(
+            r"(?:[\w.-]*/[\w./-]*\w)|(?:\b[A-Za-z_]\w*(?:\.\w+)+\b)|(?:\b[a-z]+_\w+\b)|(?:\b[a-z]+[A-Z]\w*\b)|(?:\b\w*(?:Error|Exception)\b)|(?:\b\d{3,}\b)",
+        )
+        .expect("identifier regex is valid")
+    })
+}
+
+fn identifiers(text: &str) -> BTreeSet<&str> {
+    identifier()
+        .find_iter(text)
+        .map(|m| m.as_str())
+        .filter(|s| s.len() >= 3)
+        .collect()
+}
+
+/// Where the identifiers of `answer` that earlier tool outputs carried are in `forwarded`.
+fn recall(
+    answer: &str,
+    original: &[Message],
+    forwarded: &[Message],
+    store: &dyn Store,
+    session: &str,
+) -> Recall {
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for m in original.iter().filter(|m| m.is_tool()) {
+        seen.extend(identifiers(&m.content));
+    }
+    let visible_text: String = forwarded
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let stashed: Vec<Arc<str>> = forwarded
+        .iter()
+        .flat_map(|m| marker::marker_ids(&m.content))
+        .filter_map(|id| store.resolve(session, id))
+        .collect();
+    let mut r = Recall::default();
+    for id in identifiers(answer)
+        .into_iter()
+        .filter(|id| seen.contains(id))
+    {
+        r.referenced += 1;
+        if visible_text.contains(id) {
+            r.visible += 1;
+        } else if stashed.iter().any(|s| s.contains(id)) {
+            r.behind_marker += 1;
+        }
+    }
+    r
+}
+
+/// Bills `messages` given what the previous turn forwarded.
+fn bill(messages: &[Message], previous: Option<&[Message]>, warm: bool) -> Bill {
+    let counts: Vec<usize> = messages.iter().map(message_tokens).collect();
+    let total: usize = counts.iter().sum();
+    let prefix = match previous {
+        Some(prev) if warm => messages
+            .iter()
+            .zip(prev)
+            .take_while(|(a, b)| a == b)
+            .count(),
+        _ => 0,
+    };
+    let read: usize = counts[..prefix].iter().sum();
+    Bill {
+        content_tokens: total,
+        cache_read: read,
+        cache_write: total - read,
+        fresh: 0,
+    }
+}
+
+/// Replays one session (its turns' bodies, in order).
+///
+/// # Errors
+/// A turn whose body does not parse in `dialect`.
+pub fn replay_session(
+    name: &str,
+    turns: &[Vec<u8>],
+    dialect: Dialect,
+    config: &Config,
+    pipeline: &Pipeline,
+    options: &Options,
+) -> Result<SessionReport, String> {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+    let mut state = SessionState::default();
+    state.tracker.set_never_cold(!options.cold_detection);
+    let mut report = SessionReport {
+        name: name.to_owned(),
+        turns: Vec::new(),
+        components: BTreeMap::new(),
+        largest: Vec::new(),
+        frozen_flips: 0,
+    };
+    let mut unique: BTreeSet<(&'static str, u64)> = BTreeSet::new();
+    // The longest body holds every answer; when it ends with one it is a record, not a request.
+    let full = match turns.last() {
+        Some(last) => wire::parse(last, dialect).map_err(|e| format!("{name}: {e}"))?,
+        None => return Ok(report),
+    };
+    let full_messages = full.messages();
+    let requests = if full_messages
+        .last()
+        .is_some_and(|m| m.role == Role::Assistant)
+    {
+        &turns[..turns.len() - 1]
+    } else {
+        turns
+    };
+    let (mut prev_in, mut prev_out): (Vec<Message>, Vec<Message>) = (Vec::new(), Vec::new());
+    let mut last_at: Option<Duration> = None;
+    for (k, body) in requests.iter().enumerate() {
+        clock.advance(options.gap);
+        let parsed = wire::parse(body, dialect).map_err(|e| format!("{name} turn {k}: {e}"))?;
+        let cx = RunCx {
+            dialect,
+            session: name.to_owned(),
+            store: store.clone(),
+            clock: clock.clone(),
+            mutable_from: 0,
+            cold: false,
+            existing_breakpoints: parsed.existing_breakpoints(),
+        };
+        let (applied, facts) = run_turn(&mut state, &parsed, pipeline, cx, &config.cache.amortize);
+        let incoming = parsed.messages();
+        let now = clock.now();
+        let ttl = tracker::asked_ttl(body, dialect);
+        let warm = last_at.is_some_and(|t| now.saturating_sub(t) <= ttl);
+        last_at = Some(now);
+        let baseline = bill(
+            incoming,
+            (!prev_in.is_empty()).then_some(&prev_in[..]),
+            warm,
+        );
+        let sluice = bill(
+            &applied.messages,
+            (!prev_out.is_empty()).then_some(&prev_out[..]),
+            warm,
+        );
+        // A flip: the agent only appended, yet a message sluice already forwarded changed.
+        let appended = prev_in.len() <= incoming.len() && prev_in[..] == incoming[..prev_in.len()];
+        let flipped = if appended && warm && !facts.cold && !facts.amortized {
+            prev_out
+                .iter()
+                .zip(&applied.messages)
+                .filter(|(a, b)| a != b)
+                .count()
+        } else {
+            0
+        };
+        let answer = full_messages
+            .get(incoming.len())
+            .filter(|m| m.role == Role::Assistant)
+            .map(|m| {
+                let calls: Vec<&str> = m.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
+                format!("{}\n{}", m.content, calls.join("\n"))
+            });
+        let recall = answer.map_or_else(Recall::default, |a| {
+            recall(&a, incoming, &applied.messages, store.as_ref(), name)
+        });
+        for c in &applied.report.components {
+            let tally = report.components.entry(c.name.to_owned()).or_default();
+            tally.acted += usize::from(c.acted);
+            tally.saved_tokens += c.saved_tokens;
+            for s in &c.savings {
+                if s.saved_tokens > 0 && unique.insert((c.name, s.content_key)) {
+                    tally.saved_tokens_unique += s.saved_tokens;
+                }
+                if s.saved_tokens > 0 {
+                    report
+                        .largest
+                        .push((k, s.index, s.saved_tokens, c.name.to_owned()));
+                }
+            }
+            for (gate, n) in &c.gates {
+                *tally.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
+            }
+        }
+        let frozen = applied.report.frozen();
+        report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
+        report.turns.push(TurnRecord {
+            baseline,
+            sluice,
+            cold: facts.cold,
+            amortized: facts.amortized,
+            flipped_messages: flipped,
+            recall,
+        });
+        prev_in = incoming.to_vec();
+        prev_out = applied.messages;
+    }
+    // The largest items, deduplicated by message across turns (the same saving recurs).
+    report
+        .largest
+        .sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut seen = BTreeSet::new();
+    report
+        .largest
+        .retain(|(_, index, _, component)| seen.insert((*index, component.clone())));
+    report.largest.truncate(10);
+    Ok(report)
+}
+
+/// Sums sessions.
+pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
+    let mut t = Totals {
+        sessions: sessions.len(),
+        ..Totals::default()
+    };
+    for s in sessions {
+        t.turns += s.turns.len();
+        t.frozen_flips += s.frozen_flips;
+        for turn in &s.turns {
+            t.baseline.add(&turn.baseline);
+            t.sluice.add(&turn.sluice);
+            t.flips += turn.flipped_messages;
+            t.recall.add(&turn.recall);
+        }
+    }
+    t.baseline_cost = t.baseline.cost(prices);
+    t.sluice_cost = t.sluice.cost(prices);
+    let change = |new: f64, old: f64| {
+        if old == 0.0 {
+            0.0
+        } else {
+            100.0 * (new - old) / old
+        }
+    };
+    t.content_saved_pct = -change(
+        t.sluice.content_tokens as f64,
+        t.baseline.content_tokens as f64,
+    );
+    t.cost_change_pct = change(t.sluice_cost, t.baseline_cost);
+    t.cache_write_change_pct = change(t.sluice.cache_write as f64, t.baseline.cache_write as f64);
+    t.recall_pct = 100.0 * t.recall.share();
+    t
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,167 @@
+//! Replay tests on small hand-checked sessions.
+
+use super::*;
+use serde_json::json;
+
+fn body(outputs: &[&str], answers: &[&str]) -> Vec<u8> {
+    let mut messages =
+        vec![json!({"role": "user", "content": "fix the failing test in src/serializer.py"})];
+    for (i, out) in outputs.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": answers.get(i).copied().unwrap_or("looking"), "tool_calls": [{
+            "id": format!("c{i}"), "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"cat src/serializer.py\"}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": *out}));
+    }
+    messages
+        .push(json!({"role": "assistant", "content": answers.last().copied().unwrap_or("done")}));
+    serde_json::to_vec(&json!({"model": "gpt-4.1", "messages": messages})).unwrap()
+}
+
+fn replay(yaml: &str, body: &[u8], options: &Options) -> SessionReport {
+    let config = Config::parse(yaml).unwrap();
+    let pipeline = config.build_pipeline().unwrap();
+    let turns = turns_of(body).unwrap();
+    replay_session("s", &turns, Dialect::OpenAi, &config, &pipeline, options).unwrap()
+}
+
+fn big(tag: &str) -> String {
+    format!("{tag}\n") + &format!("def dump_{tag}(value): return value.isoformat()\n").repeat(60)
+}
+
+#[test]
+fn the_cost_tiers_add_up_on_a_hand_checked_session() {
+    let outputs = [big("a").leak() as &str, big("b").leak(), big("c").leak()];
+    let report = replay("pipeline: []", &body(&outputs, &[]), &Options::default());
+    // Turn 0: the first user message alone, all written. Every later turn reads what the
+    // previous one sent and writes the rest.
+    for (k, turn) in report.turns.iter().enumerate() {
+        let b = turn.baseline;
+        assert_eq!(
+            b.cache_read + b.cache_write + b.fresh,
+            b.content_tokens,
+            "turn {k}"
+        );
+        assert_eq!(
+            turn.baseline, turn.sluice,
+            "no pipeline: both arms bill the same"
+        );
+    }
+    let t = &report.turns;
+    assert_eq!(t[1].baseline.cache_read, t[0].baseline.content_tokens);
+    assert_eq!(t[0].baseline.cache_read, 0);
+    let total = totals(&[report.clone()], &Prices::default());
+    let expected =
+        total.baseline.cache_read as f64 * 0.1 + total.baseline.cache_write as f64 * 1.25;
+    assert!((total.baseline_cost - expected).abs() < 1e-6);
+    // Past the cache TTL nothing is read.
+    let slow = replay(
+        "pipeline: []",
+        &body(&outputs, &[]),
+        &Options {
+            gap: Duration::from_secs(7200),
+            ..Options::default()
+        },
+    );
+    assert!(slow.turns.iter().all(|t| t.baseline.cache_read == 0));
+}
+
+#[test]
+fn an_injected_flip_is_detected() {
+    use engine::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+    /// Rewrites the first tool output once the transcript is long enough: it claims to be
+    /// stateless (so no guard stops it) while its decision depends on later history, which is
+    /// exactly the bug a flip is.
+    struct LateRewrite;
+    impl Offload for LateRewrite {
+        fn name(&self) -> &'static str {
+            "late_rewrite"
+        }
+        fn offload(
+            &self,
+            m: &mut Transcript<'_>,
+            cx: &mut ApplyCx<'_>,
+        ) -> Result<Vec<StashKey>, ComponentError> {
+            if m.len() < 7 || m[2].content.contains("<<cg:") {
+                return Ok(Vec::new());
+            }
+            let key = cx
+                .stash(&m[2].content)
+                .map_err(|e| ComponentError(e.to_string()))?;
+            m.get_mut(2).content = key.marker();
+            Ok(vec![key])
+        }
+    }
+    let outputs = [
+        big("a").leak() as &str,
+        big("b").leak(),
+        big("c").leak(),
+        big("d").leak(),
+    ];
+    let turns = turns_of(&body(&outputs, &[])).unwrap();
+    let config = Config::parse("pipeline: []").unwrap();
+    let broken = Pipeline::new(vec![Stage::Offload(Box::new(LateRewrite))]);
+    let report = replay_session(
+        "s",
+        &turns,
+        Dialect::OpenAi,
+        &config,
+        &broken,
+        &Options::default(),
+    )
+    .unwrap();
+    let flipped: Vec<usize> = report.turns.iter().map(|t| t.flipped_messages).collect();
+    assert_eq!(flipped.iter().sum::<usize>(), 1, "{flipped:?}");
+    assert_eq!(totals(&[report], &Prices::default()).flips, 1);
+    let clean = replay(
+        "pipeline: [mask]",
+        &body(&outputs, &[]),
+        &Options::default(),
+    );
+    assert!(clean.turns.iter().all(|t| t.flipped_messages == 0));
+}
+
+#[test]
+fn recall_drops_when_a_needed_output_is_masked_and_recovers_behind_a_marker() {
+    let needed = "filler line of a long log that nobody needs\n".repeat(60)
+        + "Traceback (most recent call last):\n  File \"src/serializer.py\", line 88, in dump\nValueError: naive datetime 1700000123\n";
+    let outputs = [
+        needed.as_str(),
+        big("b").leak(),
+        big("c").leak(),
+        big("d").leak(),
+        big("e").leak(),
+    ];
+    let answers = [
+        "looking",
+        "b",
+        "c",
+        "d",
+        "e",
+        "the ValueError at src/serializer.py line 88 comes from 1700000123",
+    ];
+    let report = replay(
+        "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 1}",
+        &body(&outputs, &answers),
+        &Options {
+            gap: Duration::from_secs(7200),
+            ..Options::default()
+        },
+    );
+    let last = report.turns.last().unwrap().recall;
+    assert!(last.referenced >= 3, "{last:?}");
+    // The path is also in the task, so it stays visible; the error name and the number were
+    // only in the masked output.
+    assert_eq!(last.visible, 1, "{last:?}");
+    assert_eq!(
+        last.behind_marker,
+        last.referenced - 1,
+        "the rest is one expand away"
+    );
+    assert!((last.share() - 1.0).abs() < 1e-9);
+    let plain = replay(
+        "pipeline: []",
+        &body(&outputs, &answers),
+        &Options::default(),
+    );
+    let last = plain.turns.last().unwrap().recall;
+    assert_eq!(last.visible, last.referenced);
+}

@@ -1,0 +1,391 @@
+//! `sluice replay` and `sluice tune cold-cache`: recorded sessions through the session machinery,
+//! billed by the prompt-cache cost model of `modes::replay`, reported as Markdown, JSON and SVG.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use engine::config::Config;
+use engine::wire::Dialect;
+use modes::replay::{Options, Prices, SessionReport, Totals, replay_session, totals, turns_of};
+
+/// One recorded session: its name, dialect and per-turn bodies.
+pub struct Recorded {
+    pub name: String,
+    pub dialect: Dialect,
+    pub turns: Vec<Vec<u8>>,
+}
+
+/// Reads every session under `paths`: a request body (`.json`, split into turns), a JSONL of
+/// per-turn bodies (`.jsonl`, `.jsonl.gz`), or a folder of these (searched recursively, in name
+/// order). In a folder, a recorded `turns.<dialect>.jsonl[.gz]` replaces the `<dialect>.json`
+/// final request beside it: the real per-turn bodies beat turns cut from the last one.
+///
+/// # Errors
+/// An unreadable file or a body that is not a request.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
+    // (file, named by the user): a file found in a folder that is not a request (a run's
+    // metadata, say) is skipped; one named on the command line is an error.
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    for path in paths {
+        if path.is_file() {
+            files.push((path.clone(), true));
+        } else {
+            let mut found = Vec::new();
+            collect(path, &mut found)?;
+            files.extend(found.into_iter().map(|f| (f, false)));
+        }
+    }
+    let mut out = Vec::new();
+    for (file, named) in files {
+        let name = file.display().to_string();
+        let mut bytes = std::fs::read(&file).map_err(|e| format!("{name}: {e}"))?;
+        let mut ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if ext == "gz" {
+            use std::io::Read as _;
+            let mut plain = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_end(&mut plain)
+                .map_err(|e| format!("{name}: not gzip: {e}"))?;
+            bytes = plain;
+            ext = file
+                .file_stem()
+                .and_then(|s| Path::new(s).extension())
+                .and_then(|e| e.to_str())
+                .unwrap_or("");
+        }
+        let turns = match ext {
+            "jsonl" => bytes
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+                .map(<[u8]>::to_vec)
+                .collect(),
+            _ => match turns_of(&bytes) {
+                Ok(turns) => turns,
+                Err(e) if named => return Err(format!("{name}: {e}")),
+                Err(_) => continue,
+            },
+        };
+        let Some(first) = turns.first() else {
+            continue;
+        };
+        out.push(Recorded {
+            dialect: Dialect::detect(first),
+            name,
+            turns,
+        });
+    }
+    Ok(out)
+}
+
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        let recorded = |dialect: &str| {
+            entries.iter().any(|e| {
+                e.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                    n == format!("turns.{dialect}.jsonl")
+                        || n == format!("turns.{dialect}.jsonl.gz")
+                })
+            })
+        };
+        let (openai_turns, anthropic_turns) = (recorded("openai"), recorded("anthropic"));
+        entries.retain(|e| match e.file_name().and_then(|n| n.to_str()) {
+            Some("openai.json") => !openai_turns,
+            Some("anthropic.json") => !anthropic_turns,
+            _ => true,
+        });
+        for entry in entries {
+            let is_body = entry
+                .extension()
+                .is_some_and(|e| e == "json" || e == "jsonl" || e == "gz");
+            if entry.is_dir() || is_body {
+                collect(&entry, out)?;
+            }
+        }
+        Ok(())
+    } else if path.is_file() {
+        out.push(path.to_owned());
+        Ok(())
+    } else {
+        Err(format!("{}: no such file or directory", path.display()))
+    }
+}
+
+/// Replays every session, with a progress line on a terminal.
+///
+/// # Errors
+/// The first session that does not replay.
+pub fn run(
+    config: &Config,
+    sessions: &[Recorded],
+    options: &Options,
+) -> Result<Vec<SessionReport>, String> {
+    let pipeline = config.build_pipeline().map_err(|e| format!("{e:?}"))?;
+    let progress = std::io::stderr().is_terminal() && sessions.len() > 1;
+    let mut reports = Vec::new();
+    for (i, s) in sessions.iter().enumerate() {
+        if progress {
+            eprint!("\rreplay: {}/{} sessions", i + 1, sessions.len());
+        }
+        reports.push(replay_session(
+            &s.name, &s.turns, s.dialect, config, &pipeline, options,
+        )?);
+    }
+    if progress {
+        eprintln!();
+    }
+    Ok(reports)
+}
+
+/// One component over every session: turns acted, saved (cumulative, unique), gates.
+type ComponentSum<'a> = (usize, usize, usize, BTreeMap<&'a str, u64>);
+
+/// The Markdown report.
+pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# sluice replay\n");
+    let _ = writeln!(
+        out,
+        "{} sessions, {} turns. Content tokens saved: **{:.2}%**. Billed input cost against no compaction: **{:+.2}%**. Cache writes: **{:+.2}%**. Flips: **{}** (frozen flips {}). Reference recall: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
+        t.sessions,
+        t.turns,
+        t.content_saved_pct,
+        t.cost_change_pct,
+        t.cache_write_change_pct,
+        t.flips,
+        t.frozen_flips,
+        t.recall_pct,
+        t.recall.visible,
+        t.recall.referenced,
+        t.recall.behind_marker
+    );
+    let _ = writeln!(
+        out,
+        "| | content tokens | cache reads | cache writes | billed (relative) |\n|---|--:|--:|--:|--:|"
+    );
+    let _ = writeln!(
+        out,
+        "| baseline | {} | {} | {} | {:.0} |",
+        t.baseline.content_tokens, t.baseline.cache_read, t.baseline.cache_write, t.baseline_cost
+    );
+    let _ = writeln!(
+        out,
+        "| sluice | {} | {} | {} | {:.0} |\n",
+        t.sluice.content_tokens, t.sluice.cache_read, t.sluice.cache_write, t.sluice_cost
+    );
+    let _ = writeln!(
+        out,
+        "## Sessions\n\n| session | turns | cold | content saved | cost change | cache writes | flips | recall |\n|---|--:|--:|--:|--:|--:|--:|--:|"
+    );
+    let prices = Prices::default();
+    for r in reports {
+        let s = totals(std::slice::from_ref(r), &prices);
+        let cold = r.turns.iter().filter(|t| t.cold).count();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2}% | {:+.2}% | {:+.2}% | {} | {:.1}% |",
+            short(&r.name),
+            s.turns,
+            cold,
+            s.content_saved_pct,
+            s.cost_change_pct,
+            s.cache_write_change_pct,
+            s.flips,
+            s.recall_pct
+        );
+    }
+    let mut components: BTreeMap<&str, ComponentSum<'_>> = BTreeMap::new();
+    for r in reports {
+        for (name, c) in &r.components {
+            let e = components.entry(name).or_default();
+            e.0 += c.acted;
+            e.1 += c.saved_tokens;
+            e.2 += c.saved_tokens_unique;
+            for (g, n) in &c.gates {
+                *e.3.entry(g).or_default() += n;
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n## Components\n\n| component | turns acted | saved (cumulative) | saved (unique) | top reasons for not acting |\n|---|--:|--:|--:|---|"
+    );
+    for (name, (acted, saved, unique, gates)) in &components {
+        let mut g: Vec<(&&str, &u64)> = gates.iter().collect();
+        g.sort_by(|a, b| b.1.cmp(a.1));
+        let top: Vec<String> = g.iter().take(3).map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            out,
+            "| {name} | {acted} | {saved} | {unique} | {} |",
+            top.join(", ")
+        );
+    }
+    let mut largest: Vec<(&str, usize, usize, usize, &str)> = reports
+        .iter()
+        .flat_map(|r| {
+            r.largest
+                .iter()
+                .map(move |(k, i, n, c)| (r.name.as_str(), *k, *i, *n, c.as_str()))
+        })
+        .collect();
+    largest.sort_by_key(|item| std::cmp::Reverse(item.3));
+    let _ = writeln!(
+        out,
+        "\n## Largest items\n\n| session | turn | message | tokens saved | component |\n|---|--:|--:|--:|---|"
+    );
+    for (s, k, i, n, c) in largest.iter().take(10) {
+        let _ = writeln!(out, "| {} | {k} | {i} | {n} | {c} |", short(s));
+    }
+    out
+}
+
+fn short(name: &str) -> &str {
+    let parts: Vec<&str> = name.rsplitn(3, '/').collect();
+    match parts.as_slice() {
+        [_, dir, _] => &name[name.len() - parts[0].len() - dir.len() - 1..],
+        _ => name,
+    }
+}
+
+/// The JSON report: `totals` and `sessions`.
+pub fn json(reports: &[SessionReport], t: &Totals) -> String {
+    serde_json::json!({ "totals": t, "sessions": reports }).to_string()
+}
+
+/// A two-panel SVG of one session: content tokens and billed cost per turn, baseline against
+/// sluice.
+pub fn svg(report: &SessionReport, prices: &Prices) -> String {
+    let (w, h, pad) = (720.0, 200.0, 36.0);
+    let series = |f: &dyn Fn(&modes::replay::TurnRecord) -> (f64, f64)| -> (Vec<f64>, Vec<f64>) {
+        report.turns.iter().map(f).unzip()
+    };
+    let tokens = series(&|t| {
+        (
+            t.baseline.content_tokens as f64,
+            t.sluice.content_tokens as f64,
+        )
+    });
+    let cost = series(&|t| (t.baseline.cost(prices), t.sluice.cost(prices)));
+    let mut out = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{}" font-family="sans-serif" font-size="12">"#,
+        2.0 * h + 20.0
+    );
+    for (panel, (title, (base, ours))) in [
+        ("content tokens per turn", tokens),
+        ("billed input cost per turn (relative)", cost),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let top = panel as f64 * (h + 20.0);
+        let max = base.iter().chain(&ours).cloned().fold(1.0_f64, f64::max);
+        let n = base.len().max(2) as f64 - 1.0;
+        let line = |values: &[f64]| -> String {
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    format!(
+                        "{:.1},{:.1}",
+                        pad + (w - 2.0 * pad) * i as f64 / n,
+                        top + h - pad - (h - 2.0 * pad) * v / max
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = write!(
+            out,
+            r##"<text x="{pad}" y="{:.0}">{title} (max {max:.0})</text><polyline fill="none" stroke="#999" stroke-width="2" points="{}"/><polyline fill="none" stroke="#1f6feb" stroke-width="2" points="{}"/><text x="{:.0}" y="{:.0}" fill="#999">baseline</text><text x="{:.0}" y="{:.0}" fill="#1f6feb">sluice</text>"##,
+            top + 16.0,
+            line(&base),
+            line(&ours),
+            w - 140.0,
+            top + 16.0,
+            w - 70.0,
+            top + 16.0
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Writes `report.md`, `report.json` and one chart per session under `dir`.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn write_out(
+    dir: &Path,
+    reports: &[SessionReport],
+    t: &Totals,
+    prices: &Prices,
+) -> Result<(), String> {
+    let charts = dir.join("charts");
+    std::fs::create_dir_all(&charts).map_err(|e| format!("{}: {e}", charts.display()))?;
+    let write = |path: PathBuf, text: String| {
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    write(dir.join("report.md"), markdown(reports, t))?;
+    write(dir.join("report.json"), json(reports, t))?;
+    for (i, r) in reports.iter().enumerate() {
+        let name: String = short(&r.name)
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { '-' })
+            .collect();
+        write(charts.join(format!("{i:03}-{name}.svg")), svg(r, prices))?;
+    }
+    Ok(())
+}
+
+/// `sluice tune cold-cache`: billed cost for each idle-gap assumption, cold detection on and
+/// off, and the setting that costs least.
+///
+/// # Errors
+/// A session that does not replay.
+pub fn tune_cold_cache(
+    config: &Config,
+    sessions: &[Recorded],
+    gaps: &[u64],
+) -> Result<String, String> {
+    let mut out = String::from(
+        "| idle gap | cold_cache | billed cost change | cache writes change | content saved | flips |\n|--:|---|--:|--:|--:|--:|\n",
+    );
+    // Summed over the gaps: the gap is the user's habit, the setting is what to choose.
+    let mut sums = [(0.0_f64, true), (0.0_f64, false)];
+    for &gap in gaps {
+        for cold in [true, false] {
+            let options = Options {
+                gap: Duration::from_secs(gap),
+                cold_detection: cold,
+                ..Options::default()
+            };
+            let reports = run(config, sessions, &options)?;
+            let t = totals(&reports, &options.prices);
+            let _ = writeln!(
+                out,
+                "| {gap} s | {} | {:+.2}% | {:+.2}% | {:.2}% | {} |",
+                if cold { "on" } else { "off" },
+                t.cost_change_pct,
+                t.cache_write_change_pct,
+                t.content_saved_pct,
+                t.flips
+            );
+            sums[usize::from(!cold)].0 += t.cost_change_pct;
+        }
+    }
+    let n = gaps.len().max(1) as f64;
+    let (on, off) = (sums[0].0 / n, sums[1].0 / n);
+    let _ = writeln!(
+        out,
+        "\nMean billed cost change over these gaps: cold_cache on {on:+.2}%, off {off:+.2}%. Recommended: cold_cache {}.",
+        if on <= off { "on (the default)" } else { "off" }
+    );
+    Ok(out)
+}
