@@ -48,7 +48,7 @@ fn the_cost_tiers_add_up_on_a_hand_checked_session() {
     let t = &report.turns;
     assert_eq!(t[1].baseline.cache_read, t[0].baseline.content_tokens);
     assert_eq!(t[0].baseline.cache_read, 0);
-    let total = totals(&[report.clone()], &Prices::default());
+    let total = totals(std::slice::from_ref(&report), &Prices::default());
     let expected =
         total.baseline.cache_read as f64 * 0.1 + total.baseline.cache_write as f64 * 1.25;
     assert!((total.baseline_cost - expected).abs() < 1e-6);
