@@ -57,6 +57,9 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
                 .unwrap_or("");
         }
         let turns = match ext {
+            "jsonl" if is_event_log(&bytes) => {
+                events_to_turns(&bytes).map_err(|e| format!("{name}: {e}"))?
+            }
             "jsonl" => bytes
                 .split(|b| *b == b'\n')
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
@@ -78,6 +81,81 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
         });
     }
     Ok(out)
+}
+
+/// Whether a JSONL file is the triage replay event format (`{"type":"user/message",...}` per
+/// line) rather than one request body per line.
+fn is_event_log(bytes: &[u8]) -> bool {
+    let first = bytes
+        .split(|b| *b == b'\n')
+        .find(|l| !l.iter().all(u8::is_ascii_whitespace));
+    first
+        .and_then(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .and_then(|v| {
+            v.get("type")
+                .and_then(|t| t.as_str())
+                .map(|t| t.contains('/'))
+        })
+        .unwrap_or(false)
+}
+
+/// Turns from the triage replay event format: `user/message` (`text`), `assistant/message`
+/// (`text`, `reasoning`, `calls` of `{id, name, arguments}`) and `tool/result` (`callId`,
+/// `text`, `isError`), one per line in order. Each assistant message is an answer, so the
+/// request before it is a turn; the bodies are OpenAI chat-completions requests.
+///
+/// # Errors
+/// A line that is not JSON or an event of an unknown type.
+pub fn events_to_turns(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    use serde_json::{Value, json};
+    let text = |v: &Value| {
+        v.get("text")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let mut messages: Vec<Value> = Vec::new();
+    let mut turns = Vec::new();
+    let body = |messages: &[Value]| {
+        serde_json::to_vec(&json!({"model": "replay", "messages": messages})).unwrap_or_default()
+    };
+    for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let event: Value =
+            serde_json::from_slice(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        match event.get("type").and_then(Value::as_str) {
+            Some("user/message") => messages.push(json!({"role": "user", "content": text(&event)})),
+            Some("assistant/message") => {
+                if !messages.is_empty() {
+                    turns.push(body(&messages));
+                }
+                let calls: Vec<Value> = event
+                    .get("calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        json!({"id": c["id"], "type": "function", "function": {
+                            "name": c["name"], "arguments": c["arguments"].as_str().map_or_else(|| c["arguments"].to_string(), str::to_owned)}})
+                    })
+                    .collect();
+                let mut m = json!({"role": "assistant", "content": text(&event)});
+                if !calls.is_empty() {
+                    m["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(m);
+            }
+            Some("tool/result") => messages.push(json!({
+                "role": "tool", "tool_call_id": event["callId"], "content": text(&event)})),
+            other => return Err(format!("line {}: unknown event type {other:?}", n + 1)),
+        }
+    }
+    if !messages.is_empty() {
+        turns.push(body(&messages));
+    }
+    Ok(turns)
 }
 
 fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
@@ -388,4 +466,30 @@ pub fn tune_cold_cache(
         if on <= off { "on (the default)" } else { "off" }
     );
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_triage_event_format_becomes_turns() {
+        let log = br#"{"type":"user/message","text":"the build fails"}
+{"type":"assistant/message","reasoning":"check","calls":[{"id":"c1","name":"bash","arguments":"{\"cmd\":\"npm run build\"}"}]}
+{"type":"tool/result","callId":"c1","text":"npm ERR! missing script: build","isError":true}
+{"type":"assistant/message","text":"there is no build script; adding one"}
+"#;
+        assert!(is_event_log(log));
+        let turns = events_to_turns(log).unwrap();
+        assert_eq!(turns.len(), 3, "two requests, then the full record");
+        let second: serde_json::Value = serde_json::from_slice(&turns[1]).unwrap();
+        let messages = second["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1]["tool_calls"][0]["function"]["name"], "bash");
+        assert_eq!(messages[2]["tool_call_id"], "c1");
+        let parsed = engine::wire::parse(&turns[1], Dialect::OpenAi).unwrap();
+        assert!(parsed.messages()[2].is_tool());
+        assert!(events_to_turns(b"{\"type\":\"x/y\"}").is_err());
+        assert!(!is_event_log(b"{\"model\":\"m\",\"messages\":[]}"));
+    }
 }
