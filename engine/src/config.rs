@@ -363,6 +363,18 @@ pub const PRESETS: &[Preset] = &[
         tuned: "",
     },
     Preset {
+        name: "triage",
+        pipeline: &[
+            "stale_output",
+            "repeated_call",
+            "failed_call",
+            "oversized_block",
+            "stale_reasoning",
+        ],
+        description: "the five triage screeners, on every request (the spec's manual /triage)",
+        tuned: "",
+    },
+    Preset {
         name: "summarize",
         pipeline: &["summarize"],
         description: "one LLM summary of the middle (runs alone)",

@@ -117,6 +117,12 @@ pub trait Offload: Send + Sync {
         false
     }
 
+    /// Whether it changes more than tool-output text (an assistant's call arguments or
+    /// reasoning): then its frozen decisions record and replay whole messages.
+    fn whole_messages(&self) -> bool {
+        false
+    }
+
     /// Returns the keys of every original it stashed.
     ///
     /// # Errors
@@ -153,6 +159,13 @@ impl Stage {
         match self {
             Stage::Reformat(c) => c.freeze(),
             Stage::Offload(c) => c.freeze(),
+        }
+    }
+
+    fn whole_messages(&self) -> bool {
+        match self {
+            Stage::Reformat(_) => false,
+            Stage::Offload(c) => c.whole_messages(),
         }
     }
 
@@ -453,6 +466,57 @@ impl RunReport {
     }
 }
 
+/// What a freeze is keyed on: the content, or for a whole-message component every text the
+/// model reads of the message (content, reasoning, call arguments).
+fn identity(message: &Message, whole: bool) -> std::borrow::Cow<'_, str> {
+    if whole {
+        let texts: Vec<&str> = message.visible_texts().collect();
+        texts.join("\u{1f}").into()
+    } else {
+        message.content.as_str().into()
+    }
+}
+
+/// The recorded form of a whole-message decision.
+fn frozen_value(message: &Message) -> String {
+    serde_json::json!({
+        "content": message.content,
+        "reasoning": message.reasoning,
+        "arguments": message.tool_calls.iter().map(|c| c.arguments.as_str()).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
+
+/// Applies a recorded whole-message decision; false when it does not fit the message.
+fn apply_frozen(message: &mut Message, value: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(value) else {
+        return false;
+    };
+    let strings = |key: &str| -> Option<Vec<String>> {
+        v.get(key)?
+            .as_array()?
+            .iter()
+            .map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    };
+    let (Some(content), Some(reasoning), Some(arguments)) = (
+        v.get("content").and_then(|c| c.as_str()),
+        strings("reasoning"),
+        strings("arguments"),
+    ) else {
+        return false;
+    };
+    if reasoning.len() != message.reasoning.len() || arguments.len() != message.tool_calls.len() {
+        return false;
+    }
+    content.clone_into(&mut message.content);
+    message.reasoning = reasoning;
+    for (call, args) in message.tool_calls.iter_mut().zip(arguments) {
+        call.arguments = args;
+    }
+    true
+}
+
 /// The replay key of `component`'s decision on the message at `index` holding `content`.
 ///
 /// Position is part of it: whether a history-rewriting component acts depends on where a
@@ -473,6 +537,7 @@ fn freeze_key(component: &str, index: usize, content: &str) -> String {
 fn replay(
     name: &str,
     freeze: Freeze,
+    whole: bool,
     messages: &mut Transcript<'_>,
     cx: &mut ApplyCx<'_>,
 ) -> Vec<StashKey> {
@@ -480,10 +545,15 @@ fn replay(
     let mut keys = Vec::new();
     for index in 0..messages.len() {
         let message = &messages[index];
-        if !message.is_tool() || !message.rewritable || marker::contains_marker(&message.content) {
+        let candidate = if whole {
+            message.visible_texts().all(|t| !marker::contains_marker(t))
+        } else {
+            message.is_tool() && message.rewritable && !marker::contains_marker(&message.content)
+        };
+        if !candidate {
             continue;
         }
-        let key = freeze_key(name, index, &message.content);
+        let key = freeze_key(name, index, &identity(message, whole));
         let Some(replacement) = store.get_replay(&session, &key) else {
             cx.frozen.misses += 1;
             if store.was_lost(&session, &key) {
@@ -500,9 +570,9 @@ fn replay(
         let mut named = Vec::new();
         let restored = marker::marker_ids(&replacement).all(|id| {
             if store.resolve(&session, id).is_none() {
-                let original = [cx.wire_original(index), Some(message.content.as_str())]
-                    .into_iter()
+                let original = std::iter::once(cx.wire_original(index))
                     .flatten()
+                    .chain(message.visible_texts())
                     .find(|c| marker::stash_id(c) == id);
                 if original.is_none_or(|o| store.stash(&session, id, o).is_err()) {
                     return false;
@@ -518,7 +588,14 @@ fn replay(
             cx.frozen.dropped += 1;
             continue;
         }
-        messages.get_mut(index).content = replacement.to_string();
+        if whole {
+            if !apply_frozen(messages.get_mut(index), &replacement) {
+                cx.gate("freeze_unreadable");
+                continue;
+            }
+        } else {
+            messages.get_mut(index).content = replacement.to_string();
+        }
         cx.frozen.hits += 1;
         cx.replayed.push(index);
         keys.extend(named);
@@ -591,14 +668,20 @@ impl Pipeline {
                 }
                 Stage::Reformat(c) => {
                     // A replayed repacking names no stash; its keys are not needed.
-                    replay(c.name(), freeze, &mut transcript, &mut acx);
+                    replay(c.name(), freeze, false, &mut transcript, &mut acx);
                     c.reformat(&mut transcript, &mut acx).map(|()| Vec::new())
                 }
                 Stage::Offload(c) if freeze == Freeze::Stateless => {
                     c.offload(&mut transcript, &mut acx)
                 }
                 Stage::Offload(c) => {
-                    let mut keys = replay(c.name(), freeze, &mut transcript, &mut acx);
+                    let mut keys = replay(
+                        c.name(),
+                        freeze,
+                        c.whole_messages(),
+                        &mut transcript,
+                        &mut acx,
+                    );
                     keys.extend(c.offload(&mut transcript, &mut acx)?);
                     Ok(keys)
                 }
@@ -660,13 +743,18 @@ impl Pipeline {
                 }
                 None => {
                     if freeze != Freeze::Stateless {
+                        let whole = stage.whole_messages();
                         for (i, old) in saved.iter().filter(|(i, _)| is_new(i)) {
                             let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
                                 Ok(at) => acx.fresh[at].1.clone(),
-                                Err(_) => freeze_key(stage.name(), *i, &old.content),
+                                Err(_) => freeze_key(stage.name(), *i, &identity(old, whole)),
                             };
-                            cx.store
-                                .put_replay(&cx.session, &key, &messages[*i].content);
+                            let value = if whole {
+                                frozen_value(&messages[*i])
+                            } else {
+                                messages[*i].content.clone()
+                            };
+                            cx.store.put_replay(&cx.session, &key, &value);
                             if acx.repair.binary_search(i).is_ok() {
                                 component.frozen.repaired += 1;
                             }

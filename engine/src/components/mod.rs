@@ -12,16 +12,22 @@ pub mod cmdfilter;
 pub(crate) mod collapse;
 mod dedup;
 mod extract;
+mod failed_call;
 mod failed_run;
 mod format;
 mod linecap;
 pub mod llm_offload;
 mod mask;
+mod oversized_block;
 mod phi_evict;
+mod repeated_call;
 mod searchfold;
 mod smartcrush;
+mod stale_output;
+mod stale_reasoning;
 mod textclean;
 mod toon;
+pub mod triage;
 
 /// What `textclean` makes of a text: escapes removed, `\r` redraws rendered (for tests and tools
 /// that check its output).
@@ -61,30 +67,25 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &dedup::Factory,
     &extract::Factory,
     &llm_offload::ExtractLlm,
+    &failed_call::Factory,
     &failed_run::Factory,
     &format::Factory,
     &linecap::Factory,
     &mask::Factory,
+    &oversized_block::Factory,
     &phi_evict::Factory,
+    &repeated_call::Factory,
     &searchfold::Factory,
     &smartcrush::Factory,
+    &stale_output::Factory,
+    &stale_reasoning::Factory,
     &llm_offload::Summarize,
     &textclean::Factory,
     &toon::Factory,
 ];
 
 /// Components the spec names that this build does not have yet.
-pub const PLANNED: &[&str] = &[
-    "failed_call",
-    "oversized_block",
-    "readlifecycle",
-    "repeated_call",
-    "skeleton",
-    "stale_output",
-    "stale_reasoning",
-    "toolfilter",
-    "toolschema",
-];
+pub const PLANNED: &[&str] = &["readlifecycle", "skeleton", "toolfilter", "toolschema"];
 
 /// The factory registered under `name`.
 pub fn find(name: &str) -> Option<&'static dyn ComponentFactory> {

@@ -1,0 +1,123 @@
+//! `stale_output` (triage): archives call outputs that are many steps old (Offload, frozen).
+//!
+//! An output more than `turns` assistant steps old, outside the reserve, not exempt, becomes:
+//! ```text
+//! [archived: bash output from 12 steps ago; starts: <first 96 characters>] <<cg:…>> [full output: call context_guru_expand]
+//! ```
+//! The call itself stays as it was, so the pair remains valid for every provider. Whether an
+//! output is stale depends on later history, so decisions are frozen (see `triage`).
+
+use serde::Deserialize;
+
+use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, steps_after};
+use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek};
+use crate::config::ComponentSource;
+use crate::marker::HINT_FULL_OUTPUT;
+use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+
+/// `components.stale_output`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StaleOutputConfig {
+    /// Defaults to `8`. Outputs more than this many assistant steps old are archived.
+    pub turns: usize,
+    pub reserve: Reserve,
+    pub exempt: Exempt,
+    /// Defaults to none (act on every request). See `triage`.
+    pub budget: Option<Budget>,
+    /// Defaults to `true`.
+    pub cold_cache: bool,
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for StaleOutputConfig {
+    fn default() -> StaleOutputConfig {
+        StaleOutputConfig {
+            turns: 8,
+            reserve: Reserve::default(),
+            exempt: Exempt::default(),
+            budget: None,
+            cold_cache: true,
+            marker_mode: MarkerMode::Full,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "stale_output"
+    }
+    fn summary(&self) -> &'static str {
+        "triage: archives call outputs many steps old (frozen, recoverable)"
+    }
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let c: StaleOutputConfig = decode(source)?;
+        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+        Ok(Stage::Offload(Box::new(StaleOutput { config: c, rules })))
+    }
+}
+
+struct StaleOutput {
+    config: StaleOutputConfig,
+    rules: Rules,
+}
+
+impl Offload for StaleOutput {
+    fn name(&self) -> &'static str {
+        "stale_output"
+    }
+    fn freeze(&self) -> Freeze {
+        Freeze::Rederivable
+    }
+    fn cold_cache(&self) -> bool {
+        self.config.cold_cache
+    }
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        if self.rules.quiet(cx, messages) {
+            return Ok(Vec::new());
+        }
+        let reserve = self.rules.reserve_start(messages);
+        let mut targets = Vec::new();
+        for pair in call_pairs(messages) {
+            let output = &messages[pair.output];
+            if pair.output >= reserve {
+                cx.gate("in_reserve");
+            } else if steps_after(messages, pair.call_message) <= self.config.turns {
+                cx.gate("recent");
+            } else if self.rules.exempt(output) {
+                cx.gate("exempt");
+            } else if offload_candidate(output, cx) {
+                if cx.may_mutate(pair.output) {
+                    targets.push((pair.output, steps_after(messages, pair.call_message)));
+                } else {
+                    cx.gate("cached_prefix");
+                }
+            }
+        }
+        if !self
+            .rules
+            .worth(targets.iter().map(|(i, _)| cx.tokens(*i)).sum())
+        {
+            cx.gate("below_min_savings");
+            return Ok(Vec::new());
+        }
+        let mut keys = Vec::new();
+        for (index, age) in targets {
+            let tool = messages[index]
+                .tool_name
+                .clone()
+                .unwrap_or_else(|| "tool".into());
+            let head = peek(&messages[index].content, 96);
+            keys.extend(offload_with(messages, index, cx, |marker| {
+                format!("[archived: {tool} output from {age} steps ago; starts: {head}] {marker}{HINT_FULL_OUTPUT}")
+            }));
+        }
+        Ok(keys)
+    }
+}

@@ -1,0 +1,156 @@
+//! `stale_reasoning` (triage): removes reasoning older than `keep_turns` user turns and trims
+//! kept blocks over `max_block_chars` (Offload, frozen).
+//!
+//! A removed block reads `[reasoning removed <<cg:…>>]`; a trimmed one keeps its first
+//! `max_block_chars` characters and ends in ` … <<cg:…>>`. Inside the reserve blocks are only
+//! trimmed, never removed. Anthropic thinking blocks are signed and the API rejects an edited
+//! one, so on Anthropic requests it records `signed_thinking` and does nothing; it acts on
+//! OpenAI-dialect reasoning (`reasoning_content`, as DeepSeek and others send it).
+
+use serde::Deserialize;
+
+use super::triage::{Budget, Exempt, Reserve, Rules, head_chars};
+use super::{ComponentFactory, MarkerMode, decode};
+use crate::config::ComponentSource;
+use crate::marker;
+use crate::message::Role;
+use crate::pipeline::{
+    ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript, message_tokens,
+};
+use crate::wire::Dialect;
+
+/// `components.stale_reasoning`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StaleReasoningConfig {
+    /// Defaults to `3`. Reasoning within the latest this many user turns is kept.
+    pub keep_turns: usize,
+    /// Defaults to `2000`. Kept blocks over this many characters are trimmed.
+    pub max_block_chars: usize,
+    pub reserve: Reserve,
+    pub exempt: Exempt,
+    /// Defaults to none (act on every request). See `triage`.
+    pub budget: Option<Budget>,
+    /// Defaults to `true`.
+    pub cold_cache: bool,
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for StaleReasoningConfig {
+    fn default() -> StaleReasoningConfig {
+        StaleReasoningConfig {
+            keep_turns: 3,
+            max_block_chars: 2000,
+            reserve: Reserve::default(),
+            exempt: Exempt::default(),
+            budget: None,
+            cold_cache: true,
+            marker_mode: MarkerMode::Full,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "stale_reasoning"
+    }
+    fn summary(&self) -> &'static str {
+        "triage: removes old reasoning and trims long kept blocks (frozen, recoverable)"
+    }
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let c: StaleReasoningConfig = decode(source)?;
+        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+        Ok(Stage::Offload(Box::new(StaleReasoning {
+            config: c,
+            rules,
+        })))
+    }
+}
+
+struct StaleReasoning {
+    config: StaleReasoningConfig,
+    rules: Rules,
+}
+
+impl Offload for StaleReasoning {
+    fn name(&self) -> &'static str {
+        "stale_reasoning"
+    }
+    fn freeze(&self) -> Freeze {
+        Freeze::Rederivable
+    }
+    fn cold_cache(&self) -> bool {
+        self.config.cold_cache
+    }
+    fn whole_messages(&self) -> bool {
+        true
+    }
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        if cx.dialect() == Dialect::Anthropic {
+            cx.gate("signed_thinking");
+            return Ok(Vec::new());
+        }
+        if self.rules.quiet(cx, messages) {
+            return Ok(Vec::new());
+        }
+        let reserve = self.rules.reserve_start(messages);
+        let mut keys = Vec::new();
+        for index in 0..messages.len() {
+            let message = &messages[index];
+            if message.role != Role::Assistant || message.reasoning.is_empty() {
+                continue;
+            }
+            if message.reasoning.iter().any(|r| marker::contains_marker(r)) {
+                cx.gate("marker_or_kept_verbatim");
+                continue;
+            }
+            let user_turns_after = (index + 1..messages.len())
+                .filter(|&i| messages[i].role == Role::User)
+                .count();
+            let remove = user_turns_after >= self.config.keep_turns && index < reserve;
+            let mut after = message.clone();
+            let mut originals = Vec::new();
+            for block in &mut after.reasoning {
+                let id = marker::stash_id(block);
+                if remove {
+                    originals.push(std::mem::replace(
+                        block,
+                        format!("[reasoning removed {}]", marker::marker(&id)),
+                    ));
+                } else if block.chars().count() > self.config.max_block_chars {
+                    let head = head_chars(block, self.config.max_block_chars).to_owned();
+                    originals.push(std::mem::replace(
+                        block,
+                        format!("{head} … {}", marker::marker(&id)),
+                    ));
+                }
+            }
+            if originals.is_empty() {
+                cx.gate("within_keep_turns");
+                continue;
+            }
+            if !cx.may_mutate(index) {
+                cx.gate("cached_prefix");
+                continue;
+            }
+            if message_tokens(&after) >= message_tokens(message) {
+                cx.gate("marker_no_win");
+                continue;
+            }
+            let stashed: Result<Vec<StashKey>, _> = originals.iter().map(|o| cx.stash(o)).collect();
+            let Ok(stashed) = stashed else {
+                cx.gate("store_full");
+                continue;
+            };
+            *messages.get_mut(index) = after;
+            keys.extend(stashed);
+        }
+        Ok(keys)
+    }
+}
