@@ -153,6 +153,9 @@ pub struct SessionReport {
     /// The largest single savings: (turn, message index, tokens saved, component).
     pub largest: Vec<(usize, usize, usize, String)>,
     pub frozen_flips: u64,
+    /// Where compaction pays in the latest turn: the first and last message index it changed,
+    /// and the tokens saved between them (the triage spec's suggested compression range).
+    pub suggested_range: Option<(usize, usize, usize)>,
 }
 
 /// Sums over sessions.
@@ -293,6 +296,7 @@ pub fn replay_session(
         components: BTreeMap::new(),
         largest: Vec::new(),
         frozen_flips: 0,
+        suggested_range: None,
     };
     let mut unique: BTreeSet<(&'static str, u64)> = BTreeSet::new();
     // The longest body holds every answer; when it ends with one it is a record, not a request.
@@ -378,6 +382,16 @@ pub fn replay_session(
                 *tally.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
             }
         }
+        let savings = applied
+            .report
+            .components
+            .iter()
+            .flat_map(|c| &c.savings)
+            .filter(|s| s.saved_tokens > 0);
+        report.suggested_range = savings.fold(None, |range, s| {
+            let (lo, hi, n) = range.unwrap_or((s.index, s.index, 0));
+            Some((lo.min(s.index), hi.max(s.index), n + s.saved_tokens))
+        });
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
         report.turns.push(TurnRecord {

@@ -260,15 +260,19 @@ pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
     );
     let _ = writeln!(
         out,
-        "## Sessions\n\n| session | turns | cold | content saved | cost change | cache writes | flips | recall |\n|---|--:|--:|--:|--:|--:|--:|--:|"
+        "## Sessions\n\n| session | turns | cold | content saved | cost change | cache writes | flips | recall | suggested range (last turn) |\n|---|--:|--:|--:|--:|--:|--:|--:|---|"
     );
     let prices = Prices::default();
     for r in reports {
         let s = totals(std::slice::from_ref(r), &prices);
         let cold = r.turns.iter().filter(|t| t.cold).count();
+        let range = r.suggested_range.map_or_else(
+            || "none".to_owned(),
+            |(lo, hi, n)| format!("messages {lo}-{hi} ({n} tokens)"),
+        );
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2}% | {:+.2}% | {:+.2}% | {} | {:.1}% |",
+            "| {} | {} | {} | {:.2}% | {:+.2}% | {:+.2}% | {} | {:.1}% | {range} |",
             short(&r.name),
             s.turns,
             cold,

@@ -234,3 +234,70 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("no such file or directory"));
 }
+
+#[test]
+fn replay_reads_the_triage_event_format_and_reports_the_screeners() {
+    // A conversation in the spec's replay format: four user turns, each with a few big outputs.
+    let mut lines = Vec::new();
+    let mut call = 0;
+    for turn in 0..4 {
+        lines.push(serde_json::json!({"type": "user/message", "text": format!("step {turn}: keep fixing the importer")}));
+        for _ in 0..3 {
+            call += 1;
+            let id = format!("c{call}");
+            lines.push(
+                serde_json::json!({"type": "assistant/message", "text": "", "calls": [
+                {"id": id, "name": "bash", "arguments": "{\"cmd\":\"python importer.py\"}"}]}),
+            );
+            let output =
+                format!("run {call}\n") + &"importer.py: processed record in 3ms\n".repeat(300);
+            lines.push(serde_json::json!({"type": "tool/result", "callId": id, "text": output, "isError": false}));
+        }
+    }
+    lines.push(serde_json::json!({"type": "assistant/message", "text": "done"}));
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let path = std::env::temp_dir().join(format!("sluice-events-{}.jsonl", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = sluice(
+        &[
+            "replay",
+            "--preset",
+            "triage",
+            "--gap",
+            "7200",
+            "--format",
+            "json",
+            path.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = &doc["sessions"][0];
+    assert_eq!(
+        session["turns"].as_array().unwrap().len(),
+        13,
+        "one request per assistant message"
+    );
+    assert!(
+        session["components"]["stale_output"]["acted"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // stale_output runs first in the preset and takes the old outputs; the others report why not.
+    assert!(session["components"]["oversized_block"]["gates"].is_object());
+    assert_eq!(doc["totals"]["flips"], 0);
+    assert!(session["suggested_range"].is_array());
+    // The totals are the sum of the turns.
+    let turns = session["turns"].as_array().unwrap();
+    let sum: u64 = turns
+        .iter()
+        .map(|t| t["sluice"]["content_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        doc["totals"]["sluice"]["content_tokens"].as_u64(),
+        Some(sum)
+    );
+    std::fs::remove_file(&path).ok();
+}

@@ -495,4 +495,57 @@ mod tests {
         assert_eq!(head_chars("héllo", 2), "hé");
         assert_eq!(tail_chars("héllo", 3), "llo");
     }
+
+    #[test]
+    fn the_first_screener_in_the_pipeline_wins_an_item_two_would_claim() {
+        use crate::config::Config;
+        use std::sync::Arc;
+        let huge = log("bulk", 400);
+        let steps = vec![
+            (
+                "bash",
+                r#"{"command":"cat dump.log"}"#,
+                huge.as_str(),
+                false
+            );
+            12
+        ];
+        let run = |pipeline: &str| {
+            let p = Config::parse(&format!("pipeline: [{pipeline}]\ncomponents:\n  stale_output: {{turns: 2, reserve: {{turns: 1}}}}\n  oversized_block: {{reserve: {{turns: 1}}}}\n")).unwrap().build_pipeline().unwrap();
+            let clock = Arc::new(crate::clock::ManualClock::new());
+            let cx = crate::pipeline::RunCx {
+                dialect: crate::wire::Dialect::OpenAi,
+                session: "s".into(),
+                store: Arc::new(crate::store::MemoryStore::new(
+                    crate::store::MemoryStoreLimits::DEFAULT,
+                    clock.clone(),
+                )),
+                clock,
+                mutable_from: 0,
+                cold: false,
+                existing_breakpoints: 0,
+            };
+            let mut messages = session(&steps, 1);
+            let report = p.run(&mut messages, &cx);
+            (messages, report)
+        };
+        let (messages, report) = run("stale_output, oversized_block");
+        assert!(messages[2].content.starts_with("[archived:"));
+        assert!(
+            report.components[1]
+                .changed
+                .iter()
+                .all(|i| !report.components[0].changed.contains(i)),
+            "no item claimed twice"
+        );
+        assert!(
+            !report.components[1].changed.contains(&2),
+            "the archived output is left alone"
+        );
+        let (messages, _) = run("oversized_block, stale_output");
+        assert!(
+            messages[2].content.contains("characters omitted"),
+            "order decides"
+        );
+    }
 }

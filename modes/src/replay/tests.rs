@@ -165,3 +165,59 @@ fn recall_drops_when_a_needed_output_is_masked_and_recovers_behind_a_marker() {
     let last = plain.turns.last().unwrap().recall;
     assert_eq!(last.visible, last.referenced);
 }
+
+#[test]
+fn the_report_totals_are_the_sum_of_its_items() {
+    let outputs = [
+        big("a").leak() as &str,
+        big("b").leak(),
+        big("c").leak(),
+        big("d").leak(),
+        big("e").leak(),
+    ];
+    let options = Options {
+        gap: Duration::from_secs(7200),
+        ..Options::default()
+    };
+    let reports = vec![
+        replay("pipeline: [mask]", &body(&outputs, &[]), &options),
+        replay(
+            "pipeline: [mask, collapse]",
+            &body(&outputs[..3], &[]),
+            &options,
+        ),
+    ];
+    let t = totals(&reports, &Prices::default());
+    let turns: Vec<&TurnRecord> = reports.iter().flat_map(|r| &r.turns).collect();
+    assert_eq!(t.turns, turns.len());
+    assert_eq!(
+        t.baseline.content_tokens,
+        turns
+            .iter()
+            .map(|x| x.baseline.content_tokens)
+            .sum::<usize>()
+    );
+    assert_eq!(
+        t.sluice.cache_write,
+        turns.iter().map(|x| x.sluice.cache_write).sum::<usize>()
+    );
+    assert_eq!(
+        t.flips,
+        turns.iter().map(|x| x.flipped_messages).sum::<usize>()
+    );
+    assert_eq!(
+        t.recall.referenced,
+        turns.iter().map(|x| x.recall.referenced).sum::<usize>()
+    );
+    let saved: usize = reports
+        .iter()
+        .flat_map(|r| r.components.values())
+        .map(|c| c.saved_tokens)
+        .sum();
+    assert_eq!(
+        saved,
+        t.baseline.content_tokens - t.sluice.content_tokens,
+        "per-component savings add up to the total"
+    );
+    assert!((t.sluice_cost - t.sluice.cost(&Prices::default())).abs() < 1e-6);
+}
