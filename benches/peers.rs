@@ -185,12 +185,12 @@ fn main() {
         println!("|---|--:|--:|--:|--:|--:|--:|");
         for (name, arm) in [("direct", &direct), ("sluice", &ours), ("headroom", &theirs)] {
             println!(
-                "| {name} | {:.3} ms | {:.3} ms | {} | {} | {} | {} |",
+                "| {name} | {:.3} ms | {:.3} ms | {} | {} | {:?} | {} |",
                 percentile(&arm.latency, 50.0) - d50,
                 percentile(&arm.latency, 99.0) - d99,
                 arm.bytes,
                 arm.tokens,
-                format!("{:?}", arm.failed),
+                arm.failed,
                 arm.unparsed
             );
         }
