@@ -17,7 +17,7 @@
 //! a key whose actor is still stopping is not loaded until the save is done, so a session never
 //! comes back with stale state.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -131,8 +131,9 @@ struct Slot<S> {
 struct Registry<S> {
     slots: HashMap<String, Slot<S>>,
     recency: BTreeMap<u64, String>,
-    /// Keys whose actor is saving its state; a new actor waits for it before loading.
-    stopping: HashSet<String>,
+    /// Per key, how many evicted actors have not saved their state yet; a new actor waits until
+    /// none is left before loading. A count, not a flag: under churn one key can have several.
+    stopping: HashMap<String, usize>,
     next_tick: u64,
 }
 
@@ -181,7 +182,7 @@ impl<S: Default + Send + 'static> Sessions<S> {
                 registry: Mutex::new(Registry {
                     slots: HashMap::new(),
                     recency: BTreeMap::new(),
-                    stopping: HashSet::new(),
+                    stopping: HashMap::new(),
                     next_tick: 0,
                 }),
                 persist,
@@ -279,7 +280,7 @@ impl<S: Default + Send + 'static> Sessions<S> {
             // Dropping its only long-lived sender stops the victim once in-flight sends finish;
             // it saves its state on the way out, and its key waits in `stopping` until then.
             if registry.slots.remove(&victim).is_some() {
-                registry.stopping.insert(victim);
+                *registry.stopping.entry(victim).or_default() += 1;
                 self.shared.evicted.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -308,8 +309,14 @@ async fn run_actor<S: Default + Send + 'static>(
 ) {
     let mut state = loop {
         {
-            let registry = shared.registry.lock();
-            if !registry.stopping.contains(&key) {
+            let mut registry = shared.registry.lock();
+            if registry.slots.get(&key).is_none_or(|s| s.actor != actor) {
+                // Evicted before it ever loaded: nothing to save, and it must not wait for
+                // its own eviction to finish.
+                registry.done_stopping(&key);
+                return;
+            }
+            if !registry.stopping.contains_key(&key) {
                 break shared.persist.load(&key);
             }
         }
@@ -330,7 +337,9 @@ async fn run_actor<S: Default + Send + 'static>(
                 }
                 rx.close();
                 shared.persist.save(&key, &state);
-                registry.stopping.remove(&key);
+                if !ours {
+                    registry.done_stopping(&key);
+                }
                 // Queued commands are dropped with `rx`: their senders retry on a new actor,
                 // which loads what was just saved.
                 return;
@@ -358,7 +367,19 @@ async fn run_actor<S: Default + Send + 'static>(
     }
     let mut registry = shared.registry.lock();
     shared.persist.save(&key, &state);
-    registry.stopping.remove(&key);
+    registry.done_stopping(&key);
+}
+
+impl<S> Registry<S> {
+    /// One evicted actor of `key` has finished (saved, or never loaded).
+    fn done_stopping(&mut self, key: &str) {
+        if let Some(n) = self.stopping.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.stopping.remove(key);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -282,6 +282,7 @@ impl Filter {
         let mut loss = Lossiness::None;
         let stripped;
         let text = if self.strip_ansi {
+            // Escapes and redraws are not content: what a terminal showed stays, so no loss.
             stripped = crate::components::terminal_render(input);
             stripped.as_str()
         } else {
@@ -292,6 +293,8 @@ impl Filter {
         for (pattern, replacement) in &self.replace {
             for line in &mut lines {
                 if pattern.is_match(line) {
+                    // A replacement rewrites what the model reads: lossy, so the hint goes on.
+                    loss = Lossiness::Whole;
                     *line =
                         Cow::Owned(pattern.replace_all(line, replacement.as_str()).into_owned());
                 }

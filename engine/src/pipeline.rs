@@ -123,6 +123,13 @@ pub trait Offload: Send + Sync {
         false
     }
 
+    /// Whether a lost decision may be re-derived (a [`Freeze::Rederivable`] component whose
+    /// act-or-not choice can differ with age, such as trimming a block that would later be
+    /// removed, answers false).
+    fn repairable(&self) -> bool {
+        true
+    }
+
     /// Returns the keys of every original it stashed.
     ///
     /// # Errors
@@ -166,6 +173,13 @@ impl Stage {
         match self {
             Stage::Reformat(_) => false,
             Stage::Offload(c) => c.whole_messages(),
+        }
+    }
+
+    fn repairable(&self) -> bool {
+        match self {
+            Stage::Reformat(_) => true,
+            Stage::Offload(c) => c.repairable(),
         }
     }
 
@@ -234,6 +248,9 @@ pub struct ApplyCx<'a> {
     repair: Vec<usize>,
     /// Indices replayed from a freeze before the component ran, ascending.
     replayed: Vec<usize>,
+    /// Per replayed index: its freeze key and the message as replayed, so a revert keeps the
+    /// replay and a further change by the component is checked and recorded like a new one.
+    replayed_as: Vec<(usize, String, Message)>,
     /// Freeze keys of the candidates replay looked up and did not find, by index.
     fresh: Vec<(usize, String)>,
     frozen: FrozenCounts,
@@ -255,6 +272,7 @@ impl<'a> ApplyCx<'a> {
             cold_cache,
             repair: Vec::new(),
             replayed: Vec::new(),
+            replayed_as: Vec::new(),
             fresh: Vec::new(),
             frozen: FrozenCounts::default(),
         }
@@ -538,6 +556,7 @@ fn replay(
     name: &str,
     freeze: Freeze,
     whole: bool,
+    repairable: bool,
     messages: &mut Transcript<'_>,
     cx: &mut ApplyCx<'_>,
 ) -> Vec<StashKey> {
@@ -558,7 +577,7 @@ fn replay(
             cx.frozen.misses += 1;
             if store.was_lost(&session, &key) {
                 cx.frozen.dropped += 1;
-                if freeze == Freeze::Rederivable {
+                if freeze == Freeze::Rederivable && repairable {
                     cx.repair.push(index);
                 }
             }
@@ -598,6 +617,7 @@ fn replay(
         }
         cx.frozen.hits += 1;
         cx.replayed.push(index);
+        cx.replayed_as.push((index, key, messages[index].clone()));
         keys.extend(named);
     }
     keys
@@ -668,7 +688,7 @@ impl Pipeline {
                 }
                 Stage::Reformat(c) => {
                     // A replayed repacking names no stash; its keys are not needed.
-                    replay(c.name(), freeze, false, &mut transcript, &mut acx);
+                    replay(c.name(), freeze, false, true, &mut transcript, &mut acx);
                     c.reformat(&mut transcript, &mut acx).map(|()| Vec::new())
                 }
                 Stage::Offload(c) if freeze == Freeze::Stateless => {
@@ -679,6 +699,7 @@ impl Pipeline {
                         c.name(),
                         freeze,
                         c.whole_messages(),
+                        stage.repairable(),
                         &mut transcript,
                         &mut acx,
                     );
@@ -701,7 +722,12 @@ impl Pipeline {
             let after = new_counts
                 .iter()
                 .fold(total, |acc, &(i, n)| acc - counts[i] + n);
-            let is_new = |i: &usize| acx.replayed.binary_search(i).is_err();
+            // New: not replayed, or changed again after its replay (then it is a decision of
+            // this turn, checked against the prefix and recorded like any other).
+            let is_new = |i: &usize| match acx.replayed_as.iter().find(|(j, _, _)| j == i) {
+                Some((_, _, replayed)) => messages[*i] != *replayed,
+                None => true,
+            };
             let in_cached_prefix = freeze != Freeze::Stateless
                 && saved.iter().any(|(i, _)| is_new(i) && !acx.may_mutate(*i));
             let revert = match &outcome {
@@ -737,17 +763,40 @@ impl Pipeline {
                     for (i, old) in saved {
                         messages[i] = old;
                     }
+                    // The replays stay: they are what the provider cached, and dropping them
+                    // because the component failed at something else would flip the prefix.
+                    for (i, _, replayed) in std::mem::take(&mut acx.replayed_as) {
+                        let n = message_tokens(&replayed);
+                        component.savings.push(MessageSaving {
+                            index: i,
+                            content_key: tokens::content_hash(&messages[i].content),
+                            saved_tokens: counts[i].saturating_sub(n),
+                        });
+                        total = total - counts[i] + n;
+                        counts[i] = n;
+                        messages[i] = replayed;
+                        component.changed.push(i);
+                    }
+                    component.tokens_after = total;
+                    component.saved_tokens = component.tokens_before.saturating_sub(total);
+                    component.acted = component.saved_tokens > 0;
+                    component.mutated = !component.changed.is_empty();
                     component.reverted = Some(why);
-                    // Nothing it did reached the wire, replays included.
-                    component.frozen.hits = 0;
                 }
                 None => {
                     if freeze != Freeze::Stateless {
                         let whole = stage.whole_messages();
                         for (i, old) in saved.iter().filter(|(i, _)| is_new(i)) {
+                            let replayed_key = acx
+                                .replayed_as
+                                .iter()
+                                .find(|(j, _, _)| j == i)
+                                .map(|(_, key, _)| key.clone());
                             let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
                                 Ok(at) => acx.fresh[at].1.clone(),
-                                Err(_) => freeze_key(stage.name(), *i, &identity(old, whole)),
+                                Err(_) => replayed_key.unwrap_or_else(|| {
+                                    freeze_key(stage.name(), *i, &identity(old, whole))
+                                }),
                             };
                             let value = if whole {
                                 frozen_value(&messages[*i])

@@ -109,6 +109,9 @@ pub fn run_turn<'a>(
     if !staircase {
         return (apply_parsed(parsed, pipeline, &cx), facts);
     }
+    // A staircase step is taken whether or not the re-write pays: weighing costs a second
+    // pipeline run, at most once every `every_turns`.
+    state.turns_since_amortized = 0;
     let usual_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
     let deep_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
     let usual_cx = RunCx {
@@ -131,7 +134,6 @@ pub fn run_turn<'a>(
     );
     if verdict.pays() {
         deep_store.commit();
-        state.turns_since_amortized = 0;
         state.tracker.counts.amortized_rewrites += 1;
         facts.amortized = true;
         (deep, facts)

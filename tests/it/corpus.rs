@@ -122,7 +122,8 @@ fn check_promises(config: &Config) -> usize {
             if old == new {
                 continue;
             }
-            if old.is_tool() && old.content == new.content && old.cache_control == new.cache_control {
+            if old.is_tool() && old.content == new.content && old.cache_control == new.cache_control
+            {
                 // Same output; only what it copies from its call (the arguments) moved, and the
                 // call's own change is checked on the assistant message.
                 continue;

@@ -120,3 +120,29 @@ async fn threads_outside_the_runtime_lease_too() {
     sessions.apply("a", |c| c.turns += 10);
     assert_eq!(turn(&sessions, "a").await, 12);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heavy_churn_never_loses_or_races_a_turn() {
+    // One live actor for two sessions: every turn evicts the other session's actor, often
+    // before its successor has loaded.
+    let (sessions, _) = sessions(1, Duration::from_secs(60));
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let sessions = sessions.clone();
+            tokio::spawn(async move { turn(&sessions, if i % 2 == 0 { "a" } else { "b" }).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // No two turns of one session overlapped (`turn` asserts it). A turn that found no actor in
+    // three tries ran on a detached fresh state (the safe fallback: it knows no boundary), so
+    // it is counted there instead of in the session.
+    let (a, b) = (turn(&sessions, "a").await, turn(&sessions, "b").await);
+    let detached = sessions.stats().detached;
+    assert_eq!(
+        a + b + detached,
+        42,
+        "every turn is in its session or counted as detached"
+    );
+}

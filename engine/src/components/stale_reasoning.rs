@@ -87,6 +87,10 @@ impl Offload for StaleReasoning {
     fn whole_messages(&self) -> bool {
         true
     }
+    /// A block trimmed while recent would be removed when re-derived later: never re-derive.
+    fn repairable(&self) -> bool {
+        false
+    }
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

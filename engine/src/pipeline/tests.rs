@@ -451,3 +451,42 @@ fn a_frozen_decision_never_replays_onto_another_copy_of_the_same_text() {
     assert_eq!(second[1], first[1], "the old copy replays");
     assert_eq!(second[5].content, run_log(0), "the newest copy stays whole");
 }
+
+#[test]
+fn a_component_that_fails_after_replaying_keeps_its_replays() {
+    /// Named like mask, so it finds mask's frozen decisions; then fails.
+    struct FailingMask;
+    impl Offload for FailingMask {
+        fn name(&self) -> &'static str {
+            "mask"
+        }
+        fn freeze(&self) -> Freeze {
+            Freeze::Rederivable
+        }
+        fn offload(
+            &self,
+            _: &mut Transcript<'_>,
+            _: &mut ApplyCx<'_>,
+        ) -> Result<Vec<StashKey>, ComponentError> {
+            Err(ComponentError("bug on a later message".into()))
+        }
+    }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let mut first = turn(5);
+    mask().run(&mut first, &session_cx(store.clone(), 0));
+    let mut second = turn(6);
+    let report = Pipeline::new(vec![Stage::Offload(Box::new(FailingMask))])
+        .run(&mut second, &session_cx(store, 6));
+    let c = &report.components[0];
+    assert!(matches!(c.reverted, Some(Revert::Failed(_))));
+    assert_eq!(
+        second[..3],
+        first[..3],
+        "the replayed decisions reached the wire anyway"
+    );
+    assert_eq!(c.changed, vec![1, 2]);
+    assert!(report.tokens_after < report.tokens_before);
+}
