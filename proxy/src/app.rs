@@ -738,7 +738,12 @@ fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Res
         .map(str::to_owned)
         .or_else(|| param("session"));
     let original = match session.as_deref().and_then(session::sanitize_explicit) {
-        Some(session) => app.store.resolve(session, &id),
+        // `POST /compact` stashes under `compact:<session>` (its freezes must never reach the
+        // live session); a person asking with the session still gets those originals.
+        Some(session) => app
+            .store
+            .resolve(session, &id)
+            .or_else(|| app.store.resolve(&format!("compact:{session}"), &id)),
         None if session.is_some() => None,
         None => app.store.resolve_any(&id),
     };
