@@ -148,6 +148,10 @@ pub struct Tracker {
     /// Never read a turn cold (`sluice tune cold-cache` compares against this).
     #[serde(default)]
     never_cold: bool,
+    /// A remembered transcript was dropped to stay within [`MAX_BRANCHES`]: a turn that matches
+    /// none of the rest may be one of those, whose prefix the provider still caches.
+    #[serde(default)]
+    dropped_branches: bool,
     pub counts: TrackerCounts,
 }
 
@@ -186,8 +190,16 @@ impl Tracker {
         let diverged = known
             && common < len
             && common < self.branches.get(best).map_or(0, |b| b.fingerprints.len());
+        // Diverging from every remembered transcript before any of them ends, when one was
+        // forgotten, could be a return to the forgotten one: treat it as cached (fail closed).
+        let maybe_forgotten =
+            self.dropped_branches && self.branches.iter().all(|b| common < b.fingerprints.len());
         let facts = TurnFacts {
-            mutable_from: if known { common } else { len },
+            mutable_from: if known && !maybe_forgotten {
+                common
+            } else {
+                len
+            },
             cold,
             known,
             idle,
@@ -224,7 +236,10 @@ impl Tracker {
             }
             _ => {
                 self.branches.insert(0, Branch { fingerprints });
-                self.branches.truncate(MAX_BRANCHES);
+                if self.branches.len() > MAX_BRANCHES {
+                    self.branches.truncate(MAX_BRANCHES);
+                    self.dropped_branches = true;
+                }
             }
         }
     }
@@ -375,6 +390,24 @@ mod tests {
             ONE_DAY
         );
         assert_eq!(asked_ttl(b"{}", Dialect::OpenAi), ONE_HOUR);
+    }
+
+    #[test]
+    fn a_return_to_a_forgotten_transcript_fails_closed() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(30), Duration::ZERO, ANTHROPIC_TTL, true);
+        // Five other transcripts push the first one out of the remembered four.
+        for k in 0..5u64 {
+            t.begin_turn(vec![1000 + k, 2000 + k], MIN, ANTHROPIC_TTL, true);
+        }
+        let facts = t.begin_turn(fp(32), 2 * MIN, ANTHROPIC_TTL, true);
+        assert_eq!(
+            facts.mutable_from, 32,
+            "it may be cached: nothing is mutable"
+        );
+        // Remembered again, its next turn has a boundary as usual.
+        let facts = t.begin_turn(fp(33), 3 * MIN, ANTHROPIC_TTL, true);
+        assert_eq!(facts.mutable_from, 32);
     }
 
     #[test]
