@@ -254,6 +254,10 @@ pub struct ApplyCx<'a> {
     /// Freeze keys of the candidates replay looked up and did not find, by index.
     fresh: Vec<(usize, String)>,
     frozen: FrozenCounts,
+    /// Per index, a hash of every wire-original message before it (empty when no component is
+    /// frozen): part of a freeze key, so a decision never lands on another transcript that
+    /// happens to hold the same text at the same index.
+    prefix: &'a [u64],
 }
 
 impl<'a> ApplyCx<'a> {
@@ -262,11 +266,13 @@ impl<'a> ApplyCx<'a> {
         initial: &'a [Message],
         counts: &'a [usize],
         cold_cache: bool,
+        prefix: &'a [u64],
     ) -> ApplyCx<'a> {
         ApplyCx {
             run,
             initial,
             counts,
+            prefix,
             gates: BTreeMap::new(),
             stashed: 0,
             cold_cache,
@@ -535,16 +541,52 @@ fn apply_frozen(message: &mut Message, value: &str) -> bool {
     true
 }
 
+/// Running hashes of a transcript: entry `i` covers messages `0..i` as the agent sent them
+/// (role, text, call ids, names and arguments, reasoning), which never change from turn to turn.
+fn prefix_hashes(originals: &[Message]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(originals.len() + 1);
+    let mut h = 0x243f_6a88_85a3_08d3_u64;
+    for m in originals {
+        out.push(h);
+        let mut fold = |text: &str| {
+            h = (h.rotate_left(17) ^ tokens::content_hash(text)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        };
+        fold(m.role.as_str());
+        fold(&m.content);
+        if let Some(id) = &m.tool_call_id {
+            fold(id);
+        }
+        for c in &m.tool_calls {
+            fold(&c.id);
+            fold(&c.name);
+            fold(&c.arguments);
+        }
+        for r in &m.reasoning {
+            fold(r);
+        }
+    }
+    out.push(h);
+    out
+}
+
+impl ApplyCx<'_> {
+    fn prefix_at(&self, index: usize) -> u64 {
+        self.prefix.get(index).copied().unwrap_or(0)
+    }
+}
+
 /// The replay key of `component`'s decision on the message at `index` holding `content`.
 ///
 /// Position is part of it: whether a history-rewriting component acts depends on where a
 /// message sits (mask keeps the newest outputs, dedup keeps the first copy), so a decision made
 /// for one copy of a text must not replay onto another copy elsewhere. Transcripts only grow, so
 /// a message keeps its index from turn to turn; one that moved (an edited history) is past the
-/// point where the provider's cache diverged anyway.
-fn freeze_key(component: &str, index: usize, content: &str) -> String {
+/// point where the provider's cache diverged anyway. So is the hash of everything before it
+/// (`prefix`): another transcript under the same session key (a subagent) with the same text
+/// at the same index is a different message, and gets none of this one's decisions.
+fn freeze_key(component: &str, index: usize, prefix: u64, content: &str) -> String {
     format!(
-        "frz:{component}:{index}:{:032x}",
+        "frz:{component}:{index}:{prefix:016x}:{:032x}",
         tokens::content_key(content)
     )
 }
@@ -572,7 +614,7 @@ fn replay(
         if !candidate {
             continue;
         }
-        let key = freeze_key(name, index, &identity(message, whole));
+        let key = freeze_key(name, index, cx.prefix_at(index), &identity(message, whole));
         let Some(replacement) = store.get_replay(&session, &key) else {
             cx.frozen.misses += 1;
             if store.was_lost(&session, &key) {
@@ -677,10 +719,15 @@ impl Pipeline {
             ..RunReport::default()
         };
         let mut touched = vec![false; messages.len()];
+        let prefix = if self.stages.iter().any(|s| s.freeze() != Freeze::Stateless) {
+            prefix_hashes(originals)
+        } else {
+            Vec::new()
+        };
         for stage in &self.stages {
             let stage_started = cx.clock.now();
             let freeze = stage.freeze();
-            let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache());
+            let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache(), &prefix);
             let mut transcript = Transcript::new(messages, &mut touched);
             let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
                 Stage::Reformat(c) if freeze == Freeze::Stateless => {
@@ -795,7 +842,12 @@ impl Pipeline {
                             let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
                                 Ok(at) => acx.fresh[at].1.clone(),
                                 Err(_) => replayed_key.unwrap_or_else(|| {
-                                    freeze_key(stage.name(), *i, &identity(old, whole))
+                                    freeze_key(
+                                        stage.name(),
+                                        *i,
+                                        acx.prefix_at(*i),
+                                        &identity(old, whole),
+                                    )
                                 }),
                             };
                             let value = if whole {

@@ -490,3 +490,22 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
     assert_eq!(c.changed, vec![1, 2]);
     assert!(report.tokens_after < report.tokens_before);
 }
+
+#[test]
+fn a_decision_stays_with_its_transcript() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let mut parent = turn(5);
+    mask().run(&mut parent, &session_cx(store.clone(), 0));
+    assert!(parent[1].content.contains("<<cg:"));
+    // A subagent under the same session key: another task, the same outputs at the same
+    // indices. Warm and fully cached, so only replays could change it; none belong to it.
+    let mut subagent = turn(5);
+    subagent[0] = Message::text(Role::User, "review the api tests for flakiness");
+    let before = subagent.clone();
+    let report = mask().run(&mut subagent, &session_cx(store, 6));
+    assert_eq!(subagent, before);
+    assert_eq!(report.components[0].frozen.hits, 0);
+}
