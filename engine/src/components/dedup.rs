@@ -69,11 +69,7 @@ impl Offload for Dedup {
 
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
     fn freeze(&self) -> Freeze {
-        if self.config.keep_recent > 0 {
-            Freeze::Rederivable
-        } else {
-            Freeze::Stateless
-        }
+        super::keep_recent_freeze(self.config.keep_recent)
     }
 
     fn cold_cache(&self) -> bool {
@@ -110,12 +106,7 @@ impl Offload for Dedup {
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         let mut keys = Vec::new();
         for index in duplicates {
-            if recent.contains(&index) {
-                cx.gate("within_keep_recent");
-                continue;
-            }
-            if self.config.keep_recent > 0 && !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
+            if super::held_back(&recent, self.config.keep_recent, index, cx) {
                 continue;
             }
             if let Some(key) =

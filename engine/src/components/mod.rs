@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 use crate::config::ComponentSource;
 use crate::marker;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Freeze, Stage, StashKey, Transcript};
 use crate::tokens;
 
 /// Builds one component from its `components.<name>` block.
@@ -209,6 +209,36 @@ pub(crate) fn keywords(text: &str) -> HashSet<String> {
         .map(str::to_lowercase)
         .filter(|w| !STOP.contains(&w.as_str()))
         .collect()
+}
+
+/// How a component with a `keep_recent` window carries its decisions: with a window, whether
+/// it acts on an output depends on the outputs after it, so its decisions are frozen.
+pub(crate) fn keep_recent_freeze(keep_recent: usize) -> Freeze {
+    if keep_recent > 0 {
+        Freeze::Rederivable
+    } else {
+        Freeze::Stateless
+    }
+}
+
+/// Whether a `keep_recent` window holds message `index` back: it is one of the newest outputs,
+/// or (with a window, so frozen) it left the window inside the cached prefix, where it keeps
+/// the bytes the provider cached. Records the gate.
+pub(crate) fn held_back(
+    recent: &[usize],
+    keep_recent: usize,
+    index: usize,
+    cx: &mut ApplyCx<'_>,
+) -> bool {
+    if recent.contains(&index) {
+        cx.gate("within_keep_recent");
+        return true;
+    }
+    if keep_recent > 0 && !cx.may_mutate(index) {
+        cx.gate("cached_prefix");
+        return true;
+    }
+    false
 }
 
 /// Indices of the newest `n` tool outputs, ascending (`keep_recent` of several components).

@@ -86,15 +86,16 @@ impl Offload for StaleOutput {
         let mut targets = Vec::new();
         for pair in call_pairs(messages) {
             let output = &messages[pair.output];
+            let age = steps_after(messages, pair.call_message);
             if pair.output >= reserve {
                 cx.gate("in_reserve");
-            } else if steps_after(messages, pair.call_message) <= self.config.turns {
+            } else if age <= self.config.turns {
                 cx.gate("recent");
             } else if self.rules.exempt(output) {
                 cx.gate("exempt");
             } else if offload_candidate(output, cx) {
                 if cx.may_mutate(pair.output) {
-                    targets.push((pair.output, steps_after(messages, pair.call_message)));
+                    targets.push((pair.output, age));
                 } else {
                     cx.gate("cached_prefix");
                 }

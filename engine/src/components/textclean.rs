@@ -126,11 +126,7 @@ impl Reformat for Textclean {
 
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
     fn freeze(&self) -> Freeze {
-        if self.config.keep_recent > 0 {
-            Freeze::Rederivable
-        } else {
-            Freeze::Stateless
-        }
+        super::keep_recent_freeze(self.config.keep_recent)
     }
 
     fn reformat(
@@ -140,14 +136,7 @@ impl Reformat for Textclean {
     ) -> Result<(), ComponentError> {
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
-            if recent.contains(&index) {
-                cx.gate("within_keep_recent");
-                continue;
-            }
-            if self.config.keep_recent > 0 && !cx.may_mutate(index) {
-                // Frozen (see `freeze`): an output that left the window inside the cached
-                // prefix keeps the bytes the provider cached.
-                cx.gate("cached_prefix");
+            if super::held_back(&recent, self.config.keep_recent, index, cx) {
                 continue;
             }
             let message = &messages[index];
