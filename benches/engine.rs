@@ -1,5 +1,5 @@
 //! Criterion benches for the engine: parse + no-op write-back, the embedded default pipeline,
-//! each component alone on 200 KB, and a DSL filter on 5 MB.
+//! each component alone on 200 KB, `skeleton` on a 200 KB source read, and a DSL filter on 5 MB.
 //!
 //! Run: `cargo bench -p benches --bench engine`. Figures go to `docs/performance.md`.
 
@@ -112,6 +112,68 @@ fn each_component(c: &mut Criterion) {
     group.finish();
 }
 
+/// `skeleton` on an older 200 KB read of a source file, each language's fixture repeated to
+/// 200 KB and line-numbered like Claude Code's `Read` (Python is the corpus's commonest language;
+/// Go and TypeScript show the braced grammars).
+///
+/// - `parse/*`: the tree-sitter parse and body search alone: what a turn pays when nothing
+///   prepared the read (first sight).
+/// - `prepared/*`: the component's run on the request path after `Pipeline::prepare` ran on
+///   the read off-path, as the proxy does while the upstream answers (target: under 5 ms).
+fn skeleton_source(c: &mut Criterion) {
+    use engine::message::{Message, Role, ToolCall};
+    let mut group = c.benchmark_group("skeleton/200kb_source");
+    let pipeline = Config::parse("pipeline: [skeleton]\ncomponents:\n  skeleton: {keep_recent: 0}")
+        .unwrap()
+        .build_pipeline()
+        .unwrap();
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/skeleton");
+    for file in ["inventory.py", "server.go", "queue.ts"] {
+        let one = std::fs::read_to_string(fixtures.join(file)).unwrap();
+        let mut source = String::new();
+        while source.len() < 200 << 10 {
+            source.push_str(&one);
+        }
+        let lang = engine::code::Lang::from_path(file).unwrap();
+        group.throughput(Throughput::Bytes(source.len() as u64));
+        group.bench_function(format!("parse/{file}"), |b| {
+            b.iter(|| engine::code::body_lines(black_box(&source), lang, 80).map(|v| v.len()))
+        });
+        let numbered: String = source
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{:>6}→{l}\n", i + 1))
+            .collect();
+        let args = serde_json::json!({ "file_path": format!("/repo/{file}") }).to_string();
+        let mut messages = vec![Message::text(Role::User, "refactor this")];
+        for (id, output) in [("a", numbered.as_str()), ("b", "(the file again, edited)")] {
+            let mut call = Message::text(Role::Assistant, "");
+            call.tool_calls.push(ToolCall {
+                id: id.into(),
+                name: "Read".into(),
+                arguments: args.clone(),
+            });
+            let mut tool = Message::tool(id, "Read", output);
+            tool.tool_arguments = Some(args.clone());
+            messages.extend([call, tool]);
+        }
+        pipeline.prepare(&messages);
+        let check = pipeline.run(&mut messages.clone(), &run_cx(Dialect::Anthropic));
+        assert!(check.saved_tokens() > 0, "{file}: skeleton acts");
+        // A fresh store per run: with the same store the frozen decision would replay and the
+        // component would not run at all.
+        group.bench_function(format!("prepared/{file}"), |b| {
+            b.iter_batched_ref(
+                || (messages.clone(), run_cx(Dialect::Anthropic)),
+                |(messages, cx)| pipeline.run(messages, cx).tokens_after,
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    group.finish();
+}
+
 /// The pytest builtin on a 5 MB pytest log (target: well under 100 ms): the regex crate keeps
 /// every filter linear in its input.
 fn dsl_filter(c: &mut Criterion) {
@@ -147,5 +209,5 @@ fn config() -> Criterion {
         .warm_up_time(Duration::from_secs(1))
 }
 
-criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, each_component, dsl_filter }
+criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, each_component, skeleton_source, dsl_filter }
 criterion_main!(benches);

@@ -4,12 +4,18 @@ use engine::wire::Dialect;
 
 /// Every public final request body of one dialect, largest first.
 pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
+    corpus_bodies("public", dialect)
+}
+
+/// Every final request body of one dialect in a corpus folder (`public`, `claude-code`),
+/// largest first.
+pub fn corpus_bodies(folder: &str, dialect: Dialect) -> Vec<(String, Vec<u8>)> {
     let file = match dialect {
         Dialect::OpenAi => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
     let mut out: Vec<(String, Vec<u8>)> =
-        std::fs::read_dir(integration_tests::corpus_root().join("public"))
+        std::fs::read_dir(integration_tests::corpus_root().join(folder))
             .expect("corpus readable")
             .filter_map(|e| e.ok())
             .filter_map(|e| {

@@ -76,6 +76,53 @@ fn pct(part: usize, whole: usize) -> String {
     format!("{:.2}%", 100.0 * part as f64 / whole.max(1) as f64)
 }
 
+/// What `skeleton` removes from file reads: the reads of a known language (by path), their
+/// tokens, and the tokens saved, on the public runs and the Claude Code sessions.
+fn skeleton_table(public: &[(String, Dialect, Vec<u8>)]) {
+    let mut claude_code = Vec::new();
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        for (name, bytes) in benches::corpus_bodies("claude-code", dialect) {
+            claude_code.push((name, dialect, bytes));
+        }
+    }
+    println!("\n### skeleton on file reads\n");
+    println!(
+        "| corpus | config | source reads | read tokens | reads skeletonized | tokens saved | share of read tokens |"
+    );
+    println!("|---|---|--:|--:|--:|--:|--:|");
+    for (corpus, bodies) in [("public", public), ("claude-code", &claude_code[..])] {
+        let mut reads = 0;
+        let mut read_tokens = 0;
+        for (_, dialect, bytes) in bodies {
+            let parsed = wire::parse(bytes, *dialect).expect("corpus parses");
+            for m in parsed.messages().iter().filter(|m| m.is_tool()) {
+                let path = engine::components::skeleton::read_path(m);
+                if path
+                    .as_deref()
+                    .and_then(engine::code::Lang::from_path)
+                    .is_some()
+                {
+                    reads += 1;
+                    read_tokens += message_tokens(m);
+                }
+            }
+        }
+        for block in ["{}", "{keep_recent: 0}"] {
+            let config = Config::parse(&format!(
+                "pipeline: [skeleton]\ncomponents:\n  skeleton: {block}"
+            ))
+            .expect("builds");
+            let t = run(&config, bodies);
+            println!(
+                "| {corpus} | `{block}` | {reads} | {read_tokens} | {} | {} | {} |",
+                t.changed,
+                t.saved,
+                pct(t.saved, read_tokens)
+            );
+        }
+    }
+}
+
 fn main() {
     let mut bodies = Vec::new();
     for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
@@ -128,6 +175,7 @@ fn main() {
             if t.newest_intact { "yes" } else { "no" }
         );
     }
+    skeleton_table(&bodies);
     println!("\n### cmdfilter builtins on the corpus's tool outputs\n");
     let set = FilterSet::builtins().expect("builtins load");
     let mut matched: BTreeMap<String, (usize, usize)> = BTreeMap::new();

@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod clock;
+pub mod code;
 pub mod components;
 pub mod config;
 pub mod dsl;

@@ -130,6 +130,14 @@ pub trait Offload: Send + Sync {
         true
     }
 
+    /// Work on one message that can be done before any turn needs it, off the request path:
+    /// the host calls [`Pipeline::prepare`] on a worker after forwarding a turn, for the
+    /// messages that turn added. Whatever it computes must be memoized by content, so a later
+    /// `offload` finds it; it must never change what `offload` decides. Defaults to nothing.
+    fn prepare(&self, message: &Message) {
+        let _ = message;
+    }
+
     /// Returns the keys of every original it stashed.
     ///
     /// # Errors
@@ -698,6 +706,19 @@ impl Pipeline {
     }
 
     /// Runs every component over `messages` in order, each behind its guard.
+    /// Lets each offloader precompute what it will need for `messages` (see
+    /// [`Offload::prepare`]). A panic in one is contained: preparing is only ever an
+    /// optimization, and the turn that needs the result computes it itself.
+    pub fn prepare(&self, messages: &[Message]) {
+        for stage in &self.stages {
+            if let Stage::Offload(offload) = stage {
+                for message in messages {
+                    let _ = catch_unwind(AssertUnwindSafe(|| offload.prepare(message)));
+                }
+            }
+        }
+    }
+
     pub fn run(&self, messages: &mut [Message], cx: &RunCx) -> RunReport {
         let originals = messages.to_vec();
         self.run_from(&originals, messages, cx)

@@ -75,6 +75,11 @@ pub struct App {
     observer: Option<Observer>,
     /// One actor per session: the cached-prefix tracker, serialized turns.
     sessions: Sessions<SessionState>,
+    /// Runs `Pipeline::prepare` on each turn's new messages while the upstream answers, so
+    /// work such as `skeleton`'s parse is memoized before a later turn needs it. One worker,
+    /// a short queue: when it is busy a turn's preparation is dropped, never waited for.
+    preparer: WorkerPool,
+    prepare_jobs: std::sync::atomic::AtomicU64,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -139,6 +144,8 @@ impl App {
             settings,
             observer,
             sessions,
+            preparer: WorkerPool::new("sluice-prepare", 1, 32),
+            prepare_jobs: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -368,6 +375,7 @@ async fn rewrite(
     drop(lease);
     app.stats
         .record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
+    prepare_new_messages(app, &parsed, facts.mutable_from);
     let stashed = applied
         .report
         .components
@@ -393,6 +401,30 @@ async fn rewrite(
         session,
         stream,
     })
+}
+
+/// Hands the tool outputs this turn added (from the cached-prefix boundary, and at least the
+/// last few messages on a turn whose boundary is unknown) to the preparer.
+fn prepare_new_messages(app: &App, parsed: &wire::ParsedBody<'_>, mutable_from: usize) {
+    /// A session sluice has no record of (a restart) still gets its newest messages prepared.
+    const NEWEST: usize = 8;
+    let messages = parsed.messages();
+    let from = mutable_from.min(messages.len().saturating_sub(NEWEST));
+    let new: Vec<engine::message::Message> = messages[from..]
+        .iter()
+        .filter(|m| m.is_tool() && m.rewritable)
+        .cloned()
+        .collect();
+    if new.is_empty() {
+        return;
+    }
+    let pipeline = app.pipeline.clone();
+    let key = app
+        .prepare_jobs
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Refused when the queue is full: preparing is an optimization, the turn that needs the
+    // result computes it itself.
+    let _ = app.preparer.try_submit(key, move || pipeline.prepare(&new));
 }
 
 /// Relays `response` and, once its body is done, hands the provider's cache report for this

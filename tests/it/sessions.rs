@@ -13,7 +13,7 @@ use integration_tests::bodies;
 use modes::{SessionState, run_turn};
 
 /// Every component this build has, in the order a user would run them.
-const ALL_BUILT: &str = "pipeline: [format, textclean, dedup, failed_run, repeated_call, failed_call, stale_reasoning, smartcrush, stale_output, oversized_block, mask, collapse, linecap]";
+const ALL_BUILT: &str = "pipeline: [format, textclean, dedup, failed_run, repeated_call, failed_call, stale_reasoning, smartcrush, stale_output, oversized_block, skeleton, mask, collapse, linecap]";
 
 /// Turn k of a recorded session: its final request with the messages before the k-th
 /// assistant message (what the agent sent to get that answer).

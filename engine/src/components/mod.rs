@@ -22,6 +22,7 @@ mod oversized_block;
 mod phi_evict;
 mod repeated_call;
 mod searchfold;
+pub mod skeleton;
 mod smartcrush;
 mod stale_output;
 mod stale_reasoning;
@@ -76,6 +77,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &phi_evict::Factory,
     &repeated_call::Factory,
     &searchfold::Factory,
+    &skeleton::Factory,
     &smartcrush::Factory,
     &stale_output::Factory,
     &stale_reasoning::Factory,
@@ -85,7 +87,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
 ];
 
 /// Components the spec names that this build does not have yet.
-pub const PLANNED: &[&str] = &["readlifecycle", "skeleton", "toolfilter", "toolschema"];
+pub const PLANNED: &[&str] = &["readlifecycle", "toolfilter", "toolschema"];
 
 /// The factory registered under `name`.
 pub fn find(name: &str) -> Option<&'static dyn ComponentFactory> {

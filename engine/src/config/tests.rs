@@ -58,7 +58,7 @@ fn unknown_top_level_key_is_rejected_with_its_line() {
 #[test]
 fn every_problem_is_reported_at_once() {
     let errs = errors(
-        "pipeline: [format, dedupe, skeleton]\ncomponents:\n  format: {min_tokens: -1}\n  collapse: {head_lines: 1, nope: 2}\n",
+        "pipeline: [format, dedupe, readlifecycle]\ncomponents:\n  format: {min_tokens: -1}\n  collapse: {head_lines: 1, nope: 2}\n",
     );
     assert_eq!(errs.len(), 4, "{errs:?}");
     assert!(
