@@ -25,6 +25,7 @@ fn run_cx(dialect: Dialect) -> RunCx {
         mutable_from: 0,
         cold: false,
         existing_breakpoints: 0,
+        models: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn run(config: &Config, bodies: &[(String, Dialect, Vec<u8>)]) -> Totals {
             mutable_from: 0,
             cold: false,
             existing_breakpoints: parsed.existing_breakpoints(),
+            models: None,
         };
         let applied = apply_parsed(&parsed, &pipeline, &cx);
         let before = parsed.messages();

@@ -228,6 +228,9 @@ pub struct RunCx {
     pub cold: bool,
     /// `cache_control` breakpoints already on the wire (system + tools + messages).
     pub existing_breakpoints: usize,
+    /// The host's model service for LLM components; `None` where there is none (offline
+    /// tools, tests), and those components then do what the spec says for no model.
+    pub models: Option<Arc<dyn crate::model::Models>>,
 }
 
 impl fmt::Debug for RunCx {
@@ -256,6 +259,8 @@ pub struct ApplyCx<'a> {
     repair: Vec<usize>,
     /// Indices replayed from a freeze before the component ran, ascending.
     replayed: Vec<usize>,
+    /// Indices a late model result may change inside the cached prefix, ascending.
+    late: Vec<usize>,
     /// Per replayed index: its freeze key and the message as replayed, so a revert keeps the
     /// replay and a further change by the component is checked and recorded like a new one.
     replayed_as: Vec<(usize, String, Message)>,
@@ -285,6 +290,7 @@ impl<'a> ApplyCx<'a> {
             stashed: 0,
             cold_cache,
             repair: Vec::new(),
+            late: Vec::new(),
             replayed: Vec::new(),
             replayed_as: Vec::new(),
             fresh: Vec::new(),
@@ -321,6 +327,31 @@ impl<'a> ApplyCx<'a> {
         self.run.existing_breakpoints
     }
 
+    /// The host's model service, when it has one.
+    pub fn models(&self) -> Option<&dyn crate::model::Models> {
+        self.run.models.as_deref()
+    }
+
+    /// The session's prompt cache is provably cold on this turn.
+    pub fn is_cold(&self) -> bool {
+        self.run.cold
+    }
+
+    /// Records a model ask that is still running: the host may wait for it and run again.
+    pub fn model_pending(&mut self) {
+        self.gate("model_pending");
+    }
+
+    /// Lets this component change message `index` inside the cached prefix on this run: a
+    /// model result that arrived after its request went without it ([`Answer::Late`]).
+    ///
+    /// [`Answer::Late`]: crate::model::Answer::Late
+    pub fn allow_late(&mut self, index: usize) {
+        if let Err(at) = self.late.binary_search(&index) {
+            self.late.insert(at, index);
+        }
+    }
+
     /// Whether a history-rewriting offloader may make a new decision on message `index` on this
     /// turn: it is beyond the cached prefix, or the turn is cold and the component opted into
     /// `cold_cache`, or its earlier decision was lost and is being re-derived. The guard enforces
@@ -329,6 +360,7 @@ impl<'a> ApplyCx<'a> {
         index >= self.run.mutable_from
             || (self.cold_cache && self.run.cold)
             || self.repair.binary_search(&index).is_ok()
+            || self.late.binary_search(&index).is_ok()
     }
 
     /// Records why the component declined an item (a named skip reason, shown in `/stats`).

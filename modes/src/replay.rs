@@ -326,6 +326,7 @@ pub fn replay_session(
             mutable_from: 0,
             cold: false,
             existing_breakpoints: parsed.existing_breakpoints(),
+            models: None,
         };
         let (applied, facts) = run_turn(&mut state, &parsed, pipeline, cx, &config.cache.amortize);
         let incoming = parsed.messages();

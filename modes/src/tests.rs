@@ -81,6 +81,7 @@ impl Session {
             mutable_from: 0,
             cold: false,
             existing_breakpoints: 0,
+            models: None,
         };
         let (applied, facts) =
             run_turn(&mut self.state, &parsed, &self.pipeline, cx, &self.amortize);
@@ -322,6 +323,7 @@ fn amortize_declines_when_the_suffix_costs_more_than_it_saves() {
         mutable_from: 25,
         cold,
         existing_breakpoints: 0,
+        models: None,
     };
     let usual = apply_body(&body, &pipeline, &cx(false));
     let deep = apply_body(&body, &pipeline, &cx(true));

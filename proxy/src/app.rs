@@ -364,6 +364,7 @@ async fn rewrite(
         mutable_from: 0,
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
+        models: None,
     };
     let (applied, facts) = modes::run_turn(
         &mut lease,
@@ -559,6 +560,7 @@ fn observe(app: &App, observer: &Observer, dialect: Dialect, headers: &HeaderMap
             mutable_from: 0,
             cold: false,
             existing_breakpoints: parsed.existing_breakpoints(),
+            models: None,
         };
         // The same tracker sync would use, so the projection respects the same boundary.
         let mut lease = sessions.lease_blocking(&session);
@@ -825,6 +827,7 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
         mutable_from: 0,
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
+        models: None,
     };
     let applied = apply_parsed(&parsed, pipeline, &cx);
     h::json(StatusCode::OK, applied.body.into_owned())

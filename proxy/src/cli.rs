@@ -330,6 +330,7 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
         mutable_from: 0,
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
+        models: None,
     };
     let applied = apply_parsed(&parsed, &pipeline, &cx);
     if let Some(err) = applied.error {

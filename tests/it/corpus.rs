@@ -25,6 +25,7 @@ fn run<'a>(config: &Config, body: &'a CorpusBody) -> (Applied<'a>, Arc<MemorySto
         mutable_from: 0,
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
+        models: None,
     };
     let pipeline = config.build_pipeline().unwrap();
     (apply_parsed(&parsed, &pipeline, &cx), store, session)

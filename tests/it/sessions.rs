@@ -72,6 +72,7 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
                 mutable_from: 0,
                 cold: false,
                 existing_breakpoints: 0,
+                models: None,
             };
             let (applied, facts) =
                 run_turn(&mut state, &parsed, &pipeline, cx, &config.cache.amortize);

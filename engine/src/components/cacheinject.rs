@@ -133,6 +133,7 @@ mod tests {
             mutable_from: 0,
             cold: false,
             existing_breakpoints: 0,
+            models: None,
         };
         let applied = apply_body(body.as_bytes(), &pipeline, &cx);
         // Only this component's own gates: the body-level system split it enables reports its

@@ -23,9 +23,10 @@
 //!
 //! What it keeps depends on the query at the time, so a decision is made once, on a new output,
 //! and frozen; like a sampled result it is never re-derived after a loss (a different query
-//! would keep different lines). `strategy: code` and `rlm` ask a cheap model for a filter; this
-//! build has no model client yet, so they use the deterministic projection and record
-//! `no_model`, as the spec says. If the store refuses the stash the output is left alone.
+//! would keep different lines). `strategy: code` (and `rlm`, which maps to it) asks the host's
+//! cheap model for a filter first, exactly as `extract_llm` does (see that module), and falls
+//! back to this projection when there is no model or the filter fails its checks. If the store
+//! refuses the stash the output is left alone.
 
 use std::sync::OnceLock;
 
@@ -37,6 +38,7 @@ use super::{ComponentFactory, MarkerMode, decode, keywords, offload_candidate, o
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
+use crate::model::ModelConfig;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -62,8 +64,8 @@ pub struct ExtractConfig {
     pub tail_lines: usize,
     /// Defaults to `deterministic`.
     pub strategy: Strategy,
-    /// The cheap model for `code`/`rlm` (`source: incoming | config`); read by the LLM actor.
-    pub model: Option<IgnoredAny>,
+    /// The cheap model for `code`/`rlm` (`source: incoming | config`).
+    pub model: ModelConfig,
     /// When to spend a model call (`min_output_tokens`, `min_request_tokens`, `min_messages`).
     pub trigger: Option<IgnoredAny>,
     /// Defaults to `false`. Lets a model-written filter reword (no deletion-only proof).
@@ -80,7 +82,7 @@ impl Default for ExtractConfig {
             head_lines: 5,
             tail_lines: 5,
             strategy: Strategy::Deterministic,
-            model: None,
+            model: ModelConfig::default(),
             trigger: None,
             rewrite: false,
             marker_mode: MarkerMode::Full,
@@ -205,20 +207,10 @@ impl Offload for Extract {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
-        let query = query(messages);
-        // A line is relevant when one of its words, lowercased, is a query keyword. One reused
-        // buffer: building a word set per line was most of this component's time.
-        let mut word = String::new();
-        let mut relevant = |line: &str| {
-            line.split(|c: char| !c.is_alphanumeric() && c != '_')
-                .filter(|w| w.len() >= 3)
-                .any(|w| {
-                    word.clear();
-                    word.extend(w.chars().flat_map(char::to_lowercase));
-                    query.contains(word.as_str())
-                })
-        };
+        let mut projector =
+            Projector::new(messages, self.config.head_lines, self.config.tail_lines);
         let mut keys = Vec::new();
+        let mut asked = 0;
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
             if recent.contains(&index) {
@@ -232,56 +224,112 @@ impl Offload for Extract {
                 cx.gate("below_output_floor");
                 continue;
             }
+            if self.config.strategy != Strategy::Deterministic {
+                let llm = super::extract_llm::Llm {
+                    model: &self.config.model,
+                    rewrite: self.config.rewrite,
+                    break_even_tokens: 0,
+                };
+                match llm.extract(messages, index, cx, &mut asked) {
+                    Outcome::Applied(key) => {
+                        keys.push(key);
+                        continue;
+                    }
+                    Outcome::Leave => continue,
+                    Outcome::Fallback => {}
+                }
+            }
             if !cx.may_mutate(index) {
                 cx.gate("cached_prefix");
                 continue;
             }
-            if self.config.strategy != Strategy::Deterministic {
-                cx.gate("no_model");
-            }
-            let original = &messages[index].content;
-            // Most outputs hold no escape or redraw: render only those that do.
-            let rendered: std::borrow::Cow<'_, str> = if original.contains(['\x1b', '\r']) {
-                super::terminal_render(original).into()
-            } else {
-                original.as_str().into()
-            };
-            let lines = denoise(&rendered);
-            let n = lines.len();
-            let (head, tail) = (self.config.head_lines, self.config.tail_lines);
-            let mut keep = |i: usize, line: &str| {
-                query.is_empty()
-                    || i < head
-                    || i + tail >= n
-                    || error_line().is_match(line)
-                    || relevant(line)
-            };
-            let mut projected = String::with_capacity(original.len() / 2);
-            let mut gap = 0;
-            for (i, line) in lines.iter().enumerate() {
-                if keep(i, line) {
-                    if gap > 0 {
-                        projected.push_str(&format!("… ({gap} lines)\n"));
-                        gap = 0;
-                    }
-                    projected.push_str(line);
-                    projected.push('\n');
-                } else {
-                    gap += 1;
-                }
-            }
-            if gap > 0 {
-                projected.push_str(&format!("… ({gap} lines)\n"));
-            }
-            if projected.trim_end() == original.trim_end() {
+            let Some(projected) = projector.project(&messages[index].content) else {
                 cx.gate("no_obvious_noise");
                 continue;
-            }
+            };
             keys.extend(offload_with(messages, index, cx, |marker| {
                 format!("{projected}{marker}{HINT_FULL_OUTPUT}")
             }));
         }
         Ok(keys)
+    }
+}
+
+/// What an LLM ask came to, for the component that made it.
+pub(super) enum Outcome {
+    /// The model's result replaced the output.
+    Applied(StashKey),
+    /// Leave the output as it is on this run (the job is pending, or it may not change here).
+    Leave,
+    /// Use the deterministic projection instead.
+    Fallback,
+}
+
+/// The deterministic projection, with the conversation's query computed once per run.
+pub(super) struct Projector {
+    query: std::collections::HashSet<String>,
+    word: String,
+    head: usize,
+    tail: usize,
+}
+
+impl Projector {
+    pub(super) fn new(messages: &Transcript<'_>, head: usize, tail: usize) -> Projector {
+        Projector {
+            query: query(messages),
+            word: String::new(),
+            head,
+            tail,
+        }
+    }
+
+    /// A line is relevant when one of its words, lowercased, is a query keyword. One reused
+    /// buffer: building a word set per line was most of this component's time.
+    fn relevant(&mut self, line: &str) -> bool {
+        let (word, query) = (&mut self.word, &self.query);
+        line.split(|c: char| !c.is_alphanumeric() && c != '_')
+            .filter(|w| w.len() >= 3)
+            .any(|w| {
+                word.clear();
+                word.extend(w.chars().flat_map(char::to_lowercase));
+                query.contains(word.as_str())
+            })
+    }
+
+    /// `original` denoised and, with a query, projected onto it; `None` when that changes
+    /// nothing.
+    pub(super) fn project(&mut self, original: &str) -> Option<String> {
+        // Most outputs hold no escape or redraw: render only those that do.
+        let rendered: std::borrow::Cow<'_, str> = if original.contains(['\x1b', '\r']) {
+            super::terminal_render(original).into()
+        } else {
+            original.into()
+        };
+        let lines = denoise(&rendered);
+        let n = lines.len();
+        let mut projected = String::with_capacity(original.len() / 2);
+        let mut gap = 0;
+        for (i, line) in lines.iter().enumerate() {
+            let keep = self.query.is_empty()
+                || i < self.head
+                || i + self.tail >= n
+                || error_line().is_match(line)
+                || self.relevant(line);
+            if keep {
+                if gap > 0 {
+                    projected.push_str(&format!("… ({gap} lines)\n"));
+                    gap = 0;
+                }
+                projected.push_str(line);
+                projected.push('\n');
+            } else {
+                gap += 1;
+            }
+        }
+        if gap > 0 {
+            projected.push_str(&format!("… ({gap} lines)\n"));
+        }
+        (projected.trim_end() != original.trim_end()).then_some(projected)
     }
 }
 

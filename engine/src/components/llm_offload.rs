@@ -16,34 +16,7 @@ use crate::config::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
 /// Names of the components in this file, for the config warning.
-pub const WITHOUT_MODEL: [&str; 3] = ["agentdiet", "extract_llm", "summarize"];
-
-/// `components.extract_llm`: the reference's keys.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct ExtractLlmConfig {
-    per_output: Option<IgnoredAny>,
-    fire_on: Option<IgnoredAny>,
-    min_tokens: Option<IgnoredAny>,
-    strategy: Option<IgnoredAny>,
-    aggressiveness: Option<IgnoredAny>,
-    context: Option<IgnoredAny>,
-    context_messages: Option<IgnoredAny>,
-    max_chars: Option<IgnoredAny>,
-    llm_every_n_requests: Option<IgnoredAny>,
-    llm_max_per_request: Option<IgnoredAny>,
-    llm_max_per_session: Option<IgnoredAny>,
-    allow_on_caching_backend: Option<IgnoredAny>,
-    economic_gate: Option<IgnoredAny>,
-    rewrite: Option<IgnoredAny>,
-    skip_file_reads: Option<IgnoredAny>,
-    model_max_input_tokens: Option<IgnoredAny>,
-    cold_cache: Option<IgnoredAny>,
-    trigger: Option<IgnoredAny>,
-    marker_mode: Option<IgnoredAny>,
-    model: Option<IgnoredAny>,
-}
+pub const WITHOUT_MODEL: [&str; 2] = ["agentdiet", "summarize"];
 
 /// `components.summarize`: the reference's keys.
 #[derive(Debug, Default, Deserialize)]
@@ -77,22 +50,8 @@ struct AgentdietConfig {
     model: Option<IgnoredAny>,
 }
 
-pub(super) struct ExtractLlm;
 pub(super) struct Summarize;
 pub(super) struct Agentdiet;
-
-impl ComponentFactory for ExtractLlm {
-    fn name(&self) -> &'static str {
-        "extract_llm"
-    }
-    fn summary(&self) -> &'static str {
-        "a cheap model writes a deletion-only filter (no model in this build: no-op)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
-        let _: ExtractLlmConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(NoModel("extract_llm"))))
-    }
-}
 
 impl ComponentFactory for Summarize {
     fn name(&self) -> &'static str {

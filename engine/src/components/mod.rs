@@ -12,6 +12,7 @@ pub mod cmdfilter;
 pub(crate) mod collapse;
 mod dedup;
 mod extract;
+mod extract_llm;
 mod failed_call;
 mod failed_run;
 mod format;
@@ -67,7 +68,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &collapse::Factory,
     &dedup::Factory,
     &extract::Factory,
-    &llm_offload::ExtractLlm,
+    &extract_llm::Factory,
     &failed_call::Factory,
     &failed_run::Factory,
     &format::Factory,

@@ -73,6 +73,7 @@ pub(crate) fn check_with(
         mutable_from: 0,
         cold: false,
         existing_breakpoints: 0,
+        models: None,
     };
     tweak(&mut cx);
     let before = messages.clone();

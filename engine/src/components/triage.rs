@@ -524,6 +524,7 @@ mod tests {
                 mutable_from: 0,
                 cold: false,
                 existing_breakpoints: 0,
+                models: None,
             };
             let mut messages = session(&steps, 1);
             let report = p.run(&mut messages, &cx);

@@ -122,6 +122,7 @@ fn cx() -> RunCx {
         mutable_from: 0,
         cold: false,
         existing_breakpoints: 0,
+        models: None,
     }
 }
 
@@ -278,6 +279,7 @@ fn session_cx(store: Arc<dyn Store>, mutable_from: usize) -> RunCx {
         mutable_from,
         cold: false,
         existing_breakpoints: 0,
+        models: None,
     }
 }
 

@@ -1,0 +1,390 @@
+//! `extract_llm`: a cheap model writes a filter for a large tool output (Offload, sampled).
+//!
+//! The host's model sees the output (bounded to about 32k characters) and the task, and writes a
+//! Starlark `filter(text)`; the host runs it in the sandbox over the whole output and answers
+//! with the result. This component accepts it only if it is deletion-only (an in-order
+//! subsequence of the output, checked structurally for JSON; `rewrite: true` drops that proof),
+//! non-empty and strictly smaller, and then stashes the original behind a marker:
+//!
+//! ```text
+//! FAILED tests/test_api.py::test_timeout - TimeoutError: read timed out
+//! E   TimeoutError: read timed out after 30s
+//! <<cg:8d2e…>> [full output: call context_guru_expand]
+//! ```
+//!
+//! Anything else falls back to `extract`'s deterministic projection (head and tail lines, lines
+//! sharing the task's keywords, error lines), and so does a request with no model, as the spec
+//! says. A model call is spent only where it can pay:
+//!
+//! - on a large output (`min_tokens`, or `trigger.min_output_tokens`) in a large request
+//!   (`trigger.min_request_tokens`, `trigger.min_messages`);
+//! - on a warm turn, only at `break_even_tokens` or more: on a prompt-caching backend the tail a
+//!   filter shrinks is written to the cache once and read cheaply after, so a small output does
+//!   not repay the call; on a cold turn the usual floor applies;
+//! - never inside the cached prefix, except once for a late result (below).
+//!
+//! The request never waits on the model for longer than `model.deadline_ms`: an ask that is
+//! still running leaves the output alone on this run (`model_pending`), the proxy waits up to
+//! the deadline and runs the pipeline again, and a result that arrives later is applied on the
+//! next turn ([`Answer::Late`]). What this component did is frozen as sampled: replayed byte for
+//! byte on every later turn, never re-asked.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use super::extract::{Outcome, Projector};
+use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::config::ComponentSource;
+use crate::contain;
+use crate::marker::HINT_FULL_OUTPUT;
+use crate::message::Role;
+use crate::model::{Answer, Ask, Job, ModelConfig};
+use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::tokens;
+
+/// Characters of each context message the model is shown.
+const CONTEXT_CHARS: usize = 2000;
+
+/// `components.extract_llm.trigger` (shared with `summarize`): when a model call may happen.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Trigger {
+    /// Per output; overrides `min_tokens` when set.
+    pub min_output_tokens: Option<usize>,
+    /// Defaults to `0`. The whole request's content tokens.
+    pub min_request_tokens: usize,
+    /// Defaults to `0`. Messages in the request.
+    pub min_messages: usize,
+}
+
+impl Trigger {
+    /// Whether the request as a whole is large enough. Records the gate when not.
+    pub(crate) fn request_fires(&self, messages: &Transcript<'_>, cx: &mut ApplyCx<'_>) -> bool {
+        if messages.len() < self.min_messages {
+            cx.gate("below_trigger_messages");
+            return false;
+        }
+        if self.min_request_tokens > 0 {
+            let total: usize = (0..messages.len()).map(|i| cx.tokens(i)).sum();
+            if total < self.min_request_tokens {
+                cx.gate("below_trigger_tokens");
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Strategy {
+    #[default]
+    Code,
+    /// The reference's chunked strategy; maps to `code`.
+    Rlm,
+    /// The reference's try-everything strategy; maps to `code`.
+    Auto,
+    /// The reference's JSON-value strategy; maps to `code`.
+    Single,
+    /// No model: the projection only.
+    Deterministic,
+}
+
+/// `components.extract_llm`. The reference's keys all load; the ones this build has no use for
+/// are accepted and ignored (named in `docs/components.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ExtractLlmConfig {
+    /// Defaults to `300`. Outputs under this many tokens are left alone.
+    min_tokens: usize,
+    /// Defaults to `2000`. On a warm turn, outputs under this many tokens do not repay a call.
+    break_even_tokens: usize,
+    /// Defaults to `code`.
+    strategy: Strategy,
+    /// The cheap model.
+    model: ModelConfig,
+    trigger: Trigger,
+    /// Defaults to `false`. Lets the model's filter reword (no deletion-only proof).
+    rewrite: bool,
+    /// Defaults to `0` (no cap). Model calls one request may start.
+    llm_max_per_request: usize,
+    /// Defaults to `5`. Head and tail lines the deterministic fallback keeps.
+    head_lines: usize,
+    tail_lines: usize,
+    marker_mode: MarkerMode,
+    per_output: Option<IgnoredAny>,
+    fire_on: Option<IgnoredAny>,
+    aggressiveness: Option<IgnoredAny>,
+    context: Option<IgnoredAny>,
+    context_messages: Option<IgnoredAny>,
+    max_chars: Option<IgnoredAny>,
+    llm_every_n_requests: Option<IgnoredAny>,
+    llm_max_per_session: Option<IgnoredAny>,
+    allow_on_caching_backend: Option<IgnoredAny>,
+    economic_gate: Option<IgnoredAny>,
+    skip_file_reads: Option<IgnoredAny>,
+    model_max_input_tokens: Option<IgnoredAny>,
+    cold_cache: Option<IgnoredAny>,
+}
+
+impl Default for ExtractLlmConfig {
+    fn default() -> ExtractLlmConfig {
+        ExtractLlmConfig {
+            min_tokens: 300,
+            break_even_tokens: 2000,
+            strategy: Strategy::Code,
+            model: ModelConfig::default(),
+            trigger: Trigger::default(),
+            rewrite: false,
+            llm_max_per_request: 0,
+            head_lines: 5,
+            tail_lines: 5,
+            marker_mode: MarkerMode::Full,
+            per_output: None,
+            fire_on: None,
+            aggressiveness: None,
+            context: None,
+            context_messages: None,
+            max_chars: None,
+            llm_every_n_requests: None,
+            llm_max_per_session: None,
+            allow_on_caching_backend: None,
+            economic_gate: None,
+            skip_file_reads: None,
+            model_max_input_tokens: None,
+            cold_cache: None,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "extract_llm"
+    }
+
+    fn summary(&self) -> &'static str {
+        "a cheap model writes a deletion-only filter for a large output (sampled, recoverable)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let config: ExtractLlmConfig = decode(source)?;
+        Ok(Stage::Offload(Box::new(ExtractLlm { config })))
+    }
+}
+
+struct ExtractLlm {
+    config: ExtractLlmConfig,
+}
+
+impl Offload for ExtractLlm {
+    fn name(&self) -> &'static str {
+        "extract_llm"
+    }
+
+    fn freeze(&self) -> Freeze {
+        Freeze::Sampled
+    }
+
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        let floor = self
+            .config
+            .trigger
+            .min_output_tokens
+            .unwrap_or(self.config.min_tokens);
+        let fires = self.config.trigger.request_fires(messages, cx);
+        let mut projector =
+            Projector::new(messages, self.config.head_lines, self.config.tail_lines);
+        let llm = Llm {
+            model: &self.config.model,
+            rewrite: self.config.rewrite,
+            break_even_tokens: self.config.break_even_tokens,
+        };
+        let mut keys = Vec::new();
+        let mut asked = 0;
+        for index in 0..messages.len() {
+            if !offload_candidate(&messages[index], cx) {
+                continue;
+            }
+            if cx.tokens(index) < floor {
+                cx.gate("below_output_floor");
+                continue;
+            }
+            let capped =
+                self.config.llm_max_per_request > 0 && asked >= self.config.llm_max_per_request;
+            if fires && !capped && self.config.strategy != Strategy::Deterministic {
+                match llm.extract(messages, index, cx, &mut asked) {
+                    Outcome::Applied(key) => {
+                        keys.push(key);
+                        continue;
+                    }
+                    Outcome::Leave => continue,
+                    Outcome::Fallback => {}
+                }
+            } else if capped {
+                cx.gate("llm_max_per_request");
+            }
+            if !cx.may_mutate(index) {
+                cx.gate("cached_prefix");
+                continue;
+            }
+            let Some(projected) = projector.project(&messages[index].content) else {
+                cx.gate("no_obvious_noise");
+                continue;
+            };
+            keys.extend(offload_with(messages, index, cx, |marker| {
+                format!("{projected}{marker}{HINT_FULL_OUTPUT}")
+            }));
+        }
+        Ok(keys)
+    }
+}
+
+/// One LLM extraction policy: `extract_llm`'s, or `extract`'s with `strategy: code`.
+pub(super) struct Llm<'c> {
+    pub model: &'c ModelConfig,
+    pub rewrite: bool,
+    /// On a warm turn, outputs under this many tokens fall back without a call (0: no floor).
+    pub break_even_tokens: usize,
+}
+
+impl Llm<'_> {
+    /// Asks the host for a filtered `messages[index]` and applies it when it passes the checks.
+    /// `asked` counts the jobs this request submitted.
+    pub(super) fn extract(
+        &self,
+        messages: &mut Transcript<'_>,
+        index: usize,
+        cx: &mut ApplyCx<'_>,
+        asked: &mut usize,
+    ) -> Outcome {
+        let Some(models) = cx.models() else {
+            cx.gate("no_model");
+            return Outcome::Fallback;
+        };
+        let output = messages[index].content.clone();
+        let context = task_context(messages);
+        let key = job_key(&output, &context, self.model, self.rewrite);
+        let mutable = cx.may_mutate(index);
+        let warm_and_small = !cx.is_cold() && cx.tokens(index) < self.break_even_tokens;
+        let submit = mutable && !warm_and_small;
+        let session = cx.session().to_owned();
+        let build = || Job::Extract {
+            output: output.clone(),
+            context: context.clone(),
+            rewrite: self.rewrite,
+        };
+        let answer = models.ask(Ask {
+            session: &session,
+            key,
+            model: self.model,
+            job: &build,
+            submit,
+        });
+        let (text, late) = match answer {
+            Answer::Ready(text) => (text, false),
+            Answer::Late(text) => (text, true),
+            Answer::Pending => {
+                if submit {
+                    *asked += 1;
+                }
+                cx.model_pending();
+                return Outcome::Leave;
+            }
+            Answer::Failed(_) => {
+                cx.gate("model_failed");
+                return Outcome::Fallback;
+            }
+            Answer::NoModel => {
+                cx.gate("no_model");
+                return Outcome::Fallback;
+            }
+            Answer::Unknown if warm_and_small && mutable => {
+                cx.gate("below_break_even");
+                return Outcome::Fallback;
+            }
+            Answer::Unknown => {
+                cx.gate("cached_prefix");
+                return Outcome::Leave;
+            }
+        };
+        if !mutable && !late {
+            cx.gate("cached_prefix");
+            return Outcome::Leave;
+        }
+        if text.trim().is_empty() {
+            cx.gate("model_empty_result");
+            return Outcome::Fallback;
+        }
+        if !self.rewrite && !contain::deletion_only(&output, &text) {
+            cx.gate("not_deletion_only");
+            return Outcome::Fallback;
+        }
+        if tokens::count(&text) >= cx.tokens(index) {
+            cx.gate("model_result_not_smaller");
+            return Outcome::Fallback;
+        }
+        if late {
+            cx.allow_late(index);
+            cx.gate("late_result_applied");
+        }
+        let joined = if text.ends_with('\n') {
+            text
+        } else {
+            format!("{text}\n")
+        };
+        match offload_with(messages, index, cx, |marker| {
+            format!("{joined}{marker}{HINT_FULL_OUTPUT}")
+        }) {
+            Some(key) => Outcome::Applied(key),
+            None => Outcome::Leave,
+        }
+    }
+}
+
+/// What the model is told the agent is doing: the task (first user message) and the latest
+/// user and assistant messages, each bounded.
+pub(crate) fn task_context(messages: &Transcript<'_>) -> String {
+    let first_user = (0..messages.len()).find(|&i| messages[i].role == Role::User);
+    let latest = |role| {
+        (0..messages.len())
+            .rev()
+            .find(|&i| messages[i].role == role)
+    };
+    let mut context = String::new();
+    let mut seen = Vec::new();
+    for (label, index) in [
+        ("TASK", first_user),
+        ("LATEST USER MESSAGE", latest(Role::User)),
+        ("LATEST ASSISTANT MESSAGE", latest(Role::Assistant)),
+    ] {
+        let Some(i) = index else { continue };
+        if seen.contains(&i) || messages[i].content.trim().is_empty() {
+            continue;
+        }
+        seen.push(i);
+        let content: String = messages[i].content.chars().take(CONTEXT_CHARS).collect();
+        context.push_str(&format!("{label}:\n{content}\n\n"));
+    }
+    context
+}
+
+/// The content key of an extraction: the same output, context, model and policy always map to
+/// the same cached result.
+fn job_key(output: &str, context: &str, model: &ModelConfig, rewrite: bool) -> u128 {
+    let fingerprint = format!(
+        "extract/v1\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{rewrite}\u{0}{context}",
+        model.source,
+        model.provider,
+        model.model.as_deref().unwrap_or("")
+    );
+    tokens::content_key(output) ^ tokens::content_key(&fingerprint).rotate_left(1)
+}
+
+#[cfg(test)]
+mod tests;
