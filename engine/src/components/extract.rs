@@ -239,17 +239,7 @@ impl Offload for Extract {
                     Outcome::Fallback => {}
                 }
             }
-            if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
-                continue;
-            }
-            let Some(projected) = projector.project(&messages[index].content) else {
-                cx.gate("no_obvious_noise");
-                continue;
-            };
-            keys.extend(offload_with(messages, index, cx, |marker| {
-                format!("{projected}{marker}{HINT_FULL_OUTPUT}")
-            }));
+            keys.extend(projector.offload(messages, index, cx));
         }
         Ok(keys)
     }
@@ -294,6 +284,27 @@ impl Projector {
                 word.extend(w.chars().flat_map(char::to_lowercase));
                 query.contains(word.as_str())
             })
+    }
+
+    /// Replaces `messages[index]` with its projection (stashing the original) where it may
+    /// change and the projection changes something; records the gate otherwise.
+    pub(super) fn offload(
+        &mut self,
+        messages: &mut Transcript<'_>,
+        index: usize,
+        cx: &mut ApplyCx<'_>,
+    ) -> Option<StashKey> {
+        if !cx.may_mutate(index) {
+            cx.gate("cached_prefix");
+            return None;
+        }
+        let Some(projected) = self.project(&messages[index].content) else {
+            cx.gate("no_obvious_noise");
+            return None;
+        };
+        offload_with(messages, index, cx, |marker| {
+            format!("{projected}{marker}{HINT_FULL_OUTPUT}")
+        })
     }
 
     /// `original` denoised and, with a query, projected onto it; `None` when that changes

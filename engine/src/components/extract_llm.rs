@@ -229,17 +229,7 @@ impl Offload for ExtractLlm {
             } else if capped {
                 cx.gate("llm_max_per_request");
             }
-            if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
-                continue;
-            }
-            let Some(projected) = projector.project(&messages[index].content) else {
-                cx.gate("no_obvious_noise");
-                continue;
-            };
-            keys.extend(offload_with(messages, index, cx, |marker| {
-                format!("{projected}{marker}{HINT_FULL_OUTPUT}")
-            }));
+            keys.extend(projector.offload(messages, index, cx));
         }
         Ok(keys)
     }
