@@ -37,6 +37,8 @@ pub enum Reply {
     ResetMidStream,
     /// A text answer streamed in this many chunks with a pause between them.
     Slow { chunks: usize, pause: Duration },
+    /// Another reply, after a pause before the response headers (a slow model).
+    Delayed(Duration, Box<Reply>),
 }
 
 /// What the mock received.
@@ -141,11 +143,15 @@ impl Mock {
         }
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let stream = request["stream"] == true;
-        let reply = self
+        let mut reply = self
             .script
             .lock()
             .pop_front()
             .unwrap_or(Reply::Text("ok".into()));
+        if let Reply::Delayed(pause, inner) = reply {
+            tokio::time::sleep(pause).await;
+            reply = *inner;
+        }
         match reply {
             Reply::Status(code, body) => json_response(code, body),
             Reply::ResetMidStream => {

@@ -76,6 +76,8 @@ pub struct LlmCounts {
     pub sandbox_failures: u64,
     /// Jobs refused because the queue was full.
     pub queue_full: u64,
+    /// Jobs a request stopped waiting for at their deadline (their results serve a later turn).
+    pub timeouts: u64,
     pub cost_usd: f64,
 }
 
@@ -88,6 +90,7 @@ struct Counters {
     rejected: AtomicU64,
     sandbox_failures: AtomicU64,
     queue_full: AtomicU64,
+    timeouts: AtomicU64,
     cost_micro_usd: AtomicU64,
 }
 
@@ -191,6 +194,14 @@ impl LlmService {
         }
     }
 
+    /// Counts jobs a request stopped waiting for at their deadline.
+    pub fn record_timeouts(&self, n: u64) {
+        self.shared
+            .counters
+            .timeouts
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
     pub fn counts(&self) -> LlmCounts {
         let c = &self.shared.counters;
         LlmCounts {
@@ -201,6 +212,7 @@ impl LlmService {
             rejected: c.rejected.load(Ordering::Relaxed),
             sandbox_failures: c.sandbox_failures.load(Ordering::Relaxed),
             queue_full: c.queue_full.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
             cost_usd: c.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6,
         }
     }

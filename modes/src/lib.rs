@@ -143,5 +143,20 @@ pub fn run_turn<'a>(
     }
 }
 
+/// Runs the pipeline again for a turn [`run_turn`] already began: the tracker is not consulted
+/// again and its facts (boundary, cold) stand. The proxy does this once when a model job it
+/// waited for finished within the deadline, so the result lands on this turn.
+pub fn rerun<'a>(
+    parsed: &ParsedBody<'a>,
+    pipeline: &Pipeline,
+    mut cx: RunCx,
+    facts: &TurnFacts,
+) -> Applied<'a> {
+    cx.mutable_from = facts.mutable_from;
+    // An amortized turn re-wrote at depth as if cold; the re-run keeps that.
+    cx.cold = facts.cold || facts.amortized;
+    apply_parsed(parsed, pipeline, &cx)
+}
+
 #[cfg(test)]
 mod tests;

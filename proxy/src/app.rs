@@ -80,6 +80,8 @@ pub struct App {
     /// a short queue: when it is busy a turn's preparation is dropped, never waited for.
     preparer: WorkerPool,
     prepare_jobs: std::sync::atomic::AtomicU64,
+    /// The LLM actor: model jobs for `extract_llm`, `extract` (`strategy: code`), `summarize`.
+    pub llm: llm::LlmService,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -134,6 +136,12 @@ impl App {
             Arc::new(StorePersist::new(state_store)),
             tokio::runtime::Handle::current(),
         );
+        // Model calls go through the agent's own pooled client.
+        let llm = llm::LlmService::start(
+            Arc::new(upstream.clone()),
+            llm::CheapModelEnv::from_env(),
+            llm::Options::default(),
+        );
         Ok(App {
             config,
             pipeline,
@@ -146,6 +154,7 @@ impl App {
             sessions,
             preparer: WorkerPool::new("sluice-prepare", 1, 32),
             prepare_jobs: std::sync::atomic::AtomicU64::new(0),
+            llm,
         })
     }
 
@@ -168,17 +177,20 @@ pub async fn handle(
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
-        (&Method::GET, "/stats") => h::json(
-            StatusCode::OK,
-            app.stats
-                .to_json(
-                    app.mode(),
-                    app.observer.as_ref().map(|o| o.pool.stats()),
-                    Some(app.sessions.stats()),
-                )
-                .to_string(),
-        ),
-        (&Method::GET, "/metrics") => h::text(StatusCode::OK, app.stats.to_prometheus()),
+        (&Method::GET, "/stats") => {
+            let mut stats = app.stats.to_json(
+                app.mode(),
+                app.observer.as_ref().map(|o| o.pool.stats()),
+                Some(app.sessions.stats()),
+            );
+            add_llm_stats(&mut stats, app.llm.counts());
+            h::json(StatusCode::OK, stats.to_string())
+        }
+        (&Method::GET, "/metrics") => {
+            let mut text = app.stats.to_prometheus();
+            text.push_str(&llm_prometheus(app.llm.counts()));
+            h::text(StatusCode::OK, text)
+        }
         (&Method::GET, "/expand") => expand_route(&app, peer, &request),
         (&Method::POST, "/compact") => compact_route(&app, request).await,
         (&Method::POST, "/anthropic/v1/messages") => chat(&app, Dialect::Anthropic, request).await,
@@ -195,6 +207,62 @@ pub async fn handle(
         },
     };
     Ok(response)
+}
+
+/// Components whose savings the model bought, for the net figure.
+const MODEL_COMPONENTS: [&str; 2] = ["extract_llm", "summarize"];
+
+/// What a saved token is worth, $/MTok: a Sonnet-class cache-read price, the conservative
+/// value of a token the agent would have re-sent on a warm turn (`SLUICE_SAVED_VALUE_PER_MTOK`).
+fn saved_value_per_mtok() -> f64 {
+    std::env::var("SLUICE_SAVED_VALUE_PER_MTOK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.30)
+}
+
+/// The model's spend next to what it saved: `llm_*` fields of `/stats`.
+fn add_llm_stats(stats: &mut serde_json::Value, counts: llm::LlmCounts) {
+    let saved: u64 = MODEL_COMPONENTS
+        .iter()
+        .filter_map(|name| stats["components"][name]["saved_tokens"].as_u64())
+        .sum();
+    let value = saved as f64 * saved_value_per_mtok() / 1e6;
+    if let Some(object) = stats.as_object_mut() {
+        for (key, v) in [
+            ("llm_calls", counts.calls.into()),
+            ("llm_input_tokens", counts.input_tokens.into()),
+            ("llm_output_tokens", counts.output_tokens.into()),
+            ("llm_timeouts", counts.timeouts.into()),
+            ("llm_errors", counts.errors.into()),
+            ("llm_rejected", counts.rejected.into()),
+            ("llm_sandbox_failures", counts.sandbox_failures.into()),
+            ("llm_queue_full", counts.queue_full.into()),
+            ("llm_cost_usd", counts.cost_usd.into()),
+            ("llm_saved_tokens", saved.into()),
+            ("llm_saved_value_usd", value.into()),
+            ("llm_net_usd", (value - counts.cost_usd).into()),
+        ] {
+            object.insert(key.to_string(), v);
+        }
+    }
+}
+
+fn llm_prometheus(counts: llm::LlmCounts) -> String {
+    format!(
+        "# HELP cg_llm_calls_total Cheap-model calls made.\n# TYPE cg_llm_calls_total counter\ncg_llm_calls_total {}\n\
+         # HELP cg_llm_tokens_total Cheap-model tokens billed.\n# TYPE cg_llm_tokens_total counter\ncg_llm_tokens_total{{direction=\"input\"}} {}\ncg_llm_tokens_total{{direction=\"output\"}} {}\n\
+         # HELP cg_llm_failures_total Cheap-model jobs that failed, by stage.\n# TYPE cg_llm_failures_total counter\ncg_llm_failures_total{{stage=\"call\"}} {}\ncg_llm_failures_total{{stage=\"rejected\"}} {}\ncg_llm_failures_total{{stage=\"sandbox\"}} {}\ncg_llm_failures_total{{stage=\"timeout\"}} {}\n\
+         # HELP cg_llm_cost_usd Cheap-model spend at the configured prices.\n# TYPE cg_llm_cost_usd counter\ncg_llm_cost_usd {}\n",
+        counts.calls,
+        counts.input_tokens,
+        counts.output_tokens,
+        counts.errors,
+        counts.rejected,
+        counts.sandbox_failures,
+        counts.timeouts,
+        counts.cost_usd
+    )
 }
 
 /// The upstream base and the path to call there, for a path under `/anthropic/` or `/openai/`.
@@ -327,6 +395,7 @@ async fn rewrite(
     dialect: Dialect,
     headers: &HeaderMap,
     body: &Bytes,
+    upstream_uri: &str,
 ) -> Result<Rewritten, Untouched> {
     let started = Instant::now();
     let bypass = headers
@@ -356,6 +425,11 @@ async fn rewrite(
             .record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
         return Err(Untouched::Bypassed(reason));
     }
+    let models =
+        Arc::new(
+            app.llm
+                .for_request(incoming_model(dialect, headers, &parsed, upstream_uri)),
+        );
     let cx = RunCx {
         dialect,
         session: session.clone(),
@@ -364,18 +438,28 @@ async fn rewrite(
         mutable_from: 0,
         cold: false,
         existing_breakpoints: parsed.existing_breakpoints(),
-        models: None,
+        models: Some(models.clone()),
     };
-    let (applied, facts) = modes::run_turn(
+    let (mut applied, facts) = modes::run_turn(
         &mut lease,
         &parsed,
         &app.pipeline,
-        cx,
+        cx.clone(),
         &app.config.cache.amortize,
     );
     drop(lease);
     app.stats
         .record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
+    if models.pending() > 0 {
+        // A model job this turn started (or an earlier one is still running): wait up to its
+        // deadline, then run again so a result that made it lands now. One that did not is
+        // used on the next turn; this request goes without it (fail-open).
+        let waited = models.wait().await;
+        app.llm.record_timeouts(waited.timed_out as u64);
+        if waited.finished > 0 {
+            applied = modes::rerun(&parsed, &app.pipeline, cx, &facts);
+        }
+    }
     prepare_new_messages(app, &parsed, facts.mutable_from);
     let stashed = applied
         .report
@@ -401,6 +485,39 @@ async fn rewrite(
         body: injected.unwrap_or(rewritten),
         session,
         stream,
+    })
+}
+
+/// What `model.source: incoming` reuses: the request's protocol, upstream URL, model and the
+/// caller's headers that may go upstream (credentials included; they live only as long as this
+/// request's jobs and are never logged). Compression is not asked for: the reply is parsed.
+fn incoming_model(
+    dialect: Dialect,
+    headers: &HeaderMap,
+    parsed: &wire::ParsedBody<'_>,
+    upstream_uri: &str,
+) -> Option<llm::Incoming> {
+    let model = parsed.field("model")?.of(parsed.text());
+    let model: String = serde_json::from_str(model).ok()?;
+    let headers = headers
+        .iter()
+        .filter(|(name, _)| {
+            crate::upstream::forwardable(name)
+                && !matches!(
+                    name.as_str(),
+                    "content-length" | "content-type" | "accept-encoding" | "host"
+                )
+        })
+        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
+        .collect();
+    Some(llm::Incoming {
+        provider: match dialect {
+            Dialect::Anthropic => engine::model::Provider::Anthropic,
+            Dialect::OpenAi => engine::model::Provider::Openai,
+        },
+        url: upstream_uri.to_string(),
+        headers,
+        model,
     })
 }
 
@@ -478,7 +595,7 @@ async fn chat(app: &Arc<App>, dialect: Dialect, request: Request<Incoming>) -> R
             .await
             .map_or_else(|e| upstream_failure(&e), relay);
     }
-    let rewritten = match rewrite(app, dialect, &parts.headers, &body).await {
+    let rewritten = match rewrite(app, dialect, &parts.headers, &body, &uri).await {
         Ok(rewritten) => rewritten,
         Err(untouched) => {
             match untouched {

@@ -164,6 +164,46 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove("keep-alive");
 }
 
+/// The model clients' HTTP: the same pooled client, TLS setup and header rules as the agent's
+/// traffic. A model reply is small; one over 8 MiB is refused rather than buffered.
+#[async_trait::async_trait]
+impl llm::Transport for Upstream {
+    async fn post(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(u16, Vec<u8>), String> {
+        use http_body_util::BodyExt;
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(value),
+            ) {
+                map.append(name, value);
+            }
+        }
+        let call = async {
+            let response = self
+                .send(Method::POST, url, &map, Bytes::from(body))
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status().as_u16();
+            let bytes = http_body_util::Limited::new(response.into_body(), 8 << 20)
+                .collect()
+                .await
+                .map_err(|_| "could not read the model's response".to_string())?
+                .to_bytes();
+            Ok((status, bytes.to_vec()))
+        };
+        tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| "timeout".to_string())?
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! sluice's end-to-end tests, one binary (each test binary costs a link step on CI).
 
 mod corpus;
+mod llm;
 mod proxy;
 mod sessions;

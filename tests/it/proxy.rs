@@ -18,16 +18,25 @@ use proxy::app::{App, Settings};
 use proxy::upstream::{Timeouts, Upstream};
 use serde_json::Value;
 
-struct Sluice {
-    url: String,
-    mock: Mock,
+pub(crate) struct Sluice {
+    pub(crate) url: String,
+    pub(crate) mock: Mock,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: tokio::task::JoinHandle<()>,
 }
 
 async fn start_with(config: &str, body_limit: usize) -> Sluice {
+    start_configured(|_| config.to_owned(), body_limit).await
+}
+
+/// Starts sluice with a config that may name its mock's URL (the mock as the cheap model too).
+pub(crate) async fn start_cheap(config_for: impl Fn(&str) -> String) -> Sluice {
+    start_configured(config_for, 32 << 20).await
+}
+
+async fn start_configured(config_for: impl Fn(&str) -> String, body_limit: usize) -> Sluice {
     let mock = Mock::start().await;
-    let config = Config::parse(config).unwrap();
+    let config = Config::parse(&config_for(&mock.url())).unwrap();
     let clock = Arc::new(proxy::clock::SystemClock);
     let store = Arc::new(MemoryStore::new(config.store.limits(), clock));
     let settings = Settings {
@@ -57,7 +66,7 @@ async fn start_with(config: &str, body_limit: usize) -> Sluice {
     }
 }
 
-async fn start(config: &str) -> Sluice {
+pub(crate) async fn start(config: &str) -> Sluice {
     start_with(config, 32 << 20).await
 }
 
@@ -65,10 +74,10 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
-struct Reply_ {
-    status: u16,
+pub(crate) struct Reply_ {
+    pub(crate) status: u16,
     headers: http::HeaderMap,
-    body: Bytes,
+    pub(crate) body: Bytes,
 }
 
 async fn call(method: &str, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply_ {
@@ -92,7 +101,7 @@ async fn call(method: &str, url: &str, headers: &[(&str, &str)], body: impl Into
 
 impl Sluice {
     /// POSTs a body to the dialect's rewritten route.
-    async fn chat(
+    pub(crate) async fn chat(
         &self,
         dialect: Dialect,
         headers: &[(&str, &str)],
@@ -111,7 +120,7 @@ impl Sluice {
         call("GET", &format!("{}{path_and_query}", self.url), &[], "").await
     }
 
-    async fn stats(&self) -> Value {
+    pub(crate) async fn stats(&self) -> Value {
         serde_json::from_slice(&self.get("/stats").await.body).unwrap()
     }
 }

@@ -259,7 +259,7 @@ impl Llm<'_> {
         };
         let output = messages[index].content.clone();
         let context = task_context(messages);
-        let key = job_key(&output, &context, self.model, self.rewrite);
+        let key = job_key(&output, self.model, self.rewrite);
         let mutable = cx.may_mutate(index);
         let warm_and_small = !cx.is_cold() && cx.tokens(index) < self.break_even_tokens;
         let submit = mutable && !warm_and_small;
@@ -364,11 +364,12 @@ pub(crate) fn task_context(messages: &Transcript<'_>) -> String {
     context
 }
 
-/// The content key of an extraction: the same output, context, model and policy always map to
-/// the same cached result.
-fn job_key(output: &str, context: &str, model: &ModelConfig, rewrite: bool) -> u128 {
+/// The content key of an extraction: the same output, model and policy map to the same cached
+/// result. Not the context: it moves every turn (the latest messages), and a result made for
+/// an output must be found again on the next turn (a late one, or one whose freeze was lost).
+fn job_key(output: &str, model: &ModelConfig, rewrite: bool) -> u128 {
     let fingerprint = format!(
-        "extract/v1\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{rewrite}\u{0}{context}",
+        "extract/v1\u{0}{:?}\u{0}{:?}\u{0}{}\u{0}{rewrite}",
         model.source,
         model.provider,
         model.model.as_deref().unwrap_or("")
