@@ -156,6 +156,33 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             Err(reason) => *component.gates.entry(reason).or_insert(0) += 1,
         }
     }
+    for stage in pipeline.stages() {
+        let crate::pipeline::Stage::Offload(offload) = stage else {
+            continue;
+        };
+        let Some(outcome) = offload.restructure(&body, &cx) else {
+            continue;
+        };
+        let Some(component) = report
+            .components
+            .iter_mut()
+            .find(|c| c.name == offload.name())
+        else {
+            continue;
+        };
+        match outcome {
+            Ok(done) => {
+                body = Cow::Owned(done.body);
+                component.saved_tokens += done.saved_tokens;
+                component.tokens_after = component.tokens_after.saturating_sub(done.saved_tokens);
+                component.acted = true;
+                component.mutated = true;
+                component.stashed.push(done.stashed);
+                report.tokens_after = report.tokens_after.saturating_sub(done.saved_tokens);
+            }
+            Err(gate) => *component.gates.entry(gate).or_insert(0) += 1,
+        }
+    }
     Applied {
         body,
         report,

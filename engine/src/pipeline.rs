@@ -138,6 +138,14 @@ pub trait Offload: Send + Sync {
         let _ = message;
     }
 
+    /// A body-level rewrite that changes the message count (`summarize`): runs after every
+    /// component and the splice, on the body about to be forwarded. `None` (the default) for
+    /// every component that works on messages; `Err` is the gate that says why it did nothing.
+    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, &'static str>> {
+        let _ = (body, cx);
+        None
+    }
+
     /// Returns the keys of every original it stashed.
     ///
     /// # Errors
@@ -147,6 +155,17 @@ pub trait Offload: Send + Sync {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError>;
+}
+
+/// What a body-level restructure produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restructured {
+    /// The whole body to forward: untouched bytes outside the replaced span.
+    pub body: Vec<u8>,
+    /// Tokens of the replaced messages minus the tokens of their replacement.
+    pub saved_tokens: usize,
+    /// The stash id of what was replaced.
+    pub stashed: String,
 }
 
 /// A built component, as the pipeline holds it.

@@ -225,3 +225,97 @@ async fn the_incoming_source_reuses_the_request_and_no_model_degrades() {
     assert_eq!(stats["components"]["extract_llm"]["gates"]["no_model"], 1);
     assert_eq!(stats["llm_calls"], 1);
 }
+
+/// An OpenAI transcript of `steps` file reads, ending on a user question.
+fn long_openai(steps: usize) -> Vec<Value> {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Make the flaky test in tests/test_io.py pass."}),
+    ];
+    for i in 0..steps {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{i}"), "type": "function", "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat src/io_{i}.py\"}}")}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "    return open(path).read()  # io helper\n".repeat(40)}));
+    }
+    messages.push(json!({"role": "user", "content": "What did you find?"}));
+    messages
+}
+
+#[tokio::test]
+async fn summarize_reuses_its_checkpoint_and_rolls_forward_past_the_threshold() {
+    let sluice = start_cheap(|url| {
+        format!(
+            "pipeline: [summarize]\ncomponents:\n  summarize:\n    resummarize_tokens: 3000\n    model: {{source: config, base_url: \"{url}\", provider: anthropic, model: cheap-1, api_key: k, deadline_ms: 5000}}\n"
+        )
+    })
+    .await;
+    let headers = [("x-context-guru-session", "long")];
+    let send = |messages: Vec<Value>| {
+        serde_json::to_vec(&json!({"model": "gpt-4o", "messages": messages})).unwrap()
+    };
+    let summary_of = |body: &[u8]| -> String {
+        let value: Value = serde_json::from_slice(body).unwrap();
+        value["messages"][2]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let model_calls = |sluice: &crate::proxy::Sluice| {
+        sluice
+            .mock
+            .recorded()
+            .iter()
+            .filter(|r| r.path == "/v1/messages")
+            .count()
+    };
+    sluice.mock.script([
+        Reply::Text("<summary>Read twelve io modules; none handles EINTR.</summary>".into()),
+        Reply::Text("answer 1".into()),
+    ]);
+    let mut messages = long_openai(12);
+    sluice
+        .chat(Dialect::OpenAi, &headers, send(messages.clone()))
+        .await;
+    let first = sluice.mock.recorded().last().cloned().unwrap();
+    let summary = summary_of(&first.body);
+    assert!(
+        summary.starts_with("=== History Summary ===\n<summary>\nRead twelve io modules"),
+        "{summary}"
+    );
+    assert_eq!(model_calls(&sluice), 1);
+
+    // A small next turn: the checkpoint serves, byte for byte, with no call.
+    messages.push(json!({"role": "assistant", "content": "None of them retries on EINTR."}));
+    messages.push(json!({"role": "user", "content": "Fix it."}));
+    sluice.mock.script([Reply::Text("answer 2".into())]);
+    sluice
+        .chat(Dialect::OpenAi, &headers, send(messages.clone()))
+        .await;
+    let second = sluice.mock.recorded().last().cloned().unwrap();
+    assert_eq!(summary_of(&second.body), summary);
+    assert_eq!(
+        model_calls(&sluice),
+        1,
+        "the mock saw no new summarize call"
+    );
+
+    // Twelve more reads: past resummarize_tokens, one fresh summary.
+    let more = long_openai(12);
+    messages.extend(more[2..more.len() - 1].iter().cloned());
+    messages.push(json!({"role": "user", "content": "And now?"}));
+    sluice.mock.script([
+        Reply::Text("<summary>Read 24 io modules; patched read_3.</summary>".into()),
+        Reply::Text("answer 3".into()),
+    ]);
+    sluice.chat(Dialect::OpenAi, &headers, send(messages)).await;
+    let third = sluice.mock.recorded().last().cloned().unwrap();
+    assert!(summary_of(&third.body).contains("Read 24 io modules"));
+    assert_eq!(model_calls(&sluice), 2);
+    let stats = sluice.stats().await;
+    assert_eq!(stats["llm_calls"], 2);
+    assert!(
+        stats["components"]["summarize"]["saved_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}

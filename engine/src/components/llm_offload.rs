@@ -16,23 +16,7 @@ use crate::config::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
 /// Names of the components in this file, for the config warning.
-pub const WITHOUT_MODEL: [&str; 2] = ["agentdiet", "summarize"];
-
-/// `components.summarize`: the reference's keys.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct SummarizeConfig {
-    summary_level: Option<IgnoredAny>,
-    keep_last: Option<IgnoredAny>,
-    start_from_message: Option<IgnoredAny>,
-    min_tokens: Option<IgnoredAny>,
-    resummarize_tokens: Option<IgnoredAny>,
-    include_tool_calls: Option<IgnoredAny>,
-    trigger: Option<IgnoredAny>,
-    marker_mode: Option<IgnoredAny>,
-    model: Option<IgnoredAny>,
-}
+pub const WITHOUT_MODEL: [&str; 1] = ["agentdiet"];
 
 /// `components.agentdiet`: the reference's keys.
 #[derive(Debug, Default, Deserialize)]
@@ -50,21 +34,7 @@ struct AgentdietConfig {
     model: Option<IgnoredAny>,
 }
 
-pub(super) struct Summarize;
 pub(super) struct Agentdiet;
-
-impl ComponentFactory for Summarize {
-    fn name(&self) -> &'static str {
-        "summarize"
-    }
-    fn summary(&self) -> &'static str {
-        "one model-written summary of the middle (no model in this build: no-op)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
-        let _: SummarizeConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(NoModel("summarize"))))
-    }
-}
 
 impl ComponentFactory for Agentdiet {
     fn name(&self) -> &'static str {

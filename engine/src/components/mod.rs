@@ -27,6 +27,7 @@ pub mod skeleton;
 mod smartcrush;
 mod stale_output;
 mod stale_reasoning;
+mod summarize;
 mod textclean;
 mod toon;
 pub mod triage;
@@ -82,7 +83,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &smartcrush::Factory,
     &stale_output::Factory,
     &stale_reasoning::Factory,
-    &llm_offload::Summarize,
+    &summarize::Factory,
     &textclean::Factory,
     &toon::Factory,
 ];

@@ -1,0 +1,393 @@
+//! `summarize`: the middle of a long transcript becomes one model-written summary (Offload, LLM).
+//!
+//! The one component that changes the message count, so it works on the body, not on the
+//! normalized messages: after every other component and the splice, [`Offload::restructure`]
+//! replaces the raw `messages` elements of the middle with one summary message and copies every
+//! other byte of the body as it was:
+//!
+//! ```text
+//! before: [system?, task, a1, tool, a2, tool, … 60 messages …, aN-1, tool, aN]
+//! after:  [system?, task, "=== History Summary === <summary>…</summary> … <<cg:…>>", aN-1, tool, aN]
+//! ```
+//!
+//! - The head (leading system messages and the first user message: the task) and the last
+//!   `keep_last` messages stay byte-identical; the tail never starts on a tool result (its call
+//!   would be summarized away), so the cut moves earlier until it does not.
+//! - The summary is grounded in the task (the first user message and the latest one) and written
+//!   by the host's model; the replaced span is stashed (a JSON array of its raw messages) under a
+//!   marker carried in the summary message, so expand gives the full earlier trajectory back.
+//! - Checkpointed per session: the summary and the hash of the bytes it covers are kept in the
+//!   store and reused verbatim (no call, byte-identical, so the prefix stays cached) while the
+//!   covered messages are unchanged and the unsummarized part after them stays under
+//!   `resummarize_tokens`. Past that a fresh summary of the longer span is asked for; until it
+//!   arrives the old checkpoint keeps serving, so no turn waits on a roll-forward.
+//! - Gated by `trigger` (`min_messages`, legacy `start_from_message`; `min_request_tokens`) and a
+//!   span floor (`min_tokens`). No model: nothing happens (gate `no_model`), as the spec says.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::extract_llm::Trigger;
+use super::{ComponentFactory, MarkerMode, decode};
+use crate::config::ComponentSource;
+use crate::marker::{self, HINT_FULL_TRAJECTORY};
+use crate::model::{Answer, Ask, Job, ModelConfig, SummaryLevel};
+use crate::pipeline::{
+    ApplyCx, ComponentError, Offload, Restructured, RunCx, Stage, StashKey, Transcript,
+};
+use crate::tokens;
+use crate::wire::{self, Dialect, json};
+
+/// The replay key of a session's checkpoint.
+const CHECKPOINT_KEY: &str = "sum:checkpoint";
+
+/// `components.summarize`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct SummarizeConfig {
+    /// Defaults to `regular` (`concise`, `regular`, `highly_detailed`).
+    summary_level: SummaryLevel,
+    /// Defaults to `3`. The newest messages kept as they are.
+    keep_last: usize,
+    /// Legacy name of `trigger.min_messages`.
+    start_from_message: Option<usize>,
+    /// Defaults to `500`. A span under this many tokens is not worth a summary.
+    min_tokens: usize,
+    /// Defaults to `6000`. Unsummarized tokens after the checkpoint before it rolls forward.
+    resummarize_tokens: usize,
+    /// Defaults to `false`: tool outputs are shown to the model as `<masked_tool_output>`.
+    include_tool_calls: bool,
+    model: ModelConfig,
+    trigger: Trigger,
+    marker_mode: MarkerMode,
+}
+
+impl Default for SummarizeConfig {
+    fn default() -> SummarizeConfig {
+        SummarizeConfig {
+            summary_level: SummaryLevel::Regular,
+            keep_last: 3,
+            start_from_message: None,
+            min_tokens: 500,
+            resummarize_tokens: 6000,
+            include_tool_calls: false,
+            model: ModelConfig::default(),
+            trigger: Trigger::default(),
+            marker_mode: MarkerMode::Full,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "summarize"
+    }
+
+    fn summary(&self) -> &'static str {
+        "one model-written summary of the middle, checkpointed (run it alone)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+        let mut config: SummarizeConfig = decode(source)?;
+        if config.trigger.min_messages == 0 {
+            config.trigger.min_messages = config.start_from_message.unwrap_or(6);
+        }
+        Ok(Stage::Offload(Box::new(Summarize { config })))
+    }
+}
+
+struct Summarize {
+    config: SummarizeConfig,
+}
+
+/// A session's summary and what it covers.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    /// Elements `[0, covered)` of the `messages` array are the head plus the summarized span.
+    covered: usize,
+    /// The first element the summary replaces (the head ends here).
+    head: usize,
+    /// Hash of the raw bytes of elements `[0, covered)`.
+    hash: String,
+    /// The summary message's text (marker included).
+    text: String,
+    /// The stash id of the span.
+    id: String,
+}
+
+impl Offload for Summarize {
+    fn name(&self) -> &'static str {
+        "summarize"
+    }
+
+    /// The message-level pass does nothing: summarize works on the body (`restructure`).
+    fn offload(
+        &self,
+        _: &mut Transcript<'_>,
+        _: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        Ok(Vec::new())
+    }
+
+    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, &'static str>> {
+        Some(self.summarize(body, cx))
+    }
+}
+
+/// One raw element of the `messages` array.
+struct Element<'t> {
+    raw: &'t str,
+    start: usize,
+    value: Value,
+}
+
+impl Element<'_> {
+    fn role(&self) -> &str {
+        self.value["role"].as_str().unwrap_or("")
+    }
+
+    /// A tool result: OpenAI `role: tool`, or an Anthropic user message carrying
+    /// `tool_result` blocks. The tail may not start on one.
+    fn is_tool_result(&self) -> bool {
+        self.role() == "tool"
+            || self.value["content"]
+                .as_array()
+                .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
+    }
+
+    /// The text a model reads, tool outputs masked unless `include_tools`.
+    fn render(&self, include_tools: bool) -> String {
+        let role = self.role();
+        let mut out = String::new();
+        match &self.value["content"] {
+            Value::String(text) if role == "tool" && !include_tools => {
+                let _ = text;
+                out.push_str("<masked_tool_output>");
+            }
+            Value::String(text) => out.push_str(text),
+            Value::Array(blocks) => {
+                for block in blocks {
+                    match block["type"].as_str() {
+                        Some("text") => out.push_str(block["text"].as_str().unwrap_or("")),
+                        Some("tool_use") => out.push_str(&format!(
+                            "[call {}({})]",
+                            block["name"].as_str().unwrap_or("?"),
+                            block["input"]
+                        )),
+                        Some("tool_result") if include_tools => out.push_str(&format!(
+                            "[result {}]",
+                            match &block["content"] {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            }
+                        )),
+                        Some("tool_result") => out.push_str("<masked_tool_output>"),
+                        _ => {}
+                    }
+                    out.push('\n');
+                }
+            }
+            _ => {}
+        }
+        for call in self.value["tool_calls"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "[call {}({})]",
+                call["function"]["name"].as_str().unwrap_or("?"),
+                call["function"]["arguments"].as_str().unwrap_or("")
+            ));
+        }
+        format!("[{role}]\n{}\n", out.trim_end())
+    }
+}
+
+impl Summarize {
+    fn summarize(&self, body: &[u8], cx: &RunCx) -> Result<Restructured, &'static str> {
+        let parsed = wire::parse(body, cx.dialect).map_err(|_| "unparsed")?;
+        let text = parsed.text();
+        let elements: Vec<Element<'_>> = json::elements(text, parsed.messages_span())
+            .map(|span| {
+                let raw = span.of(text);
+                Element {
+                    raw,
+                    start: span.start,
+                    value: serde_json::from_str(raw).unwrap_or(Value::Null),
+                }
+            })
+            .collect();
+        let n = elements.len();
+        if n < self.config.trigger.min_messages {
+            return Err("below_trigger_messages");
+        }
+        let total_tokens: usize = elements.iter().map(|e| tokens::count(e.raw)).sum();
+        if total_tokens < self.config.trigger.min_request_tokens {
+            return Err("below_trigger_tokens");
+        }
+        // The head: leading system messages and the first user message (the task).
+        let head = elements
+            .iter()
+            .position(|e| e.role() == "user")
+            .map_or(0, |first_user| first_user + 1);
+        let mut tail = n.saturating_sub(self.config.keep_last.max(1));
+        while tail > head && elements[tail].is_tool_result() {
+            tail -= 1;
+        }
+        if tail <= head + 1 {
+            return Err("span_too_short");
+        }
+        let checkpoint = cx
+            .store
+            .get_replay(&cx.session, CHECKPOINT_KEY)
+            .and_then(|raw| serde_json::from_str::<Checkpoint>(&raw).ok())
+            .filter(|c| {
+                c.head == head
+                    && c.covered <= tail
+                    && c.covered > head
+                    && span_hash(&elements[..c.covered]) == c.hash
+            });
+        let since_checkpoint = checkpoint.as_ref().map(|c| {
+            elements[c.covered..tail]
+                .iter()
+                .map(|e| tokens::count(e.raw))
+                .sum::<usize>()
+        });
+        let fresh_needed = since_checkpoint.is_none_or(|t| t >= self.config.resummarize_tokens);
+        let mut use_checkpoint = |c: &Checkpoint| self.build(body, &elements, c, cx);
+        if !fresh_needed && let Some(c) = &checkpoint {
+            return use_checkpoint(c);
+        }
+        let span_tokens: usize = elements[head..tail]
+            .iter()
+            .map(|e| tokens::count(e.raw))
+            .sum();
+        if span_tokens < self.config.min_tokens {
+            return Err("below_min_tokens");
+        }
+        let Some(models) = cx.models.as_deref() else {
+            return checkpoint
+                .as_ref()
+                .map_or(Err("no_model"), &mut use_checkpoint);
+        };
+        let transcript: String = elements[head..tail]
+            .iter()
+            .map(|e| e.render(self.config.include_tool_calls))
+            .collect();
+        let task = format!(
+            "{}\n\nLATEST: {}",
+            elements[head.saturating_sub(1)].render(false),
+            elements[n - 1].render(false)
+        );
+        let hash = span_hash(&elements[..tail]);
+        let key = tokens::content_key(&format!(
+            "summarize/v1\u{0}{hash}\u{0}{:?}",
+            self.config.summary_level
+        ));
+        let level = self.config.summary_level;
+        let job = || Job::Summarize {
+            transcript: transcript.clone(),
+            task: task.clone(),
+            level,
+        };
+        let answer = models.ask(Ask {
+            session: &cx.session,
+            key,
+            model: &self.config.model,
+            job: &job,
+            submit: true,
+        });
+        let summary = match answer {
+            Answer::Ready(summary) | Answer::Late(summary) => summary,
+            // Until the new summary arrives the old one serves; without one, nothing happens.
+            Answer::Pending => {
+                return checkpoint
+                    .as_ref()
+                    .map_or(Err("model_pending"), &mut use_checkpoint);
+            }
+            Answer::Failed(_) => {
+                return checkpoint
+                    .as_ref()
+                    .map_or(Err("model_failed"), &mut use_checkpoint);
+            }
+            Answer::NoModel | Answer::Unknown => {
+                return checkpoint
+                    .as_ref()
+                    .map_or(Err("no_model"), &mut use_checkpoint);
+            }
+        };
+        let span: Vec<&str> = elements[head..tail].iter().map(|e| e.raw).collect();
+        let original = format!("[{}]", span.join(","));
+        let id = marker::stash_id(&original);
+        cx.store
+            .stash(&cx.session, &id, &original)
+            .map_err(|_| "store_full")?;
+        let text = format!(
+            "=== History Summary ===\n{summary}\nUse this summary as the older context of this conversation; the messages after it continue from there. Do not summarize the conversation again. {}{HINT_FULL_TRAJECTORY}",
+            marker::marker(&id)
+        );
+        let fresh = Checkpoint {
+            covered: tail,
+            head,
+            hash,
+            text,
+            id,
+        };
+        let built = self.build(body, &elements, &fresh, cx)?;
+        if let Ok(value) = serde_json::to_string(&fresh) {
+            cx.store.put_replay(&cx.session, CHECKPOINT_KEY, &value);
+        }
+        Ok(built)
+    }
+
+    /// The body with elements `[head, covered)` replaced by the checkpoint's summary message.
+    fn build(
+        &self,
+        body: &[u8],
+        elements: &[Element<'_>],
+        checkpoint: &Checkpoint,
+        cx: &RunCx,
+    ) -> Result<Restructured, &'static str> {
+        let (head, covered) = (checkpoint.head, checkpoint.covered);
+        let Some(after) = elements.get(covered) else {
+            return Err("span_too_short");
+        };
+        let role = match cx.dialect {
+            Dialect::OpenAi => "system",
+            // Anthropic has no system role in `messages`; consecutive user turns are merged.
+            Dialect::Anthropic => "user",
+        };
+        let message = serde_json::json!({ "role": role, "content": checkpoint.text }).to_string();
+        let (from, to) = (elements[head].start, after.start);
+        let mut out = Vec::with_capacity(body.len());
+        out.extend_from_slice(&body[..from]);
+        out.extend_from_slice(message.as_bytes());
+        out.push(b',');
+        out.extend_from_slice(&body[to..]);
+        let before: usize = elements[head..covered]
+            .iter()
+            .map(|e| tokens::count(e.raw))
+            .sum();
+        let after_tokens = tokens::count(&checkpoint.text);
+        if after_tokens >= before {
+            return Err("marker_no_win");
+        }
+        Ok(Restructured {
+            body: out,
+            saved_tokens: before - after_tokens,
+            stashed: checkpoint.id.clone(),
+        })
+    }
+}
+
+/// A hash of the raw bytes of `elements`, for the checkpoint.
+fn span_hash(elements: &[Element<'_>]) -> String {
+    let mut joined = String::new();
+    for e in elements {
+        joined.push_str(e.raw);
+        joined.push('\u{0}');
+    }
+    format!("{:032x}", tokens::content_key(&joined))
+}
+
+#[cfg(test)]
+mod tests;

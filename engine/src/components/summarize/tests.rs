@@ -1,0 +1,198 @@
+//! `summarize` on whole bodies against a scripted host: the restructure, retained bytes, the
+//! stash, checkpoint reuse and roll-forward, no model, and the tool-result boundary.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::apply::apply_body;
+use crate::clock::ManualClock;
+use crate::config::Config;
+use crate::model::{Answer, Ask, Job, Models};
+use crate::pipeline::RunCx;
+use crate::store::{MemoryStore, MemoryStoreLimits, Store};
+use crate::wire::{Dialect, json as wire_json};
+
+/// Answers every summarize ask with a summary naming how many characters it read.
+struct Summarizer {
+    asks: Mutex<Vec<Job>>,
+}
+
+impl Models for Summarizer {
+    fn ask(&self, ask: Ask<'_>) -> Answer {
+        let job = (ask.job)();
+        let Job::Summarize { transcript, .. } = &job else {
+            return Answer::Failed("unexpected job".into());
+        };
+        let summary = format!(
+            "<summary>\nThe agent read {} characters of history.\n</summary>",
+            transcript.len()
+        );
+        self.asks.lock().push(job);
+        Answer::Ready(summary)
+    }
+}
+
+/// An OpenAI transcript: system, task, then `steps` call/result pairs with big outputs, then a
+/// final user message.
+fn transcript(steps: usize) -> Vec<Value> {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Make the flaky test in tests/test_io.py pass."}),
+    ];
+    for i in 0..steps {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{i}"), "type": "function", "function": {"name": "bash", "arguments": format!("{{\"command\": \"cat src/io_{i}.py\"}}")}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("def read_{i}(path):\n{}", "    return open(path).read()  # io helper\n".repeat(40))}));
+    }
+    messages.push(json!({"role": "user", "content": "What did you find?"}));
+    messages
+}
+
+fn body(messages: &[Value]) -> Vec<u8> {
+    serde_json::to_vec(&json!({"model": "gpt-4o", "messages": messages})).unwrap()
+}
+
+struct Harness {
+    store: Arc<MemoryStore>,
+    host: Arc<Summarizer>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let clock = Arc::new(ManualClock::new());
+        Harness {
+            store: Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock)),
+            host: Arc::new(Summarizer {
+                asks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    fn run(
+        &self,
+        block: &str,
+        body: &[u8],
+        with_model: bool,
+    ) -> (Vec<u8>, crate::pipeline::RunReport) {
+        let yaml = format!("pipeline: [summarize]\ncomponents:\n  summarize: {block}\n");
+        let pipeline = Config::parse(&yaml).unwrap().build_pipeline().unwrap();
+        let models: Option<Arc<dyn Models>> = if with_model {
+            Some(self.host.clone())
+        } else {
+            None
+        };
+        let cx = RunCx {
+            dialect: Dialect::OpenAi,
+            session: "s".into(),
+            store: self.store.clone(),
+            clock: Arc::new(ManualClock::new()),
+            mutable_from: 0,
+            cold: false,
+            existing_breakpoints: 0,
+            models,
+        };
+        let applied = apply_body(body, &pipeline, &cx);
+        (applied.body.into_owned(), applied.report)
+    }
+}
+
+fn elements(body: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(body).unwrap();
+    let root = wire_json::parse_document(text).unwrap();
+    let messages = wire_json::get(text, root, "messages").unwrap();
+    wire_json::elements(text, messages)
+        .map(|s| s.of(text).to_owned())
+        .collect()
+}
+
+#[test]
+fn the_middle_becomes_one_summary_and_the_rest_stays_byte_identical() {
+    let h = Harness::new();
+    let input = body(&transcript(12));
+    let (output, report) = h.run("{}", &input, true);
+    let (before, after) = (elements(&input), elements(&output));
+    assert_eq!(after.len(), 2 + 1 + 3, "head, summary, keep_last");
+    assert_eq!(after[..2], before[..2], "system and task stay");
+    assert_eq!(
+        after[3..],
+        before[before.len() - 3..],
+        "the tail stays byte for byte"
+    );
+    let summary: Value = serde_json::from_str(&after[2]).unwrap();
+    assert_eq!(summary["role"], "system");
+    let text = summary["content"].as_str().unwrap();
+    assert!(text.starts_with("=== History Summary ===\n<summary>\nThe agent read"));
+    assert!(text.ends_with("[full earlier trajectory: call context_guru_expand]"));
+    let id = crate::marker::marker_ids(text).next().unwrap();
+    let stashed: Value = serde_json::from_str(&h.store.resolve("s", id).unwrap()).unwrap();
+    let span: Vec<Value> = before[2..before.len() - 3]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(
+        stashed,
+        Value::Array(span),
+        "expand gives the whole span back"
+    );
+    assert!(report.saved_tokens() > 3000, "{}", report.saved_tokens());
+    assert_eq!(report.components[0].stashed, vec![id.to_string()]);
+    let asks = h.host.asks.lock();
+    let Job::Summarize {
+        transcript, task, ..
+    } = &asks[0]
+    else {
+        panic!()
+    };
+    assert!(transcript.contains("<masked_tool_output>") && !transcript.contains("io helper"));
+    assert!(task.contains("flaky test"));
+}
+
+#[test]
+fn the_checkpoint_is_reused_until_the_tail_grows_past_the_threshold() {
+    let h = Harness::new();
+    let mut messages = transcript(12);
+    let (first, _) = h.run("{}", &body(&messages), true);
+    // Two more small turns: the same summary, no new call.
+    messages.push(json!({"role": "assistant", "content": "Looking at the fixture next."}));
+    messages.push(json!({"role": "user", "content": "ok"}));
+    let (second, report) = h.run("{}", &body(&messages), true);
+    assert_eq!(h.host.asks.lock().len(), 1, "reused, no call");
+    assert_eq!(
+        elements(&second)[2],
+        elements(&first)[2],
+        "byte-identical summary"
+    );
+    assert!(report.components[0].acted);
+    // Many more big steps: past resummarize_tokens, a fresh summary covers the longer span.
+    let more = transcript(12);
+    messages.extend(more[2..more.len() - 1].iter().cloned());
+    messages.push(json!({"role": "user", "content": "status?"}));
+    let (third, _) = h.run("{resummarize_tokens: 1000}", &body(&messages), true);
+    assert_eq!(h.host.asks.lock().len(), 2, "rolled forward");
+    assert_ne!(elements(&third)[2], elements(&first)[2]);
+}
+
+#[test]
+fn no_model_small_transcripts_and_tool_result_boundaries() {
+    let h = Harness::new();
+    let input = body(&transcript(12));
+    let (output, report) = h.run("{}", &input, false);
+    assert_eq!(output, input, "no model: untouched");
+    assert_eq!(report.components[0].gates.get("no_model"), Some(&1));
+    let small = body(&transcript(1));
+    let (output, report) = h.run("{}", &small, true);
+    assert_eq!(output, small);
+    assert_eq!(
+        report.components[0].gates.get("below_trigger_messages"),
+        Some(&1)
+    );
+    // keep_last 2 would start the tail on a tool result: the cut moves to its call.
+    let (output, _) = h.run("{keep_last: 2}", &input, true);
+    let after = elements(&output);
+    let first_kept: Value = serde_json::from_str(&after[3]).unwrap();
+    assert_eq!(
+        first_kept["role"], "assistant",
+        "the tail starts on the call, not its result"
+    );
+}
