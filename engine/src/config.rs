@@ -318,7 +318,7 @@ pub const PRESETS: &[Preset] = &[
             "cachesplit",
         ],
         description: "coding agents with a cheap-model extractor (the reference's default)",
-        tuned: "components:\n  extract: {min_tokens: 400}\n",
+        tuned: "components:\n  extract: {min_tokens: 400}\n  extract_llm: {strategy: code, model: {source: config}, min_tokens: 3000, trigger: {min_request_tokens: 3000}, llm_max_per_request: 4}\n",
     },
     Preset {
         name: "mcp",
@@ -342,7 +342,7 @@ pub const PRESETS: &[Preset] = &[
         description: "long agentic sessions: age-based masking is the biggest lever",
         // The newest three outputs reach the model byte for byte: mask keeps them, and these
         // keep their hands off them too (the preset's promise, measured in docs/components.md).
-        tuned: "components:\n  format: {keep_recent: 3}\n  textclean: {keep_recent: 3}\n  searchfold: {keep_recent: 3}\n  dedup: {keep_recent: 3}\n  failed_run: {keep_recent: 3}\n  extract: {keep_recent: 3}\n",
+        tuned: "components:\n  format: {keep_recent: 3}\n  textclean: {keep_recent: 3}\n  searchfold: {keep_recent: 3}\n  dedup: {keep_recent: 3}\n  failed_run: {keep_recent: 3}\n  extract: {keep_recent: 3}\n  extract_llm: {keep_recent: 3}\n",
     },
     Preset {
         name: "general",

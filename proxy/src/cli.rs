@@ -1,4 +1,4 @@
-//! The `sluice` command line: `compact`, `config check`, `presets` (and `serve` once built).
+//! The `sluice` command line: `serve`, `compact`, `config check`, `presets`, `replay`, `tune`, `filters`.
 //!
 //! Exit codes: 0 success, 1 bad input or a failed check (one line on stderr naming the problem),
 //! 2 usage errors (from clap).
@@ -117,11 +117,11 @@ enum ConfigCommand {
 /// Where the pipeline comes from: a file, a preset, or the embedded default.
 #[derive(Debug, Args)]
 struct ConfigArgs {
-    /// A YAML config file.
-    #[arg(long, conflicts_with = "preset")]
+    /// A YAML config file (also `SLUICE_CONFIG`).
+    #[arg(long, env = "SLUICE_CONFIG", conflicts_with = "preset")]
     config: Option<PathBuf>,
-    /// A preset name (see `sluice presets`).
-    #[arg(long)]
+    /// A preset name, see `sluice presets` (also `SLUICE_PRESET`).
+    #[arg(long, env = "SLUICE_PRESET")]
     preset: Option<String>,
 }
 

@@ -228,7 +228,7 @@ impl Offload for Extract {
                 let llm = super::extract_llm::Llm {
                     model: &self.config.model,
                     rewrite: self.config.rewrite,
-                    break_even_tokens: 0,
+                    break_even_tokens: super::extract_llm::default_break_even(&self.config.model),
                 };
                 match llm.extract(messages, index, cx, &mut asked) {
                     Outcome::Applied(key) => {

@@ -97,8 +97,9 @@ enum Strategy {
 struct ExtractLlmConfig {
     /// Defaults to `300`. Outputs under this many tokens are left alone.
     min_tokens: usize,
-    /// Defaults to `2000`. On a warm turn, outputs under this many tokens do not repay a call.
-    break_even_tokens: usize,
+    /// On a warm turn, outputs under this many tokens do not repay a call. Defaults to
+    /// [`default_break_even`].
+    break_even_tokens: Option<usize>,
     /// Defaults to `code`.
     strategy: Strategy,
     /// The cheap model.
@@ -108,6 +109,9 @@ struct ExtractLlmConfig {
     rewrite: bool,
     /// Defaults to `0` (no cap). Model calls one request may start.
     llm_max_per_request: usize,
+    /// Defaults to `0`. The newest this many tool outputs are left byte-identical (sluice's
+    /// key, not the reference's: the `agent` preset keeps its newest three outputs whole).
+    keep_recent: usize,
     /// Defaults to `5`. Head and tail lines the deterministic fallback keeps.
     head_lines: usize,
     tail_lines: usize,
@@ -131,12 +135,13 @@ impl Default for ExtractLlmConfig {
     fn default() -> ExtractLlmConfig {
         ExtractLlmConfig {
             min_tokens: 300,
-            break_even_tokens: 2000,
+            break_even_tokens: None,
             strategy: Strategy::Code,
             model: ModelConfig::default(),
             trigger: Trigger::default(),
             rewrite: false,
             llm_max_per_request: 0,
+            keep_recent: 0,
             head_lines: 5,
             tail_lines: 5,
             marker_mode: MarkerMode::Full,
@@ -203,11 +208,19 @@ impl Offload for ExtractLlm {
         let llm = Llm {
             model: &self.config.model,
             rewrite: self.config.rewrite,
-            break_even_tokens: self.config.break_even_tokens,
+            break_even_tokens: self
+                .config
+                .break_even_tokens
+                .unwrap_or_else(|| default_break_even(&self.config.model)),
         };
         let mut keys = Vec::new();
         let mut asked = 0;
+        let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
+            if recent.contains(&index) {
+                cx.gate("within_keep_recent");
+                continue;
+            }
             if !offload_candidate(&messages[index], cx) {
                 continue;
             }
@@ -334,6 +347,24 @@ impl Llm<'_> {
             Some(key) => Outcome::Applied(key),
             None => Outcome::Leave,
         }
+    }
+}
+
+/// The smallest output a warm-turn call repays, from the price of the model that makes it.
+///
+/// In units of the agent's input price: a call costs about `p × (3,500 + shown)` tokens (a
+/// 2,000-token contract, the output shown, up to 8,000 tokens of it counted, and ~300 output
+/// tokens at five times the input price), where `p` is the extraction model's price relative to
+/// the agent's; it saves about half the output, written once to the cache (1.25) and read on
+/// about five later turns (0.1 each): `0.875 × tokens`. A cheap model (`p` ≈ 1/3, a Haiku-class
+/// model beside a Sonnet-class agent) breaks even near 2,000 tokens. The agent's own model
+/// (`source: incoming` with no `model` override, `p` = 1) breaks even only past about 13,000:
+/// the reference spent $17.22 to save $6.96 by calling without this check.
+pub(crate) fn default_break_even(model: &ModelConfig) -> usize {
+    if model.source == crate::model::ModelSource::Incoming && model.model.is_none() {
+        13_000
+    } else {
+        2_000
     }
 }
 
