@@ -181,21 +181,7 @@ fn dsl_filter(c: &mut Criterion) {
     let mut group = c.benchmark_group("dsl");
     let set = engine::dsl::FilterSet::builtins().unwrap();
     let pytest = set.filters().iter().find(|f| f.name == "pytest").unwrap();
-    let mut log = String::from(
-        "============================= test session starts ==============================\n",
-    );
-    let mut i = 0;
-    while log.len() < 5 << 20 {
-        log.push_str(&format!(
-            "tests/test_models.py::test_case_{i} PASSED                               [ 42%]\n"
-        ));
-        if i % 997 == 0 {
-            log.push_str(&format!(
-                "tests/test_models.py::test_edge_{i} FAILED\nE   AssertionError: assert {i} == 0\n"
-            ));
-        }
-        i += 1;
-    }
+    let log = benches::pytest_log(5 << 20, 997);
     group.throughput(Throughput::Bytes(log.len() as u64));
     group.bench_function("pytest_5mb", |b| {
         b.iter(|| pytest.apply(black_box(&log)).text.len())

@@ -56,3 +56,24 @@ pub fn body_of_size(target: usize) -> Vec<u8> {
     root["messages"] = serde_json::Value::Array(messages);
     serde_json::to_vec(&root).expect("serializable")
 }
+
+/// A pytest log of about `bytes` bytes: passing lines, and a failure with its assertion every
+/// `fail_every` tests.
+pub fn pytest_log(bytes: usize, fail_every: usize) -> String {
+    let mut log = String::from(
+        "============================= test session starts ==============================\n",
+    );
+    let mut i = 0;
+    while log.len() < bytes {
+        log.push_str(&format!(
+            "tests/test_models.py::test_case_{i} PASSED                               [ 42%]\n"
+        ));
+        if i % fail_every == 0 {
+            log.push_str(&format!(
+                "tests/test_models.py::test_edge_{i} FAILED\nE   AssertionError: assert {i} == 0\n"
+            ));
+        }
+        i += 1;
+    }
+    log
+}

@@ -10,32 +10,12 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use engine::model::{Answer, Ask, Job, ModelConfig, ModelSource, Models, Provider};
 
-/// A 200 KB pytest log: 2,500 passing lines and a failure every 500.
-fn pytest_log() -> String {
-    let mut log = String::from(
-        "============================= test session starts ==============================\n",
-    );
-    let mut i = 0;
-    while log.len() < 200 << 10 {
-        log.push_str(&format!(
-            "tests/test_models.py::test_case_{i} PASSED                  [ 42%]\n"
-        ));
-        if i % 500 == 0 {
-            log.push_str(&format!(
-                "tests/test_models.py::test_edge_{i} FAILED\nE   AssertionError: assert {i} == 0\n"
-            ));
-        }
-        i += 1;
-    }
-    log
-}
-
 /// The kind of filter a cheap model writes for a test log: drop the passing lines.
 const FILTER: &str = "def filter(text):\n    kept = []\n    for line in text.split(\"\\n\"):\n        if re_match(\" PASSED \", line):\n            continue\n        kept.append(line)\n    return \"\\n\".join(kept)\n";
 
 fn sandbox_and_proof(c: &mut Criterion) {
     let mut group = c.benchmark_group("llm");
-    let log = pytest_log();
+    let log = benches::pytest_log(200 << 10, 500);
     let limits = sandbox::Limits::DEFAULT;
     group.bench_function("sandbox/compile", |b| {
         b.iter(|| sandbox::Program::compile(black_box(FILTER), &limits).is_ok())
@@ -100,7 +80,7 @@ fn actor(c: &mut Criterion) {
         deadline_ms: 5000,
         ..ModelConfig::default()
     };
-    let log = pytest_log();
+    let log = benches::pytest_log(200 << 10, 500);
     let job = || Job::Extract {
         output: log.clone(),
         context: "TASK:\nfix the failing test\n\n".into(),
