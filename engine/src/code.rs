@@ -284,26 +284,26 @@ struct Walk<'s, 'v> {
 }
 
 impl Walk<'_, '_> {
-    fn visit(&mut self, node: Node<'_>) {
-        if self.kinds.contains(&node.kind())
-            && let Some(body) = body_of(node)
-        {
-            // A body too small to elide holds no body large enough either.
-            match self.inner_lines(node, body) {
-                Some(lines) if self.large_enough(body) => self.bodies.push(lines),
-                _ if self.large_enough(body) => self.visit_children(body),
-                _ => {}
+    /// Depth-first over the tree with an explicit stack: a deeply nested literal (10,000 levels
+    /// parse fine) must not overflow the thread's stack.
+    fn visit(&mut self, root: Node<'_>) {
+        let mut stack = vec![root];
+        while let Some(node) = stack.pop() {
+            if self.kinds.contains(&node.kind())
+                && let Some(body) = body_of(node)
+            {
+                // A body too small to elide holds no body large enough either.
+                match self.inner_lines(node, body) {
+                    Some(lines) if self.large_enough(body) => self.bodies.push(lines),
+                    _ if self.large_enough(body) => push_children(&mut stack, body),
+                    _ => {}
+                }
+                continue;
             }
-            return;
+            push_children(&mut stack, node);
         }
-        self.visit_children(node);
-    }
-
-    fn visit_children(&mut self, node: Node<'_>) {
-        let mut cursor = node.walk();
-        for child in node.named_children(&mut cursor) {
-            self.visit(child);
-        }
+        // Pushed children pop last-first: put the bodies back in source order.
+        self.bodies.sort_by_key(|r| *r.start());
     }
 
     fn large_enough(&self, body: Node<'_>) -> bool {
@@ -331,6 +331,13 @@ impl Walk<'_, '_> {
         // One elided line replaces the range; two lines is the least that saves anything.
         (lines.end() > lines.start()).then_some(lines)
     }
+}
+
+/// Pushes `node`'s named children so they pop in source order.
+fn push_children<'t>(stack: &mut Vec<Node<'t>>, node: Node<'t>) {
+    let mut cursor = node.walk();
+    let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+    stack.extend(children.into_iter().rev());
 }
 
 /// The body of a function node: its `body` field, or (Kotlin, whose grammar names no field) its

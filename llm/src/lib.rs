@@ -14,5 +14,9 @@ pub mod client;
 pub mod prompt;
 pub mod service;
 
+/// The sandbox the filters run in (re-exported so the host can answer its child-process
+/// argument without a dependency edge of its own).
+pub use sandbox;
+
 pub use client::{CheapModelEnv, Endpoint, Incoming, Transport};
-pub use service::{LlmCounts, LlmService, Options, RequestModels, Waited};
+pub use service::{Isolation, LlmCounts, LlmService, Options, RequestModels, Waited};

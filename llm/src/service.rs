@@ -25,8 +25,23 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 use crate::client::{self, CheapModelEnv, Endpoint, Incoming, Transport};
 use crate::prompt;
 
+/// Where model-written filters run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// In this process: only for trusted programs and tests. A program that allocates without
+    /// bound in one step aborts the process.
+    #[default]
+    InProcess,
+    /// In a child process: `command args...` must reach `sandbox::child_main` (the `sluice`
+    /// binary answers `sandbox::CHILD_ARG`). What `sluice serve` uses.
+    Child {
+        command: std::path::PathBuf,
+        args: Vec<String>,
+    },
+}
+
 /// Queue and cache sizes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Jobs running at once. Default 4.
     pub concurrency: usize,
@@ -41,6 +56,7 @@ pub struct Options {
     pub price_in: f64,
     pub price_out: f64,
     pub sandbox: sandbox::Limits,
+    pub isolation: Isolation,
 }
 
 impl Default for Options {
@@ -59,6 +75,7 @@ impl Default for Options {
             price_in: price("CHEAP_MODEL_PRICE_IN", 1.0),
             price_out: price("CHEAP_MODEL_PRICE_OUT", 5.0),
             sandbox: sandbox::Limits::DEFAULT,
+            isolation: Isolation::InProcess,
         }
     }
 }
@@ -355,15 +372,20 @@ async fn run_job(
     }
 }
 
-/// Compiles and runs a filter on a blocking thread: the sandbox is CPU-bound.
+/// Compiles and runs a filter on a blocking thread (the sandbox is CPU-bound, and a child
+/// process is waited for synchronously).
 async fn run_filter(
     shared: &Shared,
     program: &str,
     input: &str,
 ) -> Result<String, sandbox::SandboxError> {
-    let (program, input, limits) = (program.to_owned(), input.to_owned(), shared.options.sandbox);
-    tokio::task::spawn_blocking(move || {
-        sandbox::Program::compile(&program, &limits)?.run(&input, &limits)
+    let (program, input) = (program.to_owned(), input.to_owned());
+    let (limits, isolation) = (shared.options.sandbox, shared.options.isolation.clone());
+    tokio::task::spawn_blocking(move || match isolation {
+        Isolation::InProcess => sandbox::Program::compile(&program, &limits)?.run(&input, &limits),
+        Isolation::Child { command, args } => {
+            sandbox::run_in_child(&command, &args, &program, &input, &limits)
+        }
     })
     .await
     .unwrap_or_else(|_| {
@@ -460,8 +482,12 @@ impl Models for RequestModels {
             let mut cache = shared.cache.lock();
             if let Some(entry) = cache.entries.get_mut(&key) {
                 return match &entry.state {
+                    // A poll (`submit: false`) never waits: only the request that asked for
+                    // the work, or one that may still use it on this turn, holds its response.
                     State::Pending => {
-                        self.waiting.lock().push((key, ask.model.deadline()));
+                        if ask.submit {
+                            self.waiting.lock().push((key, ask.model.deadline()));
+                        }
                         Answer::Pending
                     }
                     State::Done(Err(reason)) => Answer::Failed(reason.clone()),
@@ -486,6 +512,13 @@ impl Models for RequestModels {
             timeout: Duration::from_millis(ask.model.timeout_ms),
         };
         let mut cache = shared.cache.lock();
+        // Another request may have submitted the same job since the lookup: join it rather
+        // than pay twice (and risk a second, different result for one key).
+        if cache.entries.contains_key(&key) {
+            drop(cache);
+            self.waiting.lock().push((key, ask.model.deadline()));
+            return Answer::Pending;
+        }
         // Inserted before sending, under the lock: the job cannot finish before its entry
         // exists.
         cache.entries.insert(

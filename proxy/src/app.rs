@@ -50,6 +50,8 @@ pub struct Settings {
     pub openai_upstream: String,
     /// Request bodies over this are refused with 413.
     pub body_limit: usize,
+    /// Where model-written filters run: `sluice serve` uses a child process of itself.
+    pub sandbox: llm::Isolation,
 }
 
 impl Default for Settings {
@@ -58,6 +60,7 @@ impl Default for Settings {
             anthropic_upstream: "https://api.anthropic.com".into(),
             openai_upstream: "https://api.openai.com".into(),
             body_limit: 32 << 20,
+            sandbox: llm::Isolation::InProcess,
         }
     }
 }
@@ -140,7 +143,10 @@ impl App {
         let llm = llm::LlmService::start(
             Arc::new(upstream.clone()),
             llm::CheapModelEnv::from_env(),
-            llm::Options::default(),
+            llm::Options {
+                isolation: settings.sandbox.clone(),
+                ..llm::Options::default()
+            },
         );
         Ok(App {
             config,
@@ -457,6 +463,9 @@ async fn rewrite(
         let waited = models.wait().await;
         app.llm.record_timeouts(waited.timed_out as u64);
         if waited.finished > 0 {
+            // Under the session's lease again: the re-run writes freezes and checkpoints, and
+            // only a leased turn may run the pipeline for its session.
+            let _lease = app.sessions.lease(&session).await;
             applied = modes::rerun(&parsed, &app.pipeline, cx, &facts);
         }
     }

@@ -193,6 +193,10 @@ fn stdout_result(res: std::io::Result<()>) -> Result<(), Failure> {
 }
 
 pub fn main() -> ExitCode {
+    // A sandbox child (see `sandbox::run_in_child`), not a command a person types.
+    if std::env::args().nth(1).as_deref() == Some(llm::sandbox::CHILD_ARG) {
+        return ExitCode::from(u8::try_from(llm::sandbox::child_main()).unwrap_or(2));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(&args),
@@ -271,6 +275,14 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             anthropic_upstream: args.anthropic_upstream.clone(),
             openai_upstream: args.openai_upstream.clone(),
             body_limit: args.body_limit_mb.saturating_mul(1 << 20),
+            // Model-written filters run in a child process of this binary: nothing they do
+            // (an allocation that aborts, an out-of-memory kill) can take the proxy down.
+            sandbox: std::env::current_exe().map_or(llm::Isolation::InProcess, |command| {
+                llm::Isolation::Child {
+                    command,
+                    args: vec![llm::sandbox::CHILD_ARG.to_owned()],
+                }
+            }),
         };
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), store)

@@ -301,3 +301,46 @@ fn replay_reads_the_triage_event_format_and_reports_the_screeners() {
     );
     std::fs::remove_file(&path).ok();
 }
+
+/// A hostile model-written filter runs in a child of the `sluice` binary: an allocation that
+/// would abort a process, a runaway loop and a normal filter, and this process survives all.
+#[test]
+fn sandbox_children_contain_hostile_filters() {
+    use llm::sandbox::{CHILD_ARG, Limits, SandboxError, run_in_child};
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_sluice"));
+    let args = vec![CHILD_ARG.to_owned()];
+    let limits = Limits::DEFAULT;
+    let keep_errors = "def filter(text):\n    return \"\\n\".join([l for l in text.split(\"\\n\") if re_match(\"ERROR\", l)])\n";
+    assert_eq!(
+        run_in_child(
+            binary,
+            &args,
+            keep_errors,
+            "ok\nERROR disk full\nok",
+            &limits
+        ),
+        Ok("ERROR disk full".to_owned())
+    );
+    // Reserves petabytes in one step: in-process this aborts; here the child dies alone.
+    let explode = "def filter(text):\n    return text * 2147483647\n";
+    let out = run_in_child(binary, &args, explode, &"x".repeat(1 << 20), &limits);
+    assert!(
+        matches!(
+            out,
+            Err(SandboxError::Crashed(_) | SandboxError::Heap | SandboxError::Runtime(_))
+        ),
+        "{out:?}"
+    );
+    let spin = "def filter(text):\n    n = 0\n    for i in range(2147483647):\n        n += 1\n    return text\n";
+    let quick = Limits {
+        max_steps: u64::MAX / 2,
+        deadline: std::time::Duration::from_millis(100),
+        ..Limits::DEFAULT
+    };
+    assert_eq!(
+        run_in_child(binary, &args, spin, "x", &quick),
+        Err(SandboxError::Deadline(std::time::Duration::from_millis(
+            100
+        )))
+    );
+}

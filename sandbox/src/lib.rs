@@ -15,9 +15,12 @@
 //!   [`Program`] is `Send + Sync` and each [`Program::run`] gets a fresh heap. Runs are CPU-bound
 //!   and synchronous: async callers put them on a blocking thread.
 //!
-//! Starlark checks ticks, heap and cancellation every thousand ticks or so, so a few huge
-//! allocations can land before the heap cap trips: the input cap and the regex size limit are
-//! what keep one step from allocating without bound.
+//! Starlark checks ticks, heap and cancellation every thousand ticks or so, and a single step
+//! can allocate without bound (`text * 2147483647` reserves petabytes at once, and a failed
+//! allocation aborts the process). So the host runs untrusted programs in a child process
+//! ([`run_in_child`], the `child` module): an abort, an out-of-memory kill or a runaway loop
+//! costs that child, never the proxy. In-process [`Program::run`] is for trusted programs and
+//! tests.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -31,7 +34,7 @@ use starlark::values::Value;
 use starlark::values::list::AllocList;
 
 /// The budgets of one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Starlark ticks (one per call or loop iteration). Default 50,000,000.
     pub max_steps: u64,
@@ -62,7 +65,7 @@ impl Default for Limits {
 }
 
 /// Why a program did not produce an output.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum SandboxError {
     #[error("syntax error: {0}")]
     Syntax(String),
@@ -82,6 +85,10 @@ pub enum SandboxError {
     Runtime(String),
     #[error("filter returned {0}, not a string")]
     NotAString(String),
+    /// The child process running the program died or could not run (an abort on a failed
+    /// allocation, an out-of-memory kill, the wall clock).
+    #[error("filter process failed: {0}")]
+    Crashed(String),
 }
 
 /// A compiled, frozen program.
@@ -192,16 +199,17 @@ fn budget(
     Ok(())
 }
 
-/// Starlark reports budgets as error text; this turns them into typed errors.
+/// Starlark reports budgets as error text; this turns them into typed errors. The phrases are
+/// starlark's own messages, matched whole so a program's `fail("...tick...")` stays a runtime
+/// error (and gets its repair round).
 fn classify(message: &str, limits: &Limits, started: Instant) -> SandboxError {
-    let lower = message.to_ascii_lowercase();
-    if lower.contains("tick") || lower.contains("execution duration limit") {
+    if message.contains("Execution duration limit of") {
         SandboxError::StepBudget(limits.max_steps)
-    } else if lower.contains("cancelled") || started.elapsed() >= limits.deadline {
+    } else if message.contains("Evaluation cancelled") || started.elapsed() >= limits.deadline {
         SandboxError::Deadline(limits.deadline)
-    } else if lower.contains("heap memory limit") || lower.contains("heap size") {
+    } else if message.contains("Heap memory limit") {
         SandboxError::Heap
-    } else if lower.contains("stack overflow") {
+    } else if message.contains("call stack overflow") {
         SandboxError::CallDepth
     } else {
         SandboxError::Runtime(first_line(message))
@@ -272,6 +280,10 @@ fn regex_helpers(builder: &mut GlobalsBuilder) {
         Ok(pattern(pattern_source)?.is_match(text))
     }
 }
+
+mod child;
+
+pub use child::{CHILD_ARG, child_main, run_in_child};
 
 #[cfg(test)]
 mod tests;

@@ -43,6 +43,7 @@ async fn start_configured(config_for: impl Fn(&str) -> String, body_limit: usize
         anthropic_upstream: mock.url(),
         openai_upstream: mock.url(),
         body_limit,
+        ..Settings::default()
     };
     let app =
         Arc::new(App::new(config, settings, Upstream::new(Timeouts::default()), store).unwrap());

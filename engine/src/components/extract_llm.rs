@@ -42,6 +42,10 @@ use crate::model::{Answer, Ask, Job, ModelConfig};
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 use crate::tokens;
 
+/// The sandbox's input cap (`sandbox::Limits::DEFAULT.max_input_bytes`; the engine does not
+/// depend on the sandbox crate).
+const SANDBOX_INPUT_BYTES: usize = 1 << 20;
+
 /// Characters of each context message the model is shown.
 const CONTEXT_CHARS: usize = 2000;
 
@@ -270,6 +274,11 @@ impl Llm<'_> {
             cx.gate("no_model");
             return Outcome::Fallback;
         };
+        // The sandbox refuses inputs over 1 MiB: a call for one could never pay.
+        if messages[index].content.len() > SANDBOX_INPUT_BYTES {
+            cx.gate("too_large_for_sandbox");
+            return Outcome::Fallback;
+        }
         let output = messages[index].content.clone();
         let context = task_context(messages);
         let key = job_key(&output, self.model, self.rewrite);

@@ -367,8 +367,15 @@ fn render(lines: &[&str], elisions: &[Elision]) -> String {
         for line in &lines[next..first] {
             out.push_str(line);
         }
-        let (gutter, code) = strip_gutter(lines[first], elision.gutter);
-        let indent = &code[..code.len() - code.trim_start().len()];
+        let gutter = strip_gutter(lines[first], elision.gutter).0;
+        // The indent of the first elided line with code on it (a blank one has none), spaces
+        // and tabs only: never a line ending.
+        let indent: &str = (first..=last)
+            .map(|l| strip_gutter(lines[l], elision.gutter).1)
+            .find(|code| !code.trim().is_empty())
+            .map_or("", |code| {
+                &code[..code.len() - code.trim_start_matches([' ', '\t']).len()]
+            });
         let count = last - first + 1;
         if elision.gutter {
             // The number field blanked, the separator kept: the line reads as part of the dump
@@ -402,11 +409,22 @@ fn render(lines: &[&str], elisions: &[Elision]) -> String {
 pub fn read_path(message: &Message) -> Option<String> {
     let args: serde_json::Value = serde_json::from_str(message.tool_arguments.as_deref()?).ok()?;
     let command = args.get("command").and_then(serde_json::Value::as_str);
-    for key in ["file_path", "path", "notebook_path"] {
-        if let Some(path) = args.get(key).and_then(serde_json::Value::as_str)
-            && matches!(command, None | Some("view"))
-        {
-            return Some(path.to_string());
+    // Only a read names the file it shows: an edit, a write or a search that takes a path
+    // (Claude Code's Edit, Write, Grep, Glob) must not count as the newest read of it.
+    let tool = message
+        .tool_name
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let reads = matches!(
+        tool.as_str(),
+        "read" | "read_file" | "readfile" | "view" | "view_file" | "open" | "open_file" | "cat"
+    ) || command == Some("view");
+    if reads {
+        for key in ["file_path", "path", "notebook_path"] {
+            if let Some(path) = args.get(key).and_then(serde_json::Value::as_str) {
+                return Some(path.to_string());
+            }
         }
     }
     shell_read_path(&command_of(message)?)
@@ -414,6 +432,13 @@ pub fn read_path(message: &Message) -> Option<String> {
 
 fn shell_read_path(command: &str) -> Option<String> {
     if command.contains('>') || command.contains("<<") {
+        return None;
+    }
+    // `sed -i` edits the file in place.
+    if command
+        .split_whitespace()
+        .any(|w| w == "-i" || (w.starts_with("-i") && !w.starts_with("--")))
+    {
         return None;
     }
     let first = command.split(['|', ';', '&']).next()?;
@@ -581,6 +606,24 @@ mod tests {
             crate::components::testing::tool_messages(&[&text]),
         );
         assert_eq!(out.report.components[0].gates.get("no_code"), Some(&1));
+    }
+
+    #[test]
+    fn edits_and_searches_are_not_reads() {
+        let mut edit = Message::tool("e", "Edit", "The file a.py has been updated.");
+        edit.tool_arguments =
+            Some(r#"{"file_path": "a.py", "old_string": "x", "new_string": "y"}"#.into());
+        assert_eq!(read_path(&edit), None);
+        let mut view = Message::tool("v", "str_replace_editor", "...");
+        view.tool_arguments = Some(r#"{"command": "view", "path": "/repo/a.py"}"#.into());
+        assert_eq!(read_path(&view).as_deref(), Some("/repo/a.py"));
+        assert_eq!(shell_read_path("sed -i 's/a/b/' a.py"), None);
+    }
+
+    #[test]
+    fn a_deeply_nested_literal_does_not_overflow_the_stack() {
+        let source = format!("x = {}1{}\n", "[".repeat(20_000), "]".repeat(20_000));
+        let _ = code::body_lines(&source, Lang::Python, 80);
     }
 
     #[test]

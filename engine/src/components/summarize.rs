@@ -40,6 +40,16 @@ use crate::wire::{self, Dialect, json};
 
 /// The replay key of a session's checkpoint.
 const CHECKPOINT_KEY: &str = "sum:checkpoint";
+/// The replay key of a summary asked for and not back yet.
+const PENDING_KEY: &str = "sum:pending";
+
+/// A summary job in flight: the span it covers, so later turns poll the same job.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Pending {
+    head: usize,
+    covered: usize,
+    hash: String,
+}
 
 /// `components.summarize`.
 #[derive(Debug, Clone, Deserialize)]
@@ -269,24 +279,36 @@ impl Summarize {
                 .as_ref()
                 .map_or(Err("no_model"), &mut use_checkpoint);
         };
-        let transcript: String = elements[head..tail]
-            .iter()
-            .map(|e| e.render(self.config.include_tool_calls))
-            .collect();
-        let task = format!(
-            "{}\n\nLATEST: {}",
-            elements[head.saturating_sub(1)].render(false),
-            elements[n - 1].render(false)
-        );
-        let hash = span_hash(&elements[..tail]);
-        let key = tokens::content_key(&format!(
-            "summarize/v1\u{0}{hash}\u{0}{:?}",
-            self.config.summary_level
-        ));
+        // A summary asked for on an earlier turn and not back yet: poll it (no new call, no
+        // wait) while the messages it covers are unchanged; its result becomes the checkpoint.
+        let pending = cx
+            .store
+            .get_replay(&cx.session, PENDING_KEY)
+            .and_then(|raw| serde_json::from_str::<Pending>(&raw).ok())
+            .filter(|p| {
+                p.head == head
+                    && p.covered > head
+                    && p.covered <= tail
+                    && span_hash(&elements[..p.covered]) == p.hash
+            });
+        let (cover, submit) = match &pending {
+            Some(p) => (p.covered, false),
+            None => (tail, true),
+        };
         let level = self.config.summary_level;
+        let hash = span_hash(&elements[..cover]);
+        let key = tokens::content_key(&format!("summarize/v1\u{0}{hash}\u{0}{level:?}"));
+        let include_tools = self.config.include_tool_calls;
         let job = || Job::Summarize {
-            transcript: transcript.clone(),
-            task: task.clone(),
+            transcript: elements[head..cover]
+                .iter()
+                .map(|e| e.render(include_tools))
+                .collect(),
+            task: format!(
+                "{}\n\nLATEST: {}",
+                elements[head.saturating_sub(1)].render(false),
+                elements[n - 1].render(false)
+            ),
             level,
         };
         let answer = models.ask(Ask {
@@ -294,27 +316,47 @@ impl Summarize {
             key,
             model: &self.config.model,
             job: &job,
-            submit: true,
+            submit,
         });
         let summary = match answer {
             Answer::Ready(summary) | Answer::Late(summary) => summary,
             // Until the new summary arrives the old one serves; without one, nothing happens.
             Answer::Pending => {
+                if submit {
+                    let record = Pending {
+                        head,
+                        covered: cover,
+                        hash: hash.clone(),
+                    };
+                    if let Ok(value) = serde_json::to_string(&record) {
+                        cx.store.put_replay(&cx.session, PENDING_KEY, &value);
+                    }
+                }
                 return checkpoint
                     .as_ref()
                     .map_or(Err("model_pending"), &mut use_checkpoint);
             }
             Answer::Failed(_) => {
+                cx.store.put_replay(&cx.session, PENDING_KEY, "null");
                 return checkpoint
                     .as_ref()
                     .map_or(Err("model_failed"), &mut use_checkpoint);
             }
-            Answer::NoModel | Answer::Unknown => {
+            // A poll that found nothing (the host forgot the job): ask afresh next turn.
+            Answer::Unknown => {
+                cx.store.put_replay(&cx.session, PENDING_KEY, "null");
+                return checkpoint
+                    .as_ref()
+                    .map_or(Err("model_pending"), &mut use_checkpoint);
+            }
+            Answer::NoModel => {
                 return checkpoint
                     .as_ref()
                     .map_or(Err("no_model"), &mut use_checkpoint);
             }
         };
+        cx.store.put_replay(&cx.session, PENDING_KEY, "null");
+        let tail = cover;
         let span: Vec<&str> = elements[head..tail].iter().map(|e| e.raw).collect();
         let original = format!("[{}]", span.join(","));
         let id = marker::stash_id(&original);
@@ -356,6 +398,18 @@ impl Summarize {
             // Anthropic has no system role in `messages`; consecutive user turns are merged.
             Dialect::Anthropic => "user",
         };
+        // A reused checkpoint's span may have left the store: stash it again (its bytes are the
+        // ones the checkpoint's hash covers), so the marker always resolves.
+        if cx.store.resolve(&cx.session, &checkpoint.id).is_none() {
+            let span: Vec<&str> = elements[head..covered].iter().map(|e| e.raw).collect();
+            cx.store
+                .stash(
+                    &cx.session,
+                    &checkpoint.id,
+                    &format!("[{}]", span.join(",")),
+                )
+                .map_err(|_| "store_full")?;
+        }
         let message = serde_json::json!({ "role": role, "content": checkpoint.text }).to_string();
         let (from, to) = (elements[head].start, after.start);
         let mut out = Vec::with_capacity(body.len());
@@ -363,11 +417,13 @@ impl Summarize {
         out.extend_from_slice(message.as_bytes());
         out.push(b',');
         out.extend_from_slice(&body[to..]);
+        // Both sides counted the same way, on raw message JSON: the span's elements against
+        // the one element that replaces them.
         let before: usize = elements[head..covered]
             .iter()
             .map(|e| tokens::count(e.raw))
             .sum();
-        let after_tokens = tokens::count(&checkpoint.text);
+        let after_tokens = tokens::count(&message);
         if after_tokens >= before {
             return Err("marker_no_win");
         }

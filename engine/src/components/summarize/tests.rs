@@ -196,3 +196,61 @@ fn no_model_small_transcripts_and_tool_result_boundaries() {
         "the tail starts on the call, not its result"
     );
 }
+
+/// Pending on the ask that submits; ready for a later poll of the same key.
+struct Slow {
+    asks: Mutex<Vec<(u128, bool)>>,
+}
+
+impl Models for Slow {
+    fn ask(&self, ask: Ask<'_>) -> Answer {
+        let mut asks = self.asks.lock();
+        asks.push((ask.key, ask.submit));
+        if ask.submit {
+            Answer::Pending
+        } else {
+            Answer::Late("<summary>\nslow but done\n</summary>".into())
+        }
+    }
+}
+
+#[test]
+fn a_slow_summary_is_polled_on_later_turns_and_lands_when_ready() {
+    let h = Harness::new();
+    let slow = Arc::new(Slow {
+        asks: Mutex::new(Vec::new()),
+    });
+    let run = |messages: &[Value]| {
+        let pipeline = Config::parse("pipeline: [summarize]")
+            .unwrap()
+            .build_pipeline()
+            .unwrap();
+        let cx = RunCx {
+            dialect: Dialect::OpenAi,
+            session: "s".into(),
+            store: h.store.clone(),
+            clock: Arc::new(ManualClock::new()),
+            mutable_from: 0,
+            cold: false,
+            existing_breakpoints: 0,
+            models: Some(slow.clone()),
+        };
+        let input = body(messages);
+        let applied = apply_body(&input, &pipeline, &cx);
+        let (output, report) = (applied.body.into_owned(), applied.report);
+        (input, output, report)
+    };
+    let mut messages = transcript(12);
+    let (input, output, report) = run(&messages);
+    assert_eq!(output, input, "nothing until the summary exists");
+    assert_eq!(report.components[0].gates.get("model_pending"), Some(&1));
+    messages.push(json!({"role": "assistant", "content": "still reading"}));
+    messages.push(json!({"role": "user", "content": "go on"}));
+    let (_, output, _) = run(&messages);
+    let after = elements(&output);
+    assert!(after[2].contains("slow but done"), "{}", after[2]);
+    let asks = slow.asks.lock();
+    assert_eq!(asks.len(), 2);
+    assert_eq!(asks[0].0, asks[1].0, "the later turn polls the same job");
+    assert!(asks[0].1 && !asks[1].1, "submitted once, then polled");
+}
