@@ -155,4 +155,10 @@ pub enum Answer {
 /// The host's model service, as the engine sees it. Must answer without blocking.
 pub trait Models: Send + Sync {
     fn ask(&self, ask: Ask<'_>) -> Answer;
+
+    /// Jobs this request has submitted so far, across the pipeline's runs of it (a component's
+    /// per-request cap reads this, so a re-run after the wait cannot submit past it).
+    fn submitted(&self) -> usize {
+        0
+    }
 }

@@ -208,6 +208,7 @@ impl LlmService {
             incoming,
             request: self.requests.fetch_add(1, Ordering::Relaxed),
             waiting: Mutex::new(Vec::new()),
+            submitted: AtomicU64::new(0),
         }
     }
 
@@ -402,6 +403,8 @@ pub struct RequestModels {
     request: u64,
     /// Keys this request is waiting on, with their deadlines.
     waiting: Mutex<Vec<(Key, Duration)>>,
+    /// Jobs this request submitted (not joined, not cached).
+    submitted: AtomicU64,
 }
 
 impl std::fmt::Debug for RequestModels {
@@ -471,6 +474,10 @@ impl RequestModels {
 }
 
 impl Models for RequestModels {
+    fn submitted(&self) -> usize {
+        usize::try_from(self.submitted.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
     fn ask(&self, ask: Ask<'_>) -> Answer {
         let Some(endpoint) = client::resolve(ask.model, self.incoming.as_ref(), &self.service.env)
         else {
@@ -534,6 +541,7 @@ impl Models for RequestModels {
             shared.count(&shared.counters.queue_full);
             return Answer::Failed("queue_full".into());
         }
+        self.submitted.fetch_add(1, Ordering::Relaxed);
         cache.order.push_back(key.clone());
         let limit = shared.options.cache_entries.max(1);
         while cache.order.len() > limit {

@@ -210,7 +210,6 @@ impl Offload for Extract {
         let mut projector =
             Projector::new(messages, self.config.head_lines, self.config.tail_lines);
         let mut keys = Vec::new();
-        let mut asked = 0;
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
             if recent.contains(&index) {
@@ -230,7 +229,7 @@ impl Offload for Extract {
                     rewrite: self.config.rewrite,
                     break_even_tokens: super::extract_llm::default_break_even(&self.config.model),
                 };
-                match llm.extract(messages, index, cx, &mut asked) {
+                match llm.extract(messages, index, cx) {
                     Outcome::Applied(key) => {
                         keys.push(key);
                         continue;

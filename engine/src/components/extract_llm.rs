@@ -218,7 +218,6 @@ impl Offload for ExtractLlm {
                 .unwrap_or_else(|| default_break_even(&self.config.model)),
         };
         let mut keys = Vec::new();
-        let mut asked = 0;
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
             if recent.contains(&index) {
@@ -232,10 +231,10 @@ impl Offload for ExtractLlm {
                 cx.gate("below_output_floor");
                 continue;
             }
-            let capped =
-                self.config.llm_max_per_request > 0 && asked >= self.config.llm_max_per_request;
+            let capped = self.config.llm_max_per_request > 0
+                && cx.models().map_or(0, |m| m.submitted()) >= self.config.llm_max_per_request;
             if fires && !capped && self.config.strategy != Strategy::Deterministic {
-                match llm.extract(messages, index, cx, &mut asked) {
+                match llm.extract(messages, index, cx) {
                     Outcome::Applied(key) => {
                         keys.push(key);
                         continue;
@@ -262,13 +261,11 @@ pub(super) struct Llm<'c> {
 
 impl Llm<'_> {
     /// Asks the host for a filtered `messages[index]` and applies it when it passes the checks.
-    /// `asked` counts the jobs this request submitted.
     pub(super) fn extract(
         &self,
         messages: &mut Transcript<'_>,
         index: usize,
         cx: &mut ApplyCx<'_>,
-        asked: &mut usize,
     ) -> Outcome {
         let Some(models) = cx.models() else {
             cx.gate("no_model");
@@ -302,9 +299,6 @@ impl Llm<'_> {
             Answer::Ready(text) => (text, false),
             Answer::Late(text) => (text, true),
             Answer::Pending => {
-                if submit {
-                    *asked += 1;
-                }
                 cx.model_pending();
                 return Outcome::Leave;
             }

@@ -172,3 +172,42 @@ fn the_request_trigger_gates_every_call() {
     );
     assert!(host.asks.lock().is_empty());
 }
+
+/// Counts submissions the way the LLM actor's request view does.
+struct Counting {
+    submitted: std::sync::atomic::AtomicUsize,
+}
+
+impl Models for Counting {
+    fn ask(&self, ask: Ask<'_>) -> Answer {
+        if ask.submit {
+            self.submitted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Answer::Pending
+    }
+
+    fn submitted(&self) -> usize {
+        self.submitted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn the_per_request_cap_counts_what_the_request_submitted() {
+    let host = Arc::new(Counting {
+        submitted: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let models: Arc<dyn Models> = host.clone();
+    let (a, b) = (log(), log().replace("test_case", "test_other"));
+    let out = check_with(
+        "extract_llm",
+        "break_even_tokens: 0\nllm_max_per_request: 1",
+        tool_messages(&[&a, &b]),
+        |cx| cx.models = Some(models),
+    );
+    assert_eq!(host.submitted(), 1);
+    assert_eq!(
+        out.report.components[0].gates.get("llm_max_per_request"),
+        Some(&1)
+    );
+}
