@@ -280,7 +280,12 @@ impl Llm<'_> {
         let context = task_context(messages);
         let key = job_key(&output, self.model, self.rewrite);
         let mutable = cx.may_mutate(index);
-        let warm_and_small = !cx.is_cold() && cx.tokens(index) < self.break_even_tokens;
+        // A cold turn lowers the floor for a cheap model (the prefix is re-written anyway), but
+        // never for the agent's own model, whose call costs as much as what it could save.
+        let own_model =
+            self.model.source == crate::model::ModelSource::Incoming && self.model.model.is_none();
+        let warm_and_small =
+            (!cx.is_cold() || own_model) && cx.tokens(index) < self.break_even_tokens;
         let submit = mutable && !warm_and_small;
         let session = cx.session().to_owned();
         let build = || Job::Extract {

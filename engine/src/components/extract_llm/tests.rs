@@ -156,10 +156,15 @@ fn small_outputs_on_warm_turns_do_not_buy_a_call() {
         Some(&1)
     );
     assert!(!host.asks.lock()[0].0, "no job submitted below break-even");
-    // On a cold turn the usual floor applies: the job is submitted.
+    // On a cold turn a cheap model gets the usual floor: the job is submitted.
     let cold = self::host(Answer::Pending);
-    let _ = run("break_even_tokens: 100000", &cold, |cx| cx.cold = true);
+    let cheap = "break_even_tokens: 100000\nmodel: {source: config}";
+    let _ = run(cheap, &cold, |cx| cx.cold = true);
     assert!(cold.asks.lock()[0].0);
+    // The agent's own model (incoming, no override) never: its call costs what it saves.
+    let own = self::host(Answer::Unknown);
+    let _ = run("break_even_tokens: 100000", &own, |cx| cx.cold = true);
+    assert!(!own.asks.lock()[0].0);
 }
 
 #[test]
