@@ -276,9 +276,11 @@ impl Llm<'_> {
             cx.gate("too_large_for_sandbox");
             return Outcome::Fallback;
         }
-        let output = messages[index].content.clone();
-        let context = task_context(messages);
-        let key = job_key(&output, self.model, self.rewrite);
+        // Borrowed: the job (a copy of the output and the context) is built only when the host
+        // has no answer cached, which on most turns it has.
+        let transcript: &Transcript<'_> = messages;
+        let output: &str = &transcript[index].content;
+        let key = job_key(output, self.model, self.rewrite);
         let mutable = cx.may_mutate(index);
         // A cold turn lowers the floor for a cheap model (the prefix is re-written anyway), but
         // never for the agent's own model, whose call costs as much as what it could save.
@@ -289,8 +291,8 @@ impl Llm<'_> {
         let submit = mutable && !warm_and_small;
         let session = cx.session().to_owned();
         let build = || Job::Extract {
-            output: output.clone(),
-            context: context.clone(),
+            output: output.to_owned(),
+            context: task_context(transcript),
             rewrite: self.rewrite,
         };
         let answer = models.ask(Ask {
@@ -332,7 +334,7 @@ impl Llm<'_> {
             cx.gate("model_empty_result");
             return Outcome::Fallback;
         }
-        if !self.rewrite && !contain::deletion_only(&output, &text) {
+        if !self.rewrite && !contain::deletion_only(output, &text) {
             cx.gate("not_deletion_only");
             return Outcome::Fallback;
         }

@@ -12,7 +12,7 @@
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, head_chars, tail_chars};
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{ComponentFactory, MarkerMode, decode, offload_with};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
@@ -109,21 +109,11 @@ impl Offload for OversizedBlock {
                 || output.content.chars().count() <= self.config.cap_chars
             {
                 cx.gate("under_cap");
-            } else if self.rules.exempt(output) {
-                cx.gate("exempt");
-            } else if offload_candidate(output, cx) {
-                if cx.may_mutate(index) {
-                    targets.push(index);
-                } else {
-                    cx.gate("cached_prefix");
-                }
+            } else if self.rules.admits(messages, index, cx) {
+                targets.push(index);
             }
         }
-        if !self
-            .rules
-            .worth(targets.iter().map(|i| cx.tokens(*i)).sum())
-        {
-            cx.gate("below_min_savings");
+        if !self.rules.worth(targets.iter().copied(), cx) {
             return Ok(Vec::new());
         }
         let mut keys = Vec::new();

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs};
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{ComponentFactory, MarkerMode, decode, offload_with};
 use crate::config::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
@@ -101,24 +101,13 @@ impl Offload for RepeatedCall {
             if newest == p.output {
                 continue;
             }
-            let output = &messages[p.output];
             if p.output >= reserve {
                 cx.gate("in_reserve");
-            } else if self.rules.exempt(output) {
-                cx.gate("exempt");
-            } else if offload_candidate(output, cx) {
-                if cx.may_mutate(p.output) {
-                    targets.push((p.output, call.name.clone()));
-                } else {
-                    cx.gate("cached_prefix");
-                }
+            } else if self.rules.admits(messages, p.output, cx) {
+                targets.push((p.output, call.name.clone()));
             }
         }
-        if !self
-            .rules
-            .worth(targets.iter().map(|(i, _)| cx.tokens(*i)).sum())
-        {
-            cx.gate("below_min_savings");
+        if !self.rules.worth(targets.iter().map(|(i, _)| *i), cx) {
             return Ok(Vec::new());
         }
         let mut keys = Vec::new();

@@ -10,7 +10,7 @@
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, steps_after};
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek};
+use super::{ComponentFactory, MarkerMode, decode, offload_with, peek};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
@@ -85,27 +85,16 @@ impl Offload for StaleOutput {
         let reserve = self.rules.reserve_start(messages);
         let mut targets = Vec::new();
         for pair in call_pairs(messages) {
-            let output = &messages[pair.output];
             let age = steps_after(messages, pair.call_message);
             if pair.output >= reserve {
                 cx.gate("in_reserve");
             } else if age <= self.config.turns {
                 cx.gate("recent");
-            } else if self.rules.exempt(output) {
-                cx.gate("exempt");
-            } else if offload_candidate(output, cx) {
-                if cx.may_mutate(pair.output) {
-                    targets.push((pair.output, age));
-                } else {
-                    cx.gate("cached_prefix");
-                }
+            } else if self.rules.admits(messages, pair.output, cx) {
+                targets.push((pair.output, age));
             }
         }
-        if !self
-            .rules
-            .worth(targets.iter().map(|(i, _)| cx.tokens(*i)).sum())
-        {
-            cx.gate("below_min_savings");
+        if !self.rules.worth(targets.iter().map(|(i, _)| *i), cx) {
             return Ok(Vec::new());
         }
         let mut keys = Vec::new();

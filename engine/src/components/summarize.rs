@@ -172,8 +172,7 @@ impl Element<'_> {
         let role = self.role();
         let mut out = String::new();
         match &self.value["content"] {
-            Value::String(text) if role == "tool" && !include_tools => {
-                let _ = text;
+            Value::String(_) if role == "tool" && !include_tools => {
                 out.push_str("<masked_tool_output>");
             }
             Value::String(text) => out.push_str(text),

@@ -168,11 +168,36 @@ impl Rules {
         false
     }
 
-    /// Whether findings saving `tokens` are worth applying under the budget.
-    pub fn worth(&self, tokens: usize) -> bool {
-        self.budget
+    /// Whether output `index` may be offloaded: not exempt, one text value with no marker yet,
+    /// and changeable on this turn. Records the gate that says why not.
+    pub fn admits(&self, messages: &Transcript<'_>, index: usize, cx: &mut ApplyCx<'_>) -> bool {
+        let output = &messages[index];
+        if self.exempt(output) {
+            cx.gate("exempt");
+            return false;
+        }
+        if !super::offload_candidate(output, cx) {
+            return false;
+        }
+        if !cx.may_mutate(index) {
+            cx.gate("cached_prefix");
+            return false;
+        }
+        true
+    }
+
+    /// Whether the outputs at `targets` together save enough to apply under the budget.
+    /// Records `below_min_savings` when not.
+    pub fn worth(&self, targets: impl Iterator<Item = usize>, cx: &mut ApplyCx<'_>) -> bool {
+        let tokens: usize = targets.map(|i| cx.tokens(i)).sum();
+        let worth = self
+            .budget
             .as_ref()
-            .is_none_or(|b| tokens >= b.min_savings_tokens)
+            .is_none_or(|b| tokens >= b.min_savings_tokens);
+        if !worth {
+            cx.gate("below_min_savings");
+        }
+        worth
     }
 }
 
