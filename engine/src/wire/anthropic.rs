@@ -10,31 +10,34 @@
 //! - Assistant `tool_use` blocks become tool calls whose arguments are the raw `input` object;
 //!   `thinking` blocks become reasoning (signed, so never rewritten in place).
 
+use std::borrow::Cow;
+
 use super::json::{self, Kind, Span};
 use super::{
     ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, message_head, string_field,
 };
 use crate::message::{Message, Role, ToolCall};
 
-pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
+pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Result<(), WireError> {
     let text = parsed.text;
     if let Some(system) = parsed.system_span {
-        let (message, slot) = read_system(text, system, &mut parsed.existing_breakpoints)?;
+        let (message, slot) = read_system(text, doc, system, &mut parsed.existing_breakpoints)?;
         parsed.messages.push(message);
         parsed.slots.push(slot);
     }
-    for (index, span) in json::elements(text, parsed.messages_span).enumerate() {
-        let (fields, role_name) = message_head(text, span, index)?;
-        let role = match role_name.as_str() {
+    for (index, span) in doc.elements(parsed.messages_span).enumerate() {
+        let (fields, role_name) = message_head(text, doc, span, index)?;
+        let role = match &*role_name {
             "user" => Role::User,
             "assistant" => Role::Assistant,
             other => return Err(malformed(index, format!("unknown role `{other}`"))),
         };
-        let content = json::lookup(text, &fields, "content")
+        let content = json::lookup(text, fields, "content")
             .ok_or_else(|| malformed(index, "no `content`"))?;
         match json::kind_of(text, content) {
             Kind::String => {
-                let value = json::decode_string(text, content)
+                let value = doc
+                    .string(text, content)
                     .map_err(|e| malformed(index, e.to_string()))?;
                 parsed
                     .messages
@@ -44,7 +47,7 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
                     ..Slot::default()
                 });
             }
-            Kind::Array => read_blocks(parsed, index, role, content)?,
+            Kind::Array => read_blocks(parsed, doc, index, role, content)?,
             _ => {
                 return Err(malformed(
                     index,
@@ -58,13 +61,14 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
 
 fn read_system(
     text: &str,
+    doc: &json::Index,
     system: Span,
     breakpoints: &mut usize,
 ) -> Result<(Message, Slot), WireError> {
     let bad = |reason: &str| malformed(0, format!("`system` {reason}"));
     match json::kind_of(text, system) {
         Kind::String => {
-            let value = json::decode_string(text, system).map_err(|e| bad(&e.to_string()))?;
+            let value = doc.string(text, system).map_err(|e| bad(&e.to_string()))?;
             Ok((
                 Message::text(Role::System, value.into_owned()),
                 Slot {
@@ -79,16 +83,16 @@ fn read_system(
             let mut others = 0;
             let mut message = Message::text(Role::System, String::new());
             let mut slot = Slot::default();
-            for block in json::elements(text, system) {
+            for block in doc.elements(system) {
                 if json::kind_of(text, block) != Kind::Object {
                     return Err(bad("has a block that is not an object"));
                 }
-                let block_fields = json::fields(text, block);
-                if json::lookup(text, &block_fields, "cache_control").is_some() {
+                let block_fields = doc.members(block);
+                if json::lookup(text, block_fields, "cache_control").is_some() {
                     message.cache_control = true;
                     *breakpoints += 1;
                 }
-                match text_block(text, &block_fields, 0)? {
+                match text_block(text, doc, block_fields, 0)? {
                     Some((value, span)) => {
                         texts.push(value);
                         spans.push(span);
@@ -97,8 +101,8 @@ fn read_system(
                 }
                 slot.block_close = Some(block.end - 1);
             }
-            message.content = join_texts(&texts);
             message.rewritable = texts.len() == 1 && others == 0;
+            message.content = join_texts(texts);
             message.can_cache_control = slot.block_close.is_some();
             if message.rewritable {
                 slot.content = spans.first().copied();
@@ -112,24 +116,32 @@ fn read_system(
 /// The text and text-literal span of a `{"type":"text","text":...}` block, or `None` for any other block.
 fn text_block(
     text: &str,
+    doc: &json::Index,
     block: &[json::Entry],
     index: usize,
 ) -> Result<Option<(String, Span)>, WireError> {
-    let is_text = string_field(text, block, "type", index)?.is_some_and(|(t, _)| t == "text");
+    let is_text = string_field(text, doc, block, "type", index)?.is_some_and(|(t, _)| t == "text");
     if !is_text {
         return Ok(None);
     }
-    string_field(text, block, "text", index)
+    Ok(string_field(text, doc, block, "text", index)?
+        .map(|(value, span)| (value.into_owned(), span)))
 }
 
-fn block_type(text: &str, block: &[json::Entry], index: usize) -> Result<String, WireError> {
-    string_field(text, block, "type", index)?
+fn block_type<'t>(
+    text: &'t str,
+    doc: &json::Index,
+    block: &[json::Entry],
+    index: usize,
+) -> Result<Cow<'t, str>, WireError> {
+    string_field(text, doc, block, "type", index)?
         .map(|(t, _)| t)
         .ok_or_else(|| malformed(index, "a content block has no `type`"))
 }
 
 fn read_blocks(
     parsed: &mut ParsedBody<'_>,
+    doc: &json::Index,
     index: usize,
     role: Role,
     content: Span,
@@ -142,25 +154,25 @@ fn read_blocks(
     let mut other_blocks = 0;
     let mut has_own_blocks = false;
 
-    for block in json::elements(text, content) {
+    for block in doc.elements(content) {
         if json::kind_of(text, block) != Kind::Object {
             return Err(malformed(index, "a content block is not an object"));
         }
-        let block_fields = json::fields(text, block);
-        let has_breakpoint = json::lookup(text, &block_fields, "cache_control").is_some();
+        let block_fields = doc.members(block);
+        let has_breakpoint = json::lookup(text, block_fields, "cache_control").is_some();
         if has_breakpoint {
             parsed.existing_breakpoints += 1;
         }
-        let kind = block_type(text, &block_fields, index)?;
+        let kind = block_type(text, doc, block_fields, index)?;
         if kind == "tool_result" && role == Role::User {
-            read_tool_result(parsed, index, block, &block_fields, has_breakpoint)?;
+            read_tool_result(parsed, doc, index, block, block_fields, has_breakpoint)?;
             continue;
         }
         has_own_blocks = true;
         own.cache_control |= has_breakpoint;
         own_slot.block_close = Some(block.end - 1);
-        match kind.as_str() {
-            "text" => match string_field(text, &block_fields, "text", index)? {
+        match &*kind {
+            "text" => match string_field(text, doc, block_fields, "text", index)? {
                 Some((value, span)) => {
                     texts.push(value);
                     text_spans.push(span);
@@ -168,18 +180,20 @@ fn read_blocks(
                 None => other_blocks += 1,
             },
             "thinking" if role == Role::Assistant => {
-                if let Some((thinking, _)) = string_field(text, &block_fields, "thinking", index)? {
-                    own.reasoning.push(thinking);
+                if let Some((thinking, _)) =
+                    string_field(text, doc, block_fields, "thinking", index)?
+                {
+                    own.reasoning.push(thinking.into_owned());
                 }
             }
             "tool_use" if role == Role::Assistant => {
-                let id = string_field(text, &block_fields, "id", index)?
-                    .map(|(id, _)| id)
+                let id = string_field(text, doc, block_fields, "id", index)?
+                    .map(|(id, _)| id.into_owned())
                     .unwrap_or_default();
-                let name = string_field(text, &block_fields, "name", index)?
-                    .map(|(n, _)| n)
+                let name = string_field(text, doc, block_fields, "name", index)?
+                    .map(|(n, _)| n.into_owned())
                     .unwrap_or_default();
-                let input = json::lookup(text, &block_fields, "input");
+                let input = json::lookup(text, block_fields, "input");
                 let arguments = input.map(|s| s.of(text).to_owned()).unwrap_or_default();
                 own.tool_calls.push(ToolCall {
                     id,
@@ -197,8 +211,8 @@ fn read_blocks(
         own_slot.args.clear();
     }
     if has_own_blocks {
-        own.content = join_texts(&texts);
         own.rewritable = texts.len() == 1 && other_blocks == 0;
+        own.content = join_texts(texts);
         own.can_cache_control = own_slot.block_close.is_some();
         if own.rewritable {
             own_slot.content = text_spans.first().copied();
@@ -211,13 +225,15 @@ fn read_blocks(
 
 fn read_tool_result(
     parsed: &mut ParsedBody<'_>,
+    doc: &json::Index,
     index: usize,
     block: Span,
     block_fields: &[json::Entry],
     has_breakpoint: bool,
 ) -> Result<(), WireError> {
     let text = parsed.text;
-    let call_id = string_field(text, block_fields, "tool_use_id", index)?.map(|(id, _)| id);
+    let call_id =
+        string_field(text, doc, block_fields, "tool_use_id", index)?.map(|(id, _)| id.into_owned());
     let is_error =
         json::lookup(text, block_fields, "is_error").is_some_and(|s| s.of(text) == "true");
     let template = Message {
@@ -228,8 +244,9 @@ fn read_tool_result(
     let first = parsed.messages.len();
     match json::lookup(text, block_fields, "content") {
         Some(content) if json::kind_of(text, content) == Kind::String => {
-            let value =
-                json::decode_string(text, content).map_err(|e| malformed(index, e.to_string()))?;
+            let value = doc
+                .string(text, content)
+                .map_err(|e| malformed(index, e.to_string()))?;
             parsed.messages.push(Message {
                 content: value.into_owned(),
                 ..template.clone()
@@ -240,15 +257,15 @@ fn read_tool_result(
             });
         }
         Some(content) if json::kind_of(text, content) == Kind::Array => {
-            for inner in json::elements(text, content) {
+            for inner in doc.elements(content) {
                 if json::kind_of(text, inner) != Kind::Object {
                     continue;
                 }
-                let inner_fields = json::fields(text, inner);
-                if json::lookup(text, &inner_fields, "cache_control").is_some() {
+                let inner_fields = doc.members(inner);
+                if json::lookup(text, inner_fields, "cache_control").is_some() {
                     parsed.existing_breakpoints += 1;
                 }
-                if let Some((value, span)) = text_block(text, &inner_fields, index)? {
+                if let Some((value, span)) = text_block(text, doc, inner_fields, index)? {
                     parsed.messages.push(Message {
                         content: value,
                         ..template.clone()

@@ -176,12 +176,12 @@ pub enum Discard {
 /// Any [`WireError`]; the body is then to be forwarded untouched.
 pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError> {
     let text = std::str::from_utf8(body).map_err(|_| WireError::NotUtf8)?;
-    let root = json::parse_document(text).map_err(WireError::NotJson)?;
+    let (root, index) = json::parse_indexed(text).map_err(WireError::NotJson)?;
     if json::kind_of(text, root) != json::Kind::Object {
         return Err(WireError::NotObject);
     }
     // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
-    let top_level = json::fields(text, root);
+    let top_level = index.members(root).to_vec();
     let system_span = json::lookup(text, &top_level, "system");
     let tools_span = json::lookup(text, &top_level, "tools");
     let messages_span = json::lookup(text, &top_level, "messages").ok_or(WireError::NoMessages)?;
@@ -201,12 +201,13 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
         top_level,
     };
     match dialect {
-        Dialect::OpenAi => openai::normalize(&mut parsed)?,
-        Dialect::Anthropic => anthropic::normalize(&mut parsed)?,
+        Dialect::OpenAi => openai::normalize(&mut parsed, &index)?,
+        Dialect::Anthropic => anthropic::normalize(&mut parsed, &index)?,
     }
     if let Some(tools) = tools_span {
-        parsed.existing_breakpoints += json::elements(text, tools)
-            .filter(|tool| json::get(text, *tool, "cache_control").is_some())
+        parsed.existing_breakpoints += index
+            .elements(tools)
+            .filter(|tool| json::lookup(text, index.members(*tool), "cache_control").is_some())
             .count();
     }
     resolve_tool_names(&mut parsed.messages);
@@ -451,25 +452,31 @@ struct Edit {
 }
 
 /// Joined text of text blocks/parts: the model-visible text of block content.
-fn join_texts(parts: &[String]) -> String {
+/// Takes the parts by value so a single part (the common case) moves instead of being copied.
+fn join_texts<S: std::borrow::Borrow<str> + Into<String>>(mut parts: Vec<S>) -> String {
+    if parts.len() == 1 {
+        return parts.pop().map(Into::into).unwrap_or_default();
+    }
     parts.join("\n")
 }
 
 /// Reads an optional string field, with a clear reason when present but not a string.
-fn string_field(
-    text: &str,
+fn string_field<'t>(
+    text: &'t str,
+    doc: &json::Index,
     fields: &[json::Entry],
     key: &str,
     index: usize,
-) -> Result<Option<(String, Span)>, WireError> {
+) -> Result<Option<(Cow<'t, str>, Span)>, WireError> {
     let Some(span) = json::lookup(text, fields, key) else {
         return Ok(None);
     };
     match json::kind_of(text, span) {
         json::Kind::String => {
-            let value =
-                json::decode_string(text, span).map_err(|e| malformed(index, e.to_string()))?;
-            Ok(Some((value.into_owned(), span)))
+            let value = doc
+                .string(text, span)
+                .map_err(|e| malformed(index, e.to_string()))?;
+            Ok(Some((value, span)))
         }
         json::Kind::Null => Ok(None),
         _ => Err(malformed(index, format!("`{key}` is not a string"))),
@@ -477,17 +484,18 @@ fn string_field(
 }
 
 /// The fields of message `index` and its `role`, or why it is not a readable message.
-fn message_head(
-    text: &str,
+fn message_head<'i, 't>(
+    text: &'t str,
+    doc: &'i json::Index,
     span: Span,
     index: usize,
-) -> Result<(Vec<json::Entry>, String), WireError> {
+) -> Result<(&'i [json::Entry], Cow<'t, str>), WireError> {
     if json::kind_of(text, span) != json::Kind::Object {
         return Err(malformed(index, "not an object"));
     }
-    let fields = json::fields(text, span);
-    let (role, _) =
-        string_field(text, &fields, "role", index)?.ok_or_else(|| malformed(index, "no `role`"))?;
+    let fields = doc.members(span);
+    let (role, _) = string_field(text, doc, fields, "role", index)?
+        .ok_or_else(|| malformed(index, "no `role`"))?;
     Ok((fields, role))
 }
 

@@ -11,11 +11,11 @@ use super::{
 };
 use crate::message::{Message, Role, ToolCall};
 
-pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
+pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Result<(), WireError> {
     let text = parsed.text;
-    for (index, span) in json::elements(text, parsed.messages_span).enumerate() {
-        let (fields, role_name) = message_head(text, span, index)?;
-        let role = match role_name.as_str() {
+    for (index, span) in doc.elements(parsed.messages_span).enumerate() {
+        let (fields, role_name) = message_head(text, doc, span, index)?;
+        let role = match &*role_name {
             "system" | "developer" => Role::System,
             "user" => Role::User,
             "assistant" => Role::Assistant,
@@ -26,45 +26,47 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
         let mut slot = Slot::default();
         read_content(
             text,
-            &fields,
+            doc,
+            fields,
             index,
             &mut message,
             &mut slot,
             &mut parsed.existing_breakpoints,
         )?;
         if role == Role::Tool {
-            message.tool_call_id =
-                string_field(text, &fields, "tool_call_id", index)?.map(|(id, _)| id);
+            message.tool_call_id = string_field(text, doc, fields, "tool_call_id", index)?
+                .map(|(id, _)| id.into_owned());
             if role_name == "function" {
-                message.tool_name =
-                    string_field(text, &fields, "name", index)?.map(|(name, _)| name);
+                message.tool_name = string_field(text, doc, fields, "name", index)?
+                    .map(|(name, _)| name.into_owned());
             }
         }
         if let Some((reasoning, reasoning_span)) =
-            string_field(text, &fields, "reasoning_content", index)?
+            string_field(text, doc, fields, "reasoning_content", index)?
         {
-            message.reasoning.push(reasoning);
+            message.reasoning.push(reasoning.into_owned());
             slot.reasoning.push(reasoning_span);
         }
-        if let Some(calls) = json::lookup(text, &fields, "tool_calls")
+        if let Some(calls) = json::lookup(text, fields, "tool_calls")
             .filter(|s| json::kind_of(text, *s) == Kind::Array)
         {
-            for call in json::elements(text, calls) {
-                let call_fields = json::fields(text, call);
-                let function = json::lookup(text, &call_fields, "function")
+            for call in doc.elements(calls) {
+                let call_fields = doc.members(call);
+                let function = json::lookup(text, call_fields, "function")
                     .filter(|f| json::kind_of(text, *f) == Kind::Object)
                     .ok_or_else(|| malformed(index, "a tool call has no `function` object"))?;
-                let id = string_field(text, &call_fields, "id", index)?
-                    .map(|(id, _)| id)
+                let id = string_field(text, doc, call_fields, "id", index)?
+                    .map(|(id, _)| id.into_owned())
                     .unwrap_or_default();
-                let function_fields = json::fields(text, function);
-                let name = string_field(text, &function_fields, "name", index)?
-                    .map(|(n, _)| n)
+                let function_fields = doc.members(function);
+                let name = string_field(text, doc, function_fields, "name", index)?
+                    .map(|(n, _)| n.into_owned())
                     .unwrap_or_default();
-                let (arguments, args_span) = match json::lookup(text, &function_fields, "arguments")
+                let (arguments, args_span) = match json::lookup(text, function_fields, "arguments")
                 {
                     Some(s) if json::kind_of(text, s) == Kind::String => {
-                        let decoded = json::decode_string(text, s)
+                        let decoded = doc
+                            .string(text, s)
                             .map_err(|e| malformed(index, e.to_string()))?;
                         (decoded.into_owned(), Some(s))
                     }
@@ -95,6 +97,7 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>) -> Result<(), WireError> {
 
 fn read_content(
     text: &str,
+    doc: &json::Index,
     message_fields: &[json::Entry],
     index: usize,
     message: &mut Message,
@@ -107,7 +110,8 @@ fn read_content(
     };
     match json::kind_of(text, content) {
         Kind::String => {
-            message.content = json::decode_string(text, content)
+            message.content = doc
+                .string(text, content)
                 .map_err(|e| malformed(index, e.to_string()))?
                 .into_owned();
             slot.content = Some(content);
@@ -118,20 +122,20 @@ fn read_content(
             let mut text_spans = Vec::new();
             let mut other_parts = 0;
             let mut last_part = None;
-            for part in json::elements(text, content) {
+            for part in doc.elements(content) {
                 last_part = Some(part);
                 if json::kind_of(text, part) != Kind::Object {
                     other_parts += 1;
                     continue;
                 }
-                let part_fields = json::fields(text, part);
-                if json::lookup(text, &part_fields, "cache_control").is_some() {
+                let part_fields = doc.members(part);
+                if json::lookup(text, part_fields, "cache_control").is_some() {
                     message.cache_control = true;
                     *breakpoints += 1;
                 }
-                let is_text = string_field(text, &part_fields, "type", index)?
+                let is_text = string_field(text, doc, part_fields, "type", index)?
                     .is_some_and(|(t, _)| t == "text");
-                match string_field(text, &part_fields, "text", index)? {
+                match string_field(text, doc, part_fields, "text", index)? {
                     Some((part_text, span)) if is_text => {
                         texts.push(part_text);
                         text_spans.push(span);
@@ -139,8 +143,8 @@ fn read_content(
                     _ => other_parts += 1,
                 }
             }
-            message.content = join_texts(&texts);
             message.rewritable = texts.len() == 1 && other_parts == 0;
+            message.content = join_texts(texts);
             if message.rewritable {
                 slot.content = text_spans.first().copied();
             }
