@@ -290,6 +290,10 @@ pub struct ApplyCx<'a> {
     /// frozen): part of a freeze key, so a decision never lands on another transcript that
     /// happens to hold the same text at the same index.
     prefix: &'a [u64],
+    /// `tokens::content_hash` of each wire-original content, computed once per run.
+    hashes: &'a [u64],
+    /// Whether an earlier component changed the message (its hash in `hashes` is then stale).
+    dirty: &'a [bool],
 }
 
 impl<'a> ApplyCx<'a> {
@@ -298,13 +302,15 @@ impl<'a> ApplyCx<'a> {
         initial: &'a [Message],
         counts: &'a [usize],
         cold_cache: bool,
-        prefix: &'a [u64],
+        hashes: &'a RunHashes,
     ) -> ApplyCx<'a> {
         ApplyCx {
             run,
             initial,
             counts,
-            prefix,
+            prefix: &hashes.prefix,
+            hashes: &hashes.content,
+            dirty: &hashes.dirty,
             gates: BTreeMap::new(),
             stashed: 0,
             cold_cache,
@@ -322,6 +328,22 @@ impl<'a> ApplyCx<'a> {
     /// a gate costs a lookup, not another pass over the text.
     pub fn tokens(&self, index: usize) -> usize {
         self.counts.get(index).copied().unwrap_or(0)
+    }
+
+    /// `tokens::content_hash(content)` for `content`, the content of message `index` as this
+    /// component received it: looked up when no earlier component changed the message (every
+    /// message is hashed once per run, for its token count), computed otherwise. Components key
+    /// their per-output work by it instead of hashing megabytes again.
+    pub fn content_hash(&self, index: usize, content: &str) -> u64 {
+        let unchanged = !self.dirty.get(index).copied().unwrap_or(true)
+            && self
+                .initial
+                .get(index)
+                .is_some_and(|m| m.content.len() == content.len());
+        match self.hashes.get(index) {
+            Some(&hash) if unchanged => hash,
+            _ => tokens::content_hash(content),
+        }
     }
 
     /// What the model would read at `index` had nothing run: the text to stash when an
@@ -600,18 +622,28 @@ fn apply_frozen(message: &mut Message, value: &str) -> bool {
     true
 }
 
+/// What a run hashes once and every component reuses.
+struct RunHashes {
+    /// `tokens::content_hash` of each original content.
+    content: Vec<u64>,
+    /// See [`ApplyCx::prefix`]; empty when no component is frozen.
+    prefix: Vec<u64>,
+    /// Messages a component kept a change to, so their `content` hash is stale.
+    dirty: Vec<bool>,
+}
+
 /// Running hashes of a transcript: entry `i` covers messages `0..i` as the agent sent them
 /// (role, text, call ids, names and arguments, reasoning), which never change from turn to turn.
-fn prefix_hashes(originals: &[Message]) -> Vec<u64> {
+/// `content` holds each original's content hash, already computed for the run.
+fn prefix_hashes(originals: &[Message], content: &[u64]) -> Vec<u64> {
     let mut out = Vec::with_capacity(originals.len() + 1);
     let mut h = 0x243f_6a88_85a3_08d3_u64;
-    for m in originals {
+    let mix = |h: u64, x: u64| (h.rotate_left(17) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for (m, &content_hash) in originals.iter().zip(content) {
         out.push(h);
-        let mut fold = |text: &str| {
-            h = (h.rotate_left(17) ^ tokens::content_hash(text)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        };
-        fold(m.role.as_str());
-        fold(&m.content);
+        h = mix(h, tokens::content_hash(m.role.as_str()));
+        h = mix(h, content_hash);
+        let mut fold = |text: &str| h = mix(h, tokens::content_hash(text));
         if let Some(id) = &m.tool_call_id {
             fold(id);
         }
@@ -735,6 +767,16 @@ pub fn message_tokens(message: &Message) -> usize {
     message.visible_texts().map(tokens::count).sum()
 }
 
+/// [`message_tokens`] for a message whose content hash is known.
+fn message_tokens_hashed(message: &Message, content_hash: u64) -> usize {
+    tokens::count_hashed(&message.content, content_hash)
+        + message
+            .visible_texts()
+            .skip(1)
+            .map(tokens::count)
+            .sum::<usize>()
+}
+
 fn duration_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
@@ -784,7 +826,16 @@ impl Pipeline {
         cx: &RunCx,
     ) -> RunReport {
         let started = cx.clock.now();
-        let mut counts: Vec<usize> = messages.iter().map(message_tokens).collect();
+        // Each original is hashed once here; token counts, freeze keys and components share it.
+        let content: Vec<u64> = originals
+            .iter()
+            .map(|m| tokens::content_hash(&m.content))
+            .collect();
+        let mut counts: Vec<usize> = messages
+            .iter()
+            .zip(&content)
+            .map(|(m, &hash)| message_tokens_hashed(m, hash))
+            .collect();
         let mut total: usize = counts.iter().sum();
         let mut report = RunReport {
             tokens_before: total,
@@ -792,14 +843,19 @@ impl Pipeline {
         };
         let mut touched = vec![false; messages.len()];
         let prefix = if self.stages.iter().any(|s| s.freeze() != Freeze::Stateless) {
-            prefix_hashes(originals)
+            prefix_hashes(originals, &content)
         } else {
             Vec::new()
+        };
+        let mut hashes = RunHashes {
+            content,
+            prefix,
+            dirty: vec![false; messages.len()],
         };
         for stage in &self.stages {
             let stage_started = cx.clock.now();
             let freeze = stage.freeze();
-            let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache(), &prefix);
+            let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache(), &hashes);
             let mut transcript = Transcript::new(messages, &mut touched);
             let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
                 Stage::Reformat(c) if freeze == Freeze::Stateless => {
@@ -834,6 +890,9 @@ impl Pipeline {
             }
             // Written to is not changed: keep only messages that differ from their saved copy.
             saved.retain(|(i, old)| messages[*i] != *old);
+            // Written and different, whether kept or reverted: either way the shared hash of the
+            // original no longer vouches for the content (a reverted message may carry a replay).
+            let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
             let new_counts: Vec<(usize, usize)> = saved
                 .iter()
                 .map(|(i, _)| (*i, message_tokens(&messages[*i])))
@@ -958,6 +1017,11 @@ impl Pipeline {
             }
             component.duration_us = duration_us(cx.clock.now().saturating_sub(stage_started));
             report.components.push(component);
+            for i in written {
+                if let Some(dirty) = hashes.dirty.get_mut(i) {
+                    *dirty = true;
+                }
+            }
         }
         report.tokens_after = total;
         report.duration_us = duration_us(cx.clock.now().saturating_sub(started));

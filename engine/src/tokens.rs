@@ -11,8 +11,9 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
-/// Strings shorter than this are counted directly: hashing them costs about as much.
-const MEMO_MIN_BYTES: usize = 24;
+/// Strings shorter than this are counted directly. Kept at one byte: a direct count sets up a BPE
+/// encoder (a visible cost for the many short call arguments and ids), which a hash does not.
+const MEMO_MIN_BYTES: usize = 1;
 /// The memo is cleared when it grows past this many entries, bounding its memory to a few MiB.
 const MEMO_MAX_ENTRIES: usize = 200_000;
 
@@ -31,7 +32,15 @@ pub fn count(text: &str) -> usize {
     if text.len() < MEMO_MIN_BYTES {
         return count_uncached(text);
     }
-    let key = content_hash(text);
+    count_hashed(text, content_hash(text))
+}
+
+/// [`count`] for a caller that already has `content_hash(text)`, so the text is not hashed
+/// again (the pipeline hashes each message once per run and shares it).
+pub fn count_hashed(text: &str, key: u64) -> usize {
+    if text.is_empty() {
+        return 0;
+    }
     if let Some(&hit) = memo().lock().get(&key) {
         return hit as usize;
     }

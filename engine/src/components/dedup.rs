@@ -15,7 +15,6 @@ use serde::Deserialize;
 use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::config::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
-use crate::tokens;
 
 /// `components.dedup`.
 #[derive(Debug, Clone, Deserialize)]
@@ -94,7 +93,7 @@ impl Offload for Dedup {
                 cx.gate("below_min_tokens");
                 continue;
             }
-            let key = tokens::content_hash(&message.content);
+            let key = cx.content_hash(index, &message.content);
             match first_seen.get(&key) {
                 Some(earlier) if *earlier == message.content => duplicates.push(index),
                 _ => {

@@ -24,9 +24,10 @@
 //! function of the content, so it needs no freeze. If the store refuses the stash the output is
 //! left alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
+use parking_lot::Mutex;
 use regex::Regex;
 use serde::Deserialize;
 
@@ -80,12 +81,36 @@ impl ComponentFactory for Factory {
                 config.max_line_chars
             ));
         }
-        Ok(Stage::Offload(Box::new(Linecap { config })))
+        Ok(Stage::Offload(Box::new(Linecap {
+            config,
+            unchanged: Mutex::new(HashSet::default()),
+        })))
     }
 }
 
 struct Linecap {
     config: LinecapConfig,
+    /// Outputs found to have nothing to reduce, by content hash (folded with the length). `linecap` is a pure
+    /// function of the text and runs on every output of every turn, while agents re-send the
+    /// same outputs: remembering the common answer ("nothing") saves splitting and hashing every
+    /// line again. A hash collision can only skip a reduction, never apply a wrong one.
+    unchanged: Mutex<HashSet<u64, tokens::IdentityBuild>>,
+}
+
+/// Bound on remembered outputs; the set is emptied when it fills (a few hundred KiB at most).
+const UNCHANGED_MEMO_MAX: usize = 1 << 16;
+
+/// `text.split('\n')`, with the newlines found by a vectorized search (the standard library's
+/// char search was a visible cost on megabyte bodies).
+fn split_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for newline in memchr::memchr_iter(b'\n', text.as_bytes()) {
+        lines.push(text.get(start..newline).unwrap_or_default());
+        start = newline + 1;
+    }
+    lines.push(text.get(start..).unwrap_or_default());
+    lines
 }
 
 /// Lines never clipped: what an agent acts on.
@@ -180,7 +205,7 @@ fn clip(line: &str, budget: usize) -> String {
 impl Linecap {
     /// The reduced text, or `None` when there is nothing to reduce.
     fn reduce(&self, text: &str) -> Option<String> {
-        let lines: Vec<&str> = text.split('\n').collect();
+        let lines = split_lines(text);
         let cap = self.config.max_line_chars;
         let clippable = |line: &str| {
             line.len() > cap && line.chars().count() > cap && !never_truncate().is_match(line)
@@ -225,7 +250,18 @@ impl Offload for Linecap {
                 cx.gate("below_min_size");
                 continue;
             }
+            let seen = cx.content_hash(index, &message.content)
+                ^ (message.content.len() as u64).rotate_left(32);
+            if self.unchanged.lock().contains(&seen) {
+                cx.gate("no_long_or_repeated_lines");
+                continue;
+            }
             let Some(reduced) = self.reduce(&message.content) else {
+                let mut unchanged = self.unchanged.lock();
+                if unchanged.len() >= UNCHANGED_MEMO_MAX {
+                    unchanged.clear();
+                }
+                unchanged.insert(seen);
                 cx.gate("no_long_or_repeated_lines");
                 continue;
             };
