@@ -414,7 +414,13 @@ impl<'a> ApplyCx<'a> {
     /// # Errors
     /// When the store refuses; the caller must then leave the content alone.
     pub fn stash(&mut self, original: &str) -> Result<StashKey, StoreError> {
-        let id = marker::stash_id(original);
+        self.stash_as(original, marker::stash_id(original))
+    }
+
+    /// [`ApplyCx::stash`] for a caller that already holds `marker::stash_id(original)` (it
+    /// built the marker first), so a megabyte original is not keyed twice.
+    pub fn stash_as(&mut self, original: &str, id: String) -> Result<StashKey, StoreError> {
+        debug_assert_eq!(id, marker::stash_id(original));
         self.run.store.stash(&self.run.session, &id, original)?;
         self.stashed += 1;
         Ok(StashKey { id })
@@ -461,6 +467,22 @@ impl<'a> Transcript<'a> {
             self.saved.push((index, self.messages[index].clone()));
         }
         &mut self.messages[index]
+    }
+
+    /// Replaces message `index`'s content, like `get_mut(index).content = content`, but saves
+    /// the prior state by moving the old content instead of copying it: an offload replaces
+    /// outputs of up to megabytes on every turn.
+    ///
+    /// # Panics
+    /// When `index` is out of range, like slice indexing (the guard reverts the component).
+    pub fn set_content(&mut self, index: usize, content: String) {
+        let old = std::mem::replace(&mut self.messages[index].content, content);
+        if !self.touched[index] {
+            self.touched[index] = true;
+            let mut saved = self.messages[index].clone();
+            saved.content = old;
+            self.saved.push((index, saved));
+        }
     }
 }
 
@@ -746,7 +768,7 @@ fn replay(
                 continue;
             }
         } else {
-            messages.get_mut(index).content = replacement.to_string();
+            messages.set_content(index, replacement.to_string());
         }
         cx.frozen.hits += 1;
         cx.replayed.push(index);

@@ -99,7 +99,6 @@ impl Offload for Collapse {
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
         let mut keys = Vec::new();
-        let keep = self.config.head_lines + self.config.tail_lines;
         for index in 0..messages.len() {
             let message = &messages[index];
             if !offload_candidate(message, cx) {
@@ -109,14 +108,16 @@ impl Offload for Collapse {
                 cx.gate("below_max_tokens");
                 continue;
             }
-            let lines: Vec<&str> = message.content.split('\n').collect();
-            if lines.len() <= keep + 1 {
+            let Some((head, omitted, tail)) = head_and_tail(
+                &message.content,
+                self.config.head_lines,
+                self.config.tail_lines,
+            ) else {
                 cx.gate("too_few_lines");
                 continue;
-            }
-            let head = lines[..self.config.head_lines].join("\n");
-            let tail = lines[lines.len() - self.config.tail_lines..].join("\n");
-            let omitted = lines.len() - keep;
+            };
+            // Owned: the message is written below. Both ends are a few dozen lines.
+            let (head, tail) = (head.to_owned(), tail.to_owned());
             let key = offload_with(messages, index, cx, |marker| {
                 let mut out = String::with_capacity(head.len() + tail.len() + 96);
                 if !head.is_empty() {
@@ -138,6 +139,36 @@ impl Offload for Collapse {
     }
 }
 
+/// The first `head` and last `tail` lines of `text` (`'\n'`-separated, as `str::split` cuts
+/// them, each without its newline) and the count of lines between, or `None` when fewer than
+/// `head + tail + 2` lines leave nothing worth omitting. Finds only the newlines it needs from
+/// each end plus one count: the outputs this runs on are the largest in the transcript, and
+/// every turn re-sends them.
+fn head_and_tail(text: &str, head: usize, tail: usize) -> Option<(&str, usize, &str)> {
+    let bytes = text.as_bytes();
+    let lines = memchr::memchr_iter(b'\n', bytes).count() + 1;
+    if lines <= head + tail + 1 {
+        return None;
+    }
+    // Byte offset where line `head` starts (so the head is `..start - 1`), and where the last
+    // `tail` lines start.
+    let head_text = match head {
+        0 => "",
+        n => {
+            let newline = memchr::memchr_iter(b'\n', bytes).nth(n - 1)?;
+            text.get(..newline)?
+        }
+    };
+    let tail_text = match tail {
+        0 => "",
+        n => {
+            let newline = memchr::memrchr_iter(b'\n', bytes).nth(n - 1)?;
+            text.get(newline + 1..)?
+        }
+    };
+    Some((head_text, lines - head - tail, tail_text))
+}
+
 #[cfg(test)]
 mod tests {
     use crate::components::testing::{check, check_with, tool_messages};
@@ -147,6 +178,37 @@ mod tests {
             .map(|i| format!("2026-11-29T10:00:{i:05} INFO worker {i} processed batch {i} in 12ms"))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    #[test]
+    fn head_and_tail_cuts_where_splitting_every_line_would() {
+        let by_split = |text: &str, head: usize, tail: usize| {
+            let lines: Vec<&str> = text.split('\n').collect();
+            (lines.len() > head + tail + 1).then(|| {
+                (
+                    lines[..head].join("\n"),
+                    lines.len() - head - tail,
+                    lines[lines.len() - tail..].join("\n"),
+                )
+            })
+        };
+        let texts = [
+            String::new(),
+            "\n".repeat(9),
+            "a\n\nb\nc\n".repeat(4),
+            "\nx\ny\n\n".repeat(3),
+            (0..50)
+                .map(|i| format!("línea {i} ✓"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ];
+        for text in &texts {
+            for (head, tail) in [(0, 0), (0, 3), (3, 0), (2, 2), (4, 5), (20, 20)] {
+                let fast = super::head_and_tail(text, head, tail)
+                    .map(|(h, n, t)| (h.to_owned(), n, t.to_owned()));
+                assert_eq!(fast, by_split(text, head, tail), "{text:?} {head} {tail}");
+            }
+        }
     }
 
     #[test]

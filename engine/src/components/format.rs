@@ -110,7 +110,7 @@ impl Reformat for Format {
                 }
             };
             if tokens::count(&candidate) < cx.tokens(index) {
-                messages.get_mut(index).content = candidate;
+                messages.set_content(index, candidate);
             } else {
                 cx.gate("already_compact");
             }

@@ -24,13 +24,13 @@
 //! function of the content, so it needs no freeze. If the store refuses the stash the output is
 //! left alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use parking_lot::Mutex;
 use regex::Regex;
 use serde::Deserialize;
 
+use super::memo::PureMemo;
 use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::config::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
@@ -83,22 +83,16 @@ impl ComponentFactory for Factory {
         }
         Ok(Stage::Offload(Box::new(Linecap {
             config,
-            unchanged: Mutex::new(HashSet::default()),
+            memo: PureMemo::default(),
         })))
     }
 }
 
 struct Linecap {
     config: LinecapConfig,
-    /// Outputs found to have nothing to reduce, by content hash (folded with the length). `linecap` is a pure
-    /// function of the text and runs on every output of every turn, while agents re-send the
-    /// same outputs: remembering the common answer ("nothing") saves splitting and hashing every
-    /// line again. A hash collision can only skip a reduction, never apply a wrong one.
-    unchanged: Mutex<HashSet<u64, tokens::IdentityBuild>>,
+    /// `linecap` is a pure function of the text, run on every output of every turn.
+    memo: PureMemo,
 }
-
-/// Bound on remembered outputs; the set is emptied when it fills (a few hundred KiB at most).
-const UNCHANGED_MEMO_MAX: usize = 1 << 16;
 
 /// `text.split('\n')`, with the newlines found by a vectorized search (the standard library's
 /// char search was a visible cost on megabyte bodies).
@@ -250,18 +244,11 @@ impl Offload for Linecap {
                 cx.gate("below_min_size");
                 continue;
             }
-            let seen = cx.content_hash(index, &message.content)
-                ^ (message.content.len() as u64).rotate_left(32);
-            if self.unchanged.lock().contains(&seen) {
-                cx.gate("no_long_or_repeated_lines");
-                continue;
-            }
-            let Some(reduced) = self.reduce(&message.content) else {
-                let mut unchanged = self.unchanged.lock();
-                if unchanged.len() >= UNCHANGED_MEMO_MAX {
-                    unchanged.clear();
-                }
-                unchanged.insert(seen);
+            let hash = cx.content_hash(index, &message.content);
+            let Some(reduced) = self
+                .memo
+                .reduce(&message.content, hash, |text| self.reduce(text))
+            else {
                 cx.gate("no_long_or_repeated_lines");
                 continue;
             };
@@ -277,8 +264,8 @@ impl Offload for Linecap {
 mod tests {
     use crate::components::testing::{check, tool_messages};
 
-    #[test]
-    fn collapses_non_adjacent_repeats_and_keeps_the_first_with_a_count() {
+    /// A pytest run whose deprecation warning repeats twelve times between other lines.
+    fn warning_twelve_times() -> String {
         let mut lines = vec!["$ pytest -q", "collected 40 items", "============"];
         for i in 0..12 {
             lines.push("DeprecationWarning: pkg_resources is deprecated as an API");
@@ -289,7 +276,12 @@ mod tests {
             });
         }
         lines.extend(["", "40 passed, 12 warnings in 3.21s", "$ "]);
-        let text = lines.join("\n");
+        lines.join("\n")
+    }
+
+    #[test]
+    fn collapses_non_adjacent_repeats_and_keeps_the_first_with_a_count() {
+        let text = warning_twelve_times();
         let out = check("linecap", "", tool_messages(&[&text]));
         let after = &out.messages[1].content;
         assert_eq!(after.matches("DeprecationWarning").count(), 1);
@@ -300,6 +292,40 @@ mod tests {
         );
         assert!(after.ends_with("[full output: call context_guru_expand]"));
         out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn a_remembered_reduction_is_the_same_bytes_and_still_stashed_in_each_session() {
+        use crate::components::testing::run_cx;
+        use crate::config::Config;
+        use crate::marker;
+        use crate::store::Store;
+
+        let noisy = warning_twelve_times();
+        let clean = (0..80)
+            .map(|i| format!("row {i}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let pipeline = Config::parse("pipeline: [linecap]")
+            .unwrap()
+            .build_pipeline()
+            .unwrap();
+        let turn = |session: &str| {
+            let (cx, store) = run_cx(session);
+            let mut messages = tool_messages(&[&noisy, &clean]);
+            pipeline.run(&mut messages, &cx);
+            (messages, store)
+        };
+        let (first, _) = turn("one");
+        let (second, store) = turn("two");
+        assert_eq!(first, second, "the memo replays the same reduction");
+        assert!(second[1].content.contains("deprecated as an API  (x12)"));
+        assert_eq!(
+            second[2].content, clean,
+            "nothing to reduce, remembered or not"
+        );
+        let id = marker::marker_ids(&second[1].content).next().unwrap();
+        assert_eq!(store.resolve("two", id).as_deref(), Some(noisy.as_str()));
     }
 
     #[test]

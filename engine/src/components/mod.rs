@@ -19,6 +19,7 @@ mod format;
 mod linecap;
 pub mod llm_offload;
 mod mask;
+mod memo;
 mod oversized_block;
 mod phi_evict;
 mod repeated_call;
@@ -162,9 +163,9 @@ pub(crate) fn offload_with(
         cx.gate("marker_no_win");
         return None;
     }
-    match cx.stash(original) {
+    match cx.stash_as(original, id) {
         Ok(key) => {
-            messages.get_mut(index).content = replacement;
+            messages.set_content(index, replacement);
             Some(key)
         }
         Err(_) => {

@@ -243,7 +243,7 @@ impl Reformat for Searchfold {
             }
             match best_fold(text) {
                 Some(folded) if tokens::count(&folded) < cx.tokens(index) => {
-                    messages.get_mut(index).content = folded;
+                    messages.set_content(index, folded);
                 }
                 _ => cx.gate("no_repeated_prefix"),
             }

@@ -63,18 +63,7 @@ pub(crate) fn check_with(
     let yaml = format!("pipeline: [{component}]\ncomponents:\n  {component}:\n{indented}");
     let config = Config::parse(&yaml).unwrap_or_else(|e| panic!("config {yaml}: {e:?}"));
     let pipeline = config.build_pipeline().unwrap();
-    let clock = Arc::new(ManualClock::new());
-    let store = Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
-    let mut cx = RunCx {
-        dialect: Dialect::OpenAi,
-        session: "test".into(),
-        store: store.clone(),
-        clock,
-        mutable_from: 0,
-        cold: false,
-        existing_breakpoints: 0,
-        models: None,
-    };
+    let (mut cx, store) = run_cx("test");
     tweak(&mut cx);
     let before = messages.clone();
     let mut messages = messages;
@@ -85,4 +74,21 @@ pub(crate) fn check_with(
         report,
         store,
     }
+}
+
+/// A warm-turn context for `session` over a fresh in-memory store, and that store.
+pub(crate) fn run_cx(session: &str) -> (RunCx, Arc<MemoryStore>) {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
+    let cx = RunCx {
+        dialect: Dialect::OpenAi,
+        session: session.into(),
+        store: store.clone(),
+        clock,
+        mutable_from: 0,
+        cold: false,
+        existing_breakpoints: 0,
+        models: None,
+    };
+    (cx, store)
 }

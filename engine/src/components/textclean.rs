@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Deserialize;
 
+use super::memo::PureMemo;
 use super::{ComponentFactory, decode, text_tool_output};
 use crate::config::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
@@ -52,12 +53,17 @@ impl ComponentFactory for Factory {
 
     fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
         let config: TextcleanConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(Textclean { config })))
+        Ok(Stage::Reformat(Box::new(Textclean {
+            config,
+            memo: PureMemo::default(),
+        })))
     }
 }
 
 struct Textclean {
     config: TextcleanConfig,
+    /// A pure function of the text, run on every re-sent output of every turn.
+    memo: PureMemo,
 }
 
 fn escapes() -> &'static Regex {
@@ -147,13 +153,16 @@ impl Reformat for Textclean {
                 cx.gate("below_min_tokens");
                 continue;
             }
-            if !has_noise(&message.content) {
+            let hash = cx.content_hash(index, &message.content);
+            let cleaned = self.memo.reduce(&message.content, hash, |text| {
+                has_noise(text).then(|| clean(text))
+            });
+            let Some(cleaned) = cleaned else {
                 cx.gate("no_terminal_noise");
                 continue;
-            }
-            let cleaned = clean(&message.content);
+            };
             if tokens::count(&cleaned) < cx.tokens(index) {
-                messages.get_mut(index).content = cleaned;
+                messages.set_content(index, cleaned.to_string());
             } else {
                 cx.gate("already_clean");
             }

@@ -98,7 +98,7 @@ impl Reformat for Toon {
                 cx.gate("not_smaller");
                 continue;
             }
-            messages.get_mut(index).content = encoded;
+            messages.set_content(index, encoded);
         }
         Ok(())
     }

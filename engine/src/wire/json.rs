@@ -846,34 +846,56 @@ fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
 /// Encodes `value` as a JSON string literal, escaping only what JSON requires (non-ASCII stays
 /// UTF-8, as every provider SDK sends it).
 pub fn encode_string(value: &str, out: &mut String) {
-    out.reserve(value.len() + 2);
+    // Room for the quotes and about one escape per line of a tool output.
+    out.reserve(value.len() + value.len() / 16 + 2);
     out.push('"');
     let bytes = value.as_bytes();
-    let mut run_start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escaped: Option<&str> = match b {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0x08 => Some("\\b"),
-            0x0c => Some("\\f"),
-            0x00..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(&value[run_start..i]);
-        match escaped {
-            Some(esc) => out.push_str(esc),
-            None => {
-                use std::fmt::Write as _;
-                let _ = write!(out, "\\u{b:04x}");
-            }
+    // `run` starts the bytes not yet copied. Flagged bytes are ASCII, so every cut lands on a
+    // character boundary.
+    let mut run = 0;
+    let mut cur = 0;
+    // 64 bytes tested at once, as the parser's scans do: the runs between escapes are copied
+    // whole instead of being looked at one byte at a time.
+    while let Some(block) = bytes.get(cur..cur + BLOCK) {
+        let block: &[u8; BLOCK] = block.try_into().unwrap_or(&[0; BLOCK]);
+        let mut mask = block_mask(block, is_special);
+        while mask != 0 {
+            let at = cur + mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            out.push_str(value.get(run..at).unwrap_or_default());
+            push_escape(bytes[at], out);
+            run = at + 1;
         }
-        run_start = i + 1;
+        cur += BLOCK;
     }
-    out.push_str(&value[run_start..]);
+    for (at, &byte) in bytes.iter().enumerate().skip(cur) {
+        if is_special(byte) {
+            out.push_str(value.get(run..at).unwrap_or_default());
+            push_escape(byte, out);
+            run = at + 1;
+        }
+    }
+    out.push_str(value.get(run..).unwrap_or_default());
     out.push('"');
+}
+
+/// Appends the JSON escape of `byte`, a quote, backslash or control character.
+fn push_escape(byte: u8, out: &mut String) {
+    let short = match byte {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        b'\n' => "\\n",
+        b'\r' => "\\r",
+        b'\t' => "\\t",
+        0x08 => "\\b",
+        0x0c => "\\f",
+        _ => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "\\u{byte:04x}");
+            return;
+        }
+    };
+    out.push_str(short);
 }
 
 /// Convenience wrapper around [`encode_string`].
@@ -976,10 +998,30 @@ mod tests {
                             expected
                         );
                         assert_eq!(
+                            to_literal(&expected),
+                            serde_json::to_string(&expected).unwrap()
+                        );
+                        assert_eq!(
                             closing_quote(literal.as_bytes(), 0),
                             Some(literal.len() - 1)
                         );
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn encoding_agrees_with_serde_json_at_every_alignment() {
+        let specials = [
+            "\"", "\\", "\n", "\r\n", "\t", "\u{1}", "\u{8}", "\u{c}", "\u{1f}", "é", "😀",
+            "\u{7f}",
+        ];
+        for pad in (0..9).chain(52..72).chain(118..136) {
+            for a in specials {
+                for b in specials {
+                    let value = format!("{}{a}{}{b}", "p".repeat(pad), "q".repeat(pad % 5));
+                    assert_eq!(to_literal(&value), serde_json::to_string(&value).unwrap());
                 }
             }
         }
