@@ -76,7 +76,7 @@ pub fn count_uncached(text: &str) -> usize {
 pub fn content_hash(text: &str) -> u64 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let bytes = text.as_bytes();
-    let mut hash = fx(bytes, (bytes.len() as u64).wrapping_mul(K), K, 5);
+    let [mut hash] = fx(bytes, [(bytes.len() as u64).wrapping_mul(K)], [K], [5]);
     // Final avalanche so short inputs spread over the whole word.
     hash ^= hash >> 33;
     hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -92,49 +92,71 @@ pub fn content_key(text: &str) -> u128 {
     const K2: u64 = 0x9e37_79b9_7f4a_7c15;
     let bytes = text.as_bytes();
     let len = bytes.len() as u64;
-    let a = fx(bytes, len.wrapping_mul(K1), K1, 5);
-    let b = fx(bytes, len.wrapping_mul(K2) ^ 0x2545_f491_4f6c_dd1d, K2, 23);
+    let [a, b] = fx(
+        bytes,
+        [
+            len.wrapping_mul(K1),
+            len.wrapping_mul(K2) ^ 0x2545_f491_4f6c_dd1d,
+        ],
+        [K1, K2],
+        [5, 23],
+    );
     (u128::from(avalanche(a)) << 64) | u128::from(avalanche(b))
 }
 
 /// Texts this long are hashed in four lanes.
 const LANES_MIN_BYTES: usize = 64;
 
-/// Multiply-rotate over `bytes`, word by word. From [`LANES_MIN_BYTES`] on, four independent
-/// lanes take the 32-byte blocks, so the multiplies overlap (one chain waits a multiply's
-/// latency per word: the hash was 7% of a 1 MiB pipeline run), and the remaining words go
-/// through one chain, which is all a shorter text sees.
-fn fx(bytes: &[u8], seed: u64, k: u64, rot: u32) -> u64 {
+/// Multiply-rotate over `bytes`, word by word: `N` independent hashes in one pass, hash `j`
+/// from `seeds[j]` with multiplier `ks[j]` and rotation `rots[j]`. From [`LANES_MIN_BYTES`] on,
+/// each hash runs four lanes over the 32-byte blocks, so the multiplies overlap (one chain waits
+/// a multiply's latency per word: the hash was 7% of a 1 MiB pipeline run); the remaining words
+/// go through one chain, which is all a shorter text sees.
+fn fx<const N: usize>(bytes: &[u8], seeds: [u64; N], ks: [u64; N], rots: [u32; N]) -> [u64; N] {
     let word = |chunk: &[u8]| u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
-    let step = |h: u64, w: u64| (h.rotate_left(rot) ^ w).wrapping_mul(k);
-    let mut hash = seed;
+    let step = |j: usize, h: u64, w: u64| (h.rotate_left(rots[j]) ^ w).wrapping_mul(ks[j]);
+    let mut hashes = seeds;
     let mut rest = bytes;
     if bytes.len() >= LANES_MIN_BYTES {
         // Distinct seeds, so words swapped between lanes change the hash.
-        let mut lanes = [
-            seed,
-            seed ^ 0x243f_6a88_85a3_08d3,
-            seed ^ 0x1319_8a2e_0370_7344,
-            seed ^ 0xa409_3822_299f_31d0,
-        ];
+        let mut lanes = seeds.map(|seed| {
+            [
+                seed,
+                seed ^ 0x243f_6a88_85a3_08d3,
+                seed ^ 0x1319_8a2e_0370_7344,
+                seed ^ 0xa409_3822_299f_31d0,
+            ]
+        });
         let mut blocks = bytes.chunks_exact(32);
         for block in &mut blocks {
-            for (lane, chunk) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-                *lane = step(*lane, word(chunk));
+            for (i, chunk) in block.chunks_exact(8).enumerate() {
+                let w = word(chunk);
+                for (j, lanes) in lanes.iter_mut().enumerate() {
+                    lanes[i] = step(j, lanes[i], w);
+                }
             }
         }
-        for lane in lanes {
-            hash = step(hash, avalanche(lane));
+        for (j, hash) in hashes.iter_mut().enumerate() {
+            for lane in lanes[j] {
+                *hash = step(j, *hash, avalanche(lane));
+            }
         }
         rest = blocks.remainder();
     }
     let mut chunks = rest.chunks_exact(8);
     for chunk in &mut chunks {
-        hash = step(hash, word(chunk));
+        let w = word(chunk);
+        for (j, hash) in hashes.iter_mut().enumerate() {
+            *hash = step(j, *hash, w);
+        }
     }
     let mut tail = [0u8; 8];
     tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    step(hash, u64::from_le_bytes(tail))
+    let w = u64::from_le_bytes(tail);
+    for (j, hash) in hashes.iter_mut().enumerate() {
+        *hash = step(j, *hash, w);
+    }
+    hashes
 }
 
 fn avalanche(mut h: u64) -> u64 {

@@ -28,10 +28,12 @@ struct Inner {
     /// Texts the reduction left alone, by content hash folded with the length. A 64-bit
     /// collision here can only skip a reduction, never apply a wrong one.
     unchanged: HashSet<u64, tokens::IdentityBuild>,
-    /// Results by the 128-bit [`tokens::content_key`] of the text: a collision here would
-    /// substitute another text's result, so this side takes the wider key (the one stash ids
-    /// and freeze decisions are keyed by).
-    reduced: HashMap<u128, Arc<str>>,
+    /// Results by the same key, each with the text it was computed from. The memo is shared by
+    /// every session of a pipeline and the hash is not collision resistant, so a hit counts only
+    /// when the text is byte-equal (one `memcmp`): a crafted collision can never hand one
+    /// session another session's output.
+    reduced: HashMap<u64, (Box<str>, Arc<str>), tokens::IdentityBuild>,
+    /// Bytes held in `reduced`, texts and results.
     reduced_bytes: usize,
 }
 
@@ -49,8 +51,9 @@ impl PureMemo {
         if self.inner.lock().unchanged.contains(&seen) {
             return None;
         }
-        let key = tokens::content_key(text);
-        if let Some(reduced) = self.inner.lock().reduced.get(&key) {
+        if let Some((original, reduced)) = self.inner.lock().reduced.get(&seen)
+            && **original == *text
+        {
             return Some(reduced.clone());
         }
         let Some(reduced) = reduce(text) else {
@@ -62,16 +65,18 @@ impl PureMemo {
             return None;
         };
         let reduced: Arc<str> = reduced.into();
-        // One result bigger than a quarter of the budget would evict everything else.
-        if reduced.len() <= REDUCED_BYTES / 4 {
+        let size = text.len() + reduced.len();
+        // One entry bigger than a quarter of the budget would evict everything else.
+        if size <= REDUCED_BYTES / 4 {
             let mut inner = self.inner.lock();
-            if inner.reduced_bytes + reduced.len() > REDUCED_BYTES {
+            if inner.reduced_bytes + size > REDUCED_BYTES {
                 inner.reduced.clear();
                 inner.reduced_bytes = 0;
             }
-            inner.reduced_bytes += reduced.len();
-            if let Some(old) = inner.reduced.insert(key, reduced.clone()) {
-                inner.reduced_bytes -= old.len();
+            inner.reduced_bytes += size;
+            let entry = (Box::from(text), reduced.clone());
+            if let Some((old, old_reduced)) = inner.reduced.insert(seen, entry) {
+                inner.reduced_bytes -= old.len() + old_reduced.len();
             }
         }
         Some(reduced)
@@ -97,12 +102,25 @@ mod tests {
         }
         assert_eq!(calls.get(), 2, "each text reduced once");
 
-        let big = "x".repeat(REDUCED_BYTES / 5);
+        let big = "x".repeat(REDUCED_BYTES / 10);
         for i in 0..12 {
             let text = format!("{i}{big}");
             let reduced = memo.reduce(&text, tokens::content_hash(&text), |t| Some(t.to_owned()));
             assert_eq!(reduced.as_deref(), Some(text.as_str()));
         }
         assert!(memo.inner.lock().reduced_bytes <= REDUCED_BYTES);
+    }
+
+    #[test]
+    fn a_colliding_hash_never_returns_another_texts_result() {
+        let memo = PureMemo::default();
+        let secret = "session A: token=abc123";
+        let probe = "session B: crafted_wxyz";
+        assert_eq!(secret.len(), probe.len());
+        let forged = 42; // both texts claim the same hash, as a crafted collision would
+        let echo = |t: &str| Some(t.to_owned());
+        assert_eq!(memo.reduce(secret, forged, echo).as_deref(), Some(secret));
+        assert_eq!(memo.reduce(probe, forged, echo).as_deref(), Some(probe));
+        assert_eq!(memo.reduce(secret, forged, echo).as_deref(), Some(secret));
     }
 }
