@@ -339,7 +339,9 @@ impl<'a> ApplyCx<'a> {
             && self
                 .initial
                 .get(index)
-                .is_some_and(|m| m.content.len() == content.len());
+                .is_some_and(|m| m.content.len() == content.len())
+            // A replay of this stage's own frozen decision is not in `dirty` yet.
+            && !self.replayed_as.iter().any(|(j, _, _)| *j == index);
         match self.hashes.get(index) {
             Some(&hash) if unchanged => hash,
             _ => tokens::content_hash(content),
@@ -476,13 +478,16 @@ impl<'a> Transcript<'a> {
     /// # Panics
     /// When `index` is out of range, like slice indexing (the guard reverts the component).
     pub fn set_content(&mut self, index: usize, content: String) {
-        let old = std::mem::replace(&mut self.messages[index].content, content);
+        let message = &mut self.messages[index];
+        let old = std::mem::take(&mut message.content);
         if !self.touched[index] {
             self.touched[index] = true;
-            let mut saved = self.messages[index].clone();
+            // Cloned while the content is empty, so neither text is copied.
+            let mut saved = message.clone();
             saved.content = old;
             self.saved.push((index, saved));
         }
+        message.content = content;
     }
 }
 
@@ -848,6 +853,10 @@ impl Pipeline {
         cx: &RunCx,
     ) -> RunReport {
         let started = cx.clock.now();
+        debug_assert!(
+            originals == messages,
+            "run_from: messages differ from originals"
+        );
         // Each original is hashed once here; token counts, freeze keys and components share it.
         let content: Vec<u64> = originals
             .iter()
@@ -855,8 +864,15 @@ impl Pipeline {
             .collect();
         let mut counts: Vec<usize> = messages
             .iter()
-            .zip(&content)
-            .map(|(m, &hash)| message_tokens_hashed(m, hash))
+            .enumerate()
+            .map(|(i, m)| match (originals.get(i), content.get(i)) {
+                // The contract says equal; a caller that broke it gets a correct count, not the
+                // cached count of another text.
+                (Some(original), Some(&hash)) if original.content.len() == m.content.len() => {
+                    message_tokens_hashed(m, hash)
+                }
+                _ => message_tokens(m),
+            })
             .collect();
         let mut total: usize = counts.iter().sum();
         let mut report = RunReport {
@@ -910,11 +926,13 @@ impl Pipeline {
             for (i, _) in &saved {
                 touched[*i] = false;
             }
+            // Every message written to, replays included, whether the change is kept, reverted
+            // or undone by the component itself: the shared hash of the original no longer
+            // vouches for any of them (a revert puts replays back). Taken before the filter
+            // below, which drops a message written back to its state before the stage.
+            let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
             // Written to is not changed: keep only messages that differ from their saved copy.
             saved.retain(|(i, old)| messages[*i] != *old);
-            // Written and different, whether kept or reverted: either way the shared hash of the
-            // original no longer vouches for the content (a reverted message may carry a replay).
-            let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
             let new_counts: Vec<(usize, usize)> = saved
                 .iter()
                 .map(|(i, _)| (*i, message_tokens(&messages[*i])))

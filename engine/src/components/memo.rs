@@ -32,7 +32,7 @@ struct Inner {
     /// every session of a pipeline and the hash is not collision resistant, so a hit counts only
     /// when the text is byte-equal (one `memcmp`): a crafted collision can never hand one
     /// session another session's output.
-    reduced: HashMap<u64, (Box<str>, Arc<str>), tokens::IdentityBuild>,
+    reduced: HashMap<u64, (Arc<str>, Arc<str>), tokens::IdentityBuild>,
     /// Bytes held in `reduced`, texts and results.
     reduced_bytes: usize,
 }
@@ -51,10 +51,12 @@ impl PureMemo {
         if self.inner.lock().unchanged.contains(&seen) {
             return None;
         }
-        if let Some((original, reduced)) = self.inner.lock().reduced.get(&seen)
-            && **original == *text
+        // Compared outside the lock: the text can be megabytes and every session shares it.
+        let remembered = self.inner.lock().reduced.get(&seen).cloned();
+        if let Some((original, reduced)) = remembered
+            && *original == *text
         {
-            return Some(reduced.clone());
+            return Some(reduced);
         }
         let Some(reduced) = reduce(text) else {
             let mut inner = self.inner.lock();
@@ -74,7 +76,7 @@ impl PureMemo {
                 inner.reduced_bytes = 0;
             }
             inner.reduced_bytes += size;
-            let entry = (Box::from(text), reduced.clone());
+            let entry = (Arc::from(text), reduced.clone());
             if let Some((old, old_reduced)) = inner.reduced.insert(seen, entry) {
                 inner.reduced_bytes -= old.len() + old_reduced.len();
             }

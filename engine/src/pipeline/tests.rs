@@ -511,3 +511,71 @@ fn a_decision_stays_with_its_transcript() {
     assert_eq!(subagent, before);
     assert_eq!(report.components[0].frozen.hits, 0);
 }
+
+#[test]
+fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
+    /// Frozen, same-length replacement: message 1 blanked to spaces (fewer tokens, same bytes
+    /// count, so only the hash can tell it from the original). On the second turn it replays
+    /// that, writes the original back and fails, so the guard puts the replay back.
+    struct Blank {
+        undo_and_fail: bool,
+    }
+    impl Offload for Blank {
+        fn name(&self) -> &'static str {
+            "blank"
+        }
+        fn freeze(&self) -> Freeze {
+            Freeze::Rederivable
+        }
+        fn offload(
+            &self,
+            messages: &mut Transcript<'_>,
+            cx: &mut ApplyCx<'_>,
+        ) -> Result<Vec<StashKey>, ComponentError> {
+            let original = turn(2)[1].content.clone();
+            if self.undo_and_fail {
+                messages.set_content(1, original);
+                return Err(ComponentError("failed after its replay".into()));
+            }
+            let key = cx
+                .stash(&original)
+                .map_err(|e| ComponentError(e.to_string()))?;
+            messages.set_content(1, " ".repeat(original.len()));
+            Ok(vec![key])
+        }
+    }
+    /// Records whether the shared hash of every message matches its content.
+    struct Probe(Arc<parking_lot::Mutex<Vec<bool>>>);
+    impl Reformat for Probe {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn reformat(
+            &self,
+            messages: &mut Transcript<'_>,
+            cx: &mut ApplyCx<'_>,
+        ) -> Result<(), ComponentError> {
+            let mut seen = self.0.lock();
+            for (i, m) in messages.iter().enumerate() {
+                seen.push(cx.content_hash(i, &m.content) == tokens::content_hash(&m.content));
+            }
+            Ok(())
+        }
+    }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
+        MemoryStoreLimits::DEFAULT,
+        Arc::new(ManualClock::new()),
+    ));
+    let mut first = turn(2);
+    let blank = |undo_and_fail| Stage::Offload(Box::new(Blank { undo_and_fail }));
+    let r1 = Pipeline::new(vec![blank(false)]).run(&mut first, &session_cx(store.clone(), 0));
+    assert_eq!(r1.components[0].changed, vec![1], "{r1:?}");
+
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let probe = Stage::Reformat(Box::new(Probe(seen.clone())));
+    let mut second = turn(2);
+    let r2 = Pipeline::new(vec![blank(true), probe]).run(&mut second, &session_cx(store, 3));
+    assert!(matches!(r2.components[0].reverted, Some(Revert::Failed(_))));
+    assert_eq!(second[1], first[1], "the replay went back on the wire");
+    assert_eq!(*seen.lock(), vec![true; 3]);
+}
