@@ -1,5 +1,6 @@
-//! Criterion benches for the engine: parse + no-op write-back, the embedded default pipeline,
-//! each component alone on 200 KB, `skeleton` on a 200 KB source read, and a DSL filter on 5 MB.
+//! Criterion benches for the engine: parse + no-op write-back, the embedded default pipeline
+//! (whole and phase by phase), each component alone on 200 KB, `skeleton` on a 200 KB source
+//! read, and a DSL filter on 5 MB.
 //!
 //! Run: `cargo bench -p benches --bench engine`. Figures go to `docs/performance.md`.
 
@@ -11,7 +12,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use engine::apply::apply_body;
 use engine::clock::ManualClock;
 use engine::config::Config;
-use engine::pipeline::RunCx;
+use engine::message::Message;
+use engine::pipeline::{Pipeline, RunCx};
 use engine::store::{MemoryStore, MemoryStoreLimits};
 use engine::wire::{self, Dialect};
 
@@ -83,6 +85,48 @@ fn default_pipeline(c: &mut Criterion) {
     group.finish();
 }
 
+/// One `run_from` over a fresh copy of `originals`; the copy is setup, not measured.
+fn bench_run(
+    b: &mut criterion::Bencher<'_>,
+    pipeline: &Pipeline,
+    originals: &[Message],
+    cx: &RunCx,
+    batch: BatchSize,
+) {
+    b.iter_batched_ref(
+        || originals.to_vec(),
+        |messages| pipeline.run_from(originals, messages, cx).tokens_after,
+        batch,
+    );
+}
+
+/// Where a steady-state 1 MiB turn of the embedded default goes, phase by phase: what
+/// `apply_body` does in order, each measured alone so a change can be placed (the sum is close
+/// to `pipeline/embedded_default/1mb_openai/steady_state`, less the frees).
+fn default_pipeline_phases(c: &mut Criterion) {
+    let mut group = c.benchmark_group("phases/embedded_default/1mb_openai");
+    let pipeline = Config::embedded().build_pipeline().unwrap();
+    let body = benches::one_megabyte_body();
+    let cx = run_cx(Dialect::OpenAi);
+    let parsed = wire::parse(&body, Dialect::OpenAi).unwrap();
+    let mut forwarded = parsed.messages().to_vec();
+    pipeline.run_from(parsed.messages(), &mut forwarded, &cx);
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("parse", |b| {
+        b.iter(|| wire::parse(black_box(&body), Dialect::OpenAi).unwrap());
+    });
+    group.bench_function("copy_messages", |b| {
+        b.iter(|| parsed.messages().to_vec());
+    });
+    group.bench_function("run", |b| {
+        bench_run(b, &pipeline, parsed.messages(), &cx, BatchSize::LargeInput);
+    });
+    group.bench_function("write_back", |b| {
+        b.iter(|| parsed.write_back(black_box(&forwarded)).body.len());
+    });
+    group.finish();
+}
+
 /// Each component alone on a 200 KB body of real transcript (target: under 1 ms each), steady
 /// state: token counts memoized, as on every turn after a session's first.
 fn each_component(c: &mut Criterion) {
@@ -99,15 +143,7 @@ fn each_component(c: &mut Criterion) {
             .unwrap();
         let cx = run_cx(Dialect::OpenAi);
         group.bench_function(factory.name(), |b| {
-            b.iter_batched_ref(
-                || parsed.messages().to_vec(),
-                |messages| {
-                    pipeline
-                        .run_from(parsed.messages(), messages, &cx)
-                        .tokens_after
-                },
-                BatchSize::SmallInput,
-            );
+            bench_run(b, &pipeline, parsed.messages(), &cx, BatchSize::SmallInput);
         });
     }
     group.finish();
@@ -122,7 +158,7 @@ fn each_component(c: &mut Criterion) {
 /// - `prepared/*`: the component's run on the request path after `Pipeline::prepare` ran on
 ///   the read off-path, as the proxy does while the upstream answers (target: under 5 ms).
 fn skeleton_source(c: &mut Criterion) {
-    use engine::message::{Message, Role, ToolCall};
+    use engine::message::{Role, ToolCall};
     let mut group = c.benchmark_group("skeleton/200kb_source");
     let pipeline = Config::parse("pipeline: [skeleton]\ncomponents:\n  skeleton: {keep_recent: 0}")
         .unwrap()
@@ -196,5 +232,5 @@ fn config() -> Criterion {
         .warm_up_time(Duration::from_secs(1))
 }
 
-criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, each_component, skeleton_source, dsl_filter }
+criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, default_pipeline_phases, each_component, skeleton_source, dsl_filter }
 criterion_main!(benches);
