@@ -655,7 +655,8 @@ struct RunHashes {
     content: Vec<u64>,
     /// See [`ApplyCx::prefix`]; empty when no component is frozen.
     prefix: Vec<u64>,
-    /// Messages a component kept a change to, so their `content` hash is stale.
+    /// Messages an earlier stage wrote to (kept, reverted or replayed), so their `content` hash
+    /// may be stale.
     dirty: Vec<bool>,
 }
 

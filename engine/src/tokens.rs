@@ -11,9 +11,6 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
-/// Strings shorter than this are counted directly. Kept at one byte: a direct count sets up a BPE
-/// encoder (a visible cost for the many short call arguments and ids), which a hash does not.
-const MEMO_MIN_BYTES: usize = 1;
 /// The memo is cleared when it grows past this many entries, bounding its memory to a few MiB.
 const MEMO_MAX_ENTRIES: usize = 200_000;
 
@@ -27,11 +24,10 @@ fn memo() -> &'static Mutex<Memo> {
     MEMO.get_or_init(|| Mutex::new(Memo::default()))
 }
 
-/// Counts the o200k_base tokens of `text`.
+/// Counts the o200k_base tokens of `text`, memoized by content hash. Every non-empty text goes
+/// through the memo, even a short one: a direct count sets up a BPE encoder (a visible cost for
+/// the many short call arguments and ids), which a hash does not.
 pub fn count(text: &str) -> usize {
-    if text.len() < MEMO_MIN_BYTES {
-        return count_uncached(text);
-    }
     count_hashed(text, content_hash(text))
 }
 

@@ -150,8 +150,8 @@ fn head_and_tail(text: &str, head: usize, tail: usize) -> Option<(&str, usize, &
     if lines <= head + tail + 1 {
         return None;
     }
-    // Byte offset where line `head` starts (so the head is `..start - 1`), and where the last
-    // `tail` lines start.
+    // The head ends at the `head`-th newline from the start; the tail begins after the
+    // `tail`-th newline from the end.
     let head_text = match head {
         0 => "",
         n => {
