@@ -10,23 +10,33 @@
 //! ```
 //!
 //! Keys and names are those of the system sluice replaces, so its users keep their files.
+//!
+//! A file is layered on the embedded default (`default.yaml`): a top-level key the file does not
+//! write keeps the default's value, so a file of only `mode: observe` still has the default
+//! pipeline, and an empty file is the default. See [`Config::parse`] for the exact rule.
+//!
 //! Unknown keys are rejected with their path and line, and validation reports every problem at
-//! once: the top level is checked, then each `components.<name>` block is decoded by its own
-//! component from the same document (so its errors carry real line numbers too).
+//! once: each top-level value is decoded on its own (a bad `mode:` does not hide a bad `store:`),
+//! then each `components.<name>` block is decoded by its own component from the same document
+//! (so its errors carry real line numbers too). Messages are plain sentences, never the YAML
+//! library's advice about its own options.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::de::{DeserializeOwned, IgnoredAny};
 
 use crate::components;
 use crate::pipeline::{Pipeline, Stage};
 use crate::store::MemoryStoreLimits;
 
-/// The config the `sluice` binary runs with when given no file.
+mod read;
+
+use read::Outline;
+
+/// The config the `sluice` binary runs with when given no file, and the layer under every file.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default.yaml");
 
 /// One problem in a config file.
@@ -61,17 +71,31 @@ pub enum Mode {
     Observe,
 }
 
+impl Mode {
+    /// The name as written in YAML and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sync => "sync",
+            Mode::Observe => "observe",
+        }
+    }
+}
+
+/// As written in YAML (`sync`), never the Rust name (`Sync`).
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for Mode {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Mode, String> {
-        match s {
-            "sync" => Ok(Mode::Sync),
-            "observe" => Ok(Mode::Observe),
-            other => Err(format!(
-                "unknown mode `{other}` (expected `sync` or `observe`)"
-            )),
-        }
+        [Mode::Sync, Mode::Observe]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown mode `{s}` (expected `sync` or `observe`)"))
     }
 }
 
@@ -181,35 +205,16 @@ impl Default for AmortizeConfig {
     }
 }
 
-/// Declares the top-level document twice: strict (`RawConfig`, unknown keys are errors with
-/// their line) and lenient (`LenientConfig`), used to keep validating the rest of a file after an
-/// unknown top-level key so every problem is reported in one pass. (`flatten` would lose the line.)
-macro_rules! top_level {
-    ($($field:ident: $ty:ty,)*) => {
-        #[derive(Debug, Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct RawConfig { $(#[serde(default)] $field: Option<$ty>,)* }
-
-        #[derive(Debug, Deserialize)]
-        struct LenientConfig { $(#[serde(default)] $field: Option<$ty>,)* }
-
-        impl From<RawConfig> for LenientConfig {
-            fn from(raw: RawConfig) -> LenientConfig {
-                LenientConfig { $($field: raw.$field,)* }
-            }
-        }
-    };
-}
-
-top_level! {
-    preset: String,
-    pipeline: Vec<String>,
-    components: BTreeMap<String, IgnoredAny>,
-    store: StoreConfig,
-    mode: Mode,
-    observe: ObserveConfig,
-    cache: CacheConfig,
-}
+/// The top-level keys of a config file.
+const KEYS: &[&str] = &[
+    "preset",
+    "pipeline",
+    "components",
+    "store",
+    "mode",
+    "observe",
+    "cache",
+];
 
 /// A preset: a named pipeline, plus tuned component blocks that apply unless the user's own
 /// block for that component is present.
@@ -409,90 +414,167 @@ impl<'a> ComponentSource<'a> {
         }
     }
 
-    /// Decodes the block strictly, or `None` when there is none.
+    /// Decodes the block strictly, or `None` when there is none (or it has no value).
     ///
     /// # Errors
-    /// The decoder's message, with line and column.
+    /// A plain sentence with line and column.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<Option<T>, String> {
         let Some(document) = self.document else {
             return Ok(None);
         };
-        let seed = OnlyComponent::<T> {
-            name: self.name,
-            wrapped: true,
-            marker: PhantomData,
-        };
-        serde_saphyr::with_deserializer_from_str(document, |de| seed.deserialize(de))
+        read::decode_at::<T>(document, &["components", self.name])
             .map(Option::flatten)
-            .map_err(|e| first_line(&e.to_string()))
+            .map_err(|e| read::plain(&e))
     }
 }
 
-/// Decodes `components.<name>` from a whole document, ignoring every other key.
-struct OnlyComponent<'a, T> {
-    name: &'a str,
-    /// True at the document level (looking for `components`), false inside it.
-    wrapped: bool,
-    marker: PhantomData<T>,
+/// Whether a document has a `components.<name>` key, with or without a value.
+fn has_block(document: &str, name: &str) -> bool {
+    read::decode_at::<IgnoredAny>(document, &["components", name]).is_ok_and(|f| f.is_some())
 }
 
-impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for OnlyComponent<'_, T> {
-    type Value = Option<Option<T>>;
+/// One document of the layering, as component blocks are looked up in it.
+#[derive(Debug, Clone)]
+struct Source {
+    text: String,
+    /// The components with a `components.<name>` key in `text`.
+    blocks: Vec<String>,
+    /// The tuned blocks of the preset whose pipeline is in effect, if `text` chose it; or "".
+    tuned: &'static str,
+}
 
-    fn deserialize<D: de::Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
+/// How a document chooses the pipeline: `preset:`, `pipeline:` or both (the list wins).
+#[derive(Debug)]
+struct Choice {
+    preset: Option<&'static Preset>,
+    list: Option<Vec<String>>,
+}
+
+/// What one document writes, before layering; `None` leaves a key to the document below.
+#[derive(Debug)]
+struct Layer {
+    source: Source,
+    choice: Option<Choice>,
+    store: Option<StoreConfig>,
+    mode: Option<Mode>,
+    observe: Option<ObserveConfig>,
+    cache: Option<CacheConfig>,
+    outline: Outline,
+}
+
+impl Layer {
+    /// Reads one document, adding every problem to `errors`; `None` when it is not a YAML
+    /// mapping at all (the one problem is then in `errors`).
+    fn read(text: &str, errors: &mut Vec<ConfigError>) -> Option<Layer> {
+        let outline = Outline::read(text).map_err(|e| errors.push(e)).ok()?;
+        errors.extend(outline.duplicates.iter().cloned());
+        errors.extend(unknown_keys(&outline));
+        let mut values = Values {
+            text,
+            outline: &outline,
+            errors,
+        };
+        let choice = values.choice();
+        let blocks: Option<BTreeMap<String, IgnoredAny>> = values.get("components");
+        let (store, mode) = (values.get("store"), values.get("mode"));
+        let (observe, cache) = (values.get("observe"), values.get("cache"));
+        let source = Source {
+            text: text.to_owned(),
+            blocks: blocks.map(|b| b.into_keys().collect()).unwrap_or_default(),
+            tuned: "",
+        };
+        Some(Layer {
+            source,
+            choice,
+            store,
+            mode,
+            observe,
+            cache,
+            outline,
+        })
     }
 }
 
-impl<'de, T: DeserializeOwned> Visitor<'de> for OnlyComponent<'_, T> {
-    type Value = Option<Option<T>>;
+fn unknown_keys(outline: &Outline) -> impl Iterator<Item = ConfigError> + '_ {
+    outline
+        .top_level()
+        .filter(|k| !KEYS.contains(&k.path.as_str()))
+        .map(|k| {
+            let expected = read::one_of(KEYS);
+            let message = format!(
+                "unknown key `{}` (expected {expected}){}",
+                k.path,
+                k.suffix()
+            );
+            problem(&k.path, message)
+        })
+}
 
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a mapping")
-    }
+/// Decodes a document's top-level values one key at a time, so one bad value does not hide the
+/// problems of the others, and collects those problems with their key paths.
+struct Values<'a> {
+    text: &'a str,
+    outline: &'a Outline,
+    errors: &'a mut Vec<ConfigError>,
+}
 
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(key) = map.next_key::<String>()? {
-            if self.wrapped && key == "components" {
-                let inner = OnlyComponent::<T> {
-                    name: self.name,
-                    wrapped: false,
-                    marker: PhantomData,
-                };
-                found = map.next_value_seed(inner)?;
-            } else if !self.wrapped && key == self.name {
-                // `name:` with no value means "defaults", like an empty block.
-                found = Some(map.next_value::<Option<T>>()?);
-            } else {
-                map.next_value::<IgnoredAny>()?;
+impl Values<'_> {
+    /// `None` when `key` is not written, or its value is invalid (the problem is recorded).
+    /// Written with no value (`store:`) means the type's defaults, as an empty block does.
+    fn get<T: DeserializeOwned + Default>(&mut self, key: &str) -> Option<T> {
+        if !self.outline.writes(key) {
+            return None;
+        }
+        match read::decode_at::<T>(self.text, &[key]) {
+            Ok(found) => Some(found.flatten().unwrap_or_default()),
+            Err(e) => {
+                let path = e.location().map_or_else(
+                    || key.to_owned(),
+                    |at| self.outline.path_at(key, at.line(), at.column()),
+                );
+                self.errors.push(problem(path, read::plain(&e)));
+                None
             }
         }
-        Ok(found)
     }
-}
 
-/// serde-saphyr follows its message with a source snippet; the first line is the message.
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or(text).trim();
-    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+    /// The document's pipeline choice, when it writes `preset:` or `pipeline:`.
+    fn choice(&mut self) -> Option<Choice> {
+        if !self.outline.writes("preset") && !self.outline.writes("pipeline") {
+            return None;
+        }
+        let preset = match self.get::<Option<String>>("preset") {
+            Some(Some(name)) => self.preset(&name),
+            // `preset:` with no name would silently mean an empty pipeline.
+            Some(None) => self.unknown_preset("needs a preset name".to_owned()),
+            None => None,
+        };
+        Some(Choice {
+            preset,
+            list: self.get("pipeline"),
+        })
+    }
+
+    fn preset(&mut self, name: &str) -> Option<&'static Preset> {
+        find_preset(name).or_else(|| self.unknown_preset(format!("unknown preset `{name}`")))
+    }
+
+    fn unknown_preset(&mut self, what: String) -> Option<&'static Preset> {
+        let known: Vec<_> = PRESETS.iter().map(|p| p.name).collect();
+        let at = self.outline.at("preset");
+        let message = format!("{what} (known: {}){at}", known.join(", "));
+        self.errors.push(problem("preset", message));
+        None
+    }
 }
 
 /// A validated config, ready to build pipelines from.
 #[derive(Debug, Clone)]
 pub struct Config {
-    source: String,
+    /// Where component blocks are looked up, the user's document first.
+    sources: Vec<Source>,
+    /// Whether `pipeline` is an explicit `pipeline:` list (else a preset's, or empty).
+    listed: bool,
     pub preset: Option<String>,
     pub pipeline: Vec<String>,
     pub store: StoreConfig,
@@ -504,12 +586,12 @@ pub struct Config {
 }
 
 impl Config {
-    /// The embedded default.
+    /// The embedded default, alone.
     pub fn embedded() -> Config {
-        Config::parse(EMBEDDED_DEFAULT).expect("the embedded default config is valid")
+        Config::read_layered(EMBEDDED_DEFAULT, &[]).expect("the embedded default config is valid")
     }
 
-    /// A config that is just `preset: NAME`.
+    /// A config that is just `preset: NAME`, layered on the embedded default.
     ///
     /// # Errors
     /// When the preset is unknown or names a component this build does not have.
@@ -517,43 +599,82 @@ impl Config {
         Config::parse(&format!("preset: {name}\n"))
     }
 
-    /// Parses and fully validates a config: every component is built once to check its block.
+    /// Parses a config file layered on the embedded default, and fully validates it (every
+    /// component is built once to check its block).
+    ///
+    /// Layering: `mode`, `store`, `observe` and `cache` come whole from the file when it writes
+    /// them (even with no value: then their defaults), else from the embedded default. So does
+    /// the pipeline: a file that writes `preset:` or `pipeline:` (even `[]`) chooses its own,
+    /// and one that writes neither keeps the default's. Each `components.<name>` block is looked
+    /// up in the file, then in the tuned blocks of the file's preset, then in the embedded
+    /// default. An empty file, or one of only comments, is the embedded default.
     ///
     /// # Errors
-    /// Every problem found, each with its key path.
+    /// Every problem found, each with its key path (and line, where the file has one).
     pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+        Config::read_layered(text, &[EMBEDDED_DEFAULT])
+    }
+
+    /// `text` layered on the documents `below` (highest first), validated. Only the problems
+    /// of `text` are reported: the documents below are sluice's own, valid by test.
+    fn read_layered(text: &str, below: &[&str]) -> Result<Config, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        let raw: LenientConfig = match serde_saphyr::from_str::<RawConfig>(text) {
-            Ok(raw) => raw.into(),
-            Err(strict) => {
-                errors.push(problem("config", first_line(&strict.to_string())));
-                match serde_saphyr::from_str::<LenientConfig>(text) {
-                    Ok(raw) => raw,
-                    Err(_) => return Err(errors),
-                }
-            }
+        let Some(top) = Layer::read(text, &mut errors) else {
+            return Err(errors);
         };
-        let preset = match raw.preset.as_deref() {
-            Some(name) => match find_preset(name) {
-                Some(p) => Some(p),
-                None => {
-                    let known: Vec<_> = PRESETS.iter().map(|p| p.name).collect();
-                    errors.push(problem(
-                        "preset",
-                        format!("unknown preset `{name}` (known: {})", known.join(", ")),
-                    ));
-                    None
-                }
-            },
-            None => None,
-        };
-        let pipeline: Vec<String> = match (&raw.pipeline, preset) {
+        let mut layers = vec![top];
+        layers.extend(below.iter().filter_map(|t| Layer::read(t, &mut Vec::new())));
+        Config::layered(&layers).validated(&layers[0].outline, errors)
+    }
+
+    /// The layers (highest first) as one config, not yet validated.
+    fn layered(layers: &[Layer]) -> Config {
+        let chosen = layers.iter().position(|l| l.choice.is_some());
+        let choice = chosen.and_then(|i| layers[i].choice.as_ref());
+        let preset = choice.and_then(|c| c.preset);
+        let pipeline = match (choice.and_then(|c| c.list.as_ref()), preset) {
             (Some(list), _) => list.clone(),
             (None, Some(p)) => p.pipeline.iter().map(|s| (*s).to_owned()).collect(),
             (None, None) => Vec::new(),
         };
+        let mut sources: Vec<Source> = layers.iter().map(|l| l.source.clone()).collect();
+        if let (Some(i), Some(p)) = (chosen, preset) {
+            sources[i].tuned = p.tuned;
+        }
+        Config {
+            sources,
+            listed: choice.is_some_and(|c| c.list.is_some()),
+            preset: preset.map(|p| p.name.to_owned()),
+            pipeline,
+            store: layers.iter().find_map(|l| l.store).unwrap_or_default(),
+            mode: layers.iter().find_map(|l| l.mode).unwrap_or_default(),
+            observe: layers.iter().find_map(|l| l.observe).unwrap_or_default(),
+            cache: layers.iter().find_map(|l| l.cache).unwrap_or_default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Adds the problems of the layered whole to `errors` (lines from `outline`, the user's
+    /// document), and the warnings; the config when there are no problems at all.
+    fn validated(
+        mut self,
+        outline: &Outline,
+        mut errors: Vec<ConfigError>,
+    ) -> Result<Config, Vec<ConfigError>> {
+        self.check_pipeline(outline, &mut errors);
+        self.check_values(outline, &mut errors);
+        self.check_components(&mut errors);
+        self.warnings = self.warnings();
+        if errors.is_empty() {
+            Ok(self)
+        } else {
+            Err(errors)
+        }
+    }
+
+    fn check_pipeline(&self, outline: &Outline, errors: &mut Vec<ConfigError>) {
         let mut seen = std::collections::HashSet::new();
-        for (i, name) in pipeline.iter().enumerate() {
+        for (i, name) in self.pipeline.iter().enumerate() {
             if !seen.insert(name.as_str()) {
                 errors.push(problem(
                     format!("pipeline[{i}]"),
@@ -561,111 +682,112 @@ impl Config {
                 ));
             }
             if let Err(message) = check_name(name) {
-                let path = if raw.pipeline.is_some() {
+                let path = if self.listed {
                     format!("pipeline[{i}]")
                 } else {
-                    format!("preset `{}`", preset.map_or("", |p| p.name))
+                    format!("preset `{}`", self.preset.as_deref().unwrap_or(""))
                 };
                 errors.push(problem(path, message));
             }
         }
-        for name in raw.components.iter().flat_map(BTreeMap::keys) {
+        for name in self.block_names() {
             if let Err(message) = check_name(name) {
-                errors.push(problem(format!("components.{name}"), message));
+                let path = format!("components.{name}");
+                let at = outline.at(&path);
+                errors.push(problem(path, format!("{message}{at}")));
             }
         }
-        let config = Config {
-            source: text.to_owned(),
-            preset: preset.map(|p| p.name.to_owned()),
-            pipeline,
-            store: raw.store.unwrap_or_default(),
-            mode: raw.mode.unwrap_or_default(),
-            observe: raw.observe.unwrap_or_default(),
-            cache: raw.cache.unwrap_or_default(),
-            warnings: Vec::new(),
+    }
+
+    fn check_values(&self, outline: &Outline, errors: &mut Vec<ConfigError>) {
+        let mut check = |ok: bool, path: &str, message: &str| {
+            if !ok {
+                errors.push(problem(path, format!("{message}{}", outline.at(path))));
+            }
         };
-        if config.observe.workers == 0 {
-            errors.push(problem("observe.workers", "must be at least 1"));
-        }
-        let amortize = config.cache.amortize;
-        if !(amortize.read_price >= 0.0 && amortize.write_price >= amortize.read_price) {
-            errors.push(problem(
-                "cache.amortize",
-                "prices must satisfy 0 <= read_price <= write_price",
-            ));
-        }
-        if config.store.max_entries < 2 {
-            errors.push(problem("store.max_entries", "must be at least 2"));
-        }
-        // Build every registered component that has a block or is in the pipeline, so a bad
-        // block is reported even when the component is not used.
-        let mut to_check: Vec<&str> = config.pipeline.iter().map(String::as_str).collect();
-        to_check.extend(
-            raw.components
-                .iter()
-                .flat_map(BTreeMap::keys)
-                .map(String::as_str),
+        check(
+            self.observe.workers > 0,
+            "observe.workers",
+            "must be at least 1",
         );
+        let amortize = self.cache.amortize;
+        check(
+            amortize.read_price >= 0.0 && amortize.write_price >= amortize.read_price,
+            "cache.amortize",
+            "prices must satisfy 0 <= read_price <= write_price",
+        );
+        check(
+            self.store.max_entries >= 2,
+            "store.max_entries",
+            "must be at least 2",
+        );
+    }
+
+    /// Builds every registered component that has a block or is in the pipeline, so a bad
+    /// block is reported even when the component is not used.
+    fn check_components(&self, errors: &mut Vec<ConfigError>) {
+        let mut to_check: Vec<&str> = self.pipeline.iter().map(String::as_str).collect();
+        to_check.extend(self.block_names());
         to_check.sort_unstable();
         to_check.dedup();
         for name in to_check {
             if let Some(factory) = components::find(name)
-                && let Err(message) = factory.build(&config.source_for(name))
+                && let Err(message) = factory.build(&self.source_for(name))
             {
                 errors.push(problem(format!("components.{name}"), message));
             }
         }
-        let mut config = config;
-        if config.cache.keepalive {
-            config.warnings.push("cache.keepalive is accepted for compatibility but not implemented: no pings are sent".into());
+    }
+
+    /// Every component name with a block in some layer, once each.
+    fn block_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .sources
+            .iter()
+            .flat_map(|s| s.blocks.iter().map(String::as_str))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.cache.keepalive {
+            warnings.push("cache.keepalive is accepted for compatibility but not implemented: no pings are sent".into());
         }
         for name in components::llm_offload::WITHOUT_MODEL {
-            if config.pipeline.iter().any(|p| p == name) {
-                config.warnings.push(format!(
+            if self.pipeline.iter().any(|p| p == name) {
+                warnings.push(format!(
                     "{name} needs a model client, and this build has no model: it does nothing (gate no_model)"
                 ));
             }
         }
-        if config.cache.head_ttl_1h {
-            config
-                .warnings
+        if self.cache.head_ttl_1h {
+            warnings
                 .push("cache.head_ttl_1h is accepted for compatibility but not implemented".into());
         }
-        if errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(errors)
-        }
+        warnings
     }
 
-    /// Where `name` reads its block: the user's document when it has `components.<name>`,
-    /// otherwise the preset's tuned block, otherwise defaults.
+    /// Where `name` reads its block: the first layer with `components.<name>`, where a layer
+    /// that chose a preset is followed by that preset's tuned blocks; otherwise defaults.
     fn source_for<'a>(&'a self, name: &'a str) -> ComponentSource<'a> {
-        let user_has_block = ComponentSource {
-            name,
-            document: Some(&self.source),
+        for source in &self.sources {
+            if source.blocks.iter().any(|b| b == name) {
+                return ComponentSource {
+                    name,
+                    document: Some(&source.text),
+                };
+            }
+            if !source.tuned.is_empty() && has_block(source.tuned, name) {
+                return ComponentSource {
+                    name,
+                    document: Some(source.tuned),
+                };
+            }
         }
-        .decode::<IgnoredAny>()
-        .is_ok_and(|found| found.is_some());
-        if user_has_block {
-            return ComponentSource {
-                name,
-                document: Some(&self.source),
-            };
-        }
-        let tuned = self
-            .preset
-            .as_deref()
-            .and_then(find_preset)
-            .map(|p| p.tuned)
-            .filter(|t| !t.is_empty());
-        match tuned {
-            Some(tuned) => ComponentSource {
-                name,
-                document: Some(tuned),
-            },
-            None => ComponentSource::defaults(name),
-        }
+        ComponentSource::defaults(name)
     }
 
     /// Builds the pipeline this config describes.

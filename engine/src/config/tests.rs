@@ -1,4 +1,5 @@
-//! Config tests: strictness, every problem at once, presets, and unbuilt components.
+//! Config tests: strictness, every problem at once, layering on the embedded default, presets,
+//! and unbuilt components.
 
 use super::*;
 
@@ -107,18 +108,190 @@ fn a_component_block_without_values_means_defaults() {
 
 #[test]
 fn preset_tuned_blocks_apply_without_a_user_block() {
-    // codesafe is not buildable yet, so test the mechanism through source_for directly.
-    let config = Config {
-        preset: Some("codesafe".into()),
-        ..Config::embedded()
+    // codesafe is not buildable yet, so test the mechanism on the unvalidated layering.
+    let tuned_collapse = |text: &str| {
+        let layers = [Layer::read(text, &mut Vec::new()).unwrap()];
+        let config = Config::layered(&layers);
+        let block: Option<crate::components::collapse::CollapseConfig> =
+            config.source_for("collapse").decode().unwrap();
+        block.map(|b| b.max_tokens)
     };
-    let tuned: Option<crate::components::collapse::CollapseConfig> =
-        config.source_for("collapse").decode().unwrap();
-    assert_eq!(tuned.unwrap().max_tokens, 3000);
+    assert_eq!(tuned_collapse("preset: codesafe\n"), Some(3000));
+    assert_eq!(
+        tuned_collapse("preset: codesafe\ncomponents:\n  collapse: {max_tokens: 10}\n"),
+        Some(10),
+        "the file's own block beats the preset's"
+    );
 }
 
 #[test]
 fn keepalive_is_accepted_with_a_warning() {
     let config = Config::parse("pipeline: []\ncache:\n  keepalive: true\n").unwrap();
     assert_eq!(config.warnings.len(), 1);
+}
+
+/// What a config resolves to, for comparing two of them.
+fn resolved(config: &Config) -> String {
+    format!(
+        "{:?} {:?} {} {:?} {:?} {:?}",
+        config.preset, config.pipeline, config.mode, config.store, config.observe, config.cache
+    )
+}
+
+#[test]
+fn a_file_without_a_pipeline_keeps_the_embedded_default_one() {
+    let embedded = Config::embedded();
+    assert!(!embedded.pipeline.is_empty());
+    let config = Config::parse("mode: observe\n").unwrap();
+    assert_eq!(config.mode, Mode::Observe);
+    assert_eq!(config.pipeline, embedded.pipeline);
+    let config = Config::parse("store: {ttl_seconds: 60}\n").unwrap();
+    assert_eq!(config.store.ttl_seconds, 60);
+    assert_eq!(config.pipeline, embedded.pipeline);
+    assert_eq!(config.mode, embedded.mode);
+}
+
+#[test]
+fn an_empty_file_is_the_embedded_default() {
+    let embedded = resolved(&Config::embedded());
+    for text in ["", "\n", "# nothing but a comment\n", "---\n"] {
+        assert_eq!(
+            resolved(&Config::parse(text).unwrap()),
+            embedded,
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn a_file_that_writes_the_pipeline_uses_its_own_even_empty() {
+    for text in ["pipeline: []\n", "pipeline:\n", "preset: off\n"] {
+        let config = Config::parse(text).unwrap();
+        assert!(config.pipeline.is_empty(), "{text:?}");
+        assert!(config.build_pipeline().unwrap().is_empty(), "{text:?}");
+    }
+    let config = Config::parse("preset: safe\n").unwrap();
+    assert_eq!(config.pipeline, find_preset("safe").unwrap().pipeline);
+}
+
+#[test]
+fn component_blocks_are_layered_one_by_one() {
+    let base = "pipeline: [collapse]\ncomponents:\n  collapse: {max_tokens: 1234}\n";
+    let collapse_tokens = |text: &str| {
+        let config = Config::read_layered(text, &[base]).unwrap();
+        let block: Option<crate::components::collapse::CollapseConfig> =
+            config.source_for("collapse").decode().unwrap();
+        block.map(|b| b.max_tokens)
+    };
+    assert_eq!(collapse_tokens("mode: observe\n"), Some(1234));
+    assert_eq!(
+        collapse_tokens("components:\n  dedup: {min_tokens: 5}\n"),
+        Some(1234),
+        "a block for another component leaves this one to the default"
+    );
+    assert_eq!(
+        collapse_tokens("components:\n  collapse: {}\n"),
+        Some(crate::components::collapse::CollapseConfig::default().max_tokens),
+        "the file's own (empty) block wins: the component's defaults"
+    );
+}
+
+#[test]
+fn top_level_value_errors_do_not_hide_the_others() {
+    let errs = errors("mode: fast\npipeline: [format, nope]\nstoer: 1\n");
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.starts_with("mode: ")
+            && e.contains("unknown value `fast` (expected `sync` or `observe`)")
+            && e.contains("line 1")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("pipeline[1]: ") && e.contains("unknown component `nope`")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.starts_with("stoer: ")
+            && e.contains("unknown key `stoer`")
+            && e.contains("line 3")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn every_top_level_value_is_checked_with_its_key_path_and_line() {
+    let errs = errors(
+        "mode: [sync]\nstore:\n  ttl_seconds: soon\nobserve: {workers: 0}\ncache: {amortize: {enabled: maybe}}\ncomponents:\n  dedup: {min_tokenz: 1}\n",
+    );
+    let expect = [
+        ("mode: ", "line 1"),
+        ("store.ttl_seconds: ", "line 3"),
+        ("observe.workers: ", "line 4"),
+        ("cache.amortize.enabled: ", "line 5"),
+        ("components.dedup: ", "line 7"),
+    ];
+    assert_eq!(errs.len(), expect.len(), "{errs:?}");
+    for (path, line) in expect {
+        assert!(
+            errs.iter().any(|e| e.starts_with(path) && e.contains(line)),
+            "{path} {line}: {errs:?}"
+        );
+    }
+}
+
+#[test]
+fn a_duplicate_key_is_a_plain_sentence_with_its_path_and_line() {
+    let errs = errors("mode: sync\npipeline: [dedup]\nmode: observe\n");
+    assert_eq!(errs, ["mode: duplicate key `mode` at line 3, column 1"]);
+    let errs =
+        errors("pipeline: [dedup]\ncomponents:\n  dedup:\n    min_tokens: 1\n    min_tokens: 2\n");
+    assert_eq!(
+        errs,
+        ["components.dedup.min_tokens: duplicate key `min_tokens` at line 5, column 5"],
+        "reported once, by the outline, not again by the component"
+    );
+    for err in errs {
+        assert!(
+            !err.contains("DuplicateKeyPolicy") && !err.contains("Options"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_document_that_is_not_a_mapping_is_one_plain_problem() {
+    for (text, needle) in [
+        ("mode: [sync\n", "line 1"),
+        ("a: 1\n---\nb: 2\n", "line 3"),
+        ("- format\n- dedup\n", "expected a mapping of settings"),
+        ("just words\n", "expected a mapping of settings"),
+    ] {
+        let errs = errors(text);
+        assert_eq!(errs.len(), 1, "{text:?}: {errs:?}");
+        assert!(
+            errs[0].starts_with("config: ") && errs[0].contains(needle),
+            "{errs:?}"
+        );
+        assert_eq!(errs[0].lines().count(), 1, "no snippet: {errs:?}");
+        assert!(!errs[0].contains("from_str"), "no API advice: {errs:?}");
+    }
+}
+
+#[test]
+fn a_preset_key_without_a_name_is_an_error_not_an_empty_pipeline() {
+    let errs = errors("preset:\n");
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("preset: needs a preset name"),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn modes_print_as_written_in_yaml() {
+    assert_eq!(Mode::Sync.to_string(), "sync");
+    assert_eq!(Mode::Observe.to_string(), "observe");
+    assert_eq!("observe".parse::<Mode>(), Ok(Mode::Observe));
+    assert!("Observe".parse::<Mode>().is_err());
 }
