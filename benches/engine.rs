@@ -19,16 +19,8 @@ use engine::wire::{self, Dialect};
 
 fn run_cx(dialect: Dialect) -> RunCx {
     let clock = Arc::new(ManualClock::new());
-    RunCx {
-        dialect,
-        session: "bench".into(),
-        store: Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone())),
-        clock,
-        mutable_from: 0,
-        cold: false,
-        existing_breakpoints: 0,
-        models: None,
-    }
+    let store = Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
+    RunCx::new(dialect, "bench", store, clock)
 }
 
 fn parse_and_noop_write_back(c: &mut Criterion) {

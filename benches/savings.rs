@@ -39,16 +39,8 @@ fn run(config: &Config, bodies: &[(String, Dialect, Vec<u8>)]) -> Totals {
     for (_, dialect, bytes) in bodies {
         let parsed = wire::parse(bytes, *dialect).expect("corpus parses");
         let clock = Arc::new(ManualClock::new());
-        let cx = RunCx {
-            dialect: *dialect,
-            session: "savings".into(),
-            store: Arc::new(MemoryStore::new(config.store.limits(), clock.clone())),
-            clock,
-            mutable_from: 0,
-            cold: false,
-            existing_breakpoints: parsed.existing_breakpoints(),
-            models: None,
-        };
+        let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+        let cx = RunCx::new(*dialect, "savings", store, clock);
         let applied = apply_parsed(&parsed, &pipeline, &cx);
         let before = parsed.messages();
         t.content += before.iter().map(message_tokens).sum::<usize>();

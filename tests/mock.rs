@@ -41,6 +41,18 @@ pub enum Reply {
     Delayed(Duration, Box<Reply>),
 }
 
+/// How the mock encodes its replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// Plain bytes whatever the request accepts.
+    #[default]
+    Identity,
+    /// gzip when the request's `Accept-Encoding` allows it, as the providers' front ends do.
+    GzipWhenAccepted,
+    /// gzip always: a hop that ignores `Accept-Encoding: identity`.
+    GzipAlways,
+}
+
 /// What the mock received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -55,6 +67,7 @@ pub struct Mock {
     pub addr: SocketAddr,
     recorded: Arc<Mutex<Vec<Recorded>>>,
     script: Arc<Mutex<VecDeque<Reply>>>,
+    encoding: Arc<Mutex<Encoding>>,
 }
 
 impl std::fmt::Debug for Mock {
@@ -87,6 +100,7 @@ impl Mock {
             addr,
             recorded: Arc::default(),
             script: Arc::default(),
+            encoding: Arc::default(),
         };
         let served = mock.clone();
         tokio::spawn(async move {
@@ -115,12 +129,41 @@ impl Mock {
         self.script.lock().extend(replies);
     }
 
+    /// Sets how replies are encoded from now on.
+    pub fn set_encoding(&self, encoding: Encoding) {
+        *self.encoding.lock() = encoding;
+    }
+
+    /// Forgets what was received (a long test keeps only what it checks).
+    pub fn clear_recorded(&self) {
+        self.recorded.lock().clear();
+    }
+
     /// Every request received so far.
     pub fn recorded(&self) -> Vec<Recorded> {
         self.recorded.lock().clone()
     }
 
     async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+        let accepts_gzip = request
+            .headers()
+            .get(http::header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
+        let gzip = match *self.encoding.lock() {
+            Encoding::Identity => false,
+            Encoding::GzipWhenAccepted => accepts_gzip,
+            Encoding::GzipAlways => true,
+        };
+        let response = self.answer_plain(request).await;
+        if gzip {
+            gzipped(response).await
+        } else {
+            response
+        }
+    }
+
+    async fn answer_plain(&self, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
         let headers = request.headers().clone();
         let body = request
@@ -190,6 +233,35 @@ impl Mock {
             reply => json_response(200, whole_response(anthropic, &reply).to_string()),
         }
     }
+}
+
+/// `response` gzipped, sent in three pieces so a decoder sees the stream cut anywhere.
+async fn gzipped(response: Response<Body>) -> Response<Body> {
+    use std::io::Write as _;
+    let (mut parts, body) = response.into_parts();
+    let Ok(plain) = body.collect().await.map(|c| c.to_bytes()) else {
+        return Response::from_parts(parts, full_body(Bytes::new()));
+    };
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let encoded = encoder
+        .write_all(&plain)
+        .and_then(|()| encoder.finish())
+        .expect("gzip into memory");
+    parts.headers.insert(
+        http::header::CONTENT_ENCODING,
+        http::HeaderValue::from_static("gzip"),
+    );
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    let third = encoded.len() / 3 + 1;
+    let pieces = encoded
+        .chunks(third)
+        .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+        .collect();
+    Response::from_parts(parts, futures_stream(pieces, Duration::from_millis(5)))
+}
+
+fn full_body(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
 fn json_response(status: u16, body: String) -> Response<Body> {

@@ -81,6 +81,15 @@ impl<S> Lease<S> {
         self.state.take()
     }
 
+    /// A lease no actor stands behind: its changes are dropped with it. For hosts without
+    /// session actors (a one-off rewrite), where every turn starts from `state`.
+    pub fn detached(state: S) -> Lease<S> {
+        Lease {
+            state: Some(state),
+            back: None,
+        }
+    }
+
     /// Whether this state came from the session's actor (false for the detached fallback,
     /// whose changes are not kept).
     pub fn is_attached(&self) -> bool {
@@ -249,10 +258,7 @@ impl<S: Default + Send + 'static> Sessions<S> {
     /// fresh tracker knows no boundary and so treats the whole transcript as cached.
     fn detached(&self) -> Lease<S> {
         self.shared.detached.fetch_add(1, Ordering::Relaxed);
-        Lease {
-            state: Some(S::default()),
-            back: None,
-        }
+        Lease::detached(S::default())
     }
 
     /// The mailbox of `key`'s actor, spawning it (and evicting the least recently used one when

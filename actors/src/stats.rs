@@ -187,6 +187,12 @@ struct Totals {
     wasted_tokens: u64,
     upstream_errors: u64,
     turns: TurnTotals,
+    /// Turns run without lossy offloads because the model could not have called the expand
+    /// tool, by reason (`engine::way_back::Withheld` labels).
+    way_back_withheld: BTreeMap<&'static str, u64>,
+    /// Responses the expand loop could not read (an encoding sluice cannot decode, a body over
+    /// the bound): relayed untouched, by reason.
+    expand_unread: BTreeMap<&'static str, u64>,
 }
 
 /// What the cached-prefix tracker decided, over all turns.
@@ -328,6 +334,21 @@ impl Stats {
         t.wasted_tokens += wasted_tokens;
     }
 
+    /// A turn whose lossy offloads were withheld: the model had no way to call the expand tool.
+    pub fn record_way_back_withheld(&self, reason: &'static str) {
+        *self
+            .totals
+            .lock()
+            .way_back_withheld
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// A response the expand loop could not read, relayed untouched.
+    pub fn record_expand_unread(&self, reason: &'static str) {
+        *self.totals.lock().expand_unread.entry(reason).or_default() += 1;
+    }
+
     /// The `/stats` document.
     pub fn to_json(
         &self,
@@ -366,7 +387,10 @@ impl Stats {
             "saved_tokens": saved,
             "saved_tokens_unique": live.saved_tokens_unique,
             "overcount_ratio": ratio(saved, live.saved_tokens_unique),
-            "savings_pct": pct(saved, live.tokens_before),
+            // The headline is net of what expand rounds sent back: a token saved and then
+            // re-sent through the way back was not saved. The gross figure stays beside it.
+            "savings_pct": pct(saved.saturating_sub(t.wasted_tokens), live.tokens_before),
+            "savings_pct_gross": pct(saved, live.tokens_before),
             "wasted_tokens": t.wasted_tokens,
             "bounces": t.restorations,
             "adjusted_saved": saved.saturating_sub(t.wasted_tokens),
@@ -411,6 +435,8 @@ impl Stats {
             "cold_mispredicted": t.turns.cold_mispredicted,
             "amortized_rewrites": t.turns.amortized_rewrites,
             "sessions": sessions.unwrap_or_default(),
+            "way_back_withheld": t.way_back_withheld,
+            "expand_unread": t.expand_unread,
         })
     }
 
@@ -522,6 +548,25 @@ impl Stats {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
+        }
+        for (name, help, label, values) in [
+            (
+                "cg_way_back_withheld_total",
+                "Turns run without lossy offloads: the model could not call the expand tool.",
+                "reason",
+                &t.way_back_withheld,
+            ),
+            (
+                "cg_expand_unread_total",
+                "Responses the expand loop could not read, relayed untouched.",
+                "reason",
+                &t.expand_unread,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (value_label, n) in values {
+                let _ = writeln!(out, "{name}{{{label}=\"{value_label}\"}} {n}");
+            }
         }
         t.added_latency.write(
             &mut out,
@@ -670,6 +715,25 @@ mod tests {
             (Some(8), Some(4))
         );
         assert_eq!(doc["frozen_flips"], 0);
+    }
+
+    #[test]
+    fn the_headline_is_net_of_what_expand_rounds_sent_back() {
+        let stats = Stats::new();
+        // 4 runs of 1000 tokens, 350 saved; expand rounds then re-sent 224 of them.
+        for _ in 0..3 {
+            stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
+        }
+        stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
+        stats.record_expand_round(2, 0, 224);
+        stats.record_way_back_withheld("tool_choice_named");
+        let doc = stats.to_json("sync", None, None);
+        assert_eq!(doc["savings_pct_gross"], 8.75);
+        assert_eq!(doc["savings_pct"], 100.0 * 126.0 / 4000.0);
+        assert_eq!(doc["adjusted_saved"], 126);
+        assert_eq!(doc["way_back_withheld"]["tool_choice_named"], 1);
+        let metrics = stats.to_prometheus();
+        assert!(metrics.contains("cg_way_back_withheld_total{reason=\"tool_choice_named\"} 1"));
     }
 
     #[test]

@@ -160,6 +160,9 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         let crate::pipeline::Stage::Offload(offload) = stage else {
             continue;
         };
+        if !cx.offloads {
+            continue;
+        }
         let Some(outcome) = offload.restructure(&body, &cx) else {
             continue;
         };

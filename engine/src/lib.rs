@@ -20,4 +20,5 @@ pub mod pipeline;
 pub mod session;
 pub mod store;
 pub mod tokens;
+pub mod way_back;
 pub mod wire;

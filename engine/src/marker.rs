@@ -22,6 +22,9 @@ pub const HINT_FULL_ARRAY: &str = " [full array: call context_guru_expand]";
 /// Hint after the summary marker.
 pub const HINT_FULL_TRAJECTORY: &str = " [full earlier trajectory: call context_guru_expand]";
 
+/// What every marker starts with, as it appears in a body sluice wrote.
+pub const MARKER_PREFIX: &str = "<<cg:";
+
 /// Stash ids are this many hex digits of SHA-256.
 pub const ID_HEX_LEN: usize = 16;
 

@@ -250,6 +250,53 @@ pub struct RunCx {
     /// The host's model service for LLM components; `None` where there is none (offline
     /// tools, tests), and those components then do what the spec says for no model.
     pub models: Option<Arc<dyn crate::model::Models>>,
+    /// Lossy offloads may run. False on a turn whose request gives the model no way to call the
+    /// expand tool (see [`crate::way_back`]): only lossless repacking runs then, so no marker
+    /// can leave without its way back.
+    pub offloads: bool,
+}
+
+impl RunCx {
+    /// The one way to build a run's facts: everything a host does not set reads "offline",
+    /// acting at any depth on a warm cache, no model, every component allowed.
+    pub fn new(
+        dialect: Dialect,
+        session: impl Into<String>,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> RunCx {
+        RunCx {
+            dialect,
+            session: session.into(),
+            store,
+            clock,
+            mutable_from: 0,
+            cold: false,
+            existing_breakpoints: 0,
+            models: None,
+            offloads: true,
+        }
+    }
+
+    /// The cached-prefix boundary and coldness the session's tracker answered.
+    #[must_use]
+    pub fn at_boundary(mut self, mutable_from: usize, cold: bool) -> RunCx {
+        self.mutable_from = mutable_from;
+        self.cold = cold;
+        self
+    }
+
+    #[must_use]
+    pub fn with_models(mut self, models: Option<Arc<dyn crate::model::Models>>) -> RunCx {
+        self.models = models;
+        self
+    }
+
+    #[must_use]
+    pub fn with_offloads(mut self, offloads: bool) -> RunCx {
+        self.offloads = offloads;
+        self
+    }
 }
 
 impl fmt::Debug for RunCx {
@@ -259,6 +306,7 @@ impl fmt::Debug for RunCx {
             .field("session", &self.session)
             .field("mutable_from", &self.mutable_from)
             .field("cold", &self.cold)
+            .field("offloads", &self.offloads)
             .finish_non_exhaustive()
     }
 }
@@ -892,6 +940,9 @@ impl Pipeline {
             dirty: vec![false; messages.len()],
         };
         for stage in &self.stages {
+            if !cx.offloads && stage.kind() == Kind::Offload {
+                continue;
+            }
             let stage_started = cx.clock.now();
             let freeze = stage.freeze();
             let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache(), &hashes);

@@ -1,15 +1,17 @@
 //! `sync` and `observe` modes, the cached-prefix tracker and the cold-cache predictor.
 //!
-//! A turn of either mode runs the same way: the session actor (see `actors::sessions`) lends
-//! the session's [`SessionState`]; [`run_turn`] asks its [`Tracker`] for the cached-prefix
-//! boundary and coldness, records the turn, and runs the pipeline with them. Sync forwards the
-//! result; observe computes it off the request path against its own store and only reports it.
+//! A turn is one path for every host, [`turn::TurnService`]: the session actor (see
+//! `actors::sessions`) lends the session's [`SessionState`]; [`run_turn`] asks its [`Tracker`]
+//! for the cached-prefix boundary and coldness, records the turn, and runs the pipeline with
+//! them. Sync forwards the result; observe computes it off the request path against its own
+//! store and only reports it; `sluice replay` runs it on a simulated clock.
 //! Both use one tracker per session, so observe's projection respects the same boundary sync
 //! would have: a projection without it would overstate savings.
 
 pub mod amortize;
 pub mod replay;
 pub mod tracker;
+pub mod turn;
 
 use std::sync::Arc;
 
@@ -22,6 +24,7 @@ use engine::wire::{Dialect, ParsedBody};
 use serde::{Deserialize, Serialize};
 
 pub use tracker::{CacheUsage, Tracker, TurnFacts};
+pub use turn::{Forward, Turn, TurnInput, TurnModels, TurnService, Untouched};
 
 /// What a session actor owns for one session.
 ///
@@ -114,15 +117,11 @@ pub fn run_turn<'a>(
     state.turns_since_amortized = 0;
     let usual_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
     let deep_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
-    let usual_cx = RunCx {
-        store: usual_store.clone(),
-        ..cx.clone()
-    };
-    let deep_cx = RunCx {
-        store: deep_store.clone(),
-        cold: true,
-        ..cx
-    };
+    let mut usual_cx = cx.clone();
+    usual_cx.store = usual_store.clone();
+    let mut deep_cx = cx;
+    deep_cx.store = deep_store.clone();
+    deep_cx.cold = true;
     let usual = apply_parsed(parsed, pipeline, &usual_cx);
     let deep = apply_parsed(parsed, pipeline, &deep_cx);
     let verdict = amortize::weigh(

@@ -24,17 +24,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use actors::sessions::{SessionLimits, Sessions};
+use bytes::Bytes;
 use engine::clock::{Clock, ManualClock};
 use engine::config::Config;
 use engine::marker;
 use engine::message::{Message, Role};
-use engine::pipeline::{Pipeline, RunCx, message_tokens};
+use engine::pipeline::{Pipeline, message_tokens};
 use engine::store::{MemoryStore, Store};
 use engine::wire::{self, Dialect};
 use regex::Regex;
 use serde::Serialize;
 
-use crate::{SessionState, run_turn, tracker};
+use http::HeaderMap;
+
+use crate::turn::{Forward, SESSION_HEADER, Turn, TurnInput, TurnService};
+use crate::{StorePersist, tracker};
 
 /// Relative prices of one input token by how it is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -63,6 +68,9 @@ pub struct Options {
     /// Let the tracker read cold turns (false: every turn is treated as warm, i.e. cold_cache
     /// off for every component).
     pub cold_detection: bool,
+    /// Keep each turn's forwarded body in [`SessionReport::bodies`] (the parity test compares
+    /// them with what the proxy forwards).
+    pub keep_bodies: bool,
 }
 
 impl Default for Options {
@@ -71,6 +79,7 @@ impl Default for Options {
             gap: Duration::from_secs(30),
             prices: Prices::default(),
             cold_detection: true,
+            keep_bodies: false,
         }
     }
 }
@@ -156,6 +165,9 @@ pub struct SessionReport {
     /// Where compaction pays in the latest turn: the first and last message index it changed,
     /// and the tokens saved between them (the triage spec's suggested compression range).
     pub suggested_range: Option<(usize, usize, usize)>,
+    /// Each turn's forwarded body, with [`Options::keep_bodies`].
+    #[serde(skip)]
+    pub bodies: Vec<Bytes>,
 }
 
 /// Sums over sessions.
@@ -274,7 +286,20 @@ fn bill(messages: &[Message], previous: Option<&[Message]>, warm: bool) -> Bill 
     }
 }
 
-/// Replays one session (its turns' bodies, in order).
+/// The headers every replayed turn of session `name` carries: the proxy given the same headers
+/// forwards the same bodies.
+pub fn session_headers(name: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_str(name) {
+        headers.insert(SESSION_HEADER, value);
+    }
+    headers
+}
+
+/// Replays one session (its turns' bodies, in order) through the proxy's own [`TurnService`],
+/// on a simulated clock and a store of its own.
+///
+/// Must not be called from inside a tokio runtime: it runs the session actors on one of its own.
 ///
 /// # Errors
 /// A turn whose body does not parse in `dialect`.
@@ -283,13 +308,35 @@ pub fn replay_session(
     turns: &[Vec<u8>],
     dialect: Dialect,
     config: &Config,
-    pipeline: &Pipeline,
+    pipeline: Arc<Pipeline>,
+    options: &Options,
+) -> Result<SessionReport, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("replay runtime: {e}"))?;
+    runtime.block_on(replay_on(name, turns, dialect, config, pipeline, options))
+}
+
+async fn replay_on(
+    name: &str,
+    turns: &[Vec<u8>],
+    dialect: Dialect,
+    config: &Config,
+    pipeline: Arc<Pipeline>,
     options: &Options,
 ) -> Result<SessionReport, String> {
     let clock = Arc::new(ManualClock::new());
-    let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-    let mut state = SessionState::default();
-    state.tracker.set_never_cold(!options.cold_detection);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+    let sessions = Sessions::new(
+        SessionLimits::DEFAULT,
+        Arc::new(StorePersist::new(store.clone())),
+        tokio::runtime::Handle::current(),
+    );
+    let service = TurnService::new(pipeline, store.clone(), clock.clone())
+        .with_sessions(sessions, config.cache.amortize)
+        .never_cold(!options.cold_detection);
+    let headers = session_headers(name);
     let mut report = SessionReport {
         name: name.to_owned(),
         turns: Vec::new(),
@@ -297,6 +344,7 @@ pub fn replay_session(
         largest: Vec::new(),
         frozen_flips: 0,
         suggested_range: None,
+        bodies: Vec::new(),
     };
     let mut unique: BTreeSet<(&'static str, u64)> = BTreeSet::new();
     // The longest body holds every answer; when it ends with one it is a record, not a request.
@@ -318,17 +366,24 @@ pub fn replay_session(
     for (k, body) in requests.iter().enumerate() {
         clock.advance(options.gap);
         let parsed = wire::parse(body, dialect).map_err(|e| format!("{name} turn {k}: {e}"))?;
-        let cx = RunCx {
+        let bytes = Bytes::copy_from_slice(body);
+        let input = TurnInput {
             dialect,
-            session: name.to_owned(),
-            store: store.clone(),
-            clock: clock.clone(),
-            mutable_from: 0,
-            cold: false,
-            existing_breakpoints: parsed.existing_breakpoints(),
+            body: &bytes,
+            headers: &headers,
             models: None,
         };
-        let (applied, facts) = run_turn(&mut state, &parsed, pipeline, cx, &config.cache.amortize);
+        let applied = match service.run(input).await {
+            Turn::Forward(forward) => *forward,
+            // Bypassed (the agent compacting itself): forwarded as it came.
+            Turn::Untouched { session, facts, .. } => Forward::untouched(
+                bytes.clone(),
+                &parsed,
+                session.unwrap_or_default(),
+                facts.unwrap_or_default(),
+            ),
+        };
+        let facts = applied.facts;
         let incoming = parsed.messages();
         let now = clock.now();
         let ttl = tracker::asked_ttl(body, dialect);
@@ -363,7 +418,13 @@ pub fn replay_session(
                 format!("{}\n{}", m.content, calls.join("\n"))
             });
         let recall = answer.map_or_else(Recall::default, |a| {
-            recall(&a, incoming, &applied.messages, store.as_ref(), name)
+            recall(
+                &a,
+                incoming,
+                &applied.messages,
+                store.as_ref(),
+                &applied.session,
+            )
         });
         for c in &applied.report.components {
             let tally = report.components.entry(c.name.to_owned()).or_default();
@@ -405,6 +466,9 @@ pub fn replay_session(
         });
         prev_in = incoming.to_vec();
         prev_out = applied.messages;
+        if options.keep_bodies {
+            report.bodies.push(applied.body);
+        }
     }
     // The largest items, deduplicated by message across turns (the same saving recurs).
     report

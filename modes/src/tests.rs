@@ -73,16 +73,12 @@ impl Session {
     fn turn(&mut self, calls: usize) -> (Vec<Message>, TurnFacts, RunReport) {
         let body = body(calls);
         let parsed = wire::parse(&body, Dialect::OpenAi).unwrap();
-        let cx = RunCx {
-            dialect: Dialect::OpenAi,
-            session: "s1".into(),
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-            mutable_from: 0,
-            cold: false,
-            existing_breakpoints: 0,
-            models: None,
-        };
+        let cx = RunCx::new(
+            Dialect::OpenAi,
+            "s1",
+            self.store.clone(),
+            self.clock.clone(),
+        );
         let (applied, facts) =
             run_turn(&mut self.state, &parsed, &self.pipeline, cx, &self.amortize);
         assert!(applied.error.is_none());
@@ -315,15 +311,14 @@ fn amortize_declines_when_the_suffix_costs_more_than_it_saves() {
         MemoryStoreLimits::DEFAULT,
         Arc::new(ManualClock::new()),
     ));
-    let cx = |cold| RunCx {
-        dialect: Dialect::OpenAi,
-        session: "s".into(),
-        store: store.clone(),
-        clock: Arc::new(ManualClock::new()),
-        mutable_from: 25,
-        cold,
-        existing_breakpoints: 0,
-        models: None,
+    let cx = |cold| {
+        RunCx::new(
+            Dialect::OpenAi,
+            "s",
+            store.clone(),
+            Arc::new(ManualClock::new()),
+        )
+        .at_boundary(25, cold)
     };
     let usual = apply_body(&body, &pipeline, &cx(false));
     let deep = apply_body(&body, &pipeline, &cx(true));

@@ -74,7 +74,7 @@ pub fn fingerprint(message: &Message) -> u64 {
 }
 
 /// What the tracker knows about one turn, decided before the pipeline runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct TurnFacts {
     /// History-rewriting offloaders may make new decisions only at or after this index.
     pub mutable_from: usize,

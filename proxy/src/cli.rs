@@ -10,9 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use engine::apply::apply_parsed;
 use engine::config::{self, Config};
-use engine::pipeline::RunCx;
 use engine::store::{MemoryStore, Store};
 use engine::wire::Dialect;
 
@@ -110,19 +108,33 @@ enum FiltersCommand {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Validate a config file and print the pipeline it builds; every problem is listed.
+    /// Validate a config file (layered on the embedded default) and print the pipeline it
+    /// builds; every problem is listed.
     Check { file: PathBuf },
 }
 
 /// Where the pipeline comes from: a file, a preset, or the embedded default.
+///
+/// The environment variables are read by `ConfigArgs::choice`, not by clap: clap's
+/// `conflicts_with` also fires on values from the environment, so `SLUICE_CONFIG` exported in a
+/// shell made every `--preset` on the command line a usage error. Here the conflict covers the
+/// command line only, and a flag on the command line beats either variable.
 #[derive(Debug, Args)]
 struct ConfigArgs {
-    /// A YAML config file (also `SLUICE_CONFIG`).
-    #[arg(long, env = "SLUICE_CONFIG", conflicts_with = "preset")]
+    /// A YAML config file, layered on the embedded default (else `SLUICE_CONFIG`).
+    #[arg(long, conflicts_with = "preset")]
     config: Option<PathBuf>,
-    /// A preset name, see `sluice presets` (also `SLUICE_PRESET`).
-    #[arg(long, env = "SLUICE_PRESET")]
+    /// A preset name, see `sluice presets` (else `SLUICE_PRESET`).
+    #[arg(long)]
     preset: Option<String>,
+}
+
+/// What `ConfigArgs` resolve to.
+#[derive(Debug)]
+enum ConfigChoice {
+    File(PathBuf),
+    Preset(String),
+    Embedded,
 }
 
 #[derive(Debug, Args)]
@@ -227,17 +239,44 @@ pub fn main() -> ExitCode {
 
 impl ConfigArgs {
     fn load(&self) -> Result<Config, Failure> {
-        let config = match (&self.config, &self.preset) {
-            (Some(path), _) => {
-                let text = std::fs::read_to_string(path)
+        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let config = match self.choice(env)? {
+            ConfigChoice::File(path) => {
+                let text = std::fs::read_to_string(&path)
                     .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
-                Config::parse(&text).map_err(|errs| config_failure(path, &errs))?
+                Config::parse(&text).map_err(|errs| config_failure(&path, &errs))?
             }
-            (None, Some(name)) => Config::from_preset(name)
+            ConfigChoice::Preset(name) => Config::from_preset(&name)
                 .map_err(|errs| config_failure(Path::new("--preset"), &errs))?,
-            (None, None) => Config::embedded(),
+            ConfigChoice::Embedded => Config::embedded(),
         };
         Ok(config)
+    }
+
+    /// The command line first (clap already refused both flags there), then the environment,
+    /// where setting both variables is refused too: neither is more explicit than the other.
+    /// An empty variable counts as unset.
+    fn choice(
+        &self,
+        env: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<ConfigChoice, Failure> {
+        if let Some(path) = &self.config {
+            return Ok(ConfigChoice::File(path.clone()));
+        }
+        if let Some(name) = &self.preset {
+            return Ok(ConfigChoice::Preset(name.clone()));
+        }
+        match (env("SLUICE_CONFIG"), env("SLUICE_PRESET")) {
+            (Some(_), Some(_)) => Err(Failure(
+                "SLUICE_CONFIG and SLUICE_PRESET are both set; unset one, or pass --config or --preset".into(),
+            )),
+            (Some(path), None) => Ok(ConfigChoice::File(path.into())),
+            (None, Some(name)) => name
+                .into_string()
+                .map(ConfigChoice::Preset)
+                .map_err(|_| Failure("SLUICE_PRESET is not valid UTF-8".into())),
+            (None, None) => Ok(ConfigChoice::Embedded),
+        }
     }
 }
 
@@ -330,24 +369,28 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
     let body = read_body(args.body.as_deref())?;
     let dialect = args.dialect.unwrap_or_else(|| Dialect::detect(&body));
     // Parse first so bad input fails loudly here; the proxy would forward it untouched instead.
-    let parsed = engine::wire::parse(&body, dialect)?;
-    let session = engine::session::derive(parsed.messages());
+    engine::wire::parse(&body, dialect)?;
     let clock = Arc::new(SystemClock);
-    let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-    let cx = RunCx {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+    let turns = modes::TurnService::new(Arc::new(pipeline), store.clone(), clock);
+    let body = bytes::Bytes::from(body);
+    let input = modes::TurnInput {
         dialect,
-        session: session.clone(),
-        store: store.clone(),
-        clock,
-        mutable_from: 0,
-        cold: false,
-        existing_breakpoints: parsed.existing_breakpoints(),
+        body: &body,
+        headers: &http::HeaderMap::new(),
         models: None,
     };
-    let applied = apply_parsed(&parsed, &pipeline, &cx);
-    if let Some(err) = applied.error {
-        return Err(Failure(err.to_string()));
-    }
+    // The same turn `POST /compact` runs: a body that carries a marker declares the expand tool.
+    let applied = match turns.compact(&input, None) {
+        modes::Turn::Forward(forward) => *forward,
+        // An agent compacting its own transcript: what the proxy forwards, the body as it came.
+        modes::Turn::Untouched { reason, .. } => {
+            stdout_result(std::io::stdout().lock().write_all(&body))?;
+            eprintln!("forwarded untouched: {reason:?}");
+            return Ok(());
+        }
+    };
+    let session = applied.session.clone();
     stdout_result(std::io::stdout().lock().write_all(&applied.body))?;
     let report = &applied.report;
     if let Some(path) = &args.report {
@@ -366,7 +409,7 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
         let json = serde_json::json!({
             "dialect": dialect,
             "session": session,
-            "pipeline": pipeline.names(),
+            "pipeline": turns.pipeline().names(),
             "report": report,
             "discarded": applied.discarded,
             "stashes": stashes,
@@ -421,8 +464,9 @@ fn config_check(path: &Path) -> Result<(), Failure> {
             for warning in &config.warnings {
                 eprintln!("warning: {warning}");
             }
+            // `{}`: the mode as written in YAML (`sync`), not its Rust name.
             println!(
-                "{}: ok (mode {:?}, pipeline: [{}])",
+                "{}: ok (mode {}, pipeline: [{}])",
                 path.display(),
                 config.mode,
                 pipeline.names().join(", ")

@@ -1,88 +1,12 @@
-//! The expand loop's wire work: inject the `context_guru_expand` tool, recognise a response
-//! whose tool calls are all expand calls, and build the continuation request.
+//! The expand loop's wire work: recognise a response whose tool calls are all expand calls, and
+//! build the continuation request. (Declaring the tool is `engine::way_back`, part of the turn.)
 //!
-//! Everything here splices into the forwarded bytes, like the engine's write-back: the tool is
-//! appended last to `tools` with deterministic bytes (so the cached tools prefix is stable turn
-//! after turn), and the continuation appends two messages to `messages`, leaving everything else
-//! as it was.
+//! Everything here splices into the forwarded bytes, like the engine's write-back: the
+//! continuation appends two messages to `messages`, leaving everything else as it was.
 
 use engine::marker::EXPAND_TOOL_NAME;
-use engine::wire::json::{self, Kind, Span};
-use engine::wire::{self, Dialect, ParsedBody};
-
-/// The tool's description, as the reference wrote it.
-pub const EXPAND_DESCRIPTION: &str =
-    "Retrieve the full original content that was compressed and replaced by a <<cg:HASH>> marker.";
-
-fn tool_json(dialect: Dialect) -> String {
-    let description = json::to_literal(EXPAND_DESCRIPTION);
-    let schema = r#"{"type":"object","properties":{"id":{"type":"string","description":"The HASH inside the <<cg:HASH>> marker."}},"required":["id"]}"#;
-    match dialect {
-        Dialect::Anthropic => {
-            format!(
-                r#"{{"name":"{EXPAND_TOOL_NAME}","description":{description},"input_schema":{schema}}}"#
-            )
-        }
-        Dialect::OpenAi => format!(
-            r#"{{"type":"function","function":{{"name":"{EXPAND_TOOL_NAME}","description":{description},"parameters":{schema}}}}}"#
-        ),
-    }
-}
-
-/// Whether `tool_choice` leaves the model free to call our tool: absent or `auto`.
-fn choice_allows_expand(text: &str, choice: Option<Span>) -> bool {
-    let Some(choice) = choice else { return true };
-    match json::kind_of(text, choice) {
-        Kind::String => json::decode_string(text, choice).is_ok_and(|c| c == "auto"),
-        Kind::Object => json::get(text, choice, "type")
-            .and_then(|t| json::decode_string(text, t).ok())
-            .is_some_and(|t| t == "auto"),
-        _ => false,
-    }
-}
-
-fn tool_name(text: &str, tool: Span) -> Option<String> {
-    let name = json::get(text, tool, "name")
-        .or_else(|| json::get(text, tool, "function").and_then(|f| json::get(text, f, "name")))?;
-    json::decode_string(text, name).ok().map(|n| n.into_owned())
-}
-
-/// Returns `body` with the expand tool appended, or `None` when it must not be injected (a
-/// forced `tool_choice`, already present, or an unreadable body).
-pub fn inject_tool(body: &[u8], dialect: Dialect) -> Option<Vec<u8>> {
-    let parsed = wire::parse(body, dialect).ok()?;
-    inject_tool_after(&parsed, body)
-}
-
-/// Appends the expand tool to `rewritten`, a rewrite of `parsed`'s body, reading `tools` and
-/// `tool_choice` from the parse already done instead of parsing the body again.
-pub fn inject_tool_after(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Option<Vec<u8>> {
-    let text = parsed.text();
-    if !choice_allows_expand(text, parsed.field("tool_choice")) {
-        return None;
-    }
-    let tool = tool_json(parsed.dialect());
-    let (at, insert) = match parsed.tools_span() {
-        Some(tools) if json::kind_of(text, tools) == Kind::Array => {
-            let mut empty = true;
-            for existing in json::elements(text, tools) {
-                empty = false;
-                if tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME) {
-                    return None;
-                }
-            }
-            (tools.end - 1, if empty { tool } else { format!(",{tool}") })
-        }
-        Some(_) => return None,
-        None => (parsed.root().end - 1, format!(r#","tools":[{tool}]"#)),
-    };
-    let at = parsed.map_offset(at, rewritten.len())?;
-    let mut out = Vec::with_capacity(rewritten.len() + insert.len());
-    out.extend_from_slice(&rewritten[..at]);
-    out.extend_from_slice(insert.as_bytes());
-    out.extend_from_slice(&rewritten[at..]);
-    Some(out)
-}
+use engine::wire::Dialect;
+use engine::wire::json::{self, Span};
 
 /// One expand call the model made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,44 +191,6 @@ pub fn continuation(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn injects_last_idempotently_and_deterministically() {
-        let body = br#"{"model":"m","tools":[{"name":"bash","input_schema":{}}],"messages":[]}"#;
-        let once = inject_tool(body, Dialect::Anthropic).unwrap();
-        let value: serde_json::Value = serde_json::from_slice(&once).unwrap();
-        assert_eq!(value["tools"][1]["name"], EXPAND_TOOL_NAME);
-        assert_eq!(value["tools"][1]["input_schema"]["required"][0], "id");
-        assert_eq!(inject_tool(&once, Dialect::Anthropic), None, "idempotent");
-        assert_eq!(
-            inject_tool(body, Dialect::Anthropic).unwrap(),
-            once,
-            "deterministic"
-        );
-    }
-
-    #[test]
-    fn adds_a_tools_array_when_there_is_none_and_respects_tool_choice() {
-        let body = br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
-        let out = inject_tool(body, Dialect::OpenAi).unwrap();
-        let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(value["tools"][0]["function"]["name"], EXPAND_TOOL_NAME);
-        for choice in [
-            r#""required""#,
-            r#""none""#,
-            r#"{"type":"function","function":{"name":"bash"}}"#,
-            r#"{"type":"tool","name":"bash"}"#,
-        ] {
-            let forced = format!(r#"{{"tool_choice":{choice},"tools":[],"messages":[]}}"#);
-            assert_eq!(
-                inject_tool(forced.as_bytes(), Dialect::OpenAi),
-                None,
-                "{choice}"
-            );
-        }
-        let auto = br#"{"tool_choice":{"type":"auto"},"tools":[],"messages":[]}"#;
-        assert!(inject_tool(auto, Dialect::Anthropic).is_some());
-    }
 
     #[test]
     fn recognises_all_expand_responses_only() {

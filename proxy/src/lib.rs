@@ -5,9 +5,12 @@
 //! with bytes, a store and a clock, and never learns where they came from.
 
 pub mod app;
+mod chat;
 pub mod cli;
 pub mod clock;
+pub mod decode;
 pub mod expand;
+mod expand_loop;
 pub mod http;
 pub mod replay;
 pub mod server;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use engine::config::Config;
@@ -205,7 +206,7 @@ pub fn run(
     sessions: &[Recorded],
     options: &Options,
 ) -> Result<Vec<SessionReport>, String> {
-    let pipeline = config.build_pipeline().map_err(|e| format!("{e:?}"))?;
+    let pipeline = Arc::new(config.build_pipeline().map_err(|e| format!("{e:?}"))?);
     let progress = std::io::stderr().is_terminal() && sessions.len() > 1;
     let mut reports = Vec::new();
     for (i, s) in sessions.iter().enumerate() {
@@ -213,7 +214,12 @@ pub fn run(
             eprint!("\rreplay: {}/{} sessions", i + 1, sessions.len());
         }
         reports.push(replay_session(
-            &s.name, &s.turns, s.dialect, config, &pipeline, options,
+            &s.name,
+            &s.turns,
+            s.dialect,
+            config,
+            pipeline.clone(),
+            options,
         )?);
     }
     if progress {

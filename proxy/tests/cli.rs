@@ -5,7 +5,17 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn sluice(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    sluice_env(args, &[], stdin)
+}
+
+/// Runs `sluice` with exactly these config variables: none is inherited from the caller.
+fn sluice_env(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .env_remove("SLUICE_CONFIG")
+        .env_remove("SLUICE_PRESET");
+    let mut child = command
+        .envs(env.iter().copied())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -112,6 +122,133 @@ fn config_check_names_a_misspelled_key_and_an_unknown_component() {
     std::fs::write(&good, "pipeline: [format, dedup]\n").unwrap();
     let out = sluice(&["config", "check", good.to_str().unwrap()], b"");
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A config file in the temp dir, named for this test and process.
+fn config_file(name: &str, text: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("sluice-{name}-{}.yaml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn config_check_lists_every_problem_including_top_level_ones() {
+    let bad = config_file(
+        "three-problems",
+        "mode: fast\npipeline: [format, nope]\nstoer: 1\n",
+    );
+    let out = sluice(&["config", "check", bad.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    for needle in [
+        "mode: unknown value `fast` (expected `sync` or `observe`) at line 1",
+        "pipeline[1]: unknown component `nope`",
+        "stoer: unknown key `stoer`",
+        "3 problem(s)",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(out.stdout.is_empty());
+
+    let duplicate = config_file("duplicate", "mode: sync\nmode: observe\n");
+    let out = sluice(&["config", "check", duplicate.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("mode: duplicate key `mode` at line 2"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("DuplicateKeyPolicy") && !err.contains("Options"),
+        "{err}"
+    );
+    for file in [bad, duplicate] {
+        std::fs::remove_file(file).ok();
+    }
+}
+
+#[test]
+fn config_check_layers_a_partial_file_on_the_embedded_default() {
+    let default_pipeline = engine::config::Config::embedded().pipeline.join(", ");
+    for (name, text, mode, pipeline) in [
+        (
+            "only-mode",
+            "mode: observe\n",
+            "observe",
+            default_pipeline.as_str(),
+        ),
+        (
+            "only-store",
+            "store: {ttl_seconds: 60}\n",
+            "sync",
+            &default_pipeline,
+        ),
+        ("empty", "# nothing set\n", "sync", &default_pipeline),
+        ("empty-pipeline", "pipeline: []\n", "sync", ""),
+    ] {
+        let file = config_file(name, text);
+        let out = sluice(&["config", "check", file.to_str().unwrap()], b"");
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("ok (mode {mode}, pipeline: [{pipeline}])")),
+            "{name}: {stdout}"
+        );
+        std::fs::remove_file(file).ok();
+    }
+}
+
+#[test]
+fn a_config_flag_on_the_command_line_beats_the_environment() {
+    let body = br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#;
+    let bad = config_file("env-bad", "mode: fast\n");
+    let good = config_file("env-good", "pipeline: []\n");
+    let (bad, good) = (bad.to_str().unwrap(), good.to_str().unwrap());
+    let compact = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["compact", "--dialect", "openai"];
+        args.extend(flags);
+        args.push("-");
+        sluice_env(&args, env, body)
+    };
+
+    // Each variable alone is used.
+    let out = compact(&[], &[("SLUICE_CONFIG", bad)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("unknown value `fast`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = compact(&[], &[("SLUICE_PRESET", "nope")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("unknown preset `nope`"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A flag beats the other variable: no "cannot be used with '--config'".
+    let out = compact(&["--preset", "off"], &[("SLUICE_CONFIG", bad)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, body);
+    let out = compact(&["--config", good], &[("SLUICE_PRESET", "nope")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, body);
+
+    // Both on the command line is a usage error; both in the environment is refused too.
+    let out = compact(&["--config", good, "--preset", "off"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+    let out = compact(&[], &[("SLUICE_CONFIG", good), ("SLUICE_PRESET", "off")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("both set"), "{}", stderr(&out));
+    for file in [bad, good] {
+        std::fs::remove_file(file).ok();
+    }
 }
 
 #[test]

@@ -17,16 +17,7 @@ fn run<'a>(config: &Config, body: &'a CorpusBody) -> (Applied<'a>, Arc<MemorySto
     let parsed = wire::parse(&body.bytes, body.dialect)
         .unwrap_or_else(|e| panic!("{}: {e}", body.path.display()));
     let session = engine::session::derive(parsed.messages());
-    let cx = RunCx {
-        dialect: body.dialect,
-        session: session.clone(),
-        store: store.clone(),
-        clock,
-        mutable_from: 0,
-        cold: false,
-        existing_breakpoints: parsed.existing_breakpoints(),
-        models: None,
-    };
+    let cx = RunCx::new(body.dialect, session.clone(), store.clone(), clock);
     let pipeline = config.build_pipeline().unwrap();
     (apply_parsed(&parsed, &pipeline, &cx), store, session)
 }

@@ -2,5 +2,7 @@
 
 mod corpus;
 mod llm;
+mod parity;
 mod proxy;
 mod sessions;
+mod way_back;

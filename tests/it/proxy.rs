@@ -77,7 +77,7 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
 
 pub(crate) struct Reply_ {
     pub(crate) status: u16,
-    headers: http::HeaderMap,
+    pub(crate) headers: http::HeaderMap,
     pub(crate) body: Bytes,
 }
 
@@ -148,7 +148,7 @@ fn route(dialect: Dialect) -> &'static str {
 }
 
 /// A corpus body the default config compacts (collapse acts on it), with `stream` set.
-fn compactable(dialect: Dialect, stream: bool) -> Vec<u8> {
+pub(crate) fn compactable(dialect: Dialect, stream: bool) -> Vec<u8> {
     let mut value: Value = serde_json::from_slice(&corpus(
         "gemini3pro-miniswe-pytest-dev-pytest-6197",
         dialect,
@@ -159,7 +159,7 @@ fn compactable(dialect: Dialect, stream: bool) -> Vec<u8> {
 }
 
 /// The first marker id in a forwarded body and the original it stands for.
-fn first_marker(forwarded: &[u8], sent: &[u8], dialect: Dialect) -> (String, String) {
+pub(crate) fn first_marker(forwarded: &[u8], sent: &[u8], dialect: Dialect) -> (String, String) {
     let after = wire::parse(forwarded, dialect).unwrap();
     let before = wire::parse(sent, dialect).unwrap();
     for (old, new) in before.messages().iter().zip(after.messages()) {
@@ -170,7 +170,7 @@ fn first_marker(forwarded: &[u8], sent: &[u8], dialect: Dialect) -> (String, Str
     panic!("no marker in the forwarded body");
 }
 
-fn answer_text(body: &[u8], dialect: Dialect) -> String {
+pub(crate) fn answer_text(body: &[u8], dialect: Dialect) -> String {
     let value: Value = serde_json::from_slice(body).unwrap();
     match dialect {
         Dialect::Anthropic => value["content"][0]["text"]
@@ -195,7 +195,7 @@ fn event_indices(raw: &str, kind: &str) -> Vec<u64> {
 }
 
 /// The text carried by a streamed answer, whichever dialect.
-fn streamed_text(body: &[u8]) -> String {
+pub(crate) fn streamed_text(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let mut out = String::new();
     for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {

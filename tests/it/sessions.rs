@@ -64,16 +64,7 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
             let gap = if k == cold_turn { 3 * 3600 } else { 40 };
             clock.advance(Duration::from_secs(gap));
             let parsed = wire::parse(turn, body.dialect).unwrap();
-            let cx = RunCx {
-                dialect: body.dialect,
-                session: "replay".into(),
-                store: store.clone(),
-                clock: clock.clone(),
-                mutable_from: 0,
-                cold: false,
-                existing_breakpoints: 0,
-                models: None,
-            };
+            let cx = RunCx::new(body.dialect, "replay", store.clone(), clock.clone());
             let (applied, facts) =
                 run_turn(&mut state, &parsed, &pipeline, cx, &config.cache.amortize);
             assert!(applied.error.is_none(), "{}", body.path.display());

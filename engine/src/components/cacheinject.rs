@@ -125,16 +125,12 @@ mod tests {
 
     fn run(yaml: &str, body: &str) -> (String, Vec<(&'static str, u32)>) {
         let pipeline = Config::parse(yaml).unwrap().build_pipeline().unwrap();
-        let cx = RunCx {
-            dialect: Dialect::Anthropic,
-            session: "s".into(),
-            store: Arc::new(NopStore),
-            clock: Arc::new(ManualClock::new()),
-            mutable_from: 0,
-            cold: false,
-            existing_breakpoints: 0,
-            models: None,
-        };
+        let cx = RunCx::new(
+            Dialect::Anthropic,
+            "s",
+            Arc::new(NopStore),
+            Arc::new(ManualClock::new()),
+        );
         let applied = apply_body(body.as_bytes(), &pipeline, &cx);
         // Only this component's own gates: the body-level system split it enables reports its
         // own (`no_system_array` here) on the same entry.

@@ -80,15 +80,6 @@ pub(crate) fn check_with(
 pub(crate) fn run_cx(session: &str) -> (RunCx, Arc<MemoryStore>) {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
-    let cx = RunCx {
-        dialect: Dialect::OpenAi,
-        session: session.into(),
-        store: store.clone(),
-        clock,
-        mutable_from: 0,
-        cold: false,
-        existing_breakpoints: 0,
-        models: None,
-    };
+    let cx = RunCx::new(Dialect::OpenAi, session, store.clone(), clock);
     (cx, store)
 }

@@ -538,19 +538,11 @@ mod tests {
         let run = |pipeline: &str| {
             let p = Config::parse(&format!("pipeline: [{pipeline}]\ncomponents:\n  stale_output: {{turns: 2, reserve: {{turns: 1}}}}\n  oversized_block: {{reserve: {{turns: 1}}}}\n")).unwrap().build_pipeline().unwrap();
             let clock = Arc::new(crate::clock::ManualClock::new());
-            let cx = crate::pipeline::RunCx {
-                dialect: crate::wire::Dialect::OpenAi,
-                session: "s".into(),
-                store: Arc::new(crate::store::MemoryStore::new(
-                    crate::store::MemoryStoreLimits::DEFAULT,
-                    clock.clone(),
-                )),
-                clock,
-                mutable_from: 0,
-                cold: false,
-                existing_breakpoints: 0,
-                models: None,
-            };
+            let store = Arc::new(crate::store::MemoryStore::new(
+                crate::store::MemoryStoreLimits::DEFAULT,
+                clock.clone(),
+            ));
+            let cx = crate::pipeline::RunCx::new(crate::wire::Dialect::OpenAi, "s", store, clock);
             let mut messages = session(&steps, 1);
             let report = p.run(&mut messages, &cx);
             (messages, report)

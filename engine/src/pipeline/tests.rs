@@ -114,16 +114,8 @@ fn messages() -> Vec<Message> {
 
 fn cx() -> RunCx {
     let clock = Arc::new(ManualClock::new());
-    RunCx {
-        dialect: Dialect::OpenAi,
-        session: "s".into(),
-        store: Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone())),
-        clock,
-        mutable_from: 0,
-        cold: false,
-        existing_breakpoints: 0,
-        models: None,
-    }
+    let store = Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
+    RunCx::new(Dialect::OpenAi, "s", store, clock)
 }
 
 fn run(stages: Vec<Stage>) -> (Vec<Message>, RunReport) {
@@ -271,16 +263,8 @@ impl Store for Forgetful {
 }
 
 fn session_cx(store: Arc<dyn Store>, mutable_from: usize) -> RunCx {
-    RunCx {
-        dialect: Dialect::OpenAi,
-        session: "s".into(),
-        store,
-        clock: Arc::new(ManualClock::new()),
-        mutable_from,
-        cold: false,
-        existing_breakpoints: 0,
-        models: None,
-    }
+    RunCx::new(Dialect::OpenAi, "s", store, Arc::new(ManualClock::new()))
+        .at_boundary(mutable_from, false)
 }
 
 fn run_log(i: usize) -> String {

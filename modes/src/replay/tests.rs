@@ -20,7 +20,15 @@ fn replay(yaml: &str, body: &[u8], options: &Options) -> SessionReport {
     let config = Config::parse(yaml).unwrap();
     let pipeline = config.build_pipeline().unwrap();
     let turns = turns_of(body).unwrap();
-    replay_session("s", &turns, Dialect::OpenAi, &config, &pipeline, options).unwrap()
+    replay_session(
+        "s",
+        &turns,
+        Dialect::OpenAi,
+        &config,
+        Arc::new(pipeline),
+        options,
+    )
+    .unwrap()
 }
 
 fn big(tag: &str) -> String {
@@ -104,7 +112,7 @@ fn an_injected_flip_is_detected() {
         &turns,
         Dialect::OpenAi,
         &config,
-        &broken,
+        Arc::new(broken),
         &Options::default(),
     )
     .unwrap();

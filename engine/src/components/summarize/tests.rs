@@ -82,16 +82,13 @@ impl Harness {
         } else {
             None
         };
-        let cx = RunCx {
-            dialect: Dialect::OpenAi,
-            session: "s".into(),
-            store: self.store.clone(),
-            clock: Arc::new(ManualClock::new()),
-            mutable_from: 0,
-            cold: false,
-            existing_breakpoints: 0,
-            models,
-        };
+        let cx = RunCx::new(
+            Dialect::OpenAi,
+            "s",
+            self.store.clone(),
+            Arc::new(ManualClock::new()),
+        )
+        .with_models(models);
         let applied = apply_body(body, &pipeline, &cx);
         (applied.body.into_owned(), applied.report)
     }
@@ -225,16 +222,13 @@ fn a_slow_summary_is_polled_on_later_turns_and_lands_when_ready() {
             .unwrap()
             .build_pipeline()
             .unwrap();
-        let cx = RunCx {
-            dialect: Dialect::OpenAi,
-            session: "s".into(),
-            store: h.store.clone(),
-            clock: Arc::new(ManualClock::new()),
-            mutable_from: 0,
-            cold: false,
-            existing_breakpoints: 0,
-            models: Some(slow.clone()),
-        };
+        let cx = RunCx::new(
+            Dialect::OpenAi,
+            "s",
+            h.store.clone(),
+            Arc::new(ManualClock::new()),
+        )
+        .with_models(Some(slow.clone()));
         let input = body(messages);
         let applied = apply_body(&input, &pipeline, &cx);
         let (output, report) = (applied.body.into_owned(), applied.report);

@@ -1,0 +1,175 @@
+//! The way back on every key order, both dialects, and every `tool_choice` shape.
+
+use super::*;
+use crate::wire;
+use serde_json::Value;
+
+const LONG: &str = "line of a long tool output that a component would cut down\n";
+
+/// The three top-level members in `order`, `system` as a string or an array.
+fn anthropic_body(order: [&str; 3], system_array: bool) -> String {
+    let system = if system_array {
+        r#"[{"type":"text","text":"You are a coding agent."}]"#.to_owned()
+    } else {
+        r#""You are a coding agent.""#.to_owned()
+    };
+    let output = json::to_literal(&LONG.repeat(40));
+    let members: Vec<String> = order
+        .iter()
+        .map(|key| match *key {
+            "system" => format!(r#""system":{system}"#),
+            "tools" => r#""tools":[{"name":"bash","input_schema":{"type":"object"}}]"#.to_owned(),
+            _ => format!(
+                r#""messages":[{{"role":"user","content":"run it"}},{{"role":"assistant","content":[{{"type":"tool_use","id":"t1","name":"bash","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t1","content":{output}}}]}}]"#
+            ),
+        })
+        .collect();
+    format!(r#"{{"model":"m","max_tokens":10,{}}}"#, members.join(","))
+}
+
+fn openai_body(tools_first: bool) -> String {
+    let output = json::to_literal(&LONG.repeat(40));
+    let tools = r#""tools":[{"type":"function","function":{"name":"bash","parameters":{}}}]"#;
+    let messages = format!(
+        r#""messages":[{{"role":"system","content":"You are a coding agent."}},{{"role":"user","content":"run it"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"bash","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c1","content":{output}}}]"#
+    );
+    if tools_first {
+        format!(r#"{{"model":"m",{tools},{messages}}}"#)
+    } else {
+        format!(r#"{{"model":"m",{messages},{tools}}}"#)
+    }
+}
+
+/// What write-back would produce: the long output cut to a marker, and (Anthropic) the system
+/// text changed in length too, so every region moves.
+fn rewrite(body: &str) -> String {
+    let long = json::to_literal(&LONG.repeat(40));
+    body.replace(
+        &long,
+        r#""<<cg:0123456789abcdef>> [full output: call context_guru_expand]""#,
+    )
+    .replace(
+        "You are a coding agent.",
+        "You are a coding agent. Be brief.",
+    )
+}
+
+fn expand_tool_is_last(out: &[u8], dialect: Dialect) {
+    let value: Value = serde_json::from_slice(out).expect("the injected body is JSON");
+    let tools = value["tools"].as_array().expect("tools");
+    let last = tools.last().unwrap();
+    let name = match dialect {
+        Dialect::Anthropic => &last["name"],
+        Dialect::OpenAi => &last["function"]["name"],
+    };
+    assert_eq!(name, EXPAND_TOOL_NAME);
+    assert_eq!(tools.len(), 2, "the agent's tool is kept");
+}
+
+#[test]
+fn the_tool_is_placed_for_every_key_order_and_system_shape() {
+    let orders = [
+        ["system", "tools", "messages"],
+        ["system", "messages", "tools"],
+        ["tools", "system", "messages"],
+        ["tools", "messages", "system"],
+        ["messages", "system", "tools"],
+        ["messages", "tools", "system"],
+    ];
+    for order in orders {
+        for system_array in [false, true] {
+            let body = anthropic_body(order, system_array);
+            let parsed = wire::parse(body.as_bytes(), Dialect::Anthropic).unwrap();
+            let rewritten = rewrite(&body);
+            assert_ne!(rewritten, body);
+            let Ok(Injected::Added(out)) = inject(&parsed, rewritten.as_bytes()) else {
+                panic!("{order:?} system_array={system_array}: not injected");
+            };
+            expand_tool_is_last(&out, Dialect::Anthropic);
+            // Everything but the insertion is the rewrite, byte for byte.
+            let tool = tool_json(Dialect::Anthropic);
+            let without = String::from_utf8(out)
+                .unwrap()
+                .replace(&format!(",{tool}"), "");
+            assert_eq!(without, rewritten, "{order:?}");
+        }
+    }
+    for tools_first in [true, false] {
+        let body = openai_body(tools_first);
+        let parsed = wire::parse(body.as_bytes(), Dialect::OpenAi).unwrap();
+        let Ok(Injected::Added(out)) = inject(&parsed, rewrite(&body).as_bytes()) else {
+            panic!("openai tools_first={tools_first}: not injected");
+        };
+        expand_tool_is_last(&out, Dialect::OpenAi);
+    }
+}
+
+#[test]
+fn a_body_without_tools_gets_an_array_and_a_declared_tool_is_not_repeated() {
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#;
+    let parsed = wire::parse(body.as_bytes(), Dialect::OpenAi).unwrap();
+    let Ok(Injected::Added(out)) = inject(&parsed, body.as_bytes()) else {
+        panic!("not injected");
+    };
+    let value: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(value["tools"][0]["function"]["name"], EXPAND_TOOL_NAME);
+    let again = wire::parse(&out, Dialect::OpenAi).unwrap();
+    assert_eq!(inject(&again, &out), Ok(Injected::AlreadyDeclared));
+    // Deterministic: the same bytes every turn, so the cached tools prefix never changes.
+    assert_eq!(inject(&parsed, body.as_bytes()), Ok(Injected::Added(out)));
+}
+
+#[test]
+fn tool_choice_decides_whether_the_model_can_reach_the_tool() {
+    let cases = [
+        (Dialect::Anthropic, r#"{"type":"auto"}"#, Ok(())),
+        (Dialect::Anthropic, r#"{"type":"any"}"#, Ok(())),
+        (
+            Dialect::Anthropic,
+            r#"{"type":"tool","name":"bash"}"#,
+            Err(Withheld::ToolChoiceNamed),
+        ),
+        (
+            Dialect::Anthropic,
+            r#"{"type":"none"}"#,
+            Err(Withheld::ToolChoiceNone),
+        ),
+        (Dialect::OpenAi, r#""auto""#, Ok(())),
+        (Dialect::OpenAi, r#""required""#, Ok(())),
+        (Dialect::OpenAi, "null", Ok(())),
+        (Dialect::OpenAi, r#""none""#, Err(Withheld::ToolChoiceNone)),
+        (
+            Dialect::OpenAi,
+            r#"{"type":"function","function":{"name":"bash"}}"#,
+            Err(Withheld::ToolChoiceNamed),
+        ),
+        (
+            Dialect::OpenAi,
+            r#"{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[]}}"#,
+            Err(Withheld::ToolChoiceUnknown),
+        ),
+    ];
+    for (dialect, choice, expected) in cases {
+        let body = format!(
+            r#"{{"model":"m","tool_choice":{choice},"tools":[],"messages":[{{"role":"user","content":"x"}}]}}"#
+        );
+        let parsed = wire::parse(body.as_bytes(), dialect).unwrap();
+        assert_eq!(reach(&parsed), expected, "{choice}");
+        assert_eq!(
+            inject(&parsed, body.as_bytes()).is_ok(),
+            expected.is_ok(),
+            "{choice}"
+        );
+    }
+    let odd = r#"{"model":"m","tools":{"name":"bash"},"messages":[{"role":"user","content":"x"}]}"#;
+    let parsed = wire::parse(odd.as_bytes(), Dialect::Anthropic).unwrap();
+    assert_eq!(reach(&parsed), Err(Withheld::ToolsNotArray));
+}
+
+#[test]
+fn a_marker_anywhere_in_the_body_asks_for_the_way_back() {
+    assert!(carries_marker(
+        br#"{"messages":[{"content":"<<cg:0123456789abcdef>>"}]}"#
+    ));
+    assert!(!carries_marker(br#"{"messages":[{"content":"<<cg"}]}"#));
+}

@@ -1,0 +1,597 @@
+//! One turn, one path: what happens to a request body between the moment a host has read it and
+//! the moment it goes upstream.
+//!
+//! Every host calls this: sync mode forwards what it returns, observe mode runs it off the
+//! request path on its shadow store, `POST /compact` and `sluice compact` return it, and
+//! `sluice replay` runs it turn after turn on a simulated clock. So what replay computes is what
+//! the proxy forwards, byte for byte.
+//!
+//! A turn, in order:
+//! 1. `x-context-guru-bypass: true`, an unparseable body, or an agent asking to summarize its own
+//!    transcript leave untouched (a bypassed turn is still recorded by the tracker: the provider
+//!    cached it).
+//! 2. The session key: the sanitized session header, else the body's metadata, else a hash of
+//!    its opening.
+//! 3. Whether the model could call the expand tool on this request ([`way_back::reach`]); when it
+//!    could not, only lossless components run.
+//! 4. Under the session's lease: the tracker's boundary and coldness, then the pipeline.
+//! 5. When an LLM component started a model job, a wait up to its deadline and one re-run.
+//! 6. The hand-off of the turn's new tool outputs to the preparer.
+//! 7. The way back: a body carrying a marker declares the expand tool; if it cannot, the turn is
+//!    run again without lossy offloads.
+//!
+//! HTTP, streaming and the expand loop stay in the proxy.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actors::pool::WorkerPool;
+use actors::sessions::{Lease, Sessions};
+use actors::stats::Stats;
+use async_trait::async_trait;
+use bytes::Bytes;
+use engine::apply::{Applied, Discarded, apply_parsed};
+use engine::clock::Clock;
+use engine::config::AmortizeConfig;
+use engine::message::{Message, Role};
+use engine::model::Models;
+use engine::pipeline::{Pipeline, RunCx, RunReport};
+use engine::session;
+use engine::store::Store;
+use engine::way_back::{self, Injected, Withheld};
+use engine::wire::{self, Dialect, ParsedBody};
+use http::HeaderMap;
+
+use crate::{SessionState, TurnFacts, rerun, run_turn};
+
+/// The session header; wins over the derived key once sanitized.
+pub const SESSION_HEADER: &str = "x-context-guru-session";
+
+/// `x-context-guru-bypass: true` forwards the request byte-identically (still counted).
+pub const BYPASS_HEADER: &str = "x-context-guru-bypass";
+
+/// Phrases that open an agent's request to summarize its own conversation (Claude Code, and
+/// IBM Bob). Compacting that request would summarize our markers instead of the content.
+const AGENT_COMPACTION_PROMPTS: [&str; 2] = [
+    "Your task is to create a detailed summary of the ",
+    "First, reason in your scratchpad. Then, generate the ",
+];
+
+/// A request's view of the host's cheap-model service.
+///
+/// `engine::model::Models` is what components ask; this adds what the turn needs around the
+/// pipeline: whether anything is pending, and a wait bounded by the jobs' deadlines.
+#[async_trait]
+pub trait TurnModels: Models {
+    /// Jobs this request is waiting on.
+    fn pending(&self) -> usize;
+
+    /// Waits for the pending jobs up to their deadline; returns how many finished in time.
+    async fn wait(&self) -> usize;
+}
+
+/// Where a turn gets its model view, once its body is parsed (the model a request names, its
+/// upstream and credentials come from the request).
+pub trait ModelSource: Send + Sync {
+    fn for_turn(&self, parsed: &ParsedBody<'_>) -> Arc<dyn TurnModels>;
+}
+
+/// One request, as the turn needs it.
+pub struct TurnInput<'a> {
+    pub dialect: Dialect,
+    pub body: &'a Bytes,
+    pub headers: &'a HeaderMap,
+    /// The host's model service; `None` offline.
+    pub models: Option<&'a dyn ModelSource>,
+}
+
+/// Why a request goes upstream exactly as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untouched {
+    /// The body could not be normalized.
+    Unparsed,
+    /// The caller asked (`header`), or the request is the agent compacting its own transcript
+    /// (`agent_compaction`), where a summary must see everything.
+    Bypassed(&'static str),
+}
+
+/// What a turn came to.
+#[derive(Debug)]
+pub enum Turn {
+    /// The body to forward, rewritten or not.
+    Forward(Box<Forward>),
+    /// Forward the request's own bytes.
+    Untouched {
+        reason: Untouched,
+        /// Known when the body parsed.
+        session: Option<String>,
+        /// The tracker's facts for a bypassed live turn.
+        facts: Option<TurnFacts>,
+    },
+}
+
+/// A turn that ran the pipeline.
+#[derive(Debug)]
+pub struct Forward {
+    /// The body to send upstream (the request's own bytes when nothing changed).
+    pub body: Bytes,
+    pub session: String,
+    /// The expand tool is declared, so the response may call it.
+    pub expandable: bool,
+    /// The body asks for a streamed response.
+    pub stream: bool,
+    /// The normalized messages as forwarded.
+    pub messages: Vec<Message>,
+    pub facts: TurnFacts,
+    pub report: RunReport,
+    pub discarded: Vec<Discarded>,
+    /// Why lossy offloads were withheld on this turn, if they were.
+    pub withheld: Option<Withheld>,
+    /// Time the turn took on the service's clock.
+    pub added: Duration,
+}
+
+impl Forward {
+    /// A turn forwarded as it came (a bypass), in the shape of a rewritten one.
+    pub fn untouched(
+        body: Bytes,
+        parsed: &ParsedBody<'_>,
+        session: String,
+        facts: TurnFacts,
+    ) -> Forward {
+        let tokens = parsed
+            .messages()
+            .iter()
+            .map(engine::pipeline::message_tokens)
+            .sum();
+        Forward {
+            body,
+            session,
+            expandable: false,
+            stream: is_stream(parsed),
+            messages: parsed.messages().to_vec(),
+            facts,
+            report: RunReport {
+                tokens_before: tokens,
+                tokens_after: tokens,
+                ..RunReport::default()
+            },
+            discarded: Vec::new(),
+            withheld: None,
+            added: Duration::ZERO,
+        }
+    }
+}
+
+fn is_stream(parsed: &ParsedBody<'_>) -> bool {
+    parsed
+        .field("stream")
+        .is_some_and(|s| s.of(parsed.text()) == "true")
+}
+
+impl Turn {
+    /// The session key, when the body parsed.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Turn::Forward(f) => Some(&f.session),
+            Turn::Untouched { session, .. } => session.as_deref(),
+        }
+    }
+
+    /// Feeds `/stats`: every turn is counted exactly once, here.
+    pub fn record(&self, stats: &Stats) {
+        let record_facts = |f: &TurnFacts| {
+            stats.record_turn(f.cold, f.known, f.diverged, f.amortized);
+        };
+        match self {
+            Turn::Forward(f) => {
+                record_facts(&f.facts);
+                stats.record_run(&f.report, &f.discarded, f.added);
+                if let Some(reason) = f.withheld {
+                    stats.record_way_back_withheld(reason.label());
+                }
+            }
+            Turn::Untouched { reason, facts, .. } => {
+                if let Some(facts) = facts {
+                    record_facts(facts);
+                }
+                match reason {
+                    // Not ours to judge: the upstream answers a body we cannot read.
+                    Untouched::Unparsed => stats.record_passthrough(true),
+                    Untouched::Bypassed(why) => stats.record_bypass(why),
+                }
+            }
+        }
+    }
+
+    /// What observe mode projects: the run as sync would have forwarded it.
+    pub fn record_projection(&self, stats: &Stats) {
+        if let Turn::Forward(f) = self {
+            stats.record_turn(
+                f.facts.cold,
+                f.facts.known,
+                f.facts.diverged,
+                f.facts.amortized,
+            );
+            stats.record_projection(&f.report, &f.discarded, f.added);
+        }
+    }
+}
+
+/// Runs `Pipeline::prepare` on each turn's new tool outputs while the upstream answers, so work
+/// such as `skeleton`'s parse is memoized before a later turn needs it. One worker, a short
+/// queue: when it is busy a turn's preparation is dropped, never waited for.
+struct Preparer {
+    pool: WorkerPool,
+    jobs: AtomicU64,
+}
+
+/// The turn's machinery, shared by every request of a host.
+pub struct TurnService {
+    pipeline: Arc<Pipeline>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    /// The session actors; `None` for one-off rewrites, whose turns have no history.
+    sessions: Option<Sessions<SessionState>>,
+    amortize: AmortizeConfig,
+    preparer: Option<Preparer>,
+    /// Every turn reads warm (`sluice replay --no-cold`).
+    never_cold: bool,
+}
+
+impl std::fmt::Debug for TurnService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnService")
+            .field("pipeline", &self.pipeline.names())
+            .field("never_cold", &self.never_cold)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnService {
+    /// A service for one-off rewrites; add sessions for live turns.
+    pub fn new(
+        pipeline: Arc<Pipeline>,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> TurnService {
+        TurnService {
+            pipeline,
+            store,
+            clock,
+            sessions: None,
+            amortize: AmortizeConfig::default(),
+            preparer: None,
+            never_cold: false,
+        }
+    }
+
+    /// Live turns: each session's tracker lives in its actor, and `cache.amortize` applies.
+    #[must_use]
+    pub fn with_sessions(
+        mut self,
+        sessions: Sessions<SessionState>,
+        amortize: AmortizeConfig,
+    ) -> TurnService {
+        self.sessions = Some(sessions);
+        self.amortize = amortize;
+        self
+    }
+
+    /// Prepare each turn's new outputs on a background worker (the proxy does; replay does not
+    /// need to: preparing only fills memos, it never changes a decision).
+    #[must_use]
+    pub fn with_preparer(mut self) -> TurnService {
+        self.preparer = Some(Preparer {
+            pool: WorkerPool::new("sluice-prepare", 1, 32),
+            jobs: AtomicU64::new(0),
+        });
+        self
+    }
+
+    #[must_use]
+    pub fn never_cold(mut self, never_cold: bool) -> TurnService {
+        self.never_cold = never_cold;
+        self
+    }
+
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn sessions(&self) -> Option<&Sessions<SessionState>> {
+        self.sessions.as_ref()
+    }
+
+    /// The one builder of a run's facts.
+    fn run_cx(
+        &self,
+        parsed: &ParsedBody<'_>,
+        session: &str,
+        models: Option<&Arc<dyn TurnModels>>,
+        offloads: bool,
+    ) -> RunCx {
+        let models: Option<Arc<dyn Models>> = models.cloned().map(|m| m as Arc<dyn Models>);
+        RunCx::new(
+            parsed.dialect(),
+            session,
+            self.store.clone(),
+            self.clock.clone(),
+        )
+        .with_models(models)
+        .with_offloads(offloads)
+    }
+
+    async fn lease(&self, session: &str) -> Lease<SessionState> {
+        let mut lease = match &self.sessions {
+            Some(sessions) => sessions.lease(session).await,
+            None => Lease::detached(SessionState::default()),
+        };
+        if self.never_cold {
+            lease.tracker.set_never_cold(true);
+        }
+        lease
+    }
+
+    /// A live turn: sync mode, observe's shadow run, replay.
+    pub async fn run(&self, input: TurnInput<'_>) -> Turn {
+        let started = self.clock.now();
+        let (parsed, session) = match admit(&input, "") {
+            Ok(admitted) => admitted,
+            Err(untouched) => return untouched,
+        };
+        // Held for the rewrite only: a concurrent turn of this session waits here, not for the
+        // upstream call.
+        let mut lease = self.lease(&session).await;
+        if let Some(reason) = bypass_reason(input.headers, &parsed) {
+            // A bypassed turn still happened: the provider cached it, so the tracker records it.
+            let facts = crate::begin_turn(&mut lease, &parsed, self.clock.now());
+            return Turn::Untouched {
+                reason: Untouched::Bypassed(reason),
+                session: Some(session),
+                facts: Some(facts),
+            };
+        }
+        let reach = way_back::reach(&parsed);
+        let models = input.models.map(|source| source.for_turn(&parsed));
+        let cx = self.run_cx(&parsed, &session, models.as_ref(), reach.is_ok());
+        let (mut applied, facts) = run_turn(
+            &mut lease,
+            &parsed,
+            &self.pipeline,
+            cx.clone(),
+            &self.amortize,
+        );
+        drop(lease);
+        if let Some(models) = models.as_ref().filter(|m| m.pending() > 0) {
+            // A model job this turn started (or an earlier one still running): wait up to its
+            // deadline, then run again so a result that made it lands now. One that did not is
+            // used on the next turn; this request goes without it (fail-open).
+            if models.wait().await > 0 {
+                // Under the lease again: the re-run writes freezes and checkpoints, and only a
+                // leased turn may run the pipeline for its session.
+                let _lease = self.lease(&session).await;
+                applied = rerun(&parsed, &self.pipeline, cx.clone(), &facts);
+            }
+        }
+        self.prepare(&parsed, facts.mutable_from);
+        let settled = match Settled::placed(&parsed, applied, reach) {
+            Ok(settled) => settled,
+            Err(reason) => {
+                let _lease = self.lease(&session).await;
+                let lossless = rerun(&parsed, &self.pipeline, cx.with_offloads(false), &facts);
+                Settled::lossless(&parsed, lossless, reason)
+            }
+        };
+        let added = self.clock.now().saturating_sub(started);
+        settled.forward(input.body, &parsed, session, facts, added)
+    }
+
+    /// A one-off rewrite (`POST /compact`, `sluice compact`): no tracker, any depth, and a
+    /// session namespace of its own (`compact:<session>`), so its frozen decisions are never
+    /// replayed into a live session's cached prefix. `pipeline` overrides the service's.
+    pub fn compact(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
+        let started = self.clock.now();
+        let (parsed, session) = match admit(input, "compact:") {
+            Ok(admitted) => admitted,
+            Err(untouched) => return untouched,
+        };
+        if let Some(reason) = bypass_reason(input.headers, &parsed) {
+            return Turn::Untouched {
+                reason: Untouched::Bypassed(reason),
+                session: Some(session),
+                facts: None,
+            };
+        }
+        let pipeline = pipeline.unwrap_or(&self.pipeline);
+        let reach = way_back::reach(&parsed);
+        let cx = self.run_cx(&parsed, &session, None, reach.is_ok());
+        let applied = apply_parsed(&parsed, pipeline, &cx);
+        let settled = Settled::placed(&parsed, applied, reach).unwrap_or_else(|reason| {
+            let lossless = apply_parsed(&parsed, pipeline, &cx.with_offloads(false));
+            Settled::lossless(&parsed, lossless, reason)
+        });
+        // A one-off rewrite has no history: the facts of "no earlier turn, act anywhere".
+        let added = self.clock.now().saturating_sub(started);
+        settled.forward(input.body, &parsed, session, TurnFacts::default(), added)
+    }
+
+    /// Hands the tool outputs this turn added (from the cached-prefix boundary, and at least the
+    /// last few messages on a turn whose boundary is unknown) to the preparer.
+    fn prepare(&self, parsed: &ParsedBody<'_>, mutable_from: usize) {
+        /// A session sluice has no record of (a restart) still gets its newest messages prepared.
+        const NEWEST: usize = 8;
+        let Some(preparer) = &self.preparer else {
+            return;
+        };
+        let messages = parsed.messages();
+        let from = mutable_from.min(messages.len().saturating_sub(NEWEST));
+        let new: Vec<Message> = messages[from..]
+            .iter()
+            .filter(|m| m.is_tool() && m.rewritable)
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let pipeline = self.pipeline.clone();
+        let key = preparer.jobs.fetch_add(1, Ordering::Relaxed);
+        // Refused when the queue is full: preparing is an optimization, the turn that needs
+        // the result computes it itself.
+        let _ = preparer
+            .pool
+            .try_submit(key, move || pipeline.prepare(&new));
+    }
+}
+
+/// Parses the body and names its session (under `namespace`), or says why it goes untouched
+/// (a bypass header on a body that does not parse is still a bypass).
+fn admit<'b>(input: &TurnInput<'b>, namespace: &str) -> Result<(ParsedBody<'b>, String), Turn> {
+    let untouched = |reason| Turn::Untouched {
+        reason,
+        session: None,
+        facts: None,
+    };
+    let parsed = match wire::parse(input.body, input.dialect) {
+        Ok(parsed) => parsed,
+        Err(_) if bypass_header(input.headers) => {
+            return Err(untouched(Untouched::Bypassed("header")));
+        }
+        Err(_) => return Err(untouched(Untouched::Unparsed)),
+    };
+    let explicit = input
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok());
+    let session = format!("{namespace}{}", session::for_request(explicit, &parsed));
+    Ok((parsed, session))
+}
+
+fn bypass_header(headers: &HeaderMap) -> bool {
+    headers
+        .get(BYPASS_HEADER)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+}
+
+fn bypass_reason(headers: &HeaderMap, parsed: &ParsedBody<'_>) -> Option<&'static str> {
+    if bypass_header(headers) {
+        Some("header")
+    } else if is_agent_compaction(parsed) {
+        Some("agent_compaction")
+    } else {
+        None
+    }
+}
+
+/// Whether the last user turn asks the model to summarize the conversation.
+pub fn is_agent_compaction(parsed: &ParsedBody<'_>) -> bool {
+    parsed.messages().last().is_some_and(|m| {
+        m.role == Role::User
+            && AGENT_COMPACTION_PROMPTS
+                .iter()
+                .any(|p| m.content.contains(p))
+    })
+}
+
+/// How the forwarded body gives the model its way back.
+#[derive(Debug)]
+enum WayBack {
+    /// No marker in the body: nothing to declare.
+    NotNeeded,
+    /// The body with the tool appended.
+    Injected(Vec<u8>),
+    /// The request already declares it.
+    Declared,
+    /// The body still carries a marker sluice did not cut (the agent's own history) and the
+    /// tool cannot be declared: nothing more can be done, and it is counted.
+    Unavailable,
+}
+
+/// Declares the expand tool when the body carries a marker.
+///
+/// # Errors
+/// Why it could not.
+fn place_way_back(parsed: &ParsedBody<'_>, applied: &Applied<'_>) -> Result<WayBack, Withheld> {
+    if !way_back::carries_marker(&applied.body) {
+        return Ok(WayBack::NotNeeded);
+    }
+    match way_back::inject(parsed, &applied.body)? {
+        Injected::Added(body) => Ok(WayBack::Injected(body)),
+        Injected::AlreadyDeclared => Ok(WayBack::Declared),
+    }
+}
+
+/// A run whose way back is settled: the body to forward and how it declares the expand tool.
+struct Settled<'a> {
+    applied: Applied<'a>,
+    way: WayBack,
+    /// Why lossy offloads did not run, if they did not.
+    withheld: Option<Withheld>,
+}
+
+impl<'a> Settled<'a> {
+    /// The run as it is, its way back placed.
+    ///
+    /// # Errors
+    /// Why the way back could not be placed: the caller runs the turn again without lossy
+    /// offloads and settles that with [`Settled::lossless`].
+    fn placed(
+        parsed: &ParsedBody<'_>,
+        applied: Applied<'a>,
+        reach: Result<(), Withheld>,
+    ) -> Result<Settled<'a>, Withheld> {
+        let way = place_way_back(parsed, &applied)?;
+        Ok(Settled {
+            applied,
+            way,
+            withheld: reach.err(),
+        })
+    }
+
+    /// The run again without lossy offloads. A marker it still carries came with the agent's
+    /// history; the tool is declared when it can be, and the turn goes either way.
+    fn lossless(parsed: &ParsedBody<'_>, applied: Applied<'a>, reason: Withheld) -> Settled<'a> {
+        let way = place_way_back(parsed, &applied).unwrap_or(WayBack::Unavailable);
+        Settled {
+            applied,
+            way,
+            withheld: Some(reason),
+        }
+    }
+
+    fn forward(
+        self,
+        original: &Bytes,
+        parsed: &ParsedBody<'_>,
+        session: String,
+        facts: TurnFacts,
+        added: Duration,
+    ) -> Turn {
+        let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
+        let body = match (self.way, self.applied.body) {
+            (WayBack::Injected(body), _) => Bytes::from(body),
+            (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),
+            (_, std::borrow::Cow::Borrowed(_)) => original.clone(),
+        };
+        Turn::Forward(Box::new(Forward {
+            body,
+            session,
+            expandable,
+            stream: is_stream(parsed),
+            messages: self.applied.messages,
+            facts,
+            report: self.applied.report,
+            discarded: self.applied.discarded,
+            withheld: self.withheld,
+            added,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

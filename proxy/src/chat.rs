@@ -1,0 +1,400 @@
+//! The rewritten routes (`POST /anthropic/v1/messages`, `POST /openai/v1/chat/completions`):
+//! the turn (`modes::turn`), the upstream call, and the relay back with the provider's cache
+//! report handed to the session's tracker, in sync and observe mode alike.
+//!
+//! Failure rule: sluice never answers 5xx for a problem it caused. A body the turn cannot parse
+//! is forwarded untouched; only an upstream that cannot be reached gives 502/504, and an
+//! upstream error status passes through verbatim.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actors::sessions::Sessions;
+use actors::stats::{Stats, StreamRelay};
+use async_trait::async_trait;
+use bytes::Bytes;
+use engine::model::{Answer, Ask, Models};
+use engine::wire::{Dialect, ParsedBody};
+use http::header::ACCEPT_ENCODING;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use modes::turn::{ModelSource, Turn, TurnInput, TurnModels, TurnService};
+use modes::{CacheUsage, SessionState};
+use parking_lot::Mutex;
+
+use crate::app::{App, read_body, upstream_uri};
+use crate::decode::{Decoder, Encoding};
+use crate::expand_loop::Continuation;
+use crate::http::{self as h, Body, BoxError};
+use crate::upstream::{UpstreamError, strip_hop_by_hop};
+use crate::usage::UsageScanner;
+
+pub(crate) async fn chat(
+    app: &Arc<App>,
+    dialect: Dialect,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(app, body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let uri = upstream_uri(app.upstream_base(dialect), &parts.uri);
+    let mut headers = parts.headers;
+    // sluice reads the reply on these routes (the expand loop, the provider's cache report), so
+    // it asks for it uncompressed whatever the agent accepts; see `decode.rs` for an upstream
+    // that compresses all the same.
+    headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    if let Some(observer) = app.observer() {
+        // Observe: the body goes out exactly as it came; the measurement happens off-path.
+        let meet = observe(app, observer, dialect, &headers, &body);
+        app.stats.record_passthrough(false);
+        return match send(app, parts.method, &uri, &headers, body).await {
+            Ok(response) => relay_reporting(app, Report::Observed(meet), response),
+            Err(err) => upstream_failure(&err),
+        };
+    }
+    let models = RequestModels {
+        llm: &app.llm,
+        dialect,
+        headers: &headers,
+        uri: &uri,
+    };
+    let input = TurnInput {
+        dialect,
+        body: &body,
+        headers: &headers,
+        models: Some(&models),
+    };
+    let turn = app.turns().run(input).await;
+    turn.record(&app.stats);
+    let forward = match turn {
+        Turn::Forward(forward) => forward,
+        Turn::Untouched { session, .. } => {
+            return match send(app, parts.method, &uri, &headers, body).await {
+                // A bypassed turn was recorded by the tracker: its cache report belongs there.
+                Ok(response) => match session {
+                    Some(session) => relay_reporting(app, Report::Live(session), response),
+                    None => relay(response),
+                },
+                Err(err) => upstream_failure(&err),
+            };
+        }
+    };
+    let response = match send(
+        app,
+        parts.method.clone(),
+        &uri,
+        &headers,
+        forward.body.clone(),
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(err) => return upstream_failure(&err),
+    };
+    if !forward.expandable || !response.status().is_success() {
+        if forward.stream {
+            app.stats.record_stream(StreamRelay::Streamed, None);
+        }
+        return relay_reporting(app, Report::Live(forward.session), response);
+    }
+    let call = Continuation {
+        app: app.clone(),
+        dialect,
+        uri,
+        headers,
+        session: forward.session,
+    };
+    if forward.stream {
+        call.stream(forward.body, response)
+    } else {
+        call.buffered(forward.body, response).await
+    }
+}
+
+pub(crate) async fn send(
+    app: &App,
+    method: Method,
+    uri: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Incoming>, UpstreamError> {
+    let started = Instant::now();
+    let result = app.upstream().send(method, uri, headers, body).await;
+    app.stats
+        .record_upstream(started.elapsed(), result.is_err());
+    result
+}
+
+pub(crate) fn upstream_failure(err: &UpstreamError) -> Response<Body> {
+    match err {
+        UpstreamError::Timeout => h::error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_timeout",
+            &err.to_string(),
+        ),
+        _ => h::error(StatusCode::BAD_GATEWAY, "upstream_error", &err.to_string()),
+    }
+}
+
+/// An upstream response passed through as it streams in.
+pub(crate) fn relay(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
+}
+
+/// Where a reply's cache report goes.
+enum Report {
+    /// The session's tracker, known now.
+    Live(String),
+    /// Observe mode's shadow tracker, once the shadow run has named the session.
+    Observed(Arc<Meet>),
+}
+
+/// Relays `response` and, once its body is done, hands the provider's cache report for this
+/// turn to the session's tracker. A compressed reply is decoded on the way (sluice asked for
+/// identity); one it cannot decode goes through as it came, unread.
+fn relay_reporting(app: &Arc<App>, to: Report, response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let decoder = match Encoding::take(&mut parts.headers) {
+        Encoding::Identity => None,
+        Encoding::Decode(decoder) => Some(decoder),
+        Encoding::Unknown => {
+            return Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed());
+        }
+    };
+    let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
+    let mut scanner = UsageScanner::new(move |usage| match to {
+        Report::Live(session) => apply_usage(&sessions, &stats, &session, usage),
+        Report::Observed(meet) => meet.usage(usage, &sessions, &stats),
+    });
+    let body = match decoder {
+        None => body
+            .map_err(|e| Box::new(e) as BoxError)
+            .map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    scanner.scan(data);
+                }
+                frame
+            })
+            .boxed(),
+        Some(decoder) => decoding(body, decoder, scanner),
+    };
+    Response::from_parts(parts, body)
+}
+
+/// `body` decoded as it streams, scanned for the cache report; the scanner reports when the
+/// stream ends and it is dropped.
+fn decoding<F>(body: Incoming, decoder: Box<Decoder>, scanner: UsageScanner<F>) -> Body
+where
+    F: FnOnce(CacheUsage) + Send + Sync + 'static,
+{
+    let stream =
+        futures::stream::unfold(Some((body, Some(decoder), scanner)), |state| async move {
+            let (mut body, mut decoder, mut scanner) = state?;
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    let frame = match frame.into_data() {
+                        Ok(data) => {
+                            let data = match decoder.as_mut().map(|d| d.feed(&data)) {
+                                None => data,
+                                Some(Ok(decoded)) => decoded,
+                                // A corrupt stream: what is left goes out as it came.
+                                Some(Err(_)) => {
+                                    decoder = None;
+                                    data
+                                }
+                            };
+                            scanner.scan(&data);
+                            Frame::data(data)
+                        }
+                        Err(frame) => frame,
+                    };
+                    Some((Ok(frame), Some((body, decoder, scanner))))
+                }
+                Some(Err(err)) => Some((Err(Box::new(err) as BoxError), None)),
+                None => {
+                    let tail = decoder
+                        .and_then(|mut d| d.finish().ok())
+                        .filter(|t| !t.is_empty())?;
+                    scanner.scan(&tail);
+                    Some((Ok(Frame::data(tail)), None))
+                }
+            }
+        });
+    BodyExt::boxed(StreamBody::new(stream))
+}
+
+/// The provider's cache report for a session's latest turn, to its tracker.
+fn apply_usage(
+    sessions: &Sessions<SessionState>,
+    stats: &Arc<Stats>,
+    session: &str,
+    usage: CacheUsage,
+) {
+    let stats = stats.clone();
+    sessions.apply(session, move |state: &mut SessionState| {
+        let before = state.tracker.counts.cold_mispredicted;
+        state.tracker.observe_usage(usage);
+        if state.tracker.counts.cold_mispredicted > before {
+            stats.record_cold_mispredicted();
+        }
+    });
+}
+
+/// Observe mode learns a turn's session off the request path (the shadow run parses the body)
+/// and its cache report from the relayed reply, in either order; whichever arrives second hands
+/// the report to the shadow tracker, after the shadow run recorded the turn it belongs to.
+#[derive(Debug, Default)]
+struct Meet {
+    state: Mutex<(Option<String>, Option<CacheUsage>)>,
+}
+
+impl Meet {
+    fn session(&self, session: &str, sessions: &Sessions<SessionState>, stats: &Arc<Stats>) {
+        let usage = {
+            let mut state = self.state.lock();
+            state.0 = Some(session.to_owned());
+            state.1.take()
+        };
+        if let Some(usage) = usage {
+            apply_usage(sessions, stats, session, usage);
+        }
+    }
+
+    fn usage(&self, usage: CacheUsage, sessions: &Sessions<SessionState>, stats: &Arc<Stats>) {
+        let session = {
+            let mut state = self.state.lock();
+            if state.0.is_none() {
+                state.1 = Some(usage);
+                return;
+            }
+            state.0.clone()
+        };
+        if let Some(session) = session {
+            apply_usage(sessions, stats, &session, usage);
+        }
+    }
+}
+
+/// Queues the shadow run of one request; a full queue drops it (counted), never waits.
+fn observe(
+    app: &App,
+    observer: &crate::app::Observer,
+    dialect: Dialect,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Arc<Meet> {
+    let meet = Arc::new(Meet::default());
+    let key = {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(body.as_ref())
+    };
+    let shadow: Arc<TurnService> = observer.shadow.clone();
+    let (stats, meet_job) = (app.stats.clone(), meet.clone());
+    let (headers, body) = (headers.clone(), body.clone());
+    // The job runs on a pool thread, outside the runtime; the turn's lease is async.
+    let runtime = tokio::runtime::Handle::current();
+    let _ = observer.pool.try_submit(key, move || {
+        let input = TurnInput {
+            dialect,
+            body: &body,
+            headers: &headers,
+            models: None,
+        };
+        let turn = runtime.block_on(shadow.run(input));
+        turn.record_projection(&stats);
+        if let (Some(session), Some(sessions)) = (turn.session(), shadow.sessions()) {
+            meet_job.session(session, sessions, &stats);
+        }
+    });
+    meet
+}
+
+/// What `model.source: incoming` reuses: the request's protocol, upstream URL, model and the
+/// caller's headers that may go upstream (credentials included; they live only as long as this
+/// request's jobs and are never logged). Compression is not asked for: the reply is parsed.
+struct RequestModels<'a> {
+    llm: &'a llm::LlmService,
+    dialect: Dialect,
+    headers: &'a HeaderMap,
+    uri: &'a str,
+}
+
+impl ModelSource for RequestModels<'_> {
+    fn for_turn(&self, parsed: &ParsedBody<'_>) -> Arc<dyn TurnModels> {
+        Arc::new(ModelsOfRequest {
+            inner: self.llm.for_request(incoming_model(
+                self.dialect,
+                self.headers,
+                parsed,
+                self.uri,
+            )),
+            llm: self.llm.clone(),
+        })
+    }
+}
+
+fn incoming_model(
+    dialect: Dialect,
+    headers: &HeaderMap,
+    parsed: &ParsedBody<'_>,
+    upstream_uri: &str,
+) -> Option<llm::Incoming> {
+    let model = parsed.field("model")?.of(parsed.text());
+    let model: String = serde_json::from_str(model).ok()?;
+    let headers = headers
+        .iter()
+        .filter(|(name, _)| {
+            crate::upstream::forwardable(name)
+                && !matches!(
+                    name.as_str(),
+                    "content-length" | "content-type" | "accept-encoding" | "host"
+                )
+        })
+        .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
+        .collect();
+    Some(llm::Incoming {
+        provider: match dialect {
+            Dialect::Anthropic => engine::model::Provider::Anthropic,
+            Dialect::OpenAi => engine::model::Provider::Openai,
+        },
+        url: upstream_uri.to_string(),
+        headers,
+        model,
+    })
+}
+
+/// One request's model view, as the turn needs it: the LLM actor's, plus the wait, whose
+/// timeouts the actor counts.
+struct ModelsOfRequest {
+    inner: llm::RequestModels,
+    llm: llm::LlmService,
+}
+
+impl Models for ModelsOfRequest {
+    fn ask(&self, ask: Ask<'_>) -> Answer {
+        self.inner.ask(ask)
+    }
+
+    fn submitted(&self) -> usize {
+        self.inner.submitted()
+    }
+}
+
+#[async_trait]
+impl TurnModels for ModelsOfRequest {
+    fn pending(&self) -> usize {
+        self.inner.pending()
+    }
+
+    async fn wait(&self) -> usize {
+        let waited = self.inner.wait().await;
+        self.llm.record_timeouts(waited.timed_out as u64);
+        waited.finished
+    }
+}

@@ -1,0 +1,173 @@
+//! Reading a compressed upstream reply.
+//!
+//! sluice asks for `Accept-Encoding: identity` on every request whose reply it may read (the
+//! expand loop, the provider's cache report), whatever the agent asked for: the reply is small
+//! beside the request, and reading it must never fail. An upstream (or a hop in front of it)
+//! that compresses all the same is decoded here as the bytes stream past, and the agent gets
+//! the identity bytes, with `Content-Encoding` and `Content-Length` dropped.
+
+use std::io::Write;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+
+/// A streaming decoder for one `Content-Encoding`.
+pub enum Decoder {
+    Gzip(flate2::write::GzDecoder<Vec<u8>>),
+    /// HTTP `deflate` is the zlib format.
+    Deflate(flate2::write::ZlibDecoder<Vec<u8>>),
+    Brotli(Box<brotli_decompressor::DecompressorWriter<Vec<u8>>>),
+}
+
+impl std::fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Decoder::Gzip(_) => "Decoder(gzip)",
+            Decoder::Deflate(_) => "Decoder(deflate)",
+            Decoder::Brotli(_) => "Decoder(br)",
+        })
+    }
+}
+
+/// What a reply's `Content-Encoding` asks of a reader.
+#[derive(Debug)]
+pub enum Encoding {
+    /// Nothing, or `identity`: read as it is.
+    Identity,
+    /// One encoding sluice decodes.
+    Decode(Box<Decoder>),
+    /// Several, or one sluice does not know: the reply cannot be read and is relayed untouched.
+    Unknown,
+}
+
+impl Encoding {
+    /// Reads `headers`; when the reply will be decoded, drops the headers that describe the
+    /// encoded bytes, since the agent gets the decoded ones.
+    pub fn take(headers: &mut HeaderMap) -> Encoding {
+        let Some(value) = headers.get(CONTENT_ENCODING) else {
+            return Encoding::Identity;
+        };
+        let name = value.to_str().unwrap_or("").trim().to_ascii_lowercase();
+        let decoder = match name.as_str() {
+            "" | "identity" => return Encoding::Identity,
+            "gzip" | "x-gzip" => Decoder::Gzip(flate2::write::GzDecoder::new(Vec::new())),
+            "deflate" => Decoder::Deflate(flate2::write::ZlibDecoder::new(Vec::new())),
+            "br" => Decoder::Brotli(Box::new(brotli_decompressor::DecompressorWriter::new(
+                Vec::new(),
+                4096,
+            ))),
+            _ => return Encoding::Unknown,
+        };
+        headers.remove(CONTENT_ENCODING);
+        headers.remove(CONTENT_LENGTH);
+        Encoding::Decode(Box::new(decoder))
+    }
+}
+
+impl Decoder {
+    /// Decodes one chunk; returns what it yielded (possibly nothing yet).
+    ///
+    /// # Errors
+    /// A corrupt stream.
+    pub fn feed(&mut self, chunk: &[u8]) -> std::io::Result<Bytes> {
+        match self {
+            Decoder::Gzip(d) => {
+                d.write_all(chunk)?;
+                Ok(Bytes::from(std::mem::take(d.get_mut())))
+            }
+            Decoder::Deflate(d) => {
+                d.write_all(chunk)?;
+                Ok(Bytes::from(std::mem::take(d.get_mut())))
+            }
+            Decoder::Brotli(d) => {
+                d.write_all(chunk)?;
+                Ok(Bytes::from(std::mem::take(d.get_mut())))
+            }
+        }
+    }
+
+    /// Flushes what the decoder still holds at the end of the body.
+    ///
+    /// # Errors
+    /// A truncated or corrupt stream.
+    pub fn finish(&mut self) -> std::io::Result<Bytes> {
+        match self {
+            Decoder::Gzip(d) => {
+                d.try_finish()?;
+                Ok(Bytes::from(std::mem::take(d.get_mut())))
+            }
+            Decoder::Deflate(d) => {
+                d.try_finish()?;
+                Ok(Bytes::from(std::mem::take(d.get_mut())))
+            }
+            Decoder::Brotli(d) => {
+                d.flush()?;
+                Ok(Bytes::from(std::mem::take(d.get_mut())))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::Compression;
+    use flate2::write::{GzEncoder, ZlibEncoder};
+
+    fn decode_in_chunks(headers: &mut HeaderMap, encoded: &[u8]) -> Vec<u8> {
+        let Encoding::Decode(mut decoder) = Encoding::take(headers) else {
+            panic!("not decodable");
+        };
+        let mut out = Vec::new();
+        // Seven-byte chunks: a header or a block split anywhere still decodes.
+        for chunk in encoded.chunks(7) {
+            out.extend_from_slice(&decoder.feed(chunk).unwrap());
+        }
+        out.extend_from_slice(&decoder.finish().unwrap());
+        out
+    }
+
+    #[test]
+    fn gzip_and_deflate_replies_decode_chunk_by_chunk() {
+        let reply = br#"{"content":[{"type":"tool_use","name":"context_guru_expand"}]}"#.repeat(20);
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        gz.write_all(&reply).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_ENCODING, "gzip".parse().unwrap());
+        headers.insert(CONTENT_LENGTH, "12".parse().unwrap());
+        assert_eq!(decode_in_chunks(&mut headers, &gz.finish().unwrap()), reply);
+        assert!(headers.get(CONTENT_ENCODING).is_none() && headers.get(CONTENT_LENGTH).is_none());
+        let mut zlib = ZlibEncoder::new(Vec::new(), Compression::default());
+        zlib.write_all(&reply).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_ENCODING, "Deflate".parse().unwrap());
+        assert_eq!(
+            decode_in_chunks(&mut headers, &zlib.finish().unwrap()),
+            reply
+        );
+    }
+
+    #[test]
+    fn identity_and_unknown_encodings_are_left_alone() {
+        let mut headers = HeaderMap::new();
+        assert!(matches!(Encoding::take(&mut headers), Encoding::Identity));
+        headers.insert(CONTENT_ENCODING, "zstd".parse().unwrap());
+        assert!(matches!(Encoding::take(&mut headers), Encoding::Unknown));
+        assert!(
+            headers.get(CONTENT_ENCODING).is_some(),
+            "kept for the agent to decode"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_stream_is_an_error_not_a_panic() {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_ENCODING, "gzip".parse().unwrap());
+        let Encoding::Decode(mut decoder) = Encoding::take(&mut headers) else {
+            panic!("not decodable");
+        };
+        let fed = decoder.feed(b"\x1f\x8b\x08\x00garbage that is not deflate");
+        assert!(fed.is_err() || decoder.finish().is_err());
+    }
+}

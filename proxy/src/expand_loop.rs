@@ -1,0 +1,291 @@
+//! The expand loop: when the forwarded request declared `context_guru_expand`, a reply made only
+//! of expand calls is answered from the store and the conversation continues upstream, up to
+//! [`MAX_EXPAND_ROUNDS`] times, so the agent never sees a call to a tool it did not declare.
+//!
+//! Non-streamed replies are read whole; streamed ones stream as they arrive until an expand call
+//! starts (see `sse::Relay`). A reply sluice cannot read (an encoding it cannot decode) goes to
+//! the agent untouched and is counted (`expand_unread`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actors::stats::StreamRelay;
+use bytes::Bytes;
+use engine::marker;
+use engine::tokens;
+use engine::wire::Dialect;
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+
+use crate::app::App;
+use crate::chat::{relay, send, upstream_failure};
+use crate::decode::{Decoder, Encoding};
+use crate::expand;
+use crate::http::{self as h, Body, BoxError};
+use crate::sse;
+use crate::upstream::{UpstreamError, strip_hop_by_hop};
+
+/// Expand rounds per request before the response goes to the agent as it is.
+pub const MAX_EXPAND_ROUNDS: usize = 3;
+
+/// What the expand loop needs to re-invoke upstream.
+pub(crate) struct Continuation {
+    pub(crate) app: Arc<App>,
+    pub(crate) dialect: Dialect,
+    pub(crate) uri: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) session: String,
+}
+
+type Sender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
+
+impl Continuation {
+    /// Resolves the calls and builds the next request, or `None` when the response is not an
+    /// all-expand turn.
+    fn next_request(&self, forwarded: &[u8], response: &[u8]) -> Option<Vec<u8>> {
+        let calls = expand::expand_calls(response, self.dialect)?;
+        let mut restored = 0;
+        let mut missed = 0;
+        let mut wasted = 0;
+        let store = self.app.store();
+        let results: Vec<(String, String)> = calls
+            .into_iter()
+            .map(|call| {
+                let original = match store.resolve(&self.session, &call.stash_id) {
+                    Some(original) => {
+                        restored += 1;
+                        wasted += tokens::count(&original) as u64;
+                        original.to_string()
+                    }
+                    None => {
+                        missed += 1;
+                        marker::expired_placeholder(&call.stash_id)
+                    }
+                };
+                (call.call_id, original)
+            })
+            .collect();
+        self.app.stats.record_expand_round(restored, missed, wasted);
+        expand::continuation(forwarded, response, self.dialect, &results)
+    }
+
+    /// Sends the next request of the loop with the agent's own headers.
+    async fn resend(&self, body: Bytes) -> Result<Response<Incoming>, UpstreamError> {
+        send(&self.app, Method::POST, &self.uri, &self.headers, body).await
+    }
+
+    /// Non-streamed: read each response whole, loop while it is all expand calls.
+    pub(crate) async fn buffered(
+        self,
+        mut forwarded: Bytes,
+        mut response: Response<Incoming>,
+    ) -> Response<Body> {
+        for _ in 0..=MAX_EXPAND_ROUNDS {
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            let encoding = Encoding::take(&mut parts.headers);
+            let bytes = match body.collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(err) => {
+                    return h::error(
+                        StatusCode::BAD_GATEWAY,
+                        "upstream_error",
+                        &format!("upstream body failed: {err}"),
+                    );
+                }
+            };
+            let bytes = match encoding {
+                Encoding::Identity => bytes,
+                Encoding::Decode(mut decoder) => match decode_whole(&mut decoder, &bytes) {
+                    Ok(decoded) => decoded,
+                    Err(_) => return self.unread(parts, bytes, "corrupt_encoding"),
+                },
+                Encoding::Unknown => return self.unread(parts, bytes, "unknown_encoding"),
+            };
+            let next = parts
+                .status
+                .is_success()
+                .then(|| self.next_request(&forwarded, &bytes))
+                .flatten();
+            let Some(next) = next else {
+                return Response::from_parts(parts, h::full(bytes));
+            };
+            forwarded = Bytes::from(next);
+            response = match self.resend(forwarded.clone()).await {
+                Ok(response) => response,
+                Err(err) => return upstream_failure(&err),
+            };
+        }
+        relay(response)
+    }
+
+    /// A reply the loop cannot read reaches the agent as it came, counted.
+    fn unread(
+        &self,
+        parts: http::response::Parts,
+        bytes: Bytes,
+        why: &'static str,
+    ) -> Response<Body> {
+        self.app.stats.record_expand_unread(why);
+        Response::from_parts(parts, h::full(bytes))
+    }
+
+    /// Streamed: everything streams as it arrives until an expand call starts. From there the
+    /// rest of that response is held; when its calls are all expand calls they are answered
+    /// from the store and the continuation streams on in the same response, so the client sees
+    /// one coherent stream (text the model wrote before the call included). Anything else
+    /// releases what was held, verbatim.
+    pub(crate) fn stream(self, forwarded: Bytes, first: Response<Incoming>) -> Response<Body> {
+        let (mut parts, body) = first.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        let decoder = match Encoding::take(&mut parts.headers) {
+            Encoding::Identity => None,
+            Encoding::Decode(decoder) => Some(decoder),
+            Encoding::Unknown => {
+                self.app.stats.record_expand_unread("unknown_encoding");
+                let body = body.map_err(|e| Box::new(e) as BoxError).boxed();
+                return Response::from_parts(parts, body);
+            }
+        };
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(32);
+        tokio::spawn(self.drive_stream(forwarded, body, decoder, tx));
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        Response::from_parts(parts, BodyExt::boxed(StreamBody::new(stream)))
+    }
+
+    async fn drive_stream(
+        self,
+        mut forwarded: Bytes,
+        mut body: Incoming,
+        mut decoder: Option<Box<Decoder>>,
+        tx: Sender,
+    ) {
+        let started = Instant::now();
+        let mut relay = sse::Relay::new(self.dialect);
+        for round in 0..=MAX_EXPAND_ROUNDS {
+            let Some(pending) = self
+                .stream_round(
+                    &mut body,
+                    decoder.as_deref_mut(),
+                    &mut relay,
+                    &tx,
+                    (round == 0).then_some(started),
+                )
+                .await
+            else {
+                return;
+            };
+            if !relay.holding() {
+                // Bytes after the last blank line (a stream cut short) go out as they are.
+                if !pending.is_empty() {
+                    let _ = tx.send(Ok(Frame::data(Bytes::from(pending)))).await;
+                }
+                return;
+            }
+            self.app.stats.record_stream(StreamRelay::Buffered, None);
+            let aggregated = relay.take_turn().to_string();
+            let next = if round < MAX_EXPAND_ROUNDS {
+                self.next_request(&forwarded, aggregated.as_bytes())
+            } else {
+                None
+            };
+            let Some(next) = next else {
+                // Not all expand calls, or out of rounds: the agent gets the turn as it was.
+                let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                return;
+            };
+            forwarded = Bytes::from(next);
+            let continued = match self.resend(forwarded.clone()).await {
+                Ok(response) if response.status().is_success() => {
+                    let (mut parts, next_body) = response.into_parts();
+                    match Encoding::take(&mut parts.headers) {
+                        Encoding::Identity => Some((next_body, None)),
+                        Encoding::Decode(d) => Some((next_body, Some(d))),
+                        Encoding::Unknown => {
+                            self.app.stats.record_expand_unread("unknown_encoding");
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let Some((next_body, next_decoder)) = continued else {
+                // The continuation failed: the agent gets the held turn rather than nothing.
+                let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                return;
+            };
+            relay.continue_in_place();
+            body = next_body;
+            decoder = next_decoder;
+        }
+    }
+
+    /// Streams one upstream response through the relay until it ends; returns the bytes after
+    /// its last complete frame, or `None` when the stream is over for the agent (an error, a
+    /// client that went away).
+    async fn stream_round(
+        &self,
+        body: &mut Incoming,
+        mut decoder: Option<&mut Decoder>,
+        relay: &mut sse::Relay,
+        tx: &Sender,
+        mut first_byte_since: Option<Instant>,
+    ) -> Option<Vec<u8>> {
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let data = match body.frame().await {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+                Some(Err(err)) => {
+                    let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                    let _ = tx.send(Err(Box::new(err))).await;
+                    return None;
+                }
+                None => break,
+            };
+            let data = match decoder.as_deref_mut().map(|d| d.feed(&data)) {
+                None => data,
+                Some(Ok(decoded)) => decoded,
+                Some(Err(err)) => {
+                    self.app.stats.record_expand_unread("corrupt_encoding");
+                    let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                    let _ = tx.send(Err(Box::new(err))).await;
+                    return None;
+                }
+            };
+            pending.extend_from_slice(&data);
+            let out = relay.push_frames(sse::take_frames(&mut pending));
+            if out.is_empty() {
+                continue;
+            }
+            if let Some(since) = first_byte_since.take() {
+                self.app
+                    .stats
+                    .record_stream(StreamRelay::Streamed, Some(since.elapsed()));
+            }
+            if tx.send(Ok(Frame::data(out))).await.is_err() {
+                return None; // The client went away: nothing left to deliver.
+            }
+        }
+        if let Some(tail) = decoder.and_then(|d| d.finish().ok()) {
+            pending.extend_from_slice(&tail);
+            let out = relay.push_frames(sse::take_frames(&mut pending));
+            if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
+                return None;
+            }
+        }
+        Some(pending)
+    }
+}
+
+fn decode_whole(decoder: &mut Decoder, bytes: &[u8]) -> std::io::Result<Bytes> {
+    let mut out = decoder.feed(bytes)?.to_vec();
+    out.extend_from_slice(&decoder.finish()?);
+    Ok(Bytes::from(out))
+}
