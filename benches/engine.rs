@@ -1,6 +1,6 @@
 //! Criterion benches for the engine: parse + no-op write-back, the embedded default pipeline
 //! (whole and phase by phase), each component alone on 200 KB, `skeleton` on a 200 KB source
-//! read, and a DSL filter on 5 MB.
+//! read, a DSL filter on 5 MB, and placing the way back on a 1 MiB turn.
 //!
 //! Run: `cargo bench -p benches --bench engine`. Figures go to `docs/performance.md`.
 
@@ -217,6 +217,64 @@ fn dsl_filter(c: &mut Criterion) {
     group.finish();
 }
 
+/// The way back on a steady-state 1 MiB Anthropic turn of the embedded default: placing the
+/// expand tool when `tools` comes before the edited members (an offset shift) and when it sits
+/// between them as LiteLLM writes it (a walk of the rewritten body's top level), and the marker
+/// scan a turn that stashed nothing pays.
+fn way_back(c: &mut Criterion) {
+    let mut group = c.benchmark_group("way_back/1mb_anthropic");
+    let pipeline = Config::embedded().build_pipeline().unwrap();
+    // Twenty bash calls, each answered by a 50 KB pytest log (every fifth run fails): a
+    // transcript the default pipeline cuts, so every edited member changes length.
+    let mut turns = vec![serde_json::json!({"role": "user", "content": "fix the failing tests"})];
+    for i in 0..20 {
+        let id = format!("toolu_{i:02}");
+        turns.push(serde_json::json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "bash", "input": {"command": "pytest -q"}}]}));
+        turns.push(serde_json::json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": benches::pytest_log(50_000, 5)}]}));
+    }
+    let system = serde_json::json!([{"type": "text", "text": "You are a coding agent."}]);
+    let member = |key: &str| {
+        let value = match key {
+            "system" => system.clone(),
+            "tools" => serde_json::json!([{"name": "bash", "input_schema": {"type": "object"}}]),
+            "messages" => serde_json::Value::Array(turns.clone()),
+            _ => serde_json::Value::from("claude-sonnet-4-5"),
+        };
+        format!("{}:{value}", serde_json::Value::from(key))
+    };
+    for (name, order) in [
+        ("tools_first", ["model", "tools", "system", "messages"]),
+        ("litellm_order", ["model", "messages", "tools", "system"]),
+    ] {
+        let members: Vec<String> = order.iter().map(|k| member(k)).collect();
+        let body = format!("{{{},\"max_tokens\":1024}}", members.join(",")).into_bytes();
+        let cx = run_cx(Dialect::Anthropic);
+        let parsed = wire::parse(&body, Dialect::Anthropic).unwrap();
+        let applied = engine::apply::apply_parsed(&parsed, &pipeline, &cx);
+        assert!(
+            applied.body.len() < body.len(),
+            "{name}: the default pipeline cut nothing"
+        );
+        assert!(
+            matches!(
+                engine::way_back::inject(&parsed, &applied.body),
+                Ok(engine::way_back::Injected::Added(_))
+            ),
+            "{name}: the tool was not placed"
+        );
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("inject/{name}"), |b| {
+            b.iter(|| engine::way_back::inject(&parsed, black_box(&applied.body)).is_ok());
+        });
+        if name == "tools_first" {
+            group.bench_function("carries_marker", |b| {
+                b.iter(|| engine::way_back::carries_marker(black_box(&body)));
+            });
+        }
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(20)
@@ -224,5 +282,5 @@ fn config() -> Criterion {
         .warm_up_time(Duration::from_secs(1))
 }
 
-criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, default_pipeline_phases, each_component, skeleton_source, dsl_filter }
+criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back }
 criterion_main!(benches);

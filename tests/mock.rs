@@ -68,6 +68,9 @@ pub struct Mock {
     recorded: Arc<Mutex<Vec<Recorded>>>,
     script: Arc<Mutex<VecDeque<Reply>>>,
     encoding: Arc<Mutex<Encoding>>,
+    /// Anthropic cache fields (read, written) every non-streamed reply reports; `None` reports
+    /// none, like a provider without prompt caching.
+    cache_report: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 impl std::fmt::Debug for Mock {
@@ -101,10 +104,13 @@ impl Mock {
             recorded: Arc::default(),
             script: Arc::default(),
             encoding: Arc::default(),
+            cache_report: Arc::default(),
         };
         let served = mock.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                // As the providers' front ends do: small SSE writes leave at once.
+                let _ = stream.set_nodelay(true);
                 let mock = served.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
@@ -132,6 +138,11 @@ impl Mock {
     /// Sets how replies are encoded from now on.
     pub fn set_encoding(&self, encoding: Encoding) {
         *self.encoding.lock() = encoding;
+    }
+
+    /// Sets the cache report of every later non-streamed Anthropic reply.
+    pub fn set_cache_report(&self, report: Option<(u64, u64)>) {
+        *self.cache_report.lock() = report;
     }
 
     /// Forgets what was received (a long test keeps only what it checks).
@@ -230,7 +241,14 @@ impl Mock {
                     Duration::ZERO,
                 ))
             }
-            reply => json_response(200, whole_response(anthropic, &reply).to_string()),
+            reply => {
+                let mut whole = whole_response(anthropic, &reply);
+                if let (true, Some((read, written))) = (anthropic, *self.cache_report.lock()) {
+                    whole["usage"]["cache_read_input_tokens"] = json!(read);
+                    whole["usage"]["cache_creation_input_tokens"] = json!(written);
+                }
+                json_response(200, whole.to_string())
+            }
         }
     }
 }

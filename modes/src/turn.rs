@@ -517,7 +517,16 @@ enum WayBack {
 /// # Errors
 /// Why it could not.
 fn place_way_back(parsed: &ParsedBody<'_>, applied: &Applied<'_>) -> Result<WayBack, Withheld> {
-    if !way_back::carries_marker(&applied.body) {
+    // A stash this run made is a marker in the body (write-back may have discarded it, and then
+    // the tool is declared for nothing, as harmless as it is rare); otherwise the body itself is
+    // read, for replays of a reverted component and markers the agent's history brought in. A
+    // live session stashes on most turns, so the scan runs on few of them.
+    let stashed = applied
+        .report
+        .components
+        .iter()
+        .any(|c| !c.stashed.is_empty());
+    if !stashed && !way_back::carries_marker(&applied.body) {
         return Ok(WayBack::NotNeeded);
     }
     match way_back::inject(parsed, &applied.body)? {

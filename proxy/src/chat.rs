@@ -229,6 +229,16 @@ where
     BodyExt::boxed(StreamBody::new(stream))
 }
 
+/// A scanner that hands the cache report it finds to `session`'s tracker when dropped (the
+/// expand loop scans its first reply with it: that reply's report describes the turn).
+pub(crate) fn live_report(
+    app: &App,
+    session: String,
+) -> UsageScanner<impl FnOnce(CacheUsage) + Send + use<>> {
+    let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
+    UsageScanner::new(move |usage| apply_usage(&sessions, &stats, &session, usage))
+}
+
 /// The provider's cache report for a session's latest turn, to its tracker.
 fn apply_usage(
     sessions: &Sessions<SessionState>,

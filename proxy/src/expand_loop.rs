@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 
 use crate::app::App;
-use crate::chat::{relay, send, upstream_failure};
+use crate::chat::{live_report, relay, send, upstream_failure};
 use crate::decode::{Decoder, Encoding};
 use crate::expand;
 use crate::http::{self as h, Body, BoxError};
@@ -81,7 +81,7 @@ impl Continuation {
         mut forwarded: Bytes,
         mut response: Response<Incoming>,
     ) -> Response<Body> {
-        for _ in 0..=MAX_EXPAND_ROUNDS {
+        for round in 0..=MAX_EXPAND_ROUNDS {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             let encoding = Encoding::take(&mut parts.headers);
@@ -103,6 +103,10 @@ impl Continuation {
                 },
                 Encoding::Unknown => return self.unread(parts, bytes, "unknown_encoding"),
             };
+            if round == 0 {
+                // The first reply's cache report describes this turn; later rounds re-send it.
+                live_report(&self.app, self.session.clone()).scan(&bytes);
+            }
             let next = parts
                 .status
                 .is_success()
@@ -167,6 +171,13 @@ impl Continuation {
         let started = Instant::now();
         let mut relay = sse::Relay::new(self.dialect);
         for round in 0..=MAX_EXPAND_ROUNDS {
+            // The first reply's cache report describes this turn; later rounds re-send it.
+            let mut report = (round == 0).then(|| live_report(&self.app, self.session.clone()));
+            let mut scan = |data: &[u8]| {
+                if let Some(report) = report.as_mut() {
+                    report.scan(data);
+                }
+            };
             let Some(pending) = self
                 .stream_round(
                     &mut body,
@@ -174,6 +185,7 @@ impl Continuation {
                     &mut relay,
                     &tx,
                     (round == 0).then_some(started),
+                    &mut scan,
                 )
                 .await
             else {
@@ -234,6 +246,7 @@ impl Continuation {
         relay: &mut sse::Relay,
         tx: &Sender,
         mut first_byte_since: Option<Instant>,
+        scan: &mut (dyn FnMut(&[u8]) + Send),
     ) -> Option<Vec<u8>> {
         let mut pending: Vec<u8> = Vec::new();
         loop {
@@ -259,6 +272,7 @@ impl Continuation {
                     return None;
                 }
             };
+            scan(&data);
             pending.extend_from_slice(&data);
             let out = relay.push_frames(sse::take_frames(&mut pending));
             if out.is_empty() {

@@ -848,3 +848,43 @@ async fn turns_of_a_session_share_one_tracker_and_never_flip_the_cached_prefix()
         "mask left the cached prefix alone on a warm turn"
     );
 }
+
+/// The provider's cache report reaches the tracker of the mode that runs turns: in sync mode the
+/// live one, in observe mode the shadow one (through the same reporting relay). A reply that
+/// reports neither a read nor a write for a request without breakpoints means nothing is
+/// cached, so the session's next turn reads cold.
+#[tokio::test]
+async fn the_cache_report_reaches_the_tracker_in_sync_and_observe_mode() {
+    let observe_config = format!(
+        "{}\nobserve: {{workers: 1, max_queue: 64}}\n",
+        engine::config::EMBEDDED_DEFAULT.replace("mode: sync", "mode: observe")
+    );
+    for (config, observing) in [
+        (engine::config::EMBEDDED_DEFAULT.to_owned(), false),
+        (observe_config, true),
+    ] {
+        let sluice = start(&config).await;
+        sluice.mock.set_cache_report(Some((0, 0)));
+        let session = [("x-context-guru-session", "cache-report")];
+        let body = compactable(Dialect::Anthropic, false);
+        sluice
+            .chat(Dialect::Anthropic, &session, body.clone())
+            .await;
+        if observing {
+            observed(&sluice, 1).await;
+        }
+        // The report lands between turns (the relay hands it over when the body ends).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sluice.chat(Dialect::Anthropic, &session, body).await;
+        let stats = if observing {
+            observed(&sluice, 2).await
+        } else {
+            sluice.stats().await
+        };
+        assert_eq!(stats["tracked_turns"], 2, "observing={observing}");
+        assert_eq!(
+            stats["cold_turns"], 1,
+            "observing={observing}: the report was lost"
+        );
+    }
+}
