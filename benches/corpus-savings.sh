@@ -4,13 +4,17 @@
 # Prints a Markdown table (the one in docs/components.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-corpus="${SLUICE_CORPUS:-$(cd .. && pwd)/shared/corpus}"
+# The corpus in the repository (bodies gzipped), or SLUICE_CORPUS: the same layout, gzipped or not.
+corpus="${SLUICE_CORPUS:-tests/corpus}"
 cargo build -q --release --bin sluice
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-for body in "$corpus"/public/*/openai.json "$corpus"/public/*/anthropic.json; do
-    run="$(basename "$(dirname "$body")")-$(basename "$body" .json)"
-    target/release/sluice compact "$@" --report "$tmp/$run.report.json" "$body" >/dev/null
+shopt -s nullglob
+for body in "$corpus"/public/*/openai.json{,.gz} "$corpus"/public/*/anthropic.json{,.gz}; do
+    name="$(basename "$body" .gz)"
+    run="$(basename "$(dirname "$body")")-$(basename "$name" .json)"
+    # `sluice compact` reads plain JSON: `gzip -dcf` unpacks a .gz and passes a plain file through.
+    gzip -dcf "$body" | target/release/sluice compact "$@" --report "$tmp/$run.report.json" - >/dev/null
 done
 python3 - "$tmp" <<'PY'
 import json, pathlib, sys, collections

@@ -1,6 +1,7 @@
 //! Inputs for sluice's criterion benches and load harness, built from the real corpus.
 
 use engine::wire::Dialect;
+use integration_tests::CorpusError;
 
 /// Every public final request body of one dialect, largest first.
 pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
@@ -8,7 +9,7 @@ pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Every final request body of one dialect in a corpus folder (`public`, `claude-code`),
-/// largest first.
+/// largest first, read plain or gzipped (`integration_tests::read_corpus_file`).
 pub fn corpus_bodies(folder: &str, dialect: Dialect) -> Vec<(String, Vec<u8>)> {
     let file = match dialect {
         Dialect::OpenAi => "openai.json",
@@ -20,7 +21,12 @@ pub fn corpus_bodies(folder: &str, dialect: Dialect) -> Vec<(String, Vec<u8>)> {
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
-                std::fs::read(e.path().join(file)).ok().map(|b| (name, b))
+                match integration_tests::read_corpus_file(&e.path().join(file)) {
+                    Ok(bytes) => Some((name, bytes)),
+                    // Not every entry is a run (MANIFEST.md), nor has every run both dialects.
+                    Err(CorpusError::Missing(_)) => None,
+                    Err(e) => panic!("{e}"),
+                }
             })
             .collect();
     out.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));

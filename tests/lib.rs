@@ -1,46 +1,109 @@
 //! Shared helpers for sluice's end-to-end tests: finding the real corpus and checking bodies.
 //!
-//! The corpus lives in `shared/corpus` beside the repository (CI lays a copy there too).
-//! `SLUICE_CORPUS` overrides the location; otherwise every ancestor of the checkout is tried,
-//! then the workplace's `/work/shared`, so a clone in a temporary folder still finds it.
+//! The corpus ships with the repository in `tests/corpus` (its request bodies gzipped), so a
+//! fresh clone anywhere runs the whole suite. `SLUICE_CORPUS` points the tests at a larger set
+//! laid out the same way, gzipped or plain; nothing outside the repository is looked for.
 
 pub mod mock;
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use engine::wire::{Dialect, json};
 
-/// The corpus root.
+/// The corpus root: `SLUICE_CORPUS` when set, else the copy in the repository.
 ///
 /// # Panics
-/// When the corpus cannot be found: the tests are meaningless without it, so they fail loudly.
+/// When the folder has no `public` set: the tests are meaningless without it, so they fail
+/// loudly rather than pass over nothing.
 pub fn corpus_root() -> PathBuf {
-    if let Ok(dir) = std::env::var("SLUICE_CORPUS") {
-        return PathBuf::from(dir);
+    let root = std::env::var_os("SLUICE_CORPUS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus"),
+        PathBuf::from,
+    );
+    assert!(
+        root.join("public").is_dir(),
+        "no corpus at {} (SLUICE_CORPUS, when set, must name a folder with `public/`)",
+        root.display()
+    );
+    root
+}
+
+/// Why a corpus file could not be read.
+#[derive(Debug)]
+pub enum CorpusError {
+    /// Neither the file nor its `.gz` exists.
+    Missing(PathBuf),
+    /// The file exists but reading it failed.
+    Read(PathBuf, std::io::Error),
+    /// A `.gz` file that does not decompress.
+    NotGzip(PathBuf, std::io::Error),
+}
+
+impl std::fmt::Display for CorpusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing(path) => write!(f, "{}: neither it nor its .gz exists", path.display()),
+            Self::Read(path, e) => write!(f, "{}: {e}", path.display()),
+            Self::NotGzip(path, e) => write!(f, "{}: not gzip: {e}", path.display()),
+        }
     }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let found = here
-        .ancestors()
-        .map(|dir| dir.join("shared/corpus"))
-        .chain(std::iter::once(PathBuf::from("/work/shared/corpus")))
-        .find(|candidate| candidate.join("public").is_dir());
-    found.unwrap_or_else(|| {
-        panic!(
-            "corpus not found beside {} (set SLUICE_CORPUS)",
-            here.display()
-        )
-    })
+}
+
+impl std::error::Error for CorpusError {}
+
+/// The file a corpus path names: `path` itself when it exists, else `path.gz`.
+///
+/// The repository stores bodies gzipped while an external `SLUICE_CORPUS` may hold them plain,
+/// so callers name the plain file and take whichever is there.
+///
+/// # Errors
+/// [`CorpusError::Missing`] when neither exists.
+pub fn find_corpus_file(path: &Path) -> Result<PathBuf, CorpusError> {
+    if path.is_file() {
+        return Ok(path.to_owned());
+    }
+    let mut gz = path.as_os_str().to_owned();
+    gz.push(".gz");
+    let gz = PathBuf::from(gz);
+    if gz.is_file() {
+        Ok(gz)
+    } else {
+        Err(CorpusError::Missing(path.to_owned()))
+    }
+}
+
+/// The plain bytes of a corpus file: `path` (`openai.json`, `turns.openai.jsonl`, ...) or its
+/// `.gz`, decompressed. A name that already ends in `.gz` is read and decompressed too.
+///
+/// # Errors
+/// A missing or unreadable file, or a `.gz` that does not decompress.
+pub fn read_corpus_file(path: &Path) -> Result<Vec<u8>, CorpusError> {
+    let file = find_corpus_file(path)?;
+    let bytes = std::fs::read(&file).map_err(|e| CorpusError::Read(file.clone(), e))?;
+    if file.extension().is_none_or(|e| e != "gz") {
+        return Ok(bytes);
+    }
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_end(&mut plain)
+        .map_err(|e| CorpusError::NotGzip(file, e))?;
+    Ok(plain)
 }
 
 /// One request body of the corpus.
 #[derive(Debug)]
 pub struct CorpusBody {
+    /// The file read (`.../openai.json` or `.../openai.json.gz`).
     pub path: PathBuf,
     pub dialect: Dialect,
     pub bytes: Vec<u8>,
 }
 
-/// Every `{openai,anthropic}.json` under `public/` and `claude-code/`, in a stable order.
+/// Every `{openai,anthropic}.json[.gz]` under `public/` and `claude-code/`, in a stable order.
+///
+/// # Panics
+/// On a body that exists but cannot be read or decompressed, or a corpus of fewer than 90.
 pub fn bodies() -> Vec<CorpusBody> {
     let mut out = Vec::new();
     for set in ["public", "claude-code"] {
@@ -55,14 +118,18 @@ pub fn bodies() -> Vec<CorpusBody> {
                 ("openai.json", Dialect::OpenAi),
                 ("anthropic.json", Dialect::Anthropic),
             ] {
-                let path = run.join(file);
-                if let Ok(bytes) = std::fs::read(&path) {
-                    out.push(CorpusBody {
-                        path,
-                        dialect,
-                        bytes,
-                    });
-                }
+                let path = match find_corpus_file(&run.join(file)) {
+                    Ok(path) => path,
+                    // A run recorded in one dialect only.
+                    Err(CorpusError::Missing(_)) => continue,
+                    Err(e) => panic!("{e}"),
+                };
+                let bytes = read_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"));
+                out.push(CorpusBody {
+                    path,
+                    dialect,
+                    bytes,
+                });
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The `sluice` command line as a user runs it: exit codes, one-line errors, real corpus bodies.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn sluice(args: &[&str], stdin: &[u8]) -> Output {
@@ -26,13 +26,49 @@ fn sluice_env(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn corpus_body(run: &str, file: &str) -> PathBuf {
+/// A public corpus file where it lies: plain, or gzipped as the repository stores it (`sluice
+/// replay` reads both).
+fn corpus_file(run: &str, file: &str) -> PathBuf {
     let path = integration_tests::corpus_root()
         .join("public")
         .join(run)
         .join(file);
-    assert!(path.is_file(), "corpus body {}", path.display());
-    path
+    integration_tests::find_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A corpus body as a plain JSON file, which `sluice compact` needs: a gzipped one is
+/// decompressed to a temporary file, removed when this is dropped.
+struct PlainBody {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl PlainBody {
+    fn new(run: &str, file: &str) -> Self {
+        let found = corpus_file(run, file);
+        if found.extension().is_none_or(|e| e != "gz") {
+            return Self {
+                path: found,
+                temporary: false,
+            };
+        }
+        let bytes = integration_tests::read_corpus_file(&found).unwrap_or_else(|e| panic!("{e}"));
+        let path =
+            std::env::temp_dir().join(format!("sluice-corpus-{}-{run}-{file}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        Self {
+            path,
+            temporary: true,
+        }
+    }
+}
+
+impl Drop for PlainBody {
+    fn drop(&mut self) {
+        if self.temporary {
+            std::fs::remove_file(&self.path).ok();
+        }
+    }
 }
 
 fn stderr(out: &Output) -> String {
@@ -41,10 +77,11 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn compact_rewrites_a_real_body_and_reports() {
-    let body = corpus_body(
+    let body = PlainBody::new(
         "gemini3pro-miniswe-pytest-dev-pytest-6197",
         "anthropic.json",
     );
+    let body = &body.path;
     let report = std::env::temp_dir().join(format!("sluice-report-{}.json", std::process::id()));
     let out = sluice(
         &[
@@ -56,7 +93,7 @@ fn compact_rewrites_a_real_body_and_reports() {
         b"",
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let input = std::fs::read(&body).unwrap();
+    let input = std::fs::read(body).unwrap();
     assert!(
         out.stdout.len() < input.len(),
         "the default config saves bytes on this body"
@@ -78,7 +115,9 @@ fn compact_rewrites_a_real_body_and_reports() {
 
 #[test]
 fn compact_reads_stdin_and_off_is_byte_identical() {
-    let body = std::fs::read(corpus_body("sweagent-fncall-simple", "openai.json")).unwrap();
+    let body =
+        integration_tests::read_corpus_file(&corpus_file("sweagent-fncall-simple", "openai.json"))
+            .unwrap();
     let out = sluice(&["compact", "--preset", "off", "-"], &body);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(out.stdout == body);
@@ -313,7 +352,8 @@ fn filters_list_test_and_apply() {
 
 #[test]
 fn replay_reports_in_markdown_and_json_and_writes_charts() {
-    let body = corpus_body("gemini3pro-miniswe-pytest-dev-pytest-6197", "openai.json");
+    // Gzipped in the repository: replay reads `.json.gz` as it reads `.json`.
+    let body = corpus_file("gemini3pro-miniswe-pytest-dev-pytest-6197", "openai.json");
     let out_dir = std::env::temp_dir().join(format!("sluice-replay-{}", std::process::id()));
     let out = sluice(
         &[
@@ -370,6 +410,45 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
     let out = sluice(&["replay", "/nonexistent/path"], b"");
     assert!(!out.status.success());
     assert!(stderr(&out).contains("no such file or directory"));
+}
+
+#[test]
+fn replay_of_a_run_folder_prefers_recorded_turns_over_a_gzipped_final_body() {
+    // This run has `turns.openai.jsonl.gz` beside its final bodies, which the repository stores
+    // as `openai.json.gz` and `anthropic.json.gz`: the recorded turns replace the OpenAI body,
+    // gzipped or not, so the run is two sessions, not three.
+    let run =
+        integration_tests::corpus_root().join("public/sweagent-marshmallow1867-fncall-replace");
+    let out = sluice(
+        &[
+            "replay",
+            "--preset",
+            "off",
+            "--format",
+            "json",
+            run.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut names: Vec<String> = doc["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let name = s["name"].as_str().unwrap();
+            Path::new(name)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names[0].starts_with("anthropic.json"), "{names:?}");
+    assert_eq!(names[1], "turns.openai.jsonl.gz");
 }
 
 #[test]

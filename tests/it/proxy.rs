@@ -131,13 +131,11 @@ fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
         Dialect::OpenAi => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
-    std::fs::read(
-        integration_tests::corpus_root()
-            .join("public")
-            .join(run)
-            .join(file),
-    )
-    .unwrap()
+    let path = integration_tests::corpus_root()
+        .join("public")
+        .join(run)
+        .join(file);
+    integration_tests::read_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn route(dialect: Dialect) -> &'static str {

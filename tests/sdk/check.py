@@ -4,6 +4,7 @@ Run by tests/sdk/run.sh with SLUICE_URL pointing at a sluice whose upstreams are
 Each call sends a real corpus conversation (so the pipeline acts and injects the expand tool)
 and checks the answer the SDK parsed.
 """
+import gzip
 import json
 import os
 import sys
@@ -14,10 +15,19 @@ import openai
 url = os.environ["SLUICE_URL"]
 corpus = os.environ["SLUICE_CORPUS_RUN"]
 
-with open(os.path.join(corpus, "anthropic.json")) as f:
-    a_body = json.load(f)
-with open(os.path.join(corpus, "openai.json")) as f:
-    o_body = json.load(f)
+
+def corpus_body(name):
+    """A request body of the run: `name`, or `name.gz` as the repository stores it."""
+    path = os.path.join(corpus, name)
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return json.load(f)
+    with gzip.open(path + ".gz", "rb") as f:
+        return json.load(f)
+
+
+a_body = corpus_body("anthropic.json")
+o_body = corpus_body("openai.json")
 
 failures = []
 

@@ -4,13 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
-corpus="${SLUICE_CORPUS:-}"
-if [[ -z "$corpus" ]]; then
-    for dir in "$root/.." "$root/../.." /work; do
-        if [[ -d "$dir/shared/corpus/public" ]]; then corpus="$dir/shared/corpus"; break; fi
-    done
-fi
-[[ -n "$corpus" ]] || { echo "corpus not found (set SLUICE_CORPUS)" >&2; exit 1; }
+# The corpus ships in the repository; SLUICE_CORPUS points at a larger one laid out the same way.
+corpus="${SLUICE_CORPUS:-$root/tests/corpus}"
+[[ -d "$corpus/public" ]] || { echo "no corpus at $corpus (SLUICE_CORPUS must name a folder with public/)" >&2; exit 1; }
 
 venv="tests/sdk/.venv"
 if [[ ! -x "$venv/bin/python" ]]; then
