@@ -54,7 +54,7 @@ impl llm::Transport for Instant {
         _: &[(String, String)],
         _: Vec<u8>,
         _: Duration,
-    ) -> Result<(u16, Vec<u8>), String> {
+    ) -> Result<(u16, Vec<u8>), llm::TransportError> {
         let body = serde_json::json!({
             "content": [{"type": "text", "text": format!("```python\n{FILTER}```")}],
             "usage": {"input_tokens": 9000, "output_tokens": 80},

@@ -1,12 +1,9 @@
-//! Session actors, the bounded off-path worker pool, and stats aggregation.
+//! Session actors and the bounded off-path worker pool.
 //!
 //! The concurrency machinery, generic over what it carries: [`sessions`] serializes the turns of
-//! each session over a state type the `modes` crate defines, [`pool`] runs observe mode's shadow
-//! jobs off the request path, and [`stats`] aggregates what every run reports.
-
-// `/stats` is one `json!` literal with more fields than the macro's default recursion allows.
-#![recursion_limit = "256"]
+//! each session over a state type the `modes` crate defines, and [`pool`] runs observe mode's
+//! shadow jobs off the request path. (The `/stats` aggregator is not an actor: it lives in
+//! `modes::stats`.)
 
 pub mod pool;
 pub mod sessions;
-pub mod stats;

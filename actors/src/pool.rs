@@ -1,7 +1,7 @@
 //! The bounded off-path worker pool: a fixed set of threads draining a bounded queue.
 //!
-//! Work that must never slow a request (observe mode's shadow compaction, later the dashboard's
-//! writes) goes here. `try_submit` never waits: when the queue is full, or a job with the same
+//! Work that must never slow a request (observe mode's shadow turns, the preparer's memo
+//! filling) goes here. `try_submit` never waits: when the queue is full, or a job with the same
 //! key is already queued or running, the job is dropped and counted. A panicking job is contained
 //! and counted; the worker carries on. Dropping the pool closes the queue and joins the workers,
 //! so a stopped pool leaves no thread behind.

@@ -28,37 +28,18 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 
-use crate::components;
+use crate::components::{self, BuildError, ComponentSource};
 use crate::pipeline::{Pipeline, Stage};
 use crate::store::MemoryStoreLimits;
 
-mod read;
-
-use read::Outline;
+use crate::yaml::{self as read, Outline};
 
 /// The config the `sluice` binary runs with when given no file, and the layer under every file.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default.yaml");
 
-/// One problem in a config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Where: a key path such as `components.dedup` or `pipeline[2]`.
-    pub path: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-fn problem(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        path: path.into(),
-        message: message.into(),
-    }
-}
+/// One problem in a config file (its home is `yaml`, which finds most of them).
+pub use crate::yaml::ConfigError;
+use crate::yaml::problem;
 
 /// `mode:` — what the proxy does with a request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -88,14 +69,19 @@ impl fmt::Display for Mode {
     }
 }
 
-impl std::str::FromStr for Mode {
-    type Err = String;
+/// A `mode` that is neither `sync` nor `observe` (on the command line or in the environment).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode `{0}` (expected `sync` or `observe`)")]
+pub struct UnknownMode(pub String);
 
-    fn from_str(s: &str) -> Result<Mode, String> {
+impl std::str::FromStr for Mode {
+    type Err = UnknownMode;
+
+    fn from_str(s: &str) -> Result<Mode, UnknownMode> {
         [Mode::Sync, Mode::Observe]
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown mode `{s}` (expected `sync` or `observe`)"))
+            .ok_or_else(|| UnknownMode(s.to_owned()))
     }
 }
 
@@ -398,36 +384,6 @@ pub fn find_preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
 }
 
-/// Where a component reads its `components.<name>` block from.
-pub struct ComponentSource<'a> {
-    name: &'a str,
-    /// The YAML document holding a `components:` map with this component's block, if any.
-    document: Option<&'a str>,
-}
-
-impl<'a> ComponentSource<'a> {
-    /// A source with no block: the component's documented defaults.
-    pub fn defaults(name: &'a str) -> ComponentSource<'a> {
-        ComponentSource {
-            name,
-            document: None,
-        }
-    }
-
-    /// Decodes the block strictly, or `None` when there is none (or it has no value).
-    ///
-    /// # Errors
-    /// A plain sentence with line and column.
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<Option<T>, String> {
-        let Some(document) = self.document else {
-            return Ok(None);
-        };
-        read::decode_at::<T>(document, &["components", self.name])
-            .map(Option::flatten)
-            .map_err(|e| read::plain(&e))
-    }
-}
-
 /// Whether a document has a `components.<name>` key, with or without a value.
 fn has_block(document: &str, name: &str) -> bool {
     read::decode_at::<IgnoredAny>(document, &["components", name]).is_ok_and(|f| f.is_some())
@@ -681,20 +637,20 @@ impl Config {
                     format!("component `{name}` is listed twice"),
                 ));
             }
-            if let Err(message) = check_name(name) {
+            if let Err(error) = check_name(name) {
                 let path = if self.listed {
                     format!("pipeline[{i}]")
                 } else {
                     format!("preset `{}`", self.preset.as_deref().unwrap_or(""))
                 };
-                errors.push(problem(path, message));
+                errors.push(problem(path, error.to_string()));
             }
         }
         for name in self.block_names() {
-            if let Err(message) = check_name(name) {
+            if let Err(error) = check_name(name) {
                 let path = format!("components.{name}");
                 let at = outline.at(&path);
-                errors.push(problem(path, format!("{message}{at}")));
+                errors.push(problem(path, format!("{error}{at}")));
             }
         }
     }
@@ -732,9 +688,9 @@ impl Config {
         to_check.dedup();
         for name in to_check {
             if let Some(factory) = components::find(name)
-                && let Err(message) = factory.build(&self.source_for(name))
+                && let Err(error) = factory.build(&self.source_for(name))
             {
-                errors.push(problem(format!("components.{name}"), message));
+                errors.push(problem(format!("components.{name}"), error.to_string()));
             }
         }
     }
@@ -775,16 +731,10 @@ impl Config {
     fn source_for<'a>(&'a self, name: &'a str) -> ComponentSource<'a> {
         for source in &self.sources {
             if source.blocks.iter().any(|b| b == name) {
-                return ComponentSource {
-                    name,
-                    document: Some(&source.text),
-                };
+                return ComponentSource::in_document(name, &source.text);
             }
             if !source.tuned.is_empty() && has_block(source.tuned, name) {
-                return ComponentSource {
-                    name,
-                    document: Some(source.tuned),
-                };
+                return ComponentSource::in_document(name, source.tuned);
             }
         }
         ComponentSource::defaults(name)
@@ -808,10 +758,12 @@ impl Config {
         let mut errors = Vec::new();
         for (i, name) in names.iter().enumerate() {
             match check_name(name) {
-                Err(message) => errors.push(problem(format!("pipeline[{i}]"), message)),
+                Err(error) => errors.push(problem(format!("pipeline[{i}]"), error.to_string())),
                 Ok(factory) => match factory.build(&self.source_for(name)) {
                     Ok(stage) => stages.push(stage),
-                    Err(message) => errors.push(problem(format!("components.{name}"), message)),
+                    Err(error) => {
+                        errors.push(problem(format!("components.{name}"), error.to_string()));
+                    }
                 },
             }
         }
@@ -823,20 +775,14 @@ impl Config {
     }
 }
 
-fn check_name(name: &str) -> Result<&'static dyn components::ComponentFactory, String> {
+fn check_name(name: &str) -> Result<&'static dyn components::ComponentFactory, BuildError> {
     if let Some(factory) = components::find(name) {
         return Ok(factory);
     }
     if components::PLANNED.contains(&name) {
-        return Err(format!(
-            "component `{name}` is part of the spec but not built in this version of sluice yet; remove it or pick a preset whose components are all built (`sluice presets`)"
-        ));
+        return Err(BuildError::NotBuilt(name.to_owned()));
     }
-    let built: Vec<_> = components::ALL.iter().map(|f| f.name()).collect();
-    Err(format!(
-        "unknown component `{name}` (built: {})",
-        built.join(", ")
-    ))
+    Err(BuildError::Unknown(name.to_owned()))
 }
 
 /// Whether every component of a preset is built in this version.

@@ -283,7 +283,7 @@ impl Filter {
         let stripped;
         let text = if self.strip_ansi {
             // Escapes and redraws are not content: what a terminal showed stays, so no loss.
-            stripped = crate::components::terminal_render(input);
+            stripped = crate::terminal::clean(input);
             stripped.as_str()
         } else {
             input

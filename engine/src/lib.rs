@@ -19,6 +19,10 @@ pub mod model;
 pub mod pipeline;
 pub mod session;
 pub mod store;
+pub mod terminal;
+#[cfg(test)]
+mod tidy;
 pub mod tokens;
 pub mod way_back;
 pub mod wire;
+pub mod yaml;

@@ -906,12 +906,31 @@ impl Pipeline {
             originals == messages,
             "run_from: messages differ from originals"
         );
-        // Each original is hashed once here; token counts, freeze keys and components share it.
+        let mut state = self.begin_run(originals, messages);
+        let mut report = RunReport {
+            tokens_before: state.total,
+            ..RunReport::default()
+        };
+        for stage in &self.stages {
+            if !cx.offloads && stage.kind() == Kind::Offload {
+                continue;
+            }
+            let component = run_stage(stage, cx, originals, messages, &mut state);
+            report.components.push(component);
+        }
+        report.tokens_after = state.total;
+        report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
+        report
+    }
+
+    /// Hashes each original once (token counts, freeze keys and components share the hash)
+    /// and counts every message's tokens.
+    fn begin_run(&self, originals: &[Message], messages: &[Message]) -> RunState {
         let content: Vec<u64> = originals
             .iter()
             .map(|m| tokens::content_hash(&m.content))
             .collect();
-        let mut counts: Vec<usize> = messages
+        let counts: Vec<usize> = messages
             .iter()
             .enumerate()
             .map(|(i, m)| match (originals.get(i), content.get(i)) {
@@ -923,202 +942,286 @@ impl Pipeline {
                 _ => message_tokens(m),
             })
             .collect();
-        let mut total: usize = counts.iter().sum();
-        let mut report = RunReport {
-            tokens_before: total,
-            ..RunReport::default()
-        };
-        let mut touched = vec![false; messages.len()];
         let prefix = if self.stages.iter().any(|s| s.freeze() != Freeze::Stateless) {
             prefix_hashes(originals, &content)
         } else {
             Vec::new()
         };
-        let mut hashes = RunHashes {
-            content,
-            prefix,
-            dirty: vec![false; messages.len()],
-        };
-        for stage in &self.stages {
-            if !cx.offloads && stage.kind() == Kind::Offload {
-                continue;
-            }
-            let stage_started = cx.clock.now();
-            let freeze = stage.freeze();
-            let mut acx = ApplyCx::new(cx, originals, &counts, stage.cold_cache(), &hashes);
-            let mut transcript = Transcript::new(messages, &mut touched);
-            let outcome = catch_unwind(AssertUnwindSafe(|| match stage {
-                Stage::Reformat(c) if freeze == Freeze::Stateless => {
-                    c.reformat(&mut transcript, &mut acx).map(|()| Vec::new())
-                }
-                Stage::Reformat(c) => {
-                    // A replayed repacking names no stash; its keys are not needed.
-                    replay(c.name(), freeze, false, true, &mut transcript, &mut acx);
-                    c.reformat(&mut transcript, &mut acx).map(|()| Vec::new())
-                }
-                Stage::Offload(c) if freeze == Freeze::Stateless => {
-                    c.offload(&mut transcript, &mut acx)
-                }
-                Stage::Offload(c) => {
-                    let mut keys = replay(
-                        c.name(),
-                        freeze,
-                        c.whole_messages(),
-                        stage.repairable(),
-                        &mut transcript,
-                        &mut acx,
-                    );
-                    keys.extend(c.offload(&mut transcript, &mut acx)?);
-                    Ok(keys)
-                }
-            }));
-            let mut saved = std::mem::take(&mut transcript.saved);
-            drop(transcript);
-            saved.sort_unstable_by_key(|(i, _)| *i);
-            for (i, _) in &saved {
-                touched[*i] = false;
-            }
-            // Every message written to, replays included, whether the change is kept, reverted
-            // or undone by the component itself: the shared hash of the original no longer
-            // vouches for any of them (a revert puts replays back). Taken before the filter
-            // below, which drops a message written back to its state before the stage.
-            let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
-            // Written to is not changed: keep only messages that differ from their saved copy.
-            saved.retain(|(i, old)| messages[*i] != *old);
-            let new_counts: Vec<(usize, usize)> = saved
-                .iter()
-                .map(|(i, _)| (*i, message_tokens(&messages[*i])))
-                .collect();
-            let after = new_counts
-                .iter()
-                .fold(total, |acc, &(i, n)| acc - counts[i] + n);
-            // New: not replayed, or changed again after its replay (then it is a decision of
-            // this turn, checked against the prefix and recorded like any other).
-            let is_new = |i: &usize| match acx.replayed_as.iter().find(|(j, _, _)| j == i) {
-                Some((_, _, replayed)) => messages[*i] != *replayed,
-                None => true,
-            };
-            let in_cached_prefix = freeze != Freeze::Stateless
-                && saved.iter().any(|(i, _)| is_new(i) && !acx.may_mutate(*i));
-            let revert = match &outcome {
-                Err(panic) => Some(Revert::Panicked(panic_message(panic.as_ref()))),
-                Ok(Err(err)) => Some(Revert::Failed(err.0.clone())),
-                Ok(Ok(_)) if after > total => Some(Revert::Grew),
-                Ok(Ok(_)) if in_cached_prefix => Some(Revert::CachedPrefix),
-                Ok(Ok(keys))
-                    if stage.kind() == Kind::Offload && after < total && keys.is_empty() =>
-                {
-                    Some(Revert::NoStashKey)
-                }
-                Ok(Ok(_)) => None,
-            };
-            let mut component = ComponentReport {
-                name: stage.name(),
-                kind: stage.kind(),
-                tokens_before: total,
-                tokens_after: total,
-                saved_tokens: 0,
-                mutated: false,
-                acted: false,
-                reverted: None,
-                gates: std::mem::take(&mut acx.gates),
-                changed: Vec::new(),
-                stashed: Vec::new(),
-                savings: Vec::new(),
-                frozen: acx.frozen,
-                duration_us: 0,
-            };
-            match revert {
-                Some(why) => {
-                    for (i, old) in saved {
-                        messages[i] = old;
-                    }
-                    // The replays stay: they are what the provider cached, and dropping them
-                    // because the component failed at something else would flip the prefix.
-                    for (i, _, replayed) in std::mem::take(&mut acx.replayed_as) {
-                        let n = message_tokens(&replayed);
-                        component.savings.push(MessageSaving {
-                            index: i,
-                            content_key: tokens::content_hash(&messages[i].content),
-                            saved_tokens: counts[i].saturating_sub(n),
-                        });
-                        total = total - counts[i] + n;
-                        counts[i] = n;
-                        messages[i] = replayed;
-                        component.changed.push(i);
-                    }
-                    component.tokens_after = total;
-                    component.saved_tokens = component.tokens_before.saturating_sub(total);
-                    component.acted = component.saved_tokens > 0;
-                    component.mutated = !component.changed.is_empty();
-                    component.reverted = Some(why);
-                }
-                None => {
-                    if freeze != Freeze::Stateless {
-                        let whole = stage.whole_messages();
-                        for (i, old) in saved.iter().filter(|(i, _)| is_new(i)) {
-                            let replayed_key = acx
-                                .replayed_as
-                                .iter()
-                                .find(|(j, _, _)| j == i)
-                                .map(|(_, key, _)| key.clone());
-                            let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
-                                Ok(at) => acx.fresh[at].1.clone(),
-                                Err(_) => replayed_key.unwrap_or_else(|| {
-                                    freeze_key(
-                                        stage.name(),
-                                        *i,
-                                        acx.prefix_at(*i),
-                                        &identity(old, whole),
-                                    )
-                                }),
-                            };
-                            let value = if whole {
-                                frozen_value(&messages[*i])
-                            } else {
-                                messages[*i].content.clone()
-                            };
-                            cx.store.put_replay(&cx.session, &key, &value);
-                            if acx.repair.binary_search(i).is_ok() {
-                                component.frozen.repaired += 1;
-                            }
-                        }
-                    }
-                    for (&(i, n), (_, old)) in new_counts.iter().zip(&saved) {
-                        component.savings.push(MessageSaving {
-                            index: i,
-                            content_key: tokens::content_hash(&old.content),
-                            saved_tokens: counts[i].saturating_sub(n),
-                        });
-                        counts[i] = n;
-                    }
-                    component.tokens_after = after;
-                    component.saved_tokens = total - after;
-                    component.acted = after < total;
-                    component.mutated = !saved.is_empty();
-                    component.changed = saved.iter().map(|(i, _)| *i).collect();
-                    component.stashed = outcome
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|k| k.id)
-                        .collect();
-                    total = after;
-                }
-            }
-            component.duration_us = duration_us(cx.clock.now().saturating_sub(stage_started));
-            report.components.push(component);
-            for i in written {
-                if let Some(dirty) = hashes.dirty.get_mut(i) {
-                    *dirty = true;
-                }
-            }
+        RunState {
+            total: counts.iter().sum(),
+            counts,
+            touched: vec![false; messages.len()],
+            hashes: RunHashes {
+                content,
+                prefix,
+                dirty: vec![false; messages.len()],
+            },
         }
-        report.tokens_after = total;
-        report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
-        report
     }
+}
+
+/// What a run carries from one stage to the next.
+struct RunState {
+    /// Tokens of each message as the next stage finds it.
+    counts: Vec<usize>,
+    total: usize,
+    /// Messages the running stage has written to (reset after each stage).
+    touched: Vec<bool>,
+    hashes: RunHashes,
+}
+
+/// One stage behind its guard: run it, judge what it did, keep it or revert it.
+fn run_stage(
+    stage: &Stage,
+    cx: &RunCx,
+    originals: &[Message],
+    messages: &mut [Message],
+    state: &mut RunState,
+) -> ComponentReport {
+    let stage_started = cx.clock.now();
+    let freeze = stage.freeze();
+    let mut acx = ApplyCx::new(
+        cx,
+        originals,
+        &state.counts,
+        stage.cold_cache(),
+        &state.hashes,
+    );
+    let mut transcript = Transcript::new(messages, &mut state.touched);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        invoke(stage, freeze, &mut transcript, &mut acx)
+    }));
+    let mut saved = std::mem::take(&mut transcript.saved);
+    drop(transcript);
+    saved.sort_unstable_by_key(|(i, _)| *i);
+    for (i, _) in &saved {
+        state.touched[*i] = false;
+    }
+    // Every message written to, replays included, whether the change is kept, reverted or
+    // undone by the component itself: the shared hash of the original no longer vouches for any
+    // of them (a revert puts replays back). Taken before the filter below, which drops a message
+    // written back to its state before the stage.
+    let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
+    // Written to is not changed: keep only messages that differ from their saved copy.
+    saved.retain(|(i, old)| messages[*i] != *old);
+    let new_counts: Vec<(usize, usize)> = saved
+        .iter()
+        .map(|(i, _)| (*i, message_tokens(&messages[*i])))
+        .collect();
+    let after = new_counts
+        .iter()
+        .fold(state.total, |acc, &(i, n)| acc - state.counts[i] + n);
+    let revert = verdict(
+        stage,
+        freeze,
+        &outcome,
+        &saved,
+        &acx,
+        messages,
+        after,
+        state.total,
+    );
+    let mut component = ComponentReport {
+        name: stage.name(),
+        kind: stage.kind(),
+        tokens_before: state.total,
+        tokens_after: state.total,
+        saved_tokens: 0,
+        mutated: false,
+        acted: false,
+        reverted: None,
+        gates: std::mem::take(&mut acx.gates),
+        changed: Vec::new(),
+        stashed: Vec::new(),
+        savings: Vec::new(),
+        frozen: acx.frozen,
+        duration_us: 0,
+    };
+    match revert {
+        Some(why) => {
+            let replayed = std::mem::take(&mut acx.replayed_as);
+            drop(acx);
+            revert_stage(why, saved, replayed, messages, state, &mut component);
+        }
+        None => {
+            if freeze != Freeze::Stateless {
+                record_freezes(stage, cx, &saved, &acx, messages, &mut component);
+            }
+            drop(acx);
+            let keys = outcome.ok().and_then(Result::ok).unwrap_or_default();
+            keep_stage(keys, &saved, &new_counts, after, state, &mut component);
+        }
+    }
+    component.duration_us = duration_us(cx.clock.now().saturating_sub(stage_started));
+    for i in written {
+        if let Some(dirty) = state.hashes.dirty.get_mut(i) {
+            *dirty = true;
+        }
+    }
+    component
+}
+
+/// Runs the component: a frozen one first replays its earlier decisions.
+fn invoke(
+    stage: &Stage,
+    freeze: Freeze,
+    transcript: &mut Transcript<'_>,
+    acx: &mut ApplyCx<'_>,
+) -> Result<Vec<StashKey>, ComponentError> {
+    match stage {
+        Stage::Reformat(c) if freeze == Freeze::Stateless => {
+            c.reformat(transcript, acx).map(|()| Vec::new())
+        }
+        Stage::Reformat(c) => {
+            // A replayed repacking names no stash; its keys are not needed.
+            replay(c.name(), freeze, false, true, transcript, acx);
+            c.reformat(transcript, acx).map(|()| Vec::new())
+        }
+        Stage::Offload(c) if freeze == Freeze::Stateless => c.offload(transcript, acx),
+        Stage::Offload(c) => {
+            let mut keys = replay(
+                c.name(),
+                freeze,
+                c.whole_messages(),
+                stage.repairable(),
+                transcript,
+                acx,
+            );
+            keys.extend(c.offload(transcript, acx)?);
+            Ok(keys)
+        }
+    }
+}
+
+/// Whether a replayed message was changed again after its replay: then it is a decision of
+/// this turn, checked against the prefix and recorded like any other.
+fn is_new(acx: &ApplyCx<'_>, messages: &[Message], i: usize) -> bool {
+    match acx.replayed_as.iter().find(|(j, _, _)| *j == i) {
+        Some((_, _, replayed)) => messages[i] != *replayed,
+        None => true,
+    }
+}
+
+/// Why a stage must be reverted, if it must: a panic, an error, growth, a new decision inside
+/// the cached prefix, or a shrinking offload that names no stash.
+#[allow(clippy::too_many_arguments)]
+fn verdict(
+    stage: &Stage,
+    freeze: Freeze,
+    outcome: &std::thread::Result<Result<Vec<StashKey>, ComponentError>>,
+    saved: &[(usize, Message)],
+    acx: &ApplyCx<'_>,
+    messages: &[Message],
+    after: usize,
+    total: usize,
+) -> Option<Revert> {
+    let in_cached_prefix = freeze != Freeze::Stateless
+        && saved
+            .iter()
+            .any(|(i, _)| is_new(acx, messages, *i) && !acx.may_mutate(*i));
+    match outcome {
+        Err(panic) => Some(Revert::Panicked(panic_message(panic.as_ref()))),
+        Ok(Err(err)) => Some(Revert::Failed(err.0.clone())),
+        Ok(Ok(_)) if after > total => Some(Revert::Grew),
+        Ok(Ok(_)) if in_cached_prefix => Some(Revert::CachedPrefix),
+        Ok(Ok(keys)) if stage.kind() == Kind::Offload && after < total && keys.is_empty() => {
+            Some(Revert::NoStashKey)
+        }
+        Ok(Ok(_)) => None,
+    }
+}
+
+/// Puts back what the stage changed, but keeps its replays: they are what the provider cached,
+/// and dropping them because the component failed at something else would flip the prefix.
+fn revert_stage(
+    why: Revert,
+    saved: Vec<(usize, Message)>,
+    replayed: Vec<(usize, String, Message)>,
+    messages: &mut [Message],
+    state: &mut RunState,
+    component: &mut ComponentReport,
+) {
+    for (i, old) in saved {
+        messages[i] = old;
+    }
+    for (i, _, replayed) in replayed {
+        let n = message_tokens(&replayed);
+        component.savings.push(MessageSaving {
+            index: i,
+            content_key: tokens::content_hash(&messages[i].content),
+            saved_tokens: state.counts[i].saturating_sub(n),
+        });
+        state.total = state.total - state.counts[i] + n;
+        state.counts[i] = n;
+        messages[i] = replayed;
+        component.changed.push(i);
+    }
+    component.tokens_after = state.total;
+    component.saved_tokens = component.tokens_before.saturating_sub(state.total);
+    component.acted = component.saved_tokens > 0;
+    component.mutated = !component.changed.is_empty();
+    component.reverted = Some(why);
+}
+
+/// Records each new decision of a frozen stage in the store's replay namespace, so every later
+/// turn forwards the same bytes for the message.
+fn record_freezes(
+    stage: &Stage,
+    cx: &RunCx,
+    saved: &[(usize, Message)],
+    acx: &ApplyCx<'_>,
+    messages: &[Message],
+    component: &mut ComponentReport,
+) {
+    let whole = stage.whole_messages();
+    for (i, old) in saved.iter().filter(|(i, _)| is_new(acx, messages, *i)) {
+        let replayed_key = acx
+            .replayed_as
+            .iter()
+            .find(|(j, _, _)| j == i)
+            .map(|(_, key, _)| key.clone());
+        let key = match acx.fresh.binary_search_by_key(i, |(j, _)| *j) {
+            Ok(at) => acx.fresh[at].1.clone(),
+            Err(_) => replayed_key.unwrap_or_else(|| {
+                freeze_key(stage.name(), *i, acx.prefix_at(*i), &identity(old, whole))
+            }),
+        };
+        let value = if whole {
+            frozen_value(&messages[*i])
+        } else {
+            messages[*i].content.clone()
+        };
+        cx.store.put_replay(&cx.session, &key, &value);
+        if acx.repair.binary_search(i).is_ok() {
+            component.frozen.repaired += 1;
+        }
+    }
+}
+
+/// Keeps the stage's changes: per-message savings, the new counts, and the stash ids.
+fn keep_stage(
+    keys: Vec<StashKey>,
+    saved: &[(usize, Message)],
+    new_counts: &[(usize, usize)],
+    after: usize,
+    state: &mut RunState,
+    component: &mut ComponentReport,
+) {
+    for (&(i, n), (_, old)) in new_counts.iter().zip(saved) {
+        component.savings.push(MessageSaving {
+            index: i,
+            content_key: tokens::content_hash(&old.content),
+            saved_tokens: state.counts[i].saturating_sub(n),
+        });
+        state.counts[i] = n;
+    }
+    component.tokens_after = after;
+    component.saved_tokens = state.total - after;
+    component.acted = after < state.total;
+    component.mutated = !saved.is_empty();
+    component.changed = saved.iter().map(|(i, _)| *i).collect();
+    component.stashed = keys.into_iter().map(|k| k.id).collect();
+    state.total = after;
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -14,11 +14,30 @@ use serde::de::{
 };
 use serde_saphyr::{DuplicateKeyPolicy, Error, MessageFormatter, SnippetMode, Spanned};
 
-use super::{ConfigError, problem};
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Where: a key path such as `components.dedup` or `pipeline[2]`.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+pub(crate) fn problem(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
 
 /// A key written in a document, and where.
 #[derive(Debug, Clone)]
-pub(super) struct KeyAt {
+pub(crate) struct KeyAt {
     /// `store`, `components.dedup.min_tokens`, `pipeline[1].x`.
     pub path: String,
     pub top_level: bool,
@@ -35,7 +54,7 @@ impl KeyAt {
 
 /// Every key of a document in document order, and the duplicates among them.
 #[derive(Debug, Default)]
-pub(super) struct Outline {
+pub(crate) struct Outline {
     pub keys: Vec<KeyAt>,
     pub duplicates: Vec<ConfigError>,
 }
@@ -205,7 +224,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
 ///
 /// # Errors
 /// The decoder's error, for `plain`.
-pub(super) fn decode_at<T: DeserializeOwned>(
+pub(crate) fn decode_at<T: DeserializeOwned>(
     text: &str,
     path: &[&str],
 ) -> Result<Option<Option<T>>, Error> {
@@ -271,7 +290,7 @@ impl<'de, T: DeserializeOwned> Visitor<'de> for OnlyAt<'_, T> {
 
 /// The error as one plain sentence with its line: no snippet, and none of the library's advice
 /// about its own API (its duplicate-key message says to "set DuplicateKeyPolicy in Options").
-pub(super) fn plain(err: &Error) -> String {
+pub(crate) fn plain(err: &Error) -> String {
     err.render_with_options(serde_saphyr::render_options! {
         formatter: &Plain,
         snippets: SnippetMode::Off,
@@ -315,7 +334,7 @@ impl MessageFormatter for Plain {
 }
 
 /// "`a` or `b`", "one of `a`, `b`, `c`".
-pub(super) fn one_of(names: &[&str]) -> String {
+pub(crate) fn one_of(names: &[&str]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     match quoted.as_slice() {
         [] => "nothing here".to_owned(),

@@ -12,15 +12,64 @@ use serde_json::{Value, json};
 /// The host's HTTP client, as the model clients need it.
 #[async_trait::async_trait]
 pub trait Transport: Send + Sync {
-    /// POSTs `body` (JSON) to `url` with `headers` and returns the status and the whole body,
-    /// or a transport error as text. Must give up after `timeout`.
+    /// POSTs `body` (JSON) to `url` with `headers` and returns the status and the whole body.
+    /// Must give up after `timeout`.
     async fn post(
         &self,
         url: &str,
         headers: &[(String, String)],
         body: Vec<u8>,
         timeout: Duration,
-    ) -> Result<(u16, Vec<u8>), String>;
+    ) -> Result<(u16, Vec<u8>), TransportError>;
+}
+
+/// Why the host's transport gave no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// The request could not be sent or answered (connect, TLS, a reset), in the host's words.
+    #[error("{0}")]
+    Send(String),
+    /// The reply's body could not be read, or was over the host's bound.
+    #[error("could not read the model's response")]
+    Body,
+    /// No reply within the timeout.
+    #[error("timeout")]
+    Timeout,
+}
+
+/// Why a model job produced no result: the short reason the report shows, never a credential.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// The host's transport failed (connect, timeout, an unreadable body); `None` before any try.
+    #[error("{}", .0.as_ref().map_or_else(String::new, ToString::to_string))]
+    Transport(Option<TransportError>),
+    /// The model answered with a status other than 2xx.
+    #[error("status {0}")]
+    Status(u16),
+    /// The body is not a completion of the endpoint's protocol.
+    #[error("{0}")]
+    BadResponse(&'static str),
+    /// The model's reply is empty.
+    #[error("empty reply")]
+    EmptyReply,
+    /// The model's filter failed in the sandbox (after the repair round).
+    #[error("sandbox: {0}")]
+    Sandbox(sandbox::SandboxError),
+    /// The filter ran but its result failed an acceptance check.
+    #[error("{0}")]
+    Rejected(Rejection),
+}
+
+/// Which acceptance check a filter's result failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("empty result")]
+    Empty,
+    #[error("not deletion-only")]
+    NotDeletionOnly,
+    #[error("not smaller")]
+    NotSmaller,
 }
 
 /// A resolved model: protocol, URL, credentials and model id. `Debug` never shows credentials.
@@ -195,14 +244,15 @@ pub fn request_body(endpoint: &Endpoint, system: &str, user: &str, max_tokens: u
 /// Reads a non-streamed response.
 ///
 /// # Errors
-/// A short reason when the body is not a completion of that protocol.
-pub fn parse_response(provider: Provider, body: &[u8]) -> Result<Completion, String> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| "response is not JSON")?;
+/// [`LlmError::BadResponse`] when the body is not a completion of that protocol.
+pub fn parse_response(provider: Provider, body: &[u8]) -> Result<Completion, LlmError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|_| LlmError::BadResponse("response is not JSON"))?;
     let (text, input, output) = match provider {
         Provider::Anthropic => {
             let text: String = value["content"]
                 .as_array()
-                .ok_or("no content in the response")?
+                .ok_or(LlmError::BadResponse("no content in the response"))?
                 .iter()
                 .filter(|b| b["type"] == "text")
                 .filter_map(|b| b["text"].as_str())
@@ -216,7 +266,7 @@ pub fn parse_response(provider: Provider, body: &[u8]) -> Result<Completion, Str
         Provider::Openai => (
             value["choices"][0]["message"]["content"]
                 .as_str()
-                .ok_or("no choices in the response")?
+                .ok_or(LlmError::BadResponse("no choices in the response"))?
                 .to_string(),
             value["usage"]["prompt_tokens"].as_u64(),
             value["usage"]["completion_tokens"].as_u64(),
@@ -233,7 +283,7 @@ pub fn parse_response(provider: Provider, body: &[u8]) -> Result<Completion, Str
 /// a 5xx, with a short backoff. A 4xx other than 429 fails at once (retrying cannot fix it).
 ///
 /// # Errors
-/// A short reason (`status 401`, `timeout`, ...), never a credential.
+/// A short reason ([`LlmError::Status`], the transport's `timeout`, ...), never a credential.
 pub async fn complete(
     transport: &dyn Transport,
     endpoint: &Endpoint,
@@ -242,11 +292,11 @@ pub async fn complete(
     max_tokens: u32,
     timeout: Duration,
     retries: u32,
-) -> Result<Completion, String> {
+) -> Result<Completion, LlmError> {
     let body = request_body(endpoint, system, user, max_tokens);
     let mut headers = endpoint.headers.clone();
     headers.push(("content-type".into(), "application/json".into()));
-    let mut last = String::new();
+    let mut last = LlmError::Transport(None);
     for attempt in 0..=retries {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(200 << attempt.min(4))).await;
@@ -256,9 +306,9 @@ pub async fn complete(
             .await
         {
             Ok((200..=299, bytes)) => return parse_response(endpoint.provider, &bytes),
-            Ok((status, _)) if status == 429 || status >= 500 => last = format!("status {status}"),
-            Ok((status, _)) => return Err(format!("status {status}")),
-            Err(e) => last = e,
+            Ok((status, _)) if status == 429 || status >= 500 => last = LlmError::Status(status),
+            Ok((status, _)) => return Err(LlmError::Status(status)),
+            Err(e) => last = LlmError::Transport(Some(e)),
         }
     }
     Err(last)

@@ -18,5 +18,7 @@ pub mod service;
 /// argument without a dependency edge of its own).
 pub use sandbox;
 
-pub use client::{CheapModelEnv, Endpoint, Incoming, Transport};
+pub use client::{
+    CheapModelEnv, Endpoint, Incoming, LlmError, Rejection, Transport, TransportError,
+};
 pub use service::{Isolation, LlmCounts, LlmService, Options, RequestModels, Waited};

@@ -22,7 +22,7 @@ use engine::model::{Answer, Ask, Job, Models};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore, mpsc};
 
-use crate::client::{self, CheapModelEnv, Endpoint, Incoming, Transport};
+use crate::client::{self, CheapModelEnv, Endpoint, Incoming, LlmError, Rejection, Transport};
 use crate::prompt;
 
 /// Where model-written filters run.
@@ -115,7 +115,7 @@ type Key = (String, u128);
 
 enum State {
     Pending,
-    Done(Result<String, String>),
+    Done(Result<String, LlmError>),
 }
 
 struct Entry {
@@ -237,7 +237,7 @@ impl LlmService {
 }
 
 impl Shared {
-    fn finish(&self, key: &Key, result: Result<String, String>) {
+    fn finish(&self, key: &Key, result: Result<String, LlmError>) {
         if let Some(entry) = self.cache.lock().entries.get_mut(key) {
             entry.state = State::Done(result);
         }
@@ -269,7 +269,7 @@ async fn call(
     message: &JobMsg,
     system: &str,
     user: &str,
-) -> Result<String, String> {
+) -> Result<String, LlmError> {
     match client::complete(
         transport,
         &message.endpoint,
@@ -296,7 +296,7 @@ async fn run_job(
     shared: &Shared,
     transport: &dyn Transport,
     message: &JobMsg,
-) -> Result<String, String> {
+) -> Result<String, LlmError> {
     match &message.job {
         Job::Summarize {
             transcript,
@@ -312,7 +312,7 @@ async fn run_job(
             )
             .await?;
             if reply.trim().is_empty() {
-                return Err("empty reply".into());
+                return Err(LlmError::EmptyReply);
             }
             Ok(prompt::summary_of(&reply))
         }
@@ -353,20 +353,20 @@ async fn run_job(
             }
             let text = ran.map_err(|e| {
                 shared.count(&shared.counters.sandbox_failures);
-                format!("sandbox: {e}")
+                LlmError::Sandbox(e)
             })?;
-            let reject = |why: &str| {
+            let reject = |why: Rejection| {
                 shared.count(&shared.counters.rejected);
-                Err(why.to_string())
+                Err(LlmError::Rejected(why))
             };
             if text.trim().is_empty() {
-                return reject("empty result");
+                return reject(Rejection::Empty);
             }
             if !rewrite && !engine::contain::deletion_only(output, &text) {
-                return reject("not deletion-only");
+                return reject(Rejection::NotDeletionOnly);
             }
             if text.len() >= output.len() {
-                return reject("not smaller");
+                return reject(Rejection::NotSmaller);
             }
             Ok(text)
         }
@@ -497,7 +497,7 @@ impl Models for RequestModels {
                         }
                         Answer::Pending
                     }
-                    State::Done(Err(reason)) => Answer::Failed(reason.clone()),
+                    State::Done(Err(reason)) => Answer::Failed(reason.to_string()),
                     State::Done(Ok(text))
                         if entry.submitted_by != self.request && !entry.handed_on =>
                     {

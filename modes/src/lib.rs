@@ -10,6 +10,7 @@
 
 pub mod amortize;
 pub mod replay;
+pub mod stats;
 pub mod tracker;
 pub mod turn;
 

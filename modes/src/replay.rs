@@ -32,7 +32,7 @@ use engine::marker;
 use engine::message::{Message, Role};
 use engine::pipeline::{Pipeline, message_tokens};
 use engine::store::{MemoryStore, Store};
-use engine::wire::{self, Dialect};
+use engine::wire::{self, Dialect, WireError};
 use regex::Regex;
 use serde::Serialize;
 
@@ -188,24 +188,53 @@ pub struct Totals {
     pub recall_pct: f64,
 }
 
+/// Why a recorded session could not be cut into turns or replayed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The recorded body is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(serde_json::Error),
+    /// The recorded body has no `messages` array.
+    #[error("no `messages` array")]
+    NoMessages,
+    /// A turn that does not serialize again.
+    #[error("{0}")]
+    Serialize(serde_json::Error),
+    /// The runtime the session actors run on could not start.
+    #[error("replay runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The session's longest body does not parse in its dialect.
+    #[error("{session}: {error}")]
+    Unparsed { session: String, error: WireError },
+    /// A turn's body does not parse in its dialect.
+    #[error("{session} turn {turn}: {error}")]
+    TurnUnparsed {
+        session: String,
+        turn: usize,
+        error: WireError,
+    },
+}
+
 /// Turn k of a recorded final request: the messages before its k-th assistant message, then the
 /// whole request. Re-serialized, so every turn has the same layout.
 ///
 /// # Errors
 /// When the body is not a JSON object with a `messages` array.
-pub fn turns_of(body: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    let messages = value["messages"].as_array().ok_or("no `messages` array")?;
+pub fn turns_of(body: &[u8]) -> Result<Vec<Vec<u8>>, ReplayError> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(ReplayError::NotJson)?;
+    let messages = value["messages"]
+        .as_array()
+        .ok_or(ReplayError::NoMessages)?;
     let mut out = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         if m["role"] == "assistant" && i > 0 {
             let mut turn = value.clone();
             turn["messages"] = serde_json::Value::Array(messages[..i].to_vec());
-            out.push(serde_json::to_vec(&turn).map_err(|e| e.to_string())?);
+            out.push(serde_json::to_vec(&turn).map_err(ReplayError::Serialize)?);
         }
     }
-    out.push(serde_json::to_vec(&value).map_err(|e| e.to_string())?);
+    out.push(serde_json::to_vec(&value).map_err(ReplayError::Serialize)?);
     Ok(out)
 }
 
@@ -310,11 +339,11 @@ pub fn replay_session(
     config: &Config,
     pipeline: Arc<Pipeline>,
     options: &Options,
-) -> Result<SessionReport, String> {
+) -> Result<SessionReport, ReplayError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("replay runtime: {e}"))?;
+        .map_err(ReplayError::Runtime)?;
     runtime.block_on(replay_on(name, turns, dialect, config, pipeline, options))
 }
 
@@ -325,7 +354,7 @@ async fn replay_on(
     config: &Config,
     pipeline: Arc<Pipeline>,
     options: &Options,
-) -> Result<SessionReport, String> {
+) -> Result<SessionReport, ReplayError> {
     let clock = Arc::new(ManualClock::new());
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
     let sessions = Sessions::new(
@@ -349,7 +378,10 @@ async fn replay_on(
     let mut unique: BTreeSet<(&'static str, u64)> = BTreeSet::new();
     // The longest body holds every answer; when it ends with one it is a record, not a request.
     let full = match turns.last() {
-        Some(last) => wire::parse(last, dialect).map_err(|e| format!("{name}: {e}"))?,
+        Some(last) => wire::parse(last, dialect).map_err(|error| ReplayError::Unparsed {
+            session: name.to_owned(),
+            error,
+        })?,
         None => return Ok(report),
     };
     let full_messages = full.messages();
@@ -365,7 +397,11 @@ async fn replay_on(
     let mut last_at: Option<Duration> = None;
     for (k, body) in requests.iter().enumerate() {
         clock.advance(options.gap);
-        let parsed = wire::parse(body, dialect).map_err(|e| format!("{name} turn {k}: {e}"))?;
+        let parsed = wire::parse(body, dialect).map_err(|error| ReplayError::TurnUnparsed {
+            session: name.to_owned(),
+            turn: k,
+            error,
+        })?;
         let bytes = Bytes::copy_from_slice(body);
         let input = TurnInput {
             dialect,

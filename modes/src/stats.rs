@@ -16,9 +16,13 @@ use engine::apply::Discarded;
 use engine::pipeline::{FrozenCounts, RunReport};
 use parking_lot::Mutex;
 
-use crate::pool::PoolStats;
-use crate::sessions::SessionStats;
-use serde_json::{Value, json};
+use actors::pool::PoolStats;
+use actors::sessions::SessionStats;
+use serde_json::{Map, Value, json};
+
+use table::{Field, Kind, Num};
+
+pub mod table;
 
 /// Distinct (component, content) keys remembered for `saved_tokens_unique` before the set is
 /// reset; bounds memory at a few MiB on a long-running proxy.
@@ -160,7 +164,7 @@ impl Rollup {
 }
 
 #[derive(Debug, Default)]
-struct Totals {
+pub struct Totals {
     live: Rollup,
     potential: Rollup,
     observe_projections: u64,
@@ -349,7 +353,17 @@ impl Stats {
         *self.totals.lock().expand_unread.entry(reason).or_default() += 1;
     }
 
-    /// The `/stats` document.
+    /// Tokens the named components saved, cumulative (the cheap model's share, say).
+    pub fn saved_tokens_by(&self, components: &[&str]) -> u64 {
+        let t = self.totals.lock();
+        components
+            .iter()
+            .filter_map(|name| t.live.components.get(name))
+            .map(|c| c.saved_tokens)
+            .sum()
+    }
+
+    /// The `/stats` document: the scalar rows of [`FIELDS`], then the structured parts.
     pub fn to_json(
         &self,
         mode: &str,
@@ -358,8 +372,6 @@ impl Stats {
     ) -> Value {
         let t = self.totals.lock();
         let live = &t.live;
-        let saved = live.saved();
-        let components = live.components_json();
         let top_passthrough: Vec<&str> = live
             .components
             .iter()
@@ -373,71 +385,32 @@ impl Stats {
             .map(|(n, c)| (*n, c.discarded_changes))
             .collect();
         discarded.sort_by_key(|d| std::cmp::Reverse(d.1));
-        let potential = &t.potential;
-        let sse_total = t.sse_streamed + t.sse_buffered;
-        let frozen = live.frozen;
-        json!({
-            "requests": t.requests,
-            "compacted_requests": t.compacted_requests,
-            "passthrough_requests": t.passthrough_requests,
-            "unparsed_requests": t.unparsed_requests,
-            "bypassed_requests": t.bypassed_requests,
-            "tokens_before": live.tokens_before,
-            "tokens_after": live.tokens_after,
-            "saved_tokens": saved,
-            "saved_tokens_unique": live.saved_tokens_unique,
-            "overcount_ratio": ratio(saved, live.saved_tokens_unique),
-            // The headline is net of what expand rounds sent back: a token saved and then
-            // re-sent through the way back was not saved. The gross figure stays beside it.
-            "savings_pct": pct(saved.saturating_sub(t.wasted_tokens), live.tokens_before),
-            "savings_pct_gross": pct(saved, live.tokens_before),
-            "wasted_tokens": t.wasted_tokens,
-            "bounces": t.restorations,
-            "adjusted_saved": saved.saturating_sub(t.wasted_tokens),
-            "expand_rounds": t.expand_rounds,
-            "expand_misses": t.expand_misses,
-            "components": components,
-            "top_passthrough": top_passthrough,
-            "top_discarded": discarded.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-            "cg_added_ms_avg": ms(t.added_us, t.added_n),
-            "upstream_ms_avg": ms(t.upstream_us, t.upstream_n),
-            "upstream_errors": t.upstream_errors,
-            "sse_streamed": t.sse_streamed,
-            "sse_buffered": t.sse_buffered,
-            "sse_buffered_pct": pct(t.sse_buffered, sse_total),
-            "sse_ttfb_ms_avg": ms(t.sse_ttfb_us, t.sse_ttfb_n),
-            "mode": mode,
-            "sync_enforced": mode == "sync",
-            "observe_notice": if mode == "observe" {
-                "observe mode: requests are forwarded untouched; potential_* fields show what sync would have saved"
-            } else {
-                ""
-            },
-            "observe_hypothetical_requests": t.observe_projections,
-            "actual_baseline_tokens": potential.tokens_before,
-            "projected_optimized_tokens": potential.tokens_after,
-            "potential_saved_tokens": potential.saved(),
-            "potential_saved_tokens_unique": potential.saved_tokens_unique,
-            "potential_savings_pct": pct(potential.saved(), potential.tokens_before),
-            "potential_components": potential.components_json(),
-            "potential_overhead_ms_avg": ms(t.observe_us, t.observe_projections),
-            "observe_queue": observe.unwrap_or_default(),
-            "frozen_hits": frozen.hits,
-            "frozen_misses": frozen.misses,
-            "frozen_dropped": frozen.dropped,
-            "frozen_repaired": frozen.repaired,
-            "frozen_flips": frozen.dropped.saturating_sub(frozen.repaired),
-            "potential_frozen_hits": potential.frozen.hits,
-            "tracked_turns": t.turns.tracked_turns,
-            "cold_turns": t.turns.cold_turns,
-            "unknown_boundary_turns": t.turns.unknown_boundary_turns,
-            "compaction_resets": t.turns.compaction_resets,
-            "cold_mispredicted": t.turns.cold_mispredicted,
-            "amortized_rewrites": t.turns.amortized_rewrites,
-            "sessions": sessions.unwrap_or_default(),
-            "way_back_withheld": t.way_back_withheld,
-            "expand_unread": t.expand_unread,
-        })
+        let mut object = Map::new();
+        table::write_json(FIELDS, &*t, &mut object);
+        let notice = if mode == "observe" {
+            "observe mode: requests are forwarded untouched; potential_* fields show what sync would have saved"
+        } else {
+            ""
+        };
+        for (key, value) in [
+            ("components", json!(live.components_json())),
+            ("top_passthrough", json!(top_passthrough)),
+            (
+                "top_discarded",
+                json!(discarded.iter().map(|(n, _)| *n).collect::<Vec<_>>()),
+            ),
+            ("mode", json!(mode)),
+            ("sync_enforced", json!(mode == "sync")),
+            ("observe_notice", json!(notice)),
+            ("potential_components", json!(t.potential.components_json())),
+            ("observe_queue", json!(observe.unwrap_or_default())),
+            ("sessions", json!(sessions.unwrap_or_default())),
+            ("way_back_withheld", json!(t.way_back_withheld)),
+            ("expand_unread", json!(t.expand_unread)),
+        ] {
+            object.insert(key.to_owned(), value);
+        }
+        Value::Object(object)
     }
 
     /// The `/metrics` document, Prometheus text format. Labels are fixed sets (component and
@@ -445,110 +418,7 @@ impl Stats {
     pub fn to_prometheus(&self) -> String {
         let t = self.totals.lock();
         let mut out = String::new();
-        let frozen = t.live.frozen;
-        let counters: [(&str, &str, u64); 19] = [
-            (
-                "cg_requests_total",
-                "Requests received on rewritten routes.",
-                t.requests,
-            ),
-            (
-                "cg_passthrough_requests_total",
-                "Requests forwarded untouched.",
-                t.passthrough_requests,
-            ),
-            (
-                "cg_unparsed_requests_total",
-                "Bodies sluice could not parse (forwarded untouched).",
-                t.unparsed_requests,
-            ),
-            (
-                "cg_tokens_before_total",
-                "Content tokens before compaction.",
-                t.live.tokens_before,
-            ),
-            (
-                "cg_tokens_after_total",
-                "Content tokens after compaction.",
-                t.live.tokens_after,
-            ),
-            (
-                "cg_saved_tokens_total",
-                "Content tokens saved, cumulative.",
-                t.live.saved(),
-            ),
-            (
-                "cg_saved_tokens_unique_total",
-                "Content tokens saved, each replaced content once.",
-                t.live.saved_tokens_unique,
-            ),
-            (
-                "cg_wasted_tokens_total",
-                "Tokens of originals restored through expand.",
-                t.wasted_tokens,
-            ),
-            (
-                "cg_expand_bounces_total",
-                "Originals restored through expand.",
-                t.restorations,
-            ),
-            (
-                "cg_expand_rounds_total",
-                "Expand loop rounds.",
-                t.expand_rounds,
-            ),
-            (
-                "cg_upstream_errors_total",
-                "Upstream transport failures.",
-                t.upstream_errors,
-            ),
-            (
-                "cg_sse_streams_total",
-                "Streamed responses relayed.",
-                t.sse_streamed + t.sse_buffered,
-            ),
-            (
-                "cg_frozen_hits_total",
-                "Earlier decisions replayed byte-identically.",
-                frozen.hits,
-            ),
-            (
-                "cg_frozen_misses_total",
-                "Freeze lookups with no decision on record.",
-                frozen.misses,
-            ),
-            (
-                "cg_frozen_dropped_total",
-                "Decisions needed again after the store dropped them.",
-                frozen.dropped,
-            ),
-            (
-                "cg_frozen_repaired_total",
-                "Dropped decisions re-derived byte-identically.",
-                frozen.repaired,
-            ),
-            (
-                "cg_frozen_flips_total",
-                "Dropped decisions that could not be re-derived (a cache write).",
-                frozen.dropped.saturating_sub(frozen.repaired),
-            ),
-            (
-                "cg_cold_turns_total",
-                "Turns whose prompt cache was provably cold.",
-                t.turns.cold_turns,
-            ),
-            (
-                "cg_compaction_resets_total",
-                "Turns whose transcript diverged from every remembered one.",
-                t.turns.compaction_resets,
-            ),
-        ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        }
+        table::write_prometheus(FIELDS, &*t, &mut out);
         for (name, help, label, values) in [
             (
                 "cg_way_back_withheld_total",
@@ -582,15 +452,6 @@ impl Stats {
             &mut out,
             "cg_sse_ttfb_seconds",
             "Time to the first byte relayed of a streamed response.",
-        );
-        let _ = writeln!(
-            out,
-            "# HELP cg_added_latency_ms Average latency sluice added per rewritten request."
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE cg_added_latency_ms gauge\ncg_added_latency_ms {}",
-            ms(t.added_us, t.added_n)
         );
         let _ = writeln!(
             out,
@@ -648,6 +509,380 @@ fn ratio(cumulative: u64, unique: u64) -> f64 {
         cumulative as f64 / unique as f64
     }
 }
+
+/// A row of [`FIELDS`]; the unlabelled shape most rows have.
+macro_rules! row {
+    ($json:expr, $metric:expr, $kind:ident, $unit:expr, $help:expr, $value:expr) => {
+        Field {
+            json: $json,
+            metric: $metric,
+            labels: "",
+            kind: Kind::$kind,
+            unit: $unit,
+            help: $help,
+            value: $value,
+        }
+    };
+}
+
+/// Every scalar of `/stats` and `/metrics`, once. `docs/stats.md` is checked against it.
+pub static FIELDS: &[Field<Totals>] = &[
+    row!(
+        Some("requests"),
+        Some("cg_requests_total"),
+        Counter,
+        "requests",
+        "Requests received on rewritten routes.",
+        |t| Num::Count(t.requests)
+    ),
+    row!(
+        Some("compacted_requests"),
+        None,
+        Counter,
+        "requests",
+        "Requests that ran the pipeline.",
+        |t| Num::Count(t.compacted_requests)
+    ),
+    row!(
+        Some("passthrough_requests"),
+        Some("cg_passthrough_requests_total"),
+        Counter,
+        "requests",
+        "Requests forwarded untouched.",
+        |t| Num::Count(t.passthrough_requests)
+    ),
+    row!(
+        Some("unparsed_requests"),
+        Some("cg_unparsed_requests_total"),
+        Counter,
+        "requests",
+        "Bodies sluice could not parse (forwarded untouched).",
+        |t| Num::Count(t.unparsed_requests)
+    ),
+    row!(
+        Some("bypassed_requests"),
+        None,
+        Counter,
+        "requests",
+        "Requests forwarded untouched on purpose (bypass header, agent compaction).",
+        |t| Num::Count(t.bypassed_requests)
+    ),
+    row!(
+        Some("tokens_before"),
+        Some("cg_tokens_before_total"),
+        Counter,
+        "tokens",
+        "Content tokens before compaction.",
+        |t| Num::Count(t.live.tokens_before)
+    ),
+    row!(
+        Some("tokens_after"),
+        Some("cg_tokens_after_total"),
+        Counter,
+        "tokens",
+        "Content tokens after compaction.",
+        |t| Num::Count(t.live.tokens_after)
+    ),
+    row!(
+        Some("saved_tokens"),
+        Some("cg_saved_tokens_total"),
+        Counter,
+        "tokens",
+        "Content tokens saved, cumulative.",
+        |t| Num::Count(t.live.saved())
+    ),
+    row!(
+        Some("saved_tokens_unique"),
+        Some("cg_saved_tokens_unique_total"),
+        Counter,
+        "tokens",
+        "Content tokens saved, each replaced content once.",
+        |t| Num::Count(t.live.saved_tokens_unique)
+    ),
+    row!(
+        Some("overcount_ratio"),
+        None,
+        Gauge,
+        "ratio",
+        "saved_tokens over saved_tokens_unique (0 without data).",
+        |t| Num::Real(ratio(t.live.saved(), t.live.saved_tokens_unique))
+    ),
+    row!(
+        Some("savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "Content tokens saved net of what expand rounds sent back, over tokens_before.",
+        |t| Num::Real(pct(
+            t.live.saved().saturating_sub(t.wasted_tokens),
+            t.live.tokens_before
+        ))
+    ),
+    row!(
+        Some("savings_pct_gross"),
+        None,
+        Gauge,
+        "%",
+        "Content tokens saved before expand re-sends, over tokens_before.",
+        |t| Num::Real(pct(t.live.saved(), t.live.tokens_before))
+    ),
+    row!(
+        Some("wasted_tokens"),
+        Some("cg_wasted_tokens_total"),
+        Counter,
+        "tokens",
+        "Tokens of originals restored through expand.",
+        |t| Num::Count(t.wasted_tokens)
+    ),
+    row!(
+        Some("bounces"),
+        Some("cg_expand_bounces_total"),
+        Counter,
+        "originals",
+        "Originals restored through expand.",
+        |t| Num::Count(t.restorations)
+    ),
+    row!(
+        Some("adjusted_saved"),
+        None,
+        Counter,
+        "tokens",
+        "saved_tokens minus wasted_tokens.",
+        |t| Num::Count(t.live.saved().saturating_sub(t.wasted_tokens))
+    ),
+    row!(
+        Some("expand_rounds"),
+        Some("cg_expand_rounds_total"),
+        Counter,
+        "rounds",
+        "Expand loop rounds.",
+        |t| Num::Count(t.expand_rounds)
+    ),
+    row!(
+        Some("expand_misses"),
+        None,
+        Counter,
+        "ids",
+        "Expand calls for an id the store no longer had.",
+        |t| Num::Count(t.expand_misses)
+    ),
+    row!(
+        Some("cg_added_ms_avg"),
+        Some("cg_added_latency_ms"),
+        Gauge,
+        "ms",
+        "Average latency sluice added per rewritten request.",
+        |t| Num::Real(ms(t.added_us, t.added_n))
+    ),
+    row!(
+        Some("upstream_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Average time to upstream response headers.",
+        |t| Num::Real(ms(t.upstream_us, t.upstream_n))
+    ),
+    row!(
+        Some("upstream_errors"),
+        Some("cg_upstream_errors_total"),
+        Counter,
+        "requests",
+        "Upstream transport failures.",
+        |t| Num::Count(t.upstream_errors)
+    ),
+    row!(
+        Some("sse_streamed"),
+        None,
+        Counter,
+        "responses",
+        "Streamed responses relayed chunk by chunk.",
+        |t| Num::Count(t.sse_streamed)
+    ),
+    row!(
+        Some("sse_buffered"),
+        None,
+        Counter,
+        "responses",
+        "Streamed responses held back for the expand loop.",
+        |t| Num::Count(t.sse_buffered)
+    ),
+    row!(
+        None,
+        Some("cg_sse_streams_total"),
+        Counter,
+        "responses",
+        "Streamed responses relayed.",
+        |t| Num::Count(t.sse_streamed + t.sse_buffered)
+    ),
+    row!(
+        Some("sse_buffered_pct"),
+        None,
+        Gauge,
+        "%",
+        "Share of streamed responses held back.",
+        |t| Num::Real(pct(t.sse_buffered, t.sse_streamed + t.sse_buffered))
+    ),
+    row!(
+        Some("sse_ttfb_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Average time to the first byte relayed of a streamed response.",
+        |t| Num::Real(ms(t.sse_ttfb_us, t.sse_ttfb_n))
+    ),
+    row!(
+        Some("observe_hypothetical_requests"),
+        None,
+        Counter,
+        "requests",
+        "Requests observe mode projected.",
+        |t| Num::Count(t.observe_projections)
+    ),
+    row!(
+        Some("actual_baseline_tokens"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: content tokens of the requests as forwarded.",
+        |t| Num::Count(t.potential.tokens_before)
+    ),
+    row!(
+        Some("projected_optimized_tokens"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: content tokens sync would have forwarded.",
+        |t| Num::Count(t.potential.tokens_after)
+    ),
+    row!(
+        Some("potential_saved_tokens"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: content tokens sync would have saved, cumulative.",
+        |t| Num::Count(t.potential.saved())
+    ),
+    row!(
+        Some("potential_saved_tokens_unique"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: the same, each replaced content once.",
+        |t| Num::Count(t.potential.saved_tokens_unique)
+    ),
+    row!(
+        Some("potential_savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "Observe: potential_saved_tokens over actual_baseline_tokens.",
+        |t| Num::Real(pct(t.potential.saved(), t.potential.tokens_before))
+    ),
+    row!(
+        Some("potential_overhead_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Observe: average time of a shadow run, off the request path.",
+        |t| Num::Real(ms(t.observe_us, t.observe_projections))
+    ),
+    row!(
+        Some("frozen_hits"),
+        Some("cg_frozen_hits_total"),
+        Counter,
+        "decisions",
+        "Earlier decisions replayed byte-identically.",
+        |t| Num::Count(t.live.frozen.hits)
+    ),
+    row!(
+        Some("frozen_misses"),
+        Some("cg_frozen_misses_total"),
+        Counter,
+        "lookups",
+        "Freeze lookups with no decision on record.",
+        |t| Num::Count(t.live.frozen.misses)
+    ),
+    row!(
+        Some("frozen_dropped"),
+        Some("cg_frozen_dropped_total"),
+        Counter,
+        "decisions",
+        "Decisions needed again after the store dropped them.",
+        |t| Num::Count(t.live.frozen.dropped)
+    ),
+    row!(
+        Some("frozen_repaired"),
+        Some("cg_frozen_repaired_total"),
+        Counter,
+        "decisions",
+        "Dropped decisions re-derived byte-identically.",
+        |t| Num::Count(t.live.frozen.repaired)
+    ),
+    row!(
+        Some("frozen_flips"),
+        Some("cg_frozen_flips_total"),
+        Counter,
+        "decisions",
+        "Dropped decisions that could not be re-derived (a cache write).",
+        |t| Num::Count(t.live.frozen.dropped.saturating_sub(t.live.frozen.repaired))
+    ),
+    row!(
+        Some("potential_frozen_hits"),
+        None,
+        Counter,
+        "decisions",
+        "Observe: earlier decisions the shadow run replayed.",
+        |t| Num::Count(t.potential.frozen.hits)
+    ),
+    row!(
+        Some("tracked_turns"),
+        None,
+        Counter,
+        "turns",
+        "Turns the cached-prefix tracker saw.",
+        |t| Num::Count(t.turns.tracked_turns)
+    ),
+    row!(
+        Some("cold_turns"),
+        Some("cg_cold_turns_total"),
+        Counter,
+        "turns",
+        "Turns whose prompt cache was provably cold.",
+        |t| Num::Count(t.turns.cold_turns)
+    ),
+    row!(
+        Some("unknown_boundary_turns"),
+        None,
+        Counter,
+        "turns",
+        "Turns with no earlier turn on record (read warm: fail closed).",
+        |t| Num::Count(t.turns.unknown_boundary_turns)
+    ),
+    row!(
+        Some("compaction_resets"),
+        Some("cg_compaction_resets_total"),
+        Counter,
+        "turns",
+        "Turns whose transcript diverged from every remembered one.",
+        |t| Num::Count(t.turns.compaction_resets)
+    ),
+    row!(
+        Some("cold_mispredicted"),
+        None,
+        Counter,
+        "turns",
+        "Turns read cold on which the provider still reported a cache read.",
+        |t| Num::Count(t.turns.cold_mispredicted)
+    ),
+    row!(
+        Some("amortized_rewrites"),
+        None,
+        Counter,
+        "turns",
+        "Warm turns cache.amortize re-wrote at depth because it paid.",
+        |t| Num::Count(t.turns.amortized_rewrites)
+    ),
+];
 
 #[cfg(test)]
 mod tests {
@@ -751,6 +986,36 @@ mod tests {
         assert_eq!(doc["cold_mispredicted"], 1);
         assert_eq!(doc["amortized_rewrites"], 1);
         assert!(stats.to_prometheus().contains("cg_cold_turns_total 1"));
+    }
+
+    #[test]
+    fn every_key_and_series_is_defined_once() {
+        let mut keys = HashSet::new();
+        let mut series: Vec<&str> = Vec::new();
+        for field in FIELDS {
+            if let Some(key) = field.json {
+                assert!(keys.insert(key), "`{key}` has two rows");
+            }
+            if let Some(name) = field.metric {
+                // Rows of one series stand together, so its help and type are written once.
+                if series.last() != Some(&name) {
+                    assert!(!series.contains(&name), "`{name}` is split");
+                    series.push(name);
+                }
+            }
+        }
+        let doc = Stats::new().to_json("sync", None, None);
+        for key in keys {
+            assert!(doc.get(key).is_some(), "`{key}` missing from /stats");
+        }
+        let text = Stats::new().to_prometheus();
+        for name in series {
+            assert_eq!(
+                text.matches(&format!("# TYPE {name} ")).count(),
+                1,
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::stats::Stats;
 use actors::pool::WorkerPool;
 use actors::sessions::{Lease, Sessions};
-use actors::stats::Stats;
 use async_trait::async_trait;
 use bytes::Bytes;
 use engine::apply::{Applied, Discarded, apply_parsed};

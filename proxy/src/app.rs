@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use actors::pool::WorkerPool;
 use actors::sessions::{SessionLimits, Sessions};
-use actors::stats::Stats;
 use bytes::Bytes;
 use engine::config::Config;
 use engine::session;
@@ -22,12 +21,14 @@ use engine::wire::Dialect;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use modes::stats::{Stats, table};
 use modes::turn::{Turn, TurnInput, TurnService};
 use modes::{SessionState, StorePersist};
 
-use crate::chat::{chat, relay, send, upstream_failure};
+use crate::chat::{chat, relay, send};
 use crate::clock::SystemClock;
-use crate::http::{self as h, Body};
+use crate::http::{self as h, Body, ProxyError};
+use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::upstream::Upstream;
 
 pub use crate::expand_loop::MAX_EXPAND_ROUNDS;
@@ -215,12 +216,16 @@ pub async fn handle(
                 app.observer.as_ref().map(|o| o.pool.stats()),
                 Some(app.live_sessions().stats()),
             );
-            add_llm_stats(&mut stats, app.llm.counts());
+            let llm = LlmView::new(app.llm.counts(), &app.stats);
+            if let Some(object) = stats.as_object_mut() {
+                table::write_json(LLM_FIELDS, &llm, object);
+            }
             h::json(StatusCode::OK, stats.to_string())
         }
         (&Method::GET, "/metrics") => {
             let mut text = app.stats.to_prometheus();
-            text.push_str(&llm_prometheus(app.llm.counts()));
+            let llm = LlmView::new(app.llm.counts(), &app.stats);
+            table::write_prometheus(LLM_FIELDS, &llm, &mut text);
             h::text(StatusCode::OK, text)
         }
         (&Method::GET, "/expand") => expand_route(&app, peer, &request),
@@ -231,70 +236,14 @@ pub async fn handle(
         }
         _ => match upstream_for(&app.settings, &path) {
             Some(base) => passthrough(&app, base, request).await,
-            None => h::error(
-                StatusCode::NOT_FOUND,
-                "not_found_error",
-                &format!("sluice has no route {method} {path}"),
-            ),
+            None => ProxyError::NotFound {
+                method: method.clone(),
+                path: path.clone(),
+            }
+            .into_response(),
         },
     };
     Ok(response)
-}
-
-/// Components whose savings the model bought, for the net figure.
-const MODEL_COMPONENTS: [&str; 2] = ["extract_llm", "summarize"];
-
-/// What a saved token is worth, $/MTok: a Sonnet-class cache-read price, the conservative
-/// value of a token the agent would have re-sent on a warm turn (`SLUICE_SAVED_VALUE_PER_MTOK`).
-fn saved_value_per_mtok() -> f64 {
-    std::env::var("SLUICE_SAVED_VALUE_PER_MTOK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.30)
-}
-
-/// The model's spend next to what it saved: `llm_*` fields of `/stats`.
-fn add_llm_stats(stats: &mut serde_json::Value, counts: llm::LlmCounts) {
-    let saved: u64 = MODEL_COMPONENTS
-        .iter()
-        .filter_map(|name| stats["components"][name]["saved_tokens"].as_u64())
-        .sum();
-    let value = saved as f64 * saved_value_per_mtok() / 1e6;
-    if let Some(object) = stats.as_object_mut() {
-        for (key, v) in [
-            ("llm_calls", counts.calls.into()),
-            ("llm_input_tokens", counts.input_tokens.into()),
-            ("llm_output_tokens", counts.output_tokens.into()),
-            ("llm_timeouts", counts.timeouts.into()),
-            ("llm_errors", counts.errors.into()),
-            ("llm_rejected", counts.rejected.into()),
-            ("llm_sandbox_failures", counts.sandbox_failures.into()),
-            ("llm_queue_full", counts.queue_full.into()),
-            ("llm_cost_usd", counts.cost_usd.into()),
-            ("llm_saved_tokens", saved.into()),
-            ("llm_saved_value_usd", value.into()),
-            ("llm_net_usd", (value - counts.cost_usd).into()),
-        ] {
-            object.insert(key.to_string(), v);
-        }
-    }
-}
-
-fn llm_prometheus(counts: llm::LlmCounts) -> String {
-    format!(
-        "# HELP cg_llm_calls_total Cheap-model calls made.\n# TYPE cg_llm_calls_total counter\ncg_llm_calls_total {}\n\
-         # HELP cg_llm_tokens_total Cheap-model tokens billed.\n# TYPE cg_llm_tokens_total counter\ncg_llm_tokens_total{{direction=\"input\"}} {}\ncg_llm_tokens_total{{direction=\"output\"}} {}\n\
-         # HELP cg_llm_failures_total Cheap-model jobs that failed, by stage.\n# TYPE cg_llm_failures_total counter\ncg_llm_failures_total{{stage=\"call\"}} {}\ncg_llm_failures_total{{stage=\"rejected\"}} {}\ncg_llm_failures_total{{stage=\"sandbox\"}} {}\ncg_llm_failures_total{{stage=\"timeout\"}} {}\n\
-         # HELP cg_llm_cost_usd Cheap-model spend at the configured prices.\n# TYPE cg_llm_cost_usd counter\ncg_llm_cost_usd {}\n",
-        counts.calls,
-        counts.input_tokens,
-        counts.output_tokens,
-        counts.errors,
-        counts.rejected,
-        counts.sandbox_failures,
-        counts.timeouts,
-        counts.cost_usd
-    )
 }
 
 /// The upstream base and the path to call there, for a path under `/anthropic/` or `/openai/`.
@@ -322,22 +271,13 @@ pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
     format!("{}{rest}{query}", base.trim_end_matches('/'))
 }
 
-pub(crate) async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
+pub(crate) async fn read_body(app: &App, body: Incoming) -> Result<Bytes, ProxyError> {
     match Limited::new(body, app.settings.body_limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(h::error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request_too_large",
-            &format!(
-                "request body is over sluice's limit of {} bytes",
-                app.settings.body_limit
-            ),
-        )),
-        Err(_) => Err(h::error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "could not read the request body",
-        )),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(ProxyError::BodyTooLarge {
+            limit: app.settings.body_limit,
+        }),
+        Err(_) => Err(ProxyError::BodyUnreadable),
     }
 }
 
@@ -345,24 +285,21 @@ async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Respo
     let (parts, body) = request.into_parts();
     let body = match read_body(app, body).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(err) => return err.into_response(),
     };
     app.stats.record_passthrough(false);
     let uri = upstream_uri(base, &parts.uri);
     send(app, parts.method, &uri, &parts.headers, body)
         .await
-        .map_or_else(|e| upstream_failure(&e), relay)
+        .map_or_else(|e| ProxyError::Upstream(e).into_response(), relay)
 }
 
 /// `GET /expand?id=HASH[&session=S]`: the exact original, for a person at a loopback address.
 /// With a session (header or parameter) only that session's stashes resolve.
 fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Response<Body> {
     if !peer.ip().is_loopback() {
-        return h::error(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            "stashed content is served to loopback addresses only",
-        );
+        return ProxyError::Forbidden("stashed content is served to loopback addresses only")
+            .into_response();
     }
     let query = request.uri().query().unwrap_or("");
     let param = |key: &str| {
@@ -372,11 +309,7 @@ fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Res
             .map(str::to_owned)
     };
     let Some(id) = param("id") else {
-        return h::error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "missing ?id=HASH",
-        );
+        return ProxyError::BadRequest("missing ?id=HASH").into_response();
     };
     let session = request
         .headers()
@@ -410,7 +343,7 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
     let (parts, body) = request.into_parts();
     let body = match read_body(app, body).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(err) => return err.into_response(),
     };
     let param = |key: &str| {
         query

@@ -10,15 +10,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actors::sessions::Sessions;
-use actors::stats::{Stats, StreamRelay};
 use async_trait::async_trait;
 use bytes::Bytes;
 use engine::model::{Answer, Ask, Models};
 use engine::wire::{Dialect, ParsedBody};
 use http::header::ACCEPT_ENCODING;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
+use modes::stats::{Stats, StreamRelay};
 use modes::turn::{ModelSource, Turn, TurnInput, TurnModels, TurnService};
 use modes::{CacheUsage, SessionState};
 use parking_lot::Mutex;
@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use crate::app::{App, read_body, upstream_uri};
 use crate::decode::{Decoder, Encoding};
 use crate::expand_loop::Continuation;
-use crate::http::{self as h, Body, BoxError};
+use crate::http::{Body, BoxError, ProxyError};
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 use crate::usage::UsageScanner;
 
@@ -38,7 +38,7 @@ pub(crate) async fn chat(
     let (parts, body) = request.into_parts();
     let body = match read_body(app, body).await {
         Ok(body) => body,
-        Err(response) => return response,
+        Err(err) => return err.into_response(),
     };
     let uri = upstream_uri(app.upstream_base(dialect), &parts.uri);
     let mut headers = parts.headers;
@@ -52,7 +52,7 @@ pub(crate) async fn chat(
         app.stats.record_passthrough(false);
         return match send(app, parts.method, &uri, &headers, body).await {
             Ok(response) => relay_reporting(app, Report::Observed(meet), response),
-            Err(err) => upstream_failure(&err),
+            Err(err) => ProxyError::Upstream(err).into_response(),
         };
     }
     let models = RequestModels {
@@ -78,7 +78,7 @@ pub(crate) async fn chat(
                     Some(session) => relay_reporting(app, Report::Live(session), response),
                     None => relay(response),
                 },
-                Err(err) => upstream_failure(&err),
+                Err(err) => ProxyError::Upstream(err).into_response(),
             };
         }
     };
@@ -92,7 +92,7 @@ pub(crate) async fn chat(
     .await
     {
         Ok(response) => response,
-        Err(err) => return upstream_failure(&err),
+        Err(err) => return ProxyError::Upstream(err).into_response(),
     };
     if !forward.expandable || !response.status().is_success() {
         if forward.stream {
@@ -126,17 +126,6 @@ pub(crate) async fn send(
     app.stats
         .record_upstream(started.elapsed(), result.is_err());
     result
-}
-
-pub(crate) fn upstream_failure(err: &UpstreamError) -> Response<Body> {
-    match err {
-        UpstreamError::Timeout => h::error(
-            StatusCode::GATEWAY_TIMEOUT,
-            "upstream_timeout",
-            &err.to_string(),
-        ),
-        _ => h::error(StatusCode::BAD_GATEWAY, "upstream_error", &err.to_string()),
-    }
 }
 
 /// An upstream response passed through as it streams in.

@@ -171,6 +171,40 @@ struct ServeArgs {
     /// Largest request body accepted, in MiB (413 beyond it).
     #[arg(long, env = "SLUICE_BODY_LIMIT_MB", default_value_t = 32)]
     body_limit_mb: usize,
+    /// Where model-written filters run: `child` (a child process of this binary, which nothing
+    /// a filter does can take down) or `in-process` (trusted programs only, logged at start).
+    #[arg(long, env = "SLUICE_SANDBOX", value_enum, default_value_t = SandboxArg::Child)]
+    sandbox: SandboxArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SandboxArg {
+    Child,
+    InProcess,
+}
+
+/// The sandbox `serve` runs filters in. The child is this binary; when it cannot be found the
+/// proxy does not start, so the sandbox never weakens without the operator asking for it.
+fn sandbox_isolation(choice: SandboxArg) -> Result<llm::Isolation, Failure> {
+    match choice {
+        SandboxArg::InProcess => {
+            tracing::warn!(
+                "model-written filters run in this process (--sandbox in-process): a filter that allocates without bound can abort sluice"
+            );
+            Ok(llm::Isolation::InProcess)
+        }
+        SandboxArg::Child => {
+            let command = std::env::current_exe().map_err(|e| {
+                Failure(format!(
+                    "cannot find sluice's own executable for the sandbox child ({e}); pass --sandbox in-process to run model-written filters in this process"
+                ))
+            })?;
+            Ok(llm::Isolation::Child {
+                command,
+                args: vec![llm::sandbox::CHILD_ARG.to_owned()],
+            })
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -316,12 +350,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             body_limit: args.body_limit_mb.saturating_mul(1 << 20),
             // Model-written filters run in a child process of this binary: nothing they do
             // (an allocation that aborts, an out-of-memory kill) can take the proxy down.
-            sandbox: std::env::current_exe().map_or(llm::Isolation::InProcess, |command| {
-                llm::Isolation::Child {
-                    command,
-                    args: vec![llm::sandbox::CHILD_ARG.to_owned()],
-                }
-            }),
+            sandbox: sandbox_isolation(args.sandbox)?,
         };
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), store)
@@ -488,15 +517,15 @@ fn config_check(path: &Path) -> Result<(), Failure> {
 
 fn replay(args: &ReplayArgs) -> Result<(), Failure> {
     let config = args.config.load()?;
-    let sessions = crate::replay::load(&args.paths).map_err(Failure)?;
+    let sessions = crate::replay::load(&args.paths)?;
     let options = modes::replay::Options {
         gap: std::time::Duration::from_secs(args.gap),
         ..modes::replay::Options::default()
     };
-    let reports = crate::replay::run(&config, &sessions, &options).map_err(Failure)?;
+    let reports = crate::replay::run(&config, &sessions, &options)?;
     let totals = modes::replay::totals(&reports, &options.prices);
     if let Some(dir) = &args.out {
-        crate::replay::write_out(dir, &reports, &totals, &options.prices).map_err(Failure)?;
+        crate::replay::write_out(dir, &reports, &totals, &options.prices)?;
     }
     let text = match args.format {
         ReportFormat::Md => crate::replay::markdown(&reports, &totals),
@@ -507,8 +536,8 @@ fn replay(args: &ReplayArgs) -> Result<(), Failure> {
 
 fn tune_cold_cache(config: &ConfigArgs, gaps: &[u64], paths: &[PathBuf]) -> Result<(), Failure> {
     let config = config.load()?;
-    let sessions = crate::replay::load(paths).map_err(Failure)?;
-    let table = crate::replay::tune_cold_cache(&config, &sessions, gaps).map_err(Failure)?;
+    let sessions = crate::replay::load(paths)?;
+    let table = crate::replay::tune_cold_cache(&config, &sessions, gaps)?;
     stdout_result(writeln!(std::io::stdout().lock(), "{table}"))
 }
 
@@ -622,4 +651,37 @@ fn write_presets(out: &mut impl Write) -> std::io::Result<()> {
         writeln!(out, "  {:<10} {}", factory.name(), factory.summary())?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every subcommand and every flag of `sluice serve` is in the README: the tidy check that
+    /// keeps the CLI and its documentation together.
+    #[test]
+    fn the_readme_documents_every_subcommand_and_serve_flag() {
+        let readme = include_str!("../../README.md");
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            assert!(
+                readme.contains(&format!("sluice {name}")),
+                "README lacks `sluice {name}`"
+            );
+        }
+        let serve = cli.find_subcommand("serve").expect("serve");
+        for arg in serve.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" {
+                continue;
+            }
+            assert!(
+                readme.contains(&format!("--{long}")),
+                "README lacks `sluice serve --{long}`"
+            );
+        }
+    }
 }

@@ -9,20 +9,20 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use actors::stats::StreamRelay;
 use bytes::Bytes;
 use engine::marker;
 use engine::tokens;
 use engine::wire::Dialect;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, Method, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
+use modes::stats::StreamRelay;
 
 use crate::app::App;
-use crate::chat::{live_report, relay, send, upstream_failure};
+use crate::chat::{live_report, relay, send};
 use crate::decode::{Decoder, Encoding};
 use crate::expand;
-use crate::http::{self as h, Body, BoxError};
+use crate::http::{self as h, Body, BoxError, ProxyError};
 use crate::sse;
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 
@@ -87,13 +87,7 @@ impl Continuation {
             let encoding = Encoding::take(&mut parts.headers);
             let bytes = match body.collect().await {
                 Ok(collected) => collected.to_bytes(),
-                Err(err) => {
-                    return h::error(
-                        StatusCode::BAD_GATEWAY,
-                        "upstream_error",
-                        &format!("upstream body failed: {err}"),
-                    );
-                }
+                Err(err) => return ProxyError::UpstreamBody(err).into_response(),
             };
             let bytes = match encoding {
                 Encoding::Identity => bytes,
@@ -118,7 +112,7 @@ impl Continuation {
             forwarded = Bytes::from(next);
             response = match self.resend(forwarded.clone()).await {
                 Ok(response) => response,
-                Err(err) => return upstream_failure(&err),
+                Err(err) => return ProxyError::Upstream(err).into_response(),
             };
         }
         relay(response)

@@ -1,11 +1,11 @@
 //! The body type every handler returns, and the few responses sluice builds itself.
 //!
-//! Every error response sluice makes is JSON shaped like the providers' own errors, so an SDK
-//! surfaces its message instead of failing to parse. Upstream responses never go through here:
-//! they pass through verbatim.
+//! Every error response sluice makes is a [`ProxyError`], turned into JSON shaped like the
+//! providers' own errors by [`ProxyError::into_response`], so an SDK surfaces its message instead
+//! of failing to parse. Upstream responses never go through here: they pass through verbatim.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 
@@ -41,11 +41,149 @@ fn with_type(
     response
 }
 
+/// Why sluice answers a request itself with an error (never an upstream's own error status,
+/// which passes through verbatim).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The request body is over `Settings::body_limit` (413).
+    #[error("request body is over sluice's limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    /// The request body could not be read (400).
+    #[error("could not read the request body")]
+    BodyUnreadable,
+    /// No route for this method and path (404).
+    #[error("sluice has no route {method} {path}")]
+    NotFound { method: Method, path: String },
+    /// The route is not served to this client (403).
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// The request lacks what the route needs (400).
+    #[error("{0}")]
+    BadRequest(&'static str),
+    /// The upstream could not be reached (502) or sent no headers in time (504).
+    #[error("{0}")]
+    Upstream(crate::upstream::UpstreamError),
+    /// The upstream's response body failed while sluice read it whole (502).
+    #[error("upstream body failed: {0}")]
+    UpstreamBody(hyper::Error),
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BodyUnreadable | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ProxyError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ProxyError::Upstream(crate::upstream::UpstreamError::Timeout) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ProxyError::Upstream(_) | ProxyError::UpstreamBody(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The provider-shaped `error.type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProxyError::BodyTooLarge { .. } => "request_too_large",
+            ProxyError::BodyUnreadable | ProxyError::BadRequest(_) => "invalid_request_error",
+            ProxyError::NotFound { .. } => "not_found_error",
+            ProxyError::Forbidden(_) => "permission_error",
+            ProxyError::Upstream(crate::upstream::UpstreamError::Timeout) => "upstream_timeout",
+            ProxyError::Upstream(_) | ProxyError::UpstreamBody(_) => "upstream_error",
+        }
+    }
+
+    /// The one place sluice's own error responses are made: status, provider-shaped JSON with
+    /// the error's type and message.
+    pub fn into_response(self) -> Response<Body> {
+        error(self.status(), self.kind(), &self.to_string())
+    }
+}
+
+impl From<ProxyError> for Response<Body> {
+    fn from(err: ProxyError) -> Response<Body> {
+        err.into_response()
+    }
+}
+
 /// An error of sluice's own (never an upstream one), as provider-shaped JSON.
-pub fn error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
+fn error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
     let body = serde_json::json!({
         "type": "error",
         "error": { "type": kind, "message": message },
     });
     json(status, body.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::UpstreamError;
+
+    fn read(response: Response<Body>) -> (StatusCode, serde_json::Value) {
+        let status = response.status();
+        let bytes = futures::executor::block_on(response.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn each_error_keeps_its_status_type_and_message() {
+        for (err, status, kind, message) in [
+            (
+                ProxyError::BodyTooLarge { limit: 1024 },
+                413,
+                "request_too_large",
+                "request body is over sluice's limit of 1024 bytes",
+            ),
+            (
+                ProxyError::BodyUnreadable,
+                400,
+                "invalid_request_error",
+                "could not read the request body",
+            ),
+            (
+                ProxyError::NotFound {
+                    method: Method::GET,
+                    path: "/nope".into(),
+                },
+                404,
+                "not_found_error",
+                "sluice has no route GET /nope",
+            ),
+            (
+                ProxyError::Forbidden("loopback only"),
+                403,
+                "permission_error",
+                "loopback only",
+            ),
+            (
+                ProxyError::BadRequest("missing ?id=HASH"),
+                400,
+                "invalid_request_error",
+                "missing ?id=HASH",
+            ),
+            (
+                ProxyError::Upstream(UpstreamError::Timeout),
+                504,
+                "upstream_timeout",
+                "upstream sent no response headers in time",
+            ),
+            (
+                ProxyError::Upstream(UpstreamError::Transport("refused".into())),
+                502,
+                "upstream_error",
+                "upstream request failed: refused",
+            ),
+        ] {
+            let (got, body) = read(err.into_response());
+            assert_eq!(got.as_u16(), status, "{message}");
+            assert_eq!(body["type"], "error");
+            assert_eq!(body["error"]["type"], kind);
+            assert_eq!(body["error"]["message"], message);
+        }
+    }
 }

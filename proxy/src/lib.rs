@@ -1,8 +1,9 @@
 //! sluice's host: the hyper server and upstream client, SSE, the expand loop, the operator
 //! routes, and the `sluice` command line.
 //!
-//! **Architecture Invariant:** all IO lives here (and, later, in `llm`); the engine is called
-//! with bytes, a store and a clock, and never learns where they came from.
+//! **Architecture Invariant:** all network IO lives here (`llm`'s model calls borrow this
+//! crate's client); the engine is called with bytes, a store and a clock, and never learns where
+//! they came from.
 
 pub mod app;
 mod chat;
@@ -12,6 +13,7 @@ pub mod decode;
 pub mod expand;
 mod expand_loop;
 pub mod http;
+pub mod llm_stats;
 pub mod replay;
 pub mod server;
 pub mod sse;

@@ -8,9 +8,59 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine::config::Config;
+use engine::config::{Config, ConfigError};
 use engine::wire::Dialect;
-use modes::replay::{Options, Prices, SessionReport, Totals, replay_session, totals, turns_of};
+use modes::replay::{
+    Options, Prices, ReplayError, SessionReport, Totals, replay_session, totals, turns_of,
+};
+
+/// Why `sluice replay` or `sluice tune cold-cache` stopped: the file or session, and why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A file or folder that cannot be read, or a report file that cannot be written.
+    #[error("{}: {error}", path.display())]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A path that is neither a file nor a folder.
+    #[error("{}: no such file or directory", .0.display())]
+    Missing(PathBuf),
+    /// A `.gz` file that does not decompress.
+    #[error("{}: not gzip: {error}", path.display())]
+    NotGzip {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A triage event log with a line that cannot be read.
+    #[error("{}: {error}", path.display())]
+    EventLog { path: PathBuf, error: EventLogError },
+    /// A file named on the command line that is not a request body.
+    #[error("{}: {error}", path.display())]
+    NotARequest { path: PathBuf, error: ReplayError },
+    /// The config's pipeline does not build.
+    #[error("{0:?}")]
+    Pipeline(Vec<ConfigError>),
+    /// A session that does not replay.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+}
+
+/// A line of a triage event log that cannot be read (1-based line numbers).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventLogError {
+    /// The line is not JSON.
+    #[error("line {line}: {error}")]
+    NotJson {
+        line: usize,
+        error: serde_json::Error,
+    },
+    /// The event's `type` is none sluice knows (or it has none).
+    #[error("line {line}: unknown event type {kind:?}")]
+    UnknownType { line: usize, kind: Option<String> },
+}
 
 /// One recorded session: its name, dialect and per-turn bodies.
 pub struct Recorded {
@@ -19,14 +69,15 @@ pub struct Recorded {
     pub turns: Vec<Vec<u8>>,
 }
 
-/// Reads every session under `paths`: a request body (`.json`, split into turns), a JSONL of
-/// per-turn bodies (`.jsonl`, `.jsonl.gz`), or a folder of these (searched recursively, in name
-/// order). In a folder, a recorded `turns.<dialect>.jsonl[.gz]` replaces the `<dialect>.json`
-/// final request beside it: the real per-turn bodies beat turns cut from the last one.
+/// Reads every session under `paths`: a request body (`.json`, `.json.gz`, split into turns), a
+/// JSONL of per-turn bodies (`.jsonl`, `.jsonl.gz`), or a folder of these (searched recursively,
+/// in name order). In a folder, a recorded `turns.<dialect>.jsonl[.gz]` replaces the
+/// `<dialect>.json[.gz]` final request beside it: the real per-turn bodies beat turns cut from
+/// the last one.
 ///
 /// # Errors
 /// An unreadable file or a body that is not a request.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, RunError> {
     // (file, named by the user): a file found in a folder that is not a request (a run's
     // metadata, say) is skipped; one named on the command line is an error.
     let mut files: Vec<(PathBuf, bool)> = Vec::new();
@@ -42,14 +93,20 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
     let mut out = Vec::new();
     for (file, named) in files {
         let name = file.display().to_string();
-        let mut bytes = std::fs::read(&file).map_err(|e| format!("{name}: {e}"))?;
+        let mut bytes = std::fs::read(&file).map_err(|error| RunError::Io {
+            path: file.clone(),
+            error,
+        })?;
         let mut ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
         if ext == "gz" {
             use std::io::Read as _;
             let mut plain = Vec::new();
             flate2::read::GzDecoder::new(&bytes[..])
                 .read_to_end(&mut plain)
-                .map_err(|e| format!("{name}: not gzip: {e}"))?;
+                .map_err(|error| RunError::NotGzip {
+                    path: file.clone(),
+                    error,
+                })?;
             bytes = plain;
             ext = file
                 .file_stem()
@@ -59,7 +116,10 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
         }
         let turns = match ext {
             "jsonl" if is_event_log(&bytes) => {
-                events_to_turns(&bytes).map_err(|e| format!("{name}: {e}"))?
+                events_to_turns(&bytes).map_err(|error| RunError::EventLog {
+                    path: file.clone(),
+                    error,
+                })?
             }
             "jsonl" => bytes
                 .split(|b| *b == b'\n')
@@ -68,7 +128,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, String> {
                 .collect(),
             _ => match turns_of(&bytes) {
                 Ok(turns) => turns,
-                Err(e) if named => return Err(format!("{name}: {e}")),
+                Err(error) if named => {
+                    return Err(RunError::NotARequest {
+                        path: file.clone(),
+                        error,
+                    });
+                }
                 Err(_) => continue,
             },
         };
@@ -107,7 +172,7 @@ fn is_event_log(bytes: &[u8]) -> bool {
 ///
 /// # Errors
 /// A line that is not JSON or an event of an unknown type.
-pub fn events_to_turns(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn events_to_turns(bytes: &[u8]) -> Result<Vec<Vec<u8>>, EventLogError> {
     use serde_json::{Value, json};
     let text = |v: &Value| {
         v.get("text")
@@ -124,8 +189,8 @@ pub fn events_to_turns(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let event: Value =
-            serde_json::from_slice(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+        let event: Value = serde_json::from_slice(line)
+            .map_err(|error| EventLogError::NotJson { line: n + 1, error })?;
         match event.get("type").and_then(Value::as_str) {
             Some("user/message") => messages.push(json!({"role": "user", "content": text(&event)})),
             Some("assistant/message") => {
@@ -150,7 +215,12 @@ pub fn events_to_turns(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
             }
             Some("tool/result") => messages.push(json!({
                 "role": "tool", "tool_call_id": event["callId"], "content": text(&event)})),
-            other => return Err(format!("line {}: unknown event type {other:?}", n + 1)),
+            other => {
+                return Err(EventLogError::UnknownType {
+                    line: n + 1,
+                    kind: other.map(str::to_owned),
+                });
+            }
         }
     }
     if !messages.is_empty() {
@@ -159,10 +229,13 @@ pub fn events_to_turns(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     Ok(turns)
 }
 
-fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), RunError> {
     if path.is_dir() {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map_err(|error| RunError::Io {
+                path: path.to_owned(),
+                error,
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .collect();
         entries.sort();
@@ -175,9 +248,10 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
             })
         };
         let (openai_turns, anthropic_turns) = (recorded("openai"), recorded("anthropic"));
+        // The final body may be stored gzipped (the test corpus in the repository is).
         entries.retain(|e| match e.file_name().and_then(|n| n.to_str()) {
-            Some("openai.json") => !openai_turns,
-            Some("anthropic.json") => !anthropic_turns,
+            Some("openai.json" | "openai.json.gz") => !openai_turns,
+            Some("anthropic.json" | "anthropic.json.gz") => !anthropic_turns,
             _ => true,
         });
         for entry in entries {
@@ -193,7 +267,7 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
         out.push(path.to_owned());
         Ok(())
     } else {
-        Err(format!("{}: no such file or directory", path.display()))
+        Err(RunError::Missing(path.to_owned()))
     }
 }
 
@@ -205,8 +279,8 @@ pub fn run(
     config: &Config,
     sessions: &[Recorded],
     options: &Options,
-) -> Result<Vec<SessionReport>, String> {
-    let pipeline = Arc::new(config.build_pipeline().map_err(|e| format!("{e:?}"))?);
+) -> Result<Vec<SessionReport>, RunError> {
+    let pipeline = Arc::new(config.build_pipeline().map_err(RunError::Pipeline)?);
     let progress = std::io::stderr().is_terminal() && sessions.len() > 1;
     let mut reports = Vec::new();
     for (i, s) in sessions.iter().enumerate() {
@@ -414,11 +488,14 @@ pub fn write_out(
     reports: &[SessionReport],
     t: &Totals,
     prices: &Prices,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let charts = dir.join("charts");
-    std::fs::create_dir_all(&charts).map_err(|e| format!("{}: {e}", charts.display()))?;
+    std::fs::create_dir_all(&charts).map_err(|error| RunError::Io {
+        path: charts.clone(),
+        error,
+    })?;
     let write = |path: PathBuf, text: String| {
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::write(&path, text).map_err(|error| RunError::Io { path, error })
     };
     write(dir.join("report.md"), markdown(reports, t))?;
     write(dir.join("report.json"), json(reports, t))?;
@@ -441,7 +518,7 @@ pub fn tune_cold_cache(
     config: &Config,
     sessions: &[Recorded],
     gaps: &[u64],
-) -> Result<String, String> {
+) -> Result<String, RunError> {
     let mut out = String::from(
         "| idle gap | cold_cache | billed cost change | cache writes change | content saved | flips |\n|--:|---|--:|--:|--:|--:|\n",
     );

@@ -174,7 +174,7 @@ impl llm::Transport for Upstream {
         headers: &[(String, String)],
         body: Vec<u8>,
         timeout: Duration,
-    ) -> Result<(u16, Vec<u8>), String> {
+    ) -> Result<(u16, Vec<u8>), llm::TransportError> {
         use http_body_util::BodyExt;
         let mut map = HeaderMap::new();
         for (name, value) in headers {
@@ -189,18 +189,18 @@ impl llm::Transport for Upstream {
             let response = self
                 .send(Method::POST, url, &map, Bytes::from(body))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| llm::TransportError::Send(e.to_string()))?;
             let status = response.status().as_u16();
             let bytes = http_body_util::Limited::new(response.into_body(), 8 << 20)
                 .collect()
                 .await
-                .map_err(|_| "could not read the model's response".to_string())?
+                .map_err(|_| llm::TransportError::Body)?
                 .to_bytes();
             Ok((status, bytes.to_vec()))
         };
         tokio::time::timeout(timeout, call)
             .await
-            .map_err(|_| "timeout".to_string())?
+            .map_err(|_| llm::TransportError::Timeout)?
     }
 }
 

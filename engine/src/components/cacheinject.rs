@@ -24,8 +24,8 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, decode};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, decode};
+use crate::components::ComponentSource;
 use crate::message::Role;
 use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
 use crate::wire::Dialect;
@@ -61,7 +61,7 @@ impl ComponentFactory for Factory {
         "adds one Anthropic cache_control breakpoint before the newest turn (no content change)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: CacheInjectConfig = decode(source)?;
         Ok(Stage::Reformat(Box::new(CacheInject { config })))
     }

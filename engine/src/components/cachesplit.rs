@@ -18,8 +18,8 @@
 //! `cacheinject` in a pipeline enables the split too. The component itself only marks the
 //! pipeline: the split is a body-level edit made after the messages are written back.
 
-use super::{ComponentFactory, decode};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, decode};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
 use crate::wire::json::{self, Kind};
 use crate::wire::{Dialect, ParsedBody};
@@ -51,7 +51,7 @@ impl ComponentFactory for Factory {
         "splits the per-session tail off the system prompt so its head stays cacheable"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let _: NoConfig = decode(source)?;
         Ok(Stage::Reformat(Box::new(CacheSplit)))
     }

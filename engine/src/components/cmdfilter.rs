@@ -23,8 +23,8 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::dsl::{self, FilterSet, Lossiness};
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
@@ -78,7 +78,7 @@ impl ComponentFactory for Factory {
         "filters command output with the matching DSL filter (builtins + your own, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: CmdfilterConfig = decode(source)?;
         let names: Vec<String> = (1..=config.filters.len())
             .map(|i| format!("filters[{}]", i - 1))
@@ -95,13 +95,7 @@ impl ComponentFactory for Factory {
         };
         let set = base
             .and_then(|base| base.extend(&documents))
-            .map_err(|errors| {
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            })?;
+            .map_err(BuildError::Filters)?;
         Ok(Stage::Offload(Box::new(Cmdfilter { config, set })))
     }
 }

@@ -21,8 +21,8 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
@@ -72,12 +72,12 @@ impl ComponentFactory for Factory {
         "keeps head and tail lines of an oversized output (recoverable fallback)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: CollapseConfig = decode(source)?;
         if !(0.0..=1.0).contains(&config.max_frac) {
-            return Err(format!(
-                "max_frac must be between 0 and 1, got {}",
-                config.max_frac
+            return Err(BuildError::invalid(
+                "max_frac",
+                format!("must be between 0 and 1, got {}", config.max_frac),
             ));
         }
         Ok(Stage::Offload(Box::new(Collapse { config })))

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
 /// `components.dedup`.
@@ -49,7 +49,7 @@ impl ComponentFactory for Factory {
         "points a repeated identical tool output at its first copy (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: DedupConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(Dedup { config })))
     }

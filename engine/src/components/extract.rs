@@ -34,8 +34,10 @@ use regex::Regex;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::{ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with,
+};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::ModelConfig;
@@ -101,7 +103,7 @@ impl ComponentFactory for Factory {
         "projects a large output onto the conversation's query and drops noise (frozen)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: ExtractConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(Extract { config })))
     }
@@ -311,7 +313,7 @@ impl Projector {
     pub(super) fn project(&mut self, original: &str) -> Option<String> {
         // Most outputs hold no escape or redraw: render only those that do.
         let rendered: std::borrow::Cow<'_, str> = if original.contains(['\x1b', '\r']) {
-            super::terminal_render(original).into()
+            crate::terminal::clean(original).into()
         } else {
             original.into()
         };

@@ -33,8 +33,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::extract::{Outcome, Projector};
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::contain;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
@@ -177,7 +177,7 @@ impl ComponentFactory for Factory {
         "a cheap model writes a deletion-only filter for a large output (sampled, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: ExtractLlmConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(ExtractLlm { config })))
     }

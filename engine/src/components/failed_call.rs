@@ -13,8 +13,8 @@
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, head_chars, steps_after};
-use super::{ComponentFactory, MarkerMode, decode};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode};
+use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_OUTPUT};
 use crate::pipeline::{
     ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript, message_tokens,
@@ -60,7 +60,7 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: stubs stale failed calls' arguments and trims their errors (frozen, atomic)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let c: FailedCallConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
         Ok(Stage::Offload(Box::new(FailedCall { config: c, rules })))

@@ -21,8 +21,8 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
@@ -63,7 +63,7 @@ impl ComponentFactory for Factory {
         "collapses failing test/build runs that a later run superseded (frozen, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: FailedRunConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(FailedRun { config })))
     }

@@ -14,8 +14,8 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, decode, text_tool_output};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind};
@@ -50,7 +50,7 @@ impl ComponentFactory for Factory {
         "compacts pretty-printed JSON tool outputs (lossless)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: FormatConfig = decode(source)?;
         Ok(Stage::Reformat(Box::new(Format { config })))
     }

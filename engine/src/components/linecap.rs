@@ -31,8 +31,8 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::memo::PureMemo;
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
 use crate::tokens;
@@ -73,12 +73,15 @@ impl ComponentFactory for Factory {
         "collapses repeated lines and clips overlong ones (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: LinecapConfig = decode(source)?;
         if config.max_line_chars != 0 && config.max_line_chars < 30 {
-            return Err(format!(
-                "max_line_chars must be 0 (off) or at least 30, got {}",
-                config.max_line_chars
+            return Err(BuildError::invalid(
+                "max_line_chars",
+                format!(
+                    "must be 0 (off) or at least 30, got {}",
+                    config.max_line_chars
+                ),
             ));
         }
         Ok(Stage::Offload(Box::new(Linecap {

@@ -1,18 +1,17 @@
-//! `extract_llm`, `summarize` and `agentdiet` as this build has them: without a model.
+//! `agentdiet` as this build has it: without a model.
 //!
-//! The three call a cheap model. The model client and the LLM actor they need are not built yet
-//! (the LLM issue), so each does what the spec says an LLM component does when no model is
-//! available: nothing, recorded as the gate `no_model` on every request, and a warning when the
-//! config loads. Their config blocks are checked against the spec's keys now, so a config written
-//! for the reference loads and a typo is still an error; the values are read when the model
-//! arrives. Presets that name them (codesmart, aggressive, agent, general, summarize, agentdiet)
-//! therefore build, run, and save exactly what their deterministic components save.
+//! `extract_llm` and `summarize` have their model now (`llm`); `agentdiet` does not yet, so it
+//! does what the spec says an LLM component does when no model is available: nothing, recorded
+//! as the gate `no_model` on every request, and a warning when the config loads. Its config block
+//! is checked against the spec's keys, so a config written for the reference loads and a typo is
+//! still an error. Presets that name it (agentdiet) build, run, and save exactly what their other
+//! components save.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::{ComponentFactory, decode};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, decode};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
 /// Names of the components in this file, for the config warning.
@@ -43,7 +42,7 @@ impl ComponentFactory for Agentdiet {
     fn summary(&self) -> &'static str {
         "the AgentDiet trajectory reducer (no model in this build: no-op)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let _: AgentdietConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(NoModel("agentdiet"))))
     }

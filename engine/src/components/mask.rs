@@ -21,8 +21,10 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek};
-use crate::config::ComponentSource;
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek,
+};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
@@ -65,7 +67,7 @@ impl ComponentFactory for Factory {
         "masks tool outputs older than the newest keep_recent (frozen, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: MaskConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(Mask { config })))
     }

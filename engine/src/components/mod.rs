@@ -26,6 +26,7 @@ mod repeated_call;
 mod searchfold;
 pub mod skeleton;
 mod smartcrush;
+mod source;
 mod stale_output;
 mod stale_reasoning;
 mod summarize;
@@ -35,13 +36,14 @@ pub mod triage;
 
 /// What `textclean` makes of a text: escapes removed, `\r` redraws rendered (for tests and tools
 /// that check its output).
-pub use textclean::clean as terminal_render;
+pub use crate::terminal::clean as terminal_render;
+pub use source::ComponentSource;
 
 use std::collections::HashSet;
 
 use serde::de::DeserializeOwned;
 
-use crate::config::ComponentSource;
+use crate::dsl::LoadError;
 use crate::marker;
 use crate::message::Message;
 use crate::pipeline::{ApplyCx, Freeze, Stage, StashKey, Transcript};
@@ -57,8 +59,61 @@ pub trait ComponentFactory: Sync {
     /// Builds the component from its config block (defaults when there is none).
     ///
     /// # Errors
-    /// A message naming the bad key or value.
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String>;
+    /// A [`BuildError`] naming the bad key or value.
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError>;
+}
+
+/// Why a component could not be built from its `components.<name>` block, or by its name.
+/// Config validation puts each one under its key path (`components.<name>`, `pipeline[i]`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The block does not decode (unknown key, wrong type): a plain sentence with line and
+    /// column.
+    #[error("{0}")]
+    Decode(String),
+    /// A value the component refuses: the key (or keys) and what they must satisfy.
+    #[error("{key} {reason}")]
+    Invalid { key: &'static str, reason: String },
+    /// An `exempt.file_patterns` glob that does not compile.
+    #[error("exempt.file_patterns `{pattern}`: {error}")]
+    Pattern {
+        pattern: String,
+        error: regex::Error,
+    },
+    /// Filters (builtin or the block's own) that do not load, every one of them.
+    #[error("{}", joined(.0))]
+    Filters(Vec<LoadError>),
+    /// A component the spec names that this build does not have yet.
+    #[error(
+        "component `{0}` is part of the spec but not built in this version of sluice yet; remove it or pick a preset whose components are all built (`sluice presets`)"
+    )]
+    NotBuilt(String),
+    /// No component of that name.
+    #[error("unknown component `{0}` (built: {built})", built = built_names())]
+    Unknown(String),
+}
+
+impl BuildError {
+    /// A value out of range: `key` and what it must satisfy.
+    pub(crate) fn invalid(key: &'static str, reason: impl Into<String>) -> BuildError {
+        BuildError::Invalid {
+            key,
+            reason: reason.into(),
+        }
+    }
+}
+
+fn joined(errors: &[LoadError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn built_names() -> String {
+    ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
 }
 
 /// Every component of this build, alphabetically.
@@ -100,7 +155,7 @@ pub fn find(name: &str) -> Option<&'static dyn ComponentFactory> {
 /// Decodes a component's typed config, or its defaults when the block is absent.
 pub(crate) fn decode<T: DeserializeOwned + Default>(
     source: &ComponentSource<'_>,
-) -> Result<T, String> {
+) -> Result<T, BuildError> {
     source.decode::<T>().map(Option::unwrap_or_default)
 }
 

@@ -12,8 +12,8 @@
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, head_chars, tail_chars};
-use super::{ComponentFactory, MarkerMode, decode, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
@@ -60,10 +60,13 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: keeps the head and tail of an output over cap_chars (frozen, recoverable)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let c: OversizedBlockConfig = decode(source)?;
         if c.head_chars + c.tail_chars >= c.cap_chars {
-            return Err("head_chars + tail_chars must be under cap_chars".into());
+            return Err(BuildError::invalid(
+                "head_chars + tail_chars",
+                "must be under cap_chars",
+            ));
         }
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
         Ok(Stage::Offload(Box::new(OversizedBlock {

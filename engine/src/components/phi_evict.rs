@@ -27,9 +27,10 @@ use std::collections::HashSet;
 use serde::Deserialize;
 
 use super::{
-    ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with, peek,
+    BuildError, ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with,
+    peek,
 };
-use crate::config::ComponentSource;
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
@@ -115,14 +116,17 @@ impl ComponentFactory for Factory {
         "evicts the lowest-scoring tool outputs until the transcript fits budget_tokens (frozen)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: PhiEvictConfig = decode(source)?;
         let w = config.weights.weights();
         if [w.relevance, w.recency, w.cost, w.redundancy]
             .iter()
             .any(|x| !x.is_finite() || *x < 0.0)
         {
-            return Err("weights must be finite and not negative".into());
+            return Err(BuildError::invalid(
+                "weights",
+                "must be finite and not negative",
+            ));
         }
         Ok(Stage::Offload(Box::new(PhiEvict { config })))
     }

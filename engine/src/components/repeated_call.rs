@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs};
-use super::{ComponentFactory, MarkerMode, decode, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
 /// `components.repeated_call`.
@@ -51,7 +51,7 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: keeps only the latest of calls repeated with the same arguments (frozen)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let c: RepeatedCallConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
         Ok(Stage::Offload(Box::new(RepeatedCall { config: c, rules })))

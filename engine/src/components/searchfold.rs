@@ -22,8 +22,8 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, decode, text_tool_output};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
 use crate::tokens;
 
@@ -57,7 +57,7 @@ impl ComponentFactory for Factory {
         "folds repeated paths out of search hits and path lists (lossless)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: SearchfoldConfig = decode(source)?;
         Ok(Stage::Reformat(Box::new(Searchfold { config })))
     }

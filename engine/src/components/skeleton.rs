@@ -33,10 +33,11 @@ use serde::Deserialize;
 
 use super::cmdfilter::command_of;
 use super::{
-    ComponentFactory, MarkerMode, decode, keep_recent_freeze, offload_candidate, offload_with,
+    BuildError, ComponentFactory, MarkerMode, decode, keep_recent_freeze, offload_candidate,
+    offload_with,
 };
 use crate::code::{self, Inert, Lang};
-use crate::config::ComponentSource;
+use crate::components::ComponentSource;
 use crate::message::Message;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
@@ -85,7 +86,7 @@ impl ComponentFactory for Factory {
         "elides function bodies of older source reads with tree-sitter (frozen, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: SkeletonConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(Skeleton { config })))
     }

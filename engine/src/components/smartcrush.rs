@@ -21,8 +21,8 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::format::minify;
-use super::{ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_ARRAY;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
 use crate::wire::json::{self, Kind};
@@ -72,7 +72,7 @@ impl ComponentFactory for Factory {
         "keeps the ends of a long JSON array and every item reporting a problem (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: SmartcrushConfig = decode(source)?;
         Ok(Stage::Offload(Box::new(Smartcrush { config })))
     }

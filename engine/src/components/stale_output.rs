@@ -10,8 +10,8 @@
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, steps_after};
-use super::{ComponentFactory, MarkerMode, decode, offload_with, peek};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with, peek};
+use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
 
@@ -52,7 +52,7 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: archives call outputs many steps old (frozen, recoverable)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let c: StaleOutputConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
         Ok(Stage::Offload(Box::new(StaleOutput { config: c, rules })))

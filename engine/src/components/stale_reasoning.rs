@@ -10,8 +10,8 @@
 use serde::Deserialize;
 
 use super::triage::{Budget, Exempt, Reserve, Rules, head_chars};
-use super::{ComponentFactory, MarkerMode, decode};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode};
+use crate::components::ComponentSource;
 use crate::marker;
 use crate::message::Role;
 use crate::pipeline::{
@@ -59,7 +59,7 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: removes old reasoning and trims long kept blocks (frozen, recoverable)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let c: StaleReasoningConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
         Ok(Stage::Offload(Box::new(StaleReasoning {

@@ -28,8 +28,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::extract_llm::Trigger;
-use super::{ComponentFactory, MarkerMode, decode};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, MarkerMode, decode};
+use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_TRAJECTORY};
 use crate::model::{Answer, Ask, Job, ModelConfig, SummaryLevel};
 use crate::pipeline::{
@@ -99,7 +99,7 @@ impl ComponentFactory for Factory {
         "one model-written summary of the middle, checkpointed (run it alone)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let mut config: SummarizeConfig = decode(source)?;
         if config.trigger.min_messages == 0 {
             config.trigger.min_messages = config.start_from_message.unwrap_or(6);

@@ -18,8 +18,8 @@
 
 use serde::Deserialize;
 
-use super::{ComponentFactory, decode, text_tool_output};
-use crate::config::ComponentSource;
+use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind, Span};
@@ -49,7 +49,7 @@ impl ComponentFactory for Factory {
         "re-encodes uniform JSON object arrays as TOON tables (lossless)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, String> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
         let config: ToonConfig = decode(source)?;
         Ok(Stage::Reformat(Box::new(Toon { config })))
     }

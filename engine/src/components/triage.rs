@@ -16,6 +16,7 @@
 use regex::Regex;
 use serde::Deserialize;
 
+use super::BuildError;
 use crate::message::{Message, Role};
 use crate::pipeline::{ApplyCx, Transcript};
 
@@ -97,16 +98,28 @@ pub(crate) struct Rules {
 }
 
 impl Rules {
-    pub fn new(reserve: Reserve, exempt: Exempt, budget: Option<Budget>) -> Result<Rules, String> {
+    pub fn new(
+        reserve: Reserve,
+        exempt: Exempt,
+        budget: Option<Budget>,
+    ) -> Result<Rules, BuildError> {
         if let Some(b) = &budget
             && !(0.0 < b.soft_ratio && b.soft_ratio <= b.hard_ratio && b.hard_ratio <= 1.0)
         {
-            return Err("budget ratios must satisfy 0 < soft_ratio <= hard_ratio <= 1".into());
+            return Err(BuildError::invalid(
+                "budget",
+                "ratios must satisfy 0 < soft_ratio <= hard_ratio <= 1",
+            ));
         }
         let patterns = exempt
             .file_patterns
             .iter()
-            .map(|g| glob(g).map_err(|e| format!("exempt.file_patterns `{g}`: {e}")))
+            .map(|g| {
+                glob(g).map_err(|error| BuildError::Pattern {
+                    pattern: g.clone(),
+                    error,
+                })
+            })
             .collect::<Result<_, _>>()?;
         Ok(Rules {
             reserve,

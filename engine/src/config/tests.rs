@@ -295,3 +295,52 @@ fn modes_print_as_written_in_yaml() {
     assert_eq!("observe".parse::<Mode>(), Ok(Mode::Observe));
     assert!("Observe".parse::<Mode>().is_err());
 }
+
+#[test]
+fn component_build_errors_keep_their_words() {
+    for (text, expected) in [
+        (
+            "pipeline: [collapse]\ncomponents:\n  collapse: { max_frac: 1.5 }\n",
+            "components.collapse: max_frac must be between 0 and 1, got 1.5",
+        ),
+        (
+            "pipeline: [linecap]\ncomponents:\n  linecap: { max_line_chars: 10 }\n",
+            "components.linecap: max_line_chars must be 0 (off) or at least 30, got 10",
+        ),
+        (
+            "pipeline: [oversized_block]\ncomponents:\n  oversized_block: { cap_chars: 100, head_chars: 60, tail_chars: 60 }\n",
+            "components.oversized_block: head_chars + tail_chars must be under cap_chars",
+        ),
+        (
+            "pipeline: [phi_evict]\ncomponents:\n  phi_evict: { weights: { relevance: -1, recency: 1, cost: 1, redundancy: 1 } }\n",
+            "components.phi_evict: weights must be finite and not negative",
+        ),
+        (
+            "pipeline: [stale_output]\ncomponents:\n  stale_output: { budget: { soft_ratio: 0.9, hard_ratio: 0.5 } }\n",
+            "components.stale_output: budget ratios must satisfy 0 < soft_ratio <= hard_ratio <= 1",
+        ),
+    ] {
+        assert_eq!(errors(text), [expected], "{text:?}");
+    }
+    let unknown = errors("pipeline: [nope]\n");
+    assert!(
+        unknown[0]
+            .starts_with("pipeline[0]: unknown component `nope` (built: agentdiet, cacheinject, "),
+        "{unknown:?}"
+    );
+    let unclosed = String::from("(");
+    let pattern = crate::components::BuildError::Pattern {
+        error: regex::Regex::new(&unclosed).unwrap_err(),
+        pattern: unclosed,
+    };
+    assert!(
+        pattern
+            .to_string()
+            .starts_with("exempt.file_patterns `(`: regex parse error"),
+        "{pattern}"
+    );
+    assert_eq!(
+        "Observe".parse::<Mode>().unwrap_err().to_string(),
+        "unknown mode `Observe` (expected `sync` or `observe`)"
+    );
+}

@@ -57,16 +57,19 @@ impl Dialect {
     }
 }
 
-impl std::str::FromStr for Dialect {
-    type Err = String;
+/// A dialect name that is neither `openai` nor `anthropic`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dialect `{0}` (expected `openai` or `anthropic`)")]
+pub struct UnknownDialect(pub String);
 
-    fn from_str(s: &str) -> Result<Dialect, String> {
+impl std::str::FromStr for Dialect {
+    type Err = UnknownDialect;
+
+    fn from_str(s: &str) -> Result<Dialect, UnknownDialect> {
         match s {
             "openai" => Ok(Dialect::OpenAi),
             "anthropic" => Ok(Dialect::Anthropic),
-            other => Err(format!(
-                "unknown dialect `{other}` (expected `openai` or `anthropic`)"
-            )),
+            other => Err(UnknownDialect(other.to_owned())),
         }
     }
 }

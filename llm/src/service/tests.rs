@@ -25,7 +25,7 @@ impl Transport for Script {
         headers: &[(String, String)],
         _body: Vec<u8>,
         _timeout: Duration,
-    ) -> Result<(u16, Vec<u8>), String> {
+    ) -> Result<(u16, Vec<u8>), crate::TransportError> {
         assert_eq!(url, "http://cheap.test/v1/messages");
         assert!(headers.contains(&("x-api-key".into(), "sk-test".into())));
         self.calls.fetch_add(1, Ordering::Relaxed);

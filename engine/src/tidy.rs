@@ -1,0 +1,151 @@
+//! Tidy tests, in the spirit of rust-analyzer's: the component registry against the files that
+//! implement components, and the docs against the registry and the presets, so neither can
+//! drift from the code without a failing test.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::components::{ALL, PLANNED};
+use crate::config::PRESETS;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(repo().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// Files under `engine/src/components/` that hold shared machinery, not a component, and the
+/// component each multi-component file holds instead of its stem.
+const HELPERS: [&str; 5] = ["mod", "memo", "source", "testing", "triage"];
+const RENAMED: [(&str, &str); 1] = [("llm_offload", "agentdiet")];
+
+#[test]
+fn the_registry_has_one_factory_per_component_file() {
+    let dir = repo().join("engine/src/components");
+    let files: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            (path.extension()? == "rs").then(|| path.file_stem()?.to_str().map(str::to_owned))?
+        })
+        .filter(|stem| !HELPERS.contains(&stem.as_str()))
+        .map(|stem| {
+            RENAMED
+                .iter()
+                .find(|(file, _)| *file == stem)
+                .map_or(stem.clone(), |(_, name)| (*name).to_owned())
+        })
+        .collect();
+    let registered: BTreeSet<String> = ALL.iter().map(|f| f.name().to_owned()).collect();
+    assert_eq!(
+        files, registered,
+        "engine/src/components/*.rs and components::ALL disagree (see docs/components.md, 'Adding a component')"
+    );
+    let names: Vec<&str> = ALL.iter().map(|f| f.name()).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted, "components::ALL is kept alphabetical");
+}
+
+/// The rows of the Markdown table that follows `heading`: each row's first cell, unquoted.
+fn first_cells(doc: &str, heading: &str) -> Vec<String> {
+    let start = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("no `{heading}` section"));
+    doc[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .filter_map(|l| l.split('|').nth(1))
+        .map(|cell| cell.trim().trim_matches('`').to_owned())
+        .collect()
+}
+
+#[test]
+fn docs_list_every_component_once_and_no_other() {
+    let doc = read("docs/components.md");
+    let documented = first_cells(&doc, "## Built in this version");
+    let registered: Vec<String> = ALL.iter().map(|f| f.name().to_owned()).collect();
+    let (mut a, mut b) = (documented.clone(), registered.clone());
+    a.sort();
+    b.sort();
+    assert_eq!(
+        a, b,
+        "docs/components.md's component table against components::ALL"
+    );
+    for planned in PLANNED {
+        assert!(
+            doc.contains(&format!("`{planned}`")),
+            "planned `{planned}` is not mentioned"
+        );
+    }
+    assert!(
+        doc.contains("## Adding a component"),
+        "the step-by-step guide is missing"
+    );
+}
+
+#[test]
+fn docs_measure_every_preset() {
+    let doc = read("docs/components.md");
+    let documented: BTreeSet<String> = first_cells(&doc, "### Per preset").into_iter().collect();
+    let presets: BTreeSet<String> = PRESETS.iter().map(|p| p.name.to_owned()).collect();
+    assert_eq!(
+        documented, presets,
+        "docs/components.md's preset table against config::PRESETS"
+    );
+}
+
+#[test]
+fn the_readme_names_every_top_level_config_key() {
+    let readme = read("README.md");
+    for key in [
+        "preset:",
+        "pipeline:",
+        "components:",
+        "store:",
+        "mode:",
+        "cache:",
+        "observe:",
+    ] {
+        assert!(readme.contains(key), "README.md does not show `{key}`");
+    }
+}
+
+/// A file's code before its `#[cfg(test)]` module: what the library itself depends on.
+fn library_part(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    match text.find("#[cfg(test)]") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
+/// The engine's modules form a tree: `config` builds pipelines from the component registry,
+/// so no component reaches back into `config` (or `apply`, which runs pipelines), and the
+/// filter DSL that `cmdfilter` uses does not reach into `components`.
+#[test]
+fn engine_modules_form_a_tree() {
+    let dir = repo().join("engine/src/components");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("testing.rs") {
+            continue;
+        }
+        let code = library_part(&path);
+        for upward in ["crate::config", "crate::apply"] {
+            assert!(!code.contains(upward), "{} uses {upward}", path.display());
+        }
+    }
+    for (file, forbidden) in [
+        ("engine/src/dsl.rs", "crate::components"),
+        ("engine/src/yaml.rs", "crate::config"),
+        ("engine/src/terminal.rs", "crate::"),
+    ] {
+        let code = library_part(&repo().join(file));
+        assert!(!code.contains(forbidden), "{file} uses {forbidden}");
+    }
+}
