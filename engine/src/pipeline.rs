@@ -325,12 +325,12 @@ pub struct ApplyCx<'a> {
     /// Indices whose freeze was lost and may be re-derived at any depth, ascending.
     repair: Vec<usize>,
     /// Indices replayed from a freeze before the component ran, ascending.
-    replayed: Vec<usize>,
+    reapplied: Vec<usize>,
     /// Indices a late model result may change inside the cached prefix, ascending.
     late: Vec<usize>,
     /// Per replayed index: its freeze key and the message as replayed, so a revert keeps the
     /// replay and a further change by the component is checked and recorded like a new one.
-    replayed_as: Vec<(usize, String, Message)>,
+    reapplied_as: Vec<(usize, String, Message)>,
     /// Freeze keys of the candidates replay looked up and did not find, by index.
     fresh: Vec<(usize, String)>,
     frozen: FrozenCounts,
@@ -364,8 +364,8 @@ impl<'a> ApplyCx<'a> {
             cold_cache,
             repair: Vec::new(),
             late: Vec::new(),
-            replayed: Vec::new(),
-            replayed_as: Vec::new(),
+            reapplied: Vec::new(),
+            reapplied_as: Vec::new(),
             fresh: Vec::new(),
             frozen: FrozenCounts::default(),
         }
@@ -389,7 +389,7 @@ impl<'a> ApplyCx<'a> {
                 .get(index)
                 .is_some_and(|m| m.content.len() == content.len())
             // A replay of this stage's own frozen decision is not in `dirty` yet.
-            && !self.replayed_as.iter().any(|(j, _, _)| *j == index);
+            && !self.reapplied_as.iter().any(|(j, _, _)| *j == index);
         match self.hashes.get(index) {
             Some(&hash) if unchanged => hash,
             _ => tokens::content_hash(content),
@@ -761,7 +761,7 @@ fn freeze_key(component: &str, index: usize, prefix: u64, content: &str) -> Stri
 /// Replays `name`'s earlier decisions onto `messages` and books what it finds in `cx`.
 /// Returns the keys of the originals the replayed markers name (each checked or re-stashed, so
 /// a replayed marker always resolves).
-fn replay(
+fn reapply_frozen(
     name: &str,
     freeze: Freeze,
     whole: bool,
@@ -782,7 +782,7 @@ fn replay(
             continue;
         }
         let key = freeze_key(name, index, cx.prefix_at(index), &identity(message, whole));
-        let Some(replacement) = store.get_replay(&session, &key) else {
+        let Some(replacement) = store.get_frozen(&session, &key) else {
             cx.frozen.misses += 1;
             if store.was_lost(&session, &key) {
                 cx.frozen.dropped += 1;
@@ -825,8 +825,8 @@ fn replay(
             messages.set_content(index, replacement.to_string());
         }
         cx.frozen.hits += 1;
-        cx.replayed.push(index);
-        cx.replayed_as.push((index, key, messages[index].clone()));
+        cx.reapplied.push(index);
+        cx.reapplied_as.push((index, key, messages[index].clone()));
         keys.extend(named);
     }
     keys
@@ -1039,9 +1039,9 @@ fn run_stage(
     };
     match revert {
         Some(why) => {
-            let replayed = std::mem::take(&mut acx.replayed_as);
+            let reapplied = std::mem::take(&mut acx.reapplied_as);
             drop(acx);
-            revert_stage(why, saved, replayed, messages, state, &mut component);
+            revert_stage(why, saved, reapplied, messages, state, &mut component);
         }
         None => {
             if freeze != Freeze::Stateless {
@@ -1074,12 +1074,12 @@ fn invoke(
         }
         Stage::Reformat(c) => {
             // A replayed repacking names no stash; its keys are not needed.
-            replay(c.name(), freeze, false, true, transcript, acx);
+            reapply_frozen(c.name(), freeze, false, true, transcript, acx);
             c.reformat(transcript, acx).map(|()| Vec::new())
         }
         Stage::Offload(c) if freeze == Freeze::Stateless => c.offload(transcript, acx),
         Stage::Offload(c) => {
-            let mut keys = replay(
+            let mut keys = reapply_frozen(
                 c.name(),
                 freeze,
                 c.whole_messages(),
@@ -1096,8 +1096,8 @@ fn invoke(
 /// Whether a replayed message was changed again after its replay: then it is a decision of
 /// this turn, checked against the prefix and recorded like any other.
 fn is_new(acx: &ApplyCx<'_>, messages: &[Message], i: usize) -> bool {
-    match acx.replayed_as.iter().find(|(j, _, _)| *j == i) {
-        Some((_, _, replayed)) => messages[i] != *replayed,
+    match acx.reapplied_as.iter().find(|(j, _, _)| *j == i) {
+        Some((_, _, reapplied)) => messages[i] != *reapplied,
         None => true,
     }
 }
@@ -1136,7 +1136,7 @@ fn verdict(
 fn revert_stage(
     why: Revert,
     saved: Vec<(usize, Message)>,
-    replayed: Vec<(usize, String, Message)>,
+    reapplied: Vec<(usize, String, Message)>,
     messages: &mut [Message],
     state: &mut RunState,
     component: &mut ComponentReport,
@@ -1144,8 +1144,8 @@ fn revert_stage(
     for (i, old) in saved {
         messages[i] = old;
     }
-    for (i, _, replayed) in replayed {
-        let n = message_tokens(&replayed);
+    for (i, _, reapplied) in reapplied {
+        let n = message_tokens(&reapplied);
         component.savings.push(MessageSaving {
             index: i,
             content_key: tokens::content_hash(&messages[i].content),
@@ -1153,7 +1153,7 @@ fn revert_stage(
         });
         state.total = state.total - state.counts[i] + n;
         state.counts[i] = n;
-        messages[i] = replayed;
+        messages[i] = reapplied;
         component.changed.push(i);
     }
     component.tokens_after = state.total;
@@ -1176,7 +1176,7 @@ fn record_freezes(
     let whole = stage.whole_messages();
     for (i, old) in saved.iter().filter(|(i, _)| is_new(acx, messages, *i)) {
         let replayed_key = acx
-            .replayed_as
+            .reapplied_as
             .iter()
             .find(|(j, _, _)| j == i)
             .map(|(_, key, _)| key.clone());
@@ -1191,7 +1191,7 @@ fn record_freezes(
         } else {
             messages[*i].content.clone()
         };
-        cx.store.put_replay(&cx.session, &key, &value);
+        cx.store.put_frozen(&cx.session, &key, &value);
         if acx.repair.binary_search(i).is_ok() {
             component.frozen.repaired += 1;
         }

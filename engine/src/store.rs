@@ -50,10 +50,10 @@ impl std::error::Error for StoreError {}
 pub struct StoreStats {
     pub stashes: usize,
     pub stash_bytes: usize,
-    pub replay_entries: usize,
+    pub frozen_entries: usize,
     pub refused: u64,
     pub expired: u64,
-    pub replay_dropped: u64,
+    pub frozen_evicted: u64,
 }
 
 /// Where sluice keeps originals and replay state. Implementations must be cheap to call from
@@ -74,10 +74,10 @@ pub trait Store: Send + Sync {
     fn resolve_any(&self, id: &str) -> Option<Arc<str>>;
 
     /// Records a replay entry (pinned, see the module docs).
-    fn put_replay(&self, session: &str, key: &str, value: &str);
+    fn put_frozen(&self, session: &str, key: &str, value: &str);
 
     /// Reads a replay entry, refreshing its TTL.
-    fn get_replay(&self, session: &str, key: &str) -> Option<Arc<str>>;
+    fn get_frozen(&self, session: &str, key: &str) -> Option<Arc<str>>;
 
     /// Whether a replay entry under `key` existed and was dropped (expired or evicted) since it
     /// was last written: "was frozen, now lost" as opposed to "never frozen". The pipeline
@@ -117,7 +117,7 @@ impl MemoryStoreLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
     Stash,
-    Replay,
+    Frozen,
 }
 
 #[derive(Debug)]
@@ -136,7 +136,7 @@ struct Inner {
     next_tick: u64,
     stash_bytes: usize,
     stash_count: usize,
-    replay_count: usize,
+    frozen_count: usize,
     /// Replay keys dropped since their last write, oldest first, bounded by `max_entries`.
     lost: HashSet<String>,
     lost_order: VecDeque<String>,
@@ -162,7 +162,7 @@ fn stash_key(session: &str, id: &str) -> String {
     format!("s\u{0}{session}\u{0}{id}")
 }
 
-fn replay_key(session: &str, key: &str) -> String {
+fn frozen_key(session: &str, key: &str) -> String {
     format!("r\u{0}{session}\u{0}{key}")
 }
 
@@ -210,7 +210,7 @@ impl Inner {
                 self.stash_count -= 1;
                 self.stash_bytes -= entry.value.len();
             }
-            Class::Replay => self.replay_count -= 1,
+            Class::Frozen => self.frozen_count -= 1,
         }
         Some(entry)
     }
@@ -219,7 +219,7 @@ impl Inner {
     /// is remembered as lost, so a later turn can tell a dropped freeze from one never made.
     fn drop_entry(&mut self, key: &str, max_lost: usize) {
         if let Some(entry) = self.remove(key)
-            && entry.class == Class::Replay
+            && entry.class == Class::Frozen
             && self.lost.insert(key.to_owned())
         {
             self.lost_order.push_back(key.to_owned());
@@ -250,20 +250,20 @@ impl Inner {
     }
 
     /// Evicts the least recently used replay entry, if any.
-    fn evict_oldest_replay(&mut self, max_lost: usize) -> bool {
+    fn evict_oldest_frozen(&mut self, max_lost: usize) -> bool {
         let victim = self
             .by_recency
             .values()
             .find(|k| {
                 self.entries
                     .get(*k)
-                    .is_some_and(|e| e.class == Class::Replay)
+                    .is_some_and(|e| e.class == Class::Frozen)
             })
             .cloned();
         match victim {
             Some(key) => {
                 self.drop_entry(&key, max_lost);
-                self.stats.replay_dropped += 1;
+                self.stats.frozen_evicted += 1;
                 true
             }
             None => false,
@@ -277,7 +277,7 @@ impl Inner {
                 self.stash_count += 1;
                 self.stash_bytes += value.len();
             }
-            Class::Replay => self.replay_count += 1,
+            Class::Frozen => self.frozen_count += 1,
         }
         self.by_recency.insert(tick, key.clone());
         self.entries.insert(
@@ -315,8 +315,8 @@ impl Store for MemoryStore {
         }
         // Replay entries beyond their half may be reclaimed for a stash; live stashes never are.
         while full(&inner)
-            && inner.replay_count > self.limits.max_entries / 2
-            && inner.evict_oldest_replay(self.limits.max_entries)
+            && inner.frozen_count > self.limits.max_entries / 2
+            && inner.evict_oldest_frozen(self.limits.max_entries)
         {}
         if full(&inner) {
             inner.stats.refused += 1;
@@ -343,38 +343,38 @@ impl Store for MemoryStore {
         self.get(&key)
     }
 
-    fn put_replay(&self, session: &str, key: &str, value: &str) {
-        let key = replay_key(session, key);
+    fn put_frozen(&self, session: &str, key: &str, value: &str) {
+        let key = frozen_key(session, key);
         let now = self.clock.now();
         let mut inner = self.inner.lock();
         if inner.lost.remove(&key) {
             inner.lost_order.retain(|k| k != &key);
         }
         if inner.remove(&key).is_some() {
-            inner.insert(key, value, Class::Replay, now + self.limits.ttl);
+            inner.insert(key, value, Class::Frozen, now + self.limits.ttl);
             return;
         }
         if inner.entries.len() >= self.limits.max_entries {
             inner.purge_expired(now, self.limits.max_entries);
         }
-        while (inner.replay_count >= self.limits.max_entries / 2
+        while (inner.frozen_count >= self.limits.max_entries / 2
             || inner.entries.len() >= self.limits.max_entries)
-            && inner.evict_oldest_replay(self.limits.max_entries)
+            && inner.evict_oldest_frozen(self.limits.max_entries)
         {}
         if inner.entries.len() >= self.limits.max_entries {
             // Everything left is live stashes: keep them, drop this decision instead.
-            inner.stats.replay_dropped += 1;
+            inner.stats.frozen_evicted += 1;
             return;
         }
-        inner.insert(key, value, Class::Replay, now + self.limits.ttl);
+        inner.insert(key, value, Class::Frozen, now + self.limits.ttl);
     }
 
-    fn get_replay(&self, session: &str, key: &str) -> Option<Arc<str>> {
-        self.get(&replay_key(session, key))
+    fn get_frozen(&self, session: &str, key: &str) -> Option<Arc<str>> {
+        self.get(&frozen_key(session, key))
     }
 
     fn was_lost(&self, session: &str, key: &str) -> bool {
-        let key = replay_key(session, key);
+        let key = frozen_key(session, key);
         let now = self.clock.now();
         let mut inner = self.inner.lock();
         // An entry that expired but was not yet swept is lost too.
@@ -394,7 +394,7 @@ impl Store for MemoryStore {
         StoreStats {
             stashes: inner.stash_count,
             stash_bytes: inner.stash_bytes,
-            replay_entries: inner.replay_count,
+            frozen_entries: inner.frozen_count,
             ..inner.stats
         }
     }
@@ -415,8 +415,8 @@ impl Store for NopStore {
     fn resolve_any(&self, _: &str) -> Option<Arc<str>> {
         None
     }
-    fn put_replay(&self, _: &str, _: &str, _: &str) {}
-    fn get_replay(&self, _: &str, _: &str) -> Option<Arc<str>> {
+    fn put_frozen(&self, _: &str, _: &str, _: &str) {}
+    fn get_frozen(&self, _: &str, _: &str) -> Option<Arc<str>> {
         None
     }
     fn persists(&self) -> bool {
@@ -494,14 +494,14 @@ mod tests {
     fn replay_entries_are_capped_at_half_and_yield_to_stashes() {
         let (store, _) = store(4, 1 << 20);
         for i in 0..5 {
-            store.put_replay("s", &format!("k{i}"), "v");
+            store.put_frozen("s", &format!("k{i}"), "v");
         }
         let stats = store.stats();
-        assert_eq!(stats.replay_entries, 2, "capped at half of max_entries");
-        assert_eq!(stats.replay_dropped, 3);
-        assert!(store.get_replay("s", "k4").is_some(), "most recent kept");
+        assert_eq!(stats.frozen_entries, 2, "capped at half of max_entries");
+        assert_eq!(stats.frozen_evicted, 3);
+        assert!(store.get_frozen("s", "k4").is_some(), "most recent kept");
         assert!(
-            store.get_replay("s", "k0").is_none(),
+            store.get_frozen("s", "k0").is_none(),
             "least recent dropped"
         );
         store.stash("s", "a", "a").unwrap();
@@ -516,7 +516,7 @@ mod tests {
     #[test]
     fn a_dropped_replay_entry_is_remembered_as_lost_until_rewritten() {
         let (store, clock) = store(4, 1 << 20);
-        store.put_replay("s", "frz", "v");
+        store.put_frozen("s", "frz", "v");
         assert!(!store.was_lost("s", "frz"), "live is not lost");
         assert!(!store.was_lost("s", "never"), "never written is not lost");
         clock.advance(Duration::from_secs(101));
@@ -525,13 +525,13 @@ mod tests {
             !store.was_lost("other", "frz"),
             "lost is scoped to the session"
         );
-        store.put_replay("s", "frz", "v");
+        store.put_frozen("s", "frz", "v");
         assert!(!store.was_lost("s", "frz"), "a rewrite repairs it");
         for i in 0..3 {
-            store.put_replay("s", &format!("k{i}"), "v");
+            store.put_frozen("s", &format!("k{i}"), "v");
         }
         assert!(store.was_lost("s", "frz"), "evicted past the cap is lost");
-        store.put_replay("s", "k2", "changed");
+        store.put_frozen("s", "k2", "changed");
         assert!(!store.was_lost("s", "k2"), "an overwrite is not a loss");
     }
 

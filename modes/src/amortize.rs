@@ -42,7 +42,7 @@ impl Overlay {
     /// Writes the held replay entries to the base store.
     pub fn commit(&self) {
         for ((session, key), value) in std::mem::take(&mut *self.replays.lock()) {
-            self.base.put_replay(&session, &key, &value);
+            self.base.put_frozen(&session, &key, &value);
         }
     }
 }
@@ -57,18 +57,18 @@ impl Store for Overlay {
     fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
         self.base.resolve_any(id)
     }
-    fn put_replay(&self, session: &str, key: &str, value: &str) {
+    fn put_frozen(&self, session: &str, key: &str, value: &str) {
         self.replays
             .lock()
             .insert((session.to_owned(), key.to_owned()), value.to_owned());
     }
-    fn get_replay(&self, session: &str, key: &str) -> Option<Arc<str>> {
+    fn get_frozen(&self, session: &str, key: &str) -> Option<Arc<str>> {
         let held = self
             .replays
             .lock()
             .get(&(session.to_owned(), key.to_owned()))
             .map(|v| Arc::from(v.as_str()));
-        held.or_else(|| self.base.get_replay(session, key))
+        held.or_else(|| self.base.get_frozen(session, key))
     }
     fn was_lost(&self, session: &str, key: &str) -> bool {
         self.base.was_lost(session, key)

@@ -60,14 +60,14 @@ impl Persist<SessionState> for StorePersist {
         // A missing or unreadable snapshot is a fresh state: a tracker that knows no boundary
         // treats the whole transcript as cached, which is the safe direction.
         self.store
-            .get_replay(key, STATE_KEY)
+            .get_frozen(key, STATE_KEY)
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default()
     }
 
     fn save(&self, key: &str, state: &SessionState) {
         if let Ok(json) = serde_json::to_string(state) {
-            self.store.put_replay(key, STATE_KEY, &json);
+            self.store.put_frozen(key, STATE_KEY, &json);
         }
     }
 }

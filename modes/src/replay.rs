@@ -355,16 +355,7 @@ async fn replay_on(
     pipeline: Arc<Pipeline>,
     options: &Options,
 ) -> Result<SessionReport, ReplayError> {
-    let clock = Arc::new(ManualClock::new());
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-    let sessions = Sessions::new(
-        SessionLimits::DEFAULT,
-        Arc::new(StorePersist::new(store.clone())),
-        tokio::runtime::Handle::current(),
-    );
-    let service = TurnService::new(pipeline, store.clone(), clock.clone())
-        .with_sessions(sessions, config.cache.amortize)
-        .never_cold(!options.cold_detection);
+    let (service, store, clock) = replay_service(config, pipeline, options);
     let headers = session_headers(name);
     let mut report = SessionReport {
         name: name.to_owned(),
@@ -435,24 +426,12 @@ async fn replay_on(
             (!prev_out.is_empty()).then_some(&prev_out[..]),
             warm,
         );
-        // A flip: the agent only appended, yet a message sluice already forwarded changed.
-        let appended = prev_in.len() <= incoming.len() && prev_in[..] == incoming[..prev_in.len()];
-        let flipped = if appended && warm && !facts.cold && !facts.amortized {
-            prev_out
-                .iter()
-                .zip(&applied.messages)
-                .filter(|(a, b)| a != b)
-                .count()
+        let flipped = if warm && !facts.cold && !facts.amortized {
+            flips(&prev_in, incoming, &prev_out, &applied.messages)
         } else {
             0
         };
-        let answer = full_messages
-            .get(incoming.len())
-            .filter(|m| m.role == Role::Assistant)
-            .map(|m| {
-                let calls: Vec<&str> = m.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
-                format!("{}\n{}", m.content, calls.join("\n"))
-            });
+        let answer = answer_after(full_messages, incoming.len());
         let recall = answer.map_or_else(Recall::default, |a| {
             recall(
                 &a,
@@ -462,34 +441,7 @@ async fn replay_on(
                 &applied.session,
             )
         });
-        for c in &applied.report.components {
-            let tally = report.components.entry(c.name.to_owned()).or_default();
-            tally.acted += usize::from(c.acted);
-            tally.saved_tokens += c.saved_tokens;
-            for s in &c.savings {
-                if s.saved_tokens > 0 && unique.insert((c.name, s.content_key)) {
-                    tally.saved_tokens_unique += s.saved_tokens;
-                }
-                if s.saved_tokens > 0 {
-                    report
-                        .largest
-                        .push((k, s.index, s.saved_tokens, c.name.to_owned()));
-                }
-            }
-            for (gate, n) in &c.gates {
-                *tally.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
-            }
-        }
-        let savings = applied
-            .report
-            .components
-            .iter()
-            .flat_map(|c| &c.savings)
-            .filter(|s| s.saved_tokens > 0);
-        report.suggested_range = savings.fold(None, |range, s| {
-            let (lo, hi, n) = range.unwrap_or((s.index, s.index, 0));
-            Some((lo.min(s.index), hi.max(s.index), n + s.saved_tokens))
-        });
+        tally(&mut report, &mut unique, k, &applied.report);
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
         report.turns.push(TurnRecord {
@@ -506,16 +458,94 @@ async fn replay_on(
             report.bodies.push(applied.body);
         }
     }
-    // The largest items, deduplicated by message across turns (the same saving recurs).
-    report
-        .largest
-        .sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-    let mut seen = BTreeSet::new();
-    report
-        .largest
-        .retain(|(_, index, _, component)| seen.insert((*index, component.clone())));
-    report.largest.truncate(10);
+    keep_largest(&mut report.largest);
     Ok(report)
+}
+
+/// The proxy's turn service on a simulated clock and a store of its own.
+fn replay_service(
+    config: &Config,
+    pipeline: Arc<Pipeline>,
+    options: &Options,
+) -> (TurnService, Arc<dyn Store>, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+    let sessions = Sessions::new(
+        SessionLimits::DEFAULT,
+        Arc::new(StorePersist::new(store.clone())),
+        tokio::runtime::Handle::current(),
+    );
+    let service = TurnService::new(pipeline, store.clone(), clock.clone())
+        .with_sessions(sessions, config.cache.amortize)
+        .never_cold(!options.cold_detection);
+    (service, store, clock)
+}
+
+/// Messages sluice forwarded differently on a turn where the agent only appended: each is a
+/// cache write sluice caused (the caller checks the turn was warm and not a decision).
+fn flips(
+    prev_in: &[Message],
+    incoming: &[Message],
+    prev_out: &[Message],
+    out: &[Message],
+) -> usize {
+    let appended = prev_in.len() <= incoming.len() && prev_in[..] == incoming[..prev_in.len()];
+    if !appended {
+        return 0;
+    }
+    prev_out.iter().zip(out).filter(|(a, b)| a != b).count()
+}
+
+/// The assistant message that answered a turn of `len` messages, with its call arguments.
+fn answer_after(full: &[Message], len: usize) -> Option<String> {
+    full.get(len)
+        .filter(|m| m.role == Role::Assistant)
+        .map(|m| {
+            let calls: Vec<&str> = m.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
+            format!("{}\n{}", m.content, calls.join("\n"))
+        })
+}
+
+/// Adds one turn's component reports to the session's tallies.
+fn tally(
+    report: &mut SessionReport,
+    unique: &mut BTreeSet<(&'static str, u64)>,
+    turn: usize,
+    run: &engine::pipeline::RunReport,
+) {
+    for c in &run.components {
+        let tally = report.components.entry(c.name.to_owned()).or_default();
+        tally.acted += usize::from(c.acted);
+        tally.saved_tokens += c.saved_tokens;
+        for s in c.savings.iter().filter(|s| s.saved_tokens > 0) {
+            if unique.insert((c.name, s.content_key)) {
+                tally.saved_tokens_unique += s.saved_tokens;
+            }
+            report
+                .largest
+                .push((turn, s.index, s.saved_tokens, c.name.to_owned()));
+        }
+        for (gate, n) in &c.gates {
+            *tally.gates.entry((*gate).to_owned()).or_default() += u64::from(*n);
+        }
+    }
+    let savings = run
+        .components
+        .iter()
+        .flat_map(|c| &c.savings)
+        .filter(|s| s.saved_tokens > 0);
+    report.suggested_range = savings.fold(None, |range, s| {
+        let (lo, hi, n) = range.unwrap_or((s.index, s.index, 0));
+        Some((lo.min(s.index), hi.max(s.index), n + s.saved_tokens))
+    });
+}
+
+/// The ten largest items, deduplicated by message across turns (the same saving recurs).
+fn keep_largest(largest: &mut Vec<(usize, usize, usize, String)>) {
+    largest.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut seen = BTreeSet::new();
+    largest.retain(|(_, index, _, component)| seen.insert((*index, component.clone())));
+    largest.truncate(10);
 }
 
 /// Sums sessions.

@@ -27,8 +27,8 @@ use modes::{SessionState, StorePersist};
 
 use crate::chat::{chat, relay, send};
 use crate::clock::SystemClock;
-use crate::http::{self as h, Body, ProxyError};
 use crate::llm_stats::{LLM_FIELDS, LlmView};
+use crate::respond::{self as h, Body, ProxyError};
 use crate::upstream::Upstream;
 
 pub use crate::expand_loop::MAX_EXPAND_ROUNDS;

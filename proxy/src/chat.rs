@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use crate::app::{App, read_body, upstream_uri};
 use crate::decode::{Decoder, Encoding};
 use crate::expand_loop::Continuation;
-use crate::http::{Body, BoxError, ProxyError};
+use crate::respond::{Body, BoxError, ProxyError};
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 use crate::usage::UsageScanner;
 

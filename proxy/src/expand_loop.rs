@@ -22,7 +22,7 @@ use crate::app::App;
 use crate::chat::{live_report, relay, send};
 use crate::decode::{Decoder, Encoding};
 use crate::expand;
-use crate::http::{self as h, Body, BoxError, ProxyError};
+use crate::respond::{self as h, Body, BoxError, ProxyError};
 use crate::sse;
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 

@@ -146,6 +146,82 @@ impl Offload for Summarize {
     }
 }
 
+/// What one summary request covers: elements `[head, cover)`, under content key `key`.
+struct SummaryRequest {
+    head: usize,
+    cover: usize,
+    /// False when polling a summary an earlier turn asked for.
+    submit: bool,
+    hash: String,
+    key: u128,
+}
+
+fn elements_of<'t>(parsed: &wire::ParsedBody<'t>) -> Vec<Element<'t>> {
+    let text = parsed.text();
+    json::elements(text, parsed.messages_span())
+        .map(|span| {
+            let raw = span.of(text);
+            Element {
+                raw,
+                start: span.start,
+                value: serde_json::from_str(raw).unwrap_or(Value::Null),
+            }
+        })
+        .collect()
+}
+
+fn tokens_of(elements: &[Element<'_>]) -> usize {
+    elements.iter().map(|e| tokens::count(e.raw)).sum()
+}
+
+/// The checkpoint an earlier turn left, if it still covers an unchanged prefix of this span.
+fn load_checkpoint(
+    cx: &RunCx,
+    elements: &[Element<'_>],
+    head: usize,
+    tail: usize,
+) -> Option<Checkpoint> {
+    cx.store
+        .get_frozen(&cx.session, CHECKPOINT_KEY)
+        .and_then(|raw| serde_json::from_str::<Checkpoint>(&raw).ok())
+        .filter(|c| {
+            c.head == head
+                && c.covered <= tail
+                && c.covered > head
+                && span_hash(&elements[..c.covered]) == c.hash
+        })
+}
+
+/// A new checkpoint from the model's summary: the replaced span is stashed whole, and the
+/// summary message carries its marker.
+fn fresh_checkpoint(
+    cx: &RunCx,
+    elements: &[Element<'_>],
+    request: &SummaryRequest,
+    summary: &str,
+) -> Result<Checkpoint, &'static str> {
+    let span: Vec<&str> = elements[request.head..request.cover]
+        .iter()
+        .map(|e| e.raw)
+        .collect();
+    let original = format!("[{}]", span.join(","));
+    let id = marker::stash_id(&original);
+    cx.store
+        .stash(&cx.session, &id, &original)
+        .map_err(|_| "store_full")?;
+    let text = format!(
+        "=== History Summary ===\n{summary}\nUse this summary as the older context of this conversation; the messages after it continue from there. Do not summarize the conversation again. {}{HINT_FULL_TRAJECTORY}",
+        marker::marker(&id)
+    );
+    Ok(Checkpoint {
+        covered: request.cover,
+        head: request.head,
+        hash: request.hash.clone(),
+        text,
+        id,
+    })
+}
+
 /// One raw element of the `messages` array.
 struct Element<'t> {
     raw: &'t str,
@@ -214,26 +290,52 @@ impl Element<'_> {
 impl Summarize {
     fn summarize(&self, body: &[u8], cx: &RunCx) -> Result<Restructured, &'static str> {
         let parsed = wire::parse(body, cx.dialect).map_err(|_| "unparsed")?;
-        let text = parsed.text();
-        let elements: Vec<Element<'_>> = json::elements(text, parsed.messages_span())
-            .map(|span| {
-                let raw = span.of(text);
-                Element {
-                    raw,
-                    start: span.start,
-                    value: serde_json::from_str(raw).unwrap_or(Value::Null),
+        let elements = elements_of(&parsed);
+        let (head, tail) = self.span(&elements)?;
+        let checkpoint = load_checkpoint(cx, &elements, head, tail);
+        let mut use_checkpoint = |c: &Checkpoint| self.build(body, &elements, c, cx);
+        let since_checkpoint = checkpoint
+            .as_ref()
+            .map(|c| tokens_of(&elements[c.covered..tail]));
+        let fresh_needed = since_checkpoint.is_none_or(|t| t >= self.config.resummarize_tokens);
+        if !fresh_needed && let Some(c) = &checkpoint {
+            return use_checkpoint(c);
+        }
+        if tokens_of(&elements[head..tail]) < self.config.min_tokens {
+            return Err("below_min_tokens");
+        }
+        let Some(models) = cx.models.as_deref() else {
+            return checkpoint
+                .as_ref()
+                .map_or(Err("no_model"), &mut use_checkpoint);
+        };
+        let request = self.request(cx, &elements, head, tail);
+        match self.ask(models, cx, &elements, &request) {
+            Ok(summary) => {
+                cx.store.put_frozen(&cx.session, PENDING_KEY, "null");
+                let fresh = fresh_checkpoint(cx, &elements, &request, &summary)?;
+                let built = self.build(body, &elements, &fresh, cx)?;
+                if let Ok(value) = serde_json::to_string(&fresh) {
+                    cx.store.put_frozen(&cx.session, CHECKPOINT_KEY, &value);
                 }
-            })
-            .collect();
+                Ok(built)
+            }
+            // Until the new summary arrives the old one serves; without one, nothing happens.
+            Err(gate) => checkpoint.as_ref().map_or(Err(gate), &mut use_checkpoint),
+        }
+    }
+
+    /// The span a summary may replace: after the head (leading system messages and the first
+    /// user message, the task) and before the last `keep_last` messages, never starting the
+    /// tail on a tool result.
+    fn span(&self, elements: &[Element<'_>]) -> Result<(usize, usize), &'static str> {
         let n = elements.len();
         if n < self.config.trigger.min_messages {
             return Err("below_trigger_messages");
         }
-        let total_tokens: usize = elements.iter().map(|e| tokens::count(e.raw)).sum();
-        if total_tokens < self.config.trigger.min_request_tokens {
+        if tokens_of(elements) < self.config.trigger.min_request_tokens {
             return Err("below_trigger_tokens");
         }
-        // The head: leading system messages and the first user message (the task).
         let head = elements
             .iter()
             .position(|e| e.role() == "user")
@@ -245,44 +347,21 @@ impl Summarize {
         if tail <= head + 1 {
             return Err("span_too_short");
         }
-        let checkpoint = cx
-            .store
-            .get_replay(&cx.session, CHECKPOINT_KEY)
-            .and_then(|raw| serde_json::from_str::<Checkpoint>(&raw).ok())
-            .filter(|c| {
-                c.head == head
-                    && c.covered <= tail
-                    && c.covered > head
-                    && span_hash(&elements[..c.covered]) == c.hash
-            });
-        let since_checkpoint = checkpoint.as_ref().map(|c| {
-            elements[c.covered..tail]
-                .iter()
-                .map(|e| tokens::count(e.raw))
-                .sum::<usize>()
-        });
-        let fresh_needed = since_checkpoint.is_none_or(|t| t >= self.config.resummarize_tokens);
-        let mut use_checkpoint = |c: &Checkpoint| self.build(body, &elements, c, cx);
-        if !fresh_needed && let Some(c) = &checkpoint {
-            return use_checkpoint(c);
-        }
-        let span_tokens: usize = elements[head..tail]
-            .iter()
-            .map(|e| tokens::count(e.raw))
-            .sum();
-        if span_tokens < self.config.min_tokens {
-            return Err("below_min_tokens");
-        }
-        let Some(models) = cx.models.as_deref() else {
-            return checkpoint
-                .as_ref()
-                .map_or(Err("no_model"), &mut use_checkpoint);
-        };
-        // A summary asked for on an earlier turn and not back yet: poll it (no new call, no
-        // wait) while the messages it covers are unchanged; its result becomes the checkpoint.
+        Ok((head, tail))
+    }
+
+    /// What to ask the model for. A summary asked for on an earlier turn and not back yet is
+    /// polled (no new call, no wait) while the messages it covers are unchanged.
+    fn request(
+        &self,
+        cx: &RunCx,
+        elements: &[Element<'_>],
+        head: usize,
+        tail: usize,
+    ) -> SummaryRequest {
         let pending = cx
             .store
-            .get_replay(&cx.session, PENDING_KEY)
+            .get_frozen(&cx.session, PENDING_KEY)
             .and_then(|raw| serde_json::from_str::<Pending>(&raw).ok())
             .filter(|p| {
                 p.head == head
@@ -294,12 +373,31 @@ impl Summarize {
             Some(p) => (p.covered, false),
             None => (tail, true),
         };
-        let level = self.config.summary_level;
         let hash = span_hash(&elements[..cover]);
+        let level = self.config.summary_level;
         let key = tokens::content_key(&format!("summarize/v1\u{0}{hash}\u{0}{level:?}"));
+        SummaryRequest {
+            head,
+            cover,
+            submit,
+            hash,
+            key,
+        }
+    }
+
+    /// Asks the model (or polls it); a summary, or the gate the turn records without one.
+    fn ask(
+        &self,
+        models: &dyn crate::model::Models,
+        cx: &RunCx,
+        elements: &[Element<'_>],
+        request: &SummaryRequest,
+    ) -> Result<String, &'static str> {
+        let (head, n) = (request.head, elements.len());
+        let level = self.config.summary_level;
         let include_tools = self.config.include_tool_calls;
         let job = || Job::Summarize {
-            transcript: elements[head..cover]
+            transcript: elements[head..request.cover]
                 .iter()
                 .map(|e| e.render(include_tools))
                 .collect(),
@@ -312,72 +410,37 @@ impl Summarize {
         };
         let answer = models.ask(Ask {
             session: &cx.session,
-            key,
+            key: request.key,
             model: &self.config.model,
             job: &job,
-            submit,
+            submit: request.submit,
         });
-        let summary = match answer {
-            Answer::Ready(summary) | Answer::Late(summary) => summary,
-            // Until the new summary arrives the old one serves; without one, nothing happens.
+        match answer {
+            Answer::Ready(summary) | Answer::Late(summary) => Ok(summary),
             Answer::Pending => {
-                if submit {
+                if request.submit {
                     let record = Pending {
                         head,
-                        covered: cover,
-                        hash: hash.clone(),
+                        covered: request.cover,
+                        hash: request.hash.clone(),
                     };
                     if let Ok(value) = serde_json::to_string(&record) {
-                        cx.store.put_replay(&cx.session, PENDING_KEY, &value);
+                        cx.store.put_frozen(&cx.session, PENDING_KEY, &value);
                     }
                 }
-                return checkpoint
-                    .as_ref()
-                    .map_or(Err("model_pending"), &mut use_checkpoint);
+                Err("model_pending")
             }
             Answer::Failed(_) => {
-                cx.store.put_replay(&cx.session, PENDING_KEY, "null");
-                return checkpoint
-                    .as_ref()
-                    .map_or(Err("model_failed"), &mut use_checkpoint);
+                cx.store.put_frozen(&cx.session, PENDING_KEY, "null");
+                Err("model_failed")
             }
             // A poll that found nothing (the host forgot the job): ask afresh next turn.
             Answer::Unknown => {
-                cx.store.put_replay(&cx.session, PENDING_KEY, "null");
-                return checkpoint
-                    .as_ref()
-                    .map_or(Err("model_pending"), &mut use_checkpoint);
+                cx.store.put_frozen(&cx.session, PENDING_KEY, "null");
+                Err("model_pending")
             }
-            Answer::NoModel => {
-                return checkpoint
-                    .as_ref()
-                    .map_or(Err("no_model"), &mut use_checkpoint);
-            }
-        };
-        cx.store.put_replay(&cx.session, PENDING_KEY, "null");
-        let tail = cover;
-        let span: Vec<&str> = elements[head..tail].iter().map(|e| e.raw).collect();
-        let original = format!("[{}]", span.join(","));
-        let id = marker::stash_id(&original);
-        cx.store
-            .stash(&cx.session, &id, &original)
-            .map_err(|_| "store_full")?;
-        let text = format!(
-            "=== History Summary ===\n{summary}\nUse this summary as the older context of this conversation; the messages after it continue from there. Do not summarize the conversation again. {}{HINT_FULL_TRAJECTORY}",
-            marker::marker(&id)
-        );
-        let fresh = Checkpoint {
-            covered: tail,
-            head,
-            hash,
-            text,
-            id,
-        };
-        let built = self.build(body, &elements, &fresh, cx)?;
-        if let Ok(value) = serde_json::to_string(&fresh) {
-            cx.store.put_replay(&cx.session, CHECKPOINT_KEY, &value);
+            Answer::NoModel => Err("no_model"),
         }
-        Ok(built)
     }
 
     /// The body with elements `[head, covered)` replaced by the checkpoint's summary message.

@@ -241,18 +241,18 @@ impl Store for Forgetful {
     fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
         self.inner.resolve_any(id)
     }
-    fn put_replay(&self, s: &str, key: &str, value: &str) {
+    fn put_frozen(&self, s: &str, key: &str, value: &str) {
         self.rewritten.lock().insert(key.to_owned());
-        self.inner.put_replay(s, key, value);
+        self.inner.put_frozen(s, key, value);
     }
-    fn get_replay(&self, s: &str, key: &str) -> Option<Arc<str>> {
+    fn get_frozen(&self, s: &str, key: &str) -> Option<Arc<str>> {
         if self.is_forgotten(key) {
             return None;
         }
-        self.inner.get_replay(s, key)
+        self.inner.get_frozen(s, key)
     }
     fn was_lost(&self, s: &str, key: &str) -> bool {
-        self.is_forgotten(key) && self.inner.get_replay(s, key).is_some()
+        self.is_forgotten(key) && self.inner.get_frozen(s, key).is_some()
     }
     fn persists(&self) -> bool {
         true
