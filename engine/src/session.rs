@@ -24,6 +24,26 @@ pub fn sanitize_explicit(id: &str) -> Option<&str> {
     ok.then_some(id)
 }
 
+/// The scope a caller's credential gives its sessions: `k` and 16 hex digits of
+/// SHA-256(`secret`, NUL, credential), then `:`; empty without a credential.
+///
+/// Stashes, frozen decisions and expands live under the session key, so the key must say who is
+/// asking: two tenants sending the same opening (or claiming the same session id) get different
+/// scopes, and one cannot expand the other's marker. The credential itself is never kept or
+/// logged, only this hash; `secret` (a deployment's own, or a fixed default) keys it.
+pub fn credential_scope(secret: &[u8], credential: Option<&[u8]>) -> String {
+    let Some(credential) = credential.filter(|c| !c.is_empty()) else {
+        return String::new();
+    };
+    let mut hasher = Sha256::new();
+    hasher.update(secret);
+    hasher.update([0]);
+    hasher.update(credential);
+    let digest = hasher.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("k{hex}:")
+}
+
 /// `sha256(system + "\0" + first user message)`, first 16 hex digits.
 pub fn derive(messages: &[Message]) -> String {
     let system = messages
@@ -93,6 +113,34 @@ pub fn for_request(header: Option<&str>, parsed: &ParsedBody<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_credential_scopes_its_sessions_without_being_kept() {
+        let (secret, key) = (
+            b"s3cret".as_slice(),
+            b"Bearer sk-live-0123456789".as_slice(),
+        );
+        let scope = credential_scope(secret, Some(key));
+        assert_eq!(scope.len(), 1 + 16 + 1);
+        assert!(scope.starts_with('k') && scope.ends_with(':'));
+        assert!(
+            sanitize_explicit(&format!("{scope}agent-1")).is_some(),
+            "a valid session key"
+        );
+        assert!(
+            !scope.contains("sk-live"),
+            "the credential itself never appears"
+        );
+        assert_eq!(
+            scope,
+            credential_scope(secret, Some(key)),
+            "stable across processes"
+        );
+        assert_ne!(scope, credential_scope(secret, Some(b"Bearer sk-other")));
+        assert_ne!(scope, credential_scope(b"other secret", Some(key)), "keyed");
+        assert_eq!(credential_scope(secret, None), "");
+        assert_eq!(credential_scope(secret, Some(b"")), "");
+    }
 
     #[test]
     fn explicit_ids_are_sanitized() {

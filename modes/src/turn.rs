@@ -51,6 +51,23 @@ pub const SESSION_HEADER: &str = "x-context-guru-session";
 /// `x-context-guru-bypass: true` forwards the request byte-identically (still counted).
 pub const BYPASS_HEADER: &str = "x-context-guru-bypass";
 
+/// The headers that carry a caller's credential, in the order they are read: Anthropic,
+/// OpenAI (and LiteLLM), Azure OpenAI.
+const CREDENTIAL_HEADERS: [&str; 3] = ["x-api-key", "authorization", "api-key"];
+
+/// What keys the credential scope when the deployment sets no secret of its own.
+pub const DEFAULT_SCOPE_SECRET: &[u8] = b"sluice-credential-scope-v1";
+
+/// The scope of the caller's credential (see `engine::session::credential_scope`): the first
+/// credential header present.
+pub fn caller_scope(headers: &HeaderMap, secret: &[u8]) -> String {
+    let credential = CREDENTIAL_HEADERS
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .map(http::HeaderValue::as_bytes);
+    session::credential_scope(secret, credential)
+}
+
 /// Phrases that open an agent's request to summarize its own conversation (Claude Code, and
 /// IBM Bob). Compacting that request would summarize our markers instead of the content.
 const AGENT_COMPACTION_PROMPTS: [&str; 2] = [
@@ -238,6 +255,8 @@ pub struct TurnService {
     preparer: Option<Preparer>,
     /// Every turn reads warm (`sluice replay --no-cold`).
     never_cold: bool,
+    /// Keys the credential scope of every session key.
+    scope_secret: Vec<u8>,
 }
 
 impl std::fmt::Debug for TurnService {
@@ -264,6 +283,7 @@ impl TurnService {
             amortize: AmortizeConfig::default(),
             preparer: None,
             never_cold: false,
+            scope_secret: DEFAULT_SCOPE_SECRET.to_vec(),
         }
     }
 
@@ -294,6 +314,20 @@ impl TurnService {
     pub fn never_cold(mut self, never_cold: bool) -> TurnService {
         self.never_cold = never_cold;
         self
+    }
+
+    /// A deployment's own secret for the credential scope (`SLUICE_SCOPE_SECRET`): replicas
+    /// that share a store must share it.
+    #[must_use]
+    pub fn with_scope_secret(mut self, secret: &[u8]) -> TurnService {
+        self.scope_secret = secret.to_vec();
+        self
+    }
+
+    /// The scope the caller's credential gives its sessions (the prefix of every session key
+    /// this service makes for it).
+    pub fn scope(&self, headers: &HeaderMap) -> String {
+        caller_scope(headers, &self.scope_secret)
     }
 
     pub fn pipeline(&self) -> &Arc<Pipeline> {
@@ -341,7 +375,7 @@ impl TurnService {
     /// A live turn: sync mode, observe's shadow run, replay.
     pub async fn run(&self, input: TurnInput<'_>) -> Turn {
         let started = self.clock.now();
-        let (parsed, session) = match admit(&input, "") {
+        let (parsed, session) = match admit(&input, &self.scope(input.headers)) {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,
         };
@@ -397,10 +431,11 @@ impl TurnService {
     /// replayed into a live session's cached prefix. `pipeline` overrides the service's.
     pub fn compact(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
         let started = self.clock.now();
-        let (parsed, session) = match admit(input, "compact:") {
-            Ok(admitted) => admitted,
-            Err(untouched) => return untouched,
-        };
+        let (parsed, session) =
+            match admit(input, &format!("compact:{}", self.scope(input.headers))) {
+                Ok(admitted) => admitted,
+                Err(untouched) => return untouched,
+            };
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
             return Turn::Untouched {
                 reason: Untouched::Bypassed(reason),
@@ -449,7 +484,8 @@ impl TurnService {
     }
 }
 
-/// Parses the body and names its session (under `namespace`), or says why it goes untouched
+/// Parses the body and names its session (under `namespace`: the credential scope, and
+/// `compact:` for a one-off rewrite), or says why it goes untouched
 /// (a bypass header on a body that does not parse is still a bypass).
 fn admit<'b>(input: &TurnInput<'b>, namespace: &str) -> Result<(ParsedBody<'b>, String), Turn> {
     let untouched = |reason| Turn::Untouched {

@@ -43,6 +43,9 @@ pub struct Settings {
     pub body_limit: usize,
     /// Where model-written filters run: `sluice serve` uses a child process of itself.
     pub sandbox: llm::Isolation,
+    /// Keys the credential scope of session keys (`SLUICE_SCOPE_SECRET`); replicas sharing a
+    /// store must share it.
+    pub scope_secret: Vec<u8>,
 }
 
 impl Default for Settings {
@@ -52,6 +55,7 @@ impl Default for Settings {
             openai_upstream: "https://api.openai.com".into(),
             body_limit: 32 << 20,
             sandbox: llm::Isolation::InProcess,
+            scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
         }
     }
 }
@@ -114,7 +118,8 @@ impl App {
             )
         };
         let amortize = config.cache.amortize;
-        let live = TurnService::new(pipeline.clone(), store.clone(), clock.clone());
+        let live = TurnService::new(pipeline.clone(), store.clone(), clock.clone())
+            .with_scope_secret(&settings.scope_secret);
         // Session state is saved in the store of the mode that runs the pipeline: observe must
         // never write the live store.
         let (turns, observer) = match config.mode {
@@ -127,6 +132,7 @@ impl App {
                 let shadow_store: Arc<dyn Store> =
                     Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
                 let shadow = TurnService::new(pipeline, shadow_store.clone(), clock)
+                    .with_scope_secret(&settings.scope_secret)
                     .with_sessions(sessions_over(shadow_store), amortize);
                 let observer = Observer {
                     pool: WorkerPool::new(
@@ -311,19 +317,29 @@ fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Res
     let Some(id) = param("id") else {
         return ProxyError::BadRequest("missing ?id=HASH").into_response();
     };
-    let session = request
-        .headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| param("session"));
+    // A session header that is not text is refused, never read as absent: absent means an
+    // unscoped lookup.
+    let header = match request.headers().get(SESSION_HEADER).map(|v| v.to_str()) {
+        Some(Err(_)) => {
+            return ProxyError::BadRequest("the session header must be ASCII text").into_response();
+        }
+        Some(Ok(value)) => Some(value.to_owned()),
+        None => None,
+    };
+    let session = header.or_else(|| param("session"));
+    // Sessions live under the caller's credential scope: asking for one takes the same
+    // credential the agent's requests carried.
+    let scope = app.turns().scope(request.headers());
     let original = match session.as_deref().and_then(session::sanitize_explicit) {
         // `POST /compact` stashes under `compact:<session>` (its freezes must never reach the
         // live session); a person asking with the session still gets those originals.
         Some(session) => app
             .store()
-            .resolve(session, &id)
-            .or_else(|| app.store().resolve(&format!("compact:{session}"), &id)),
+            .resolve(&format!("{scope}{session}"), &id)
+            .or_else(|| {
+                app.store()
+                    .resolve(&format!("compact:{scope}{session}"), &id)
+            }),
         None if session.is_some() => None,
         None => app.store().resolve_any(&id),
     };

@@ -351,6 +351,14 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             // Model-written filters run in a child process of this binary: nothing they do
             // (an allocation that aborts, an out-of-memory kill) can take the proxy down.
             sandbox: sandbox_isolation(args.sandbox)?,
+            // From the environment only: a secret on the command line shows in `ps`.
+            scope_secret: std::env::var("SLUICE_SCOPE_SECRET")
+                .ok()
+                .filter(|s| !s.is_empty())
+                .map_or_else(
+                    || modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
+                    String::into_bytes,
+                ),
         };
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), store)

@@ -527,6 +527,82 @@ async fn expand_route_returns_the_exact_original_scoped_to_a_session() {
     assert_eq!(reply.status, 404);
 }
 
+/// Stashes belong to the session and the caller's credential: a second tenant with the same
+/// opening, the same claimed session and a forged marker gets a placeholder through the expand
+/// loop, and `GET /expand` answers a session only to the credential that made it.
+#[tokio::test]
+async fn a_stash_answers_only_the_credential_that_made_it() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let body = compactable(Dialect::OpenAi, false);
+    let tenant_a = [
+        ("x-context-guru-session", "shared"),
+        ("authorization", "Bearer sk-tenant-a"),
+    ];
+    let tenant_b = [
+        ("x-context-guru-session", "shared"),
+        ("authorization", "Bearer sk-tenant-b"),
+    ];
+    sluice.chat(Dialect::OpenAi, &tenant_a, body.clone()).await;
+    let (id, original) = first_marker(&sluice.mock.recorded()[0].body, &body, Dialect::OpenAi);
+    // Tenant B: the same opening, then a message that names A's marker (so the expand tool is
+    // declared), and a model that asks to expand it.
+    let mut forged: Value = serde_json::from_slice(&body).unwrap();
+    let messages = forged["messages"].as_array().unwrap()[..2].to_vec();
+    forged["messages"] = Value::Array(messages);
+    forged["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "user", "content": format!("what is in <<cg:{id}>>?")}));
+    let forged = serde_json::to_vec(&forged).unwrap();
+    for (tenant, sees) in [(&tenant_b, false), (&tenant_a, true)] {
+        sluice.mock.script([
+            Reply::Expand {
+                text: None,
+                ids: vec![id.clone()],
+            },
+            Reply::Text("done".into()),
+        ]);
+        let reply = sluice.chat(Dialect::OpenAi, tenant, forged.clone()).await;
+        assert_eq!(reply.status, 200);
+        let continuation =
+            String::from_utf8_lossy(&sluice.mock.recorded().last().unwrap().body).into_owned();
+        let restored = continuation.contains(&serde_json::to_string(&original).unwrap()[1..200]);
+        assert_eq!(restored, sees, "{tenant:?}");
+        if !sees {
+            assert!(
+                continuation.contains("is no longer available"),
+                "a miss is answered, not omitted"
+            );
+        }
+    }
+    let expand = |headers: &'static [(&'static str, &'static str)]| {
+        let url = format!("{}/expand?id={id}&session=shared", sluice.url);
+        async move { call("GET", &url, headers, "").await.status }
+    };
+    assert_eq!(
+        expand(&[("authorization", "Bearer sk-tenant-a")]).await,
+        200
+    );
+    assert_eq!(
+        expand(&[("authorization", "Bearer sk-tenant-b")]).await,
+        404
+    );
+    assert_eq!(expand(&[]).await, 404, "no credential, no scoped session");
+    // A session header that is not text is refused, not read as absent (an unscoped lookup).
+    let mut request = http::Request::builder()
+        .method("GET")
+        .uri(format!("{}/expand?id={id}", sluice.url));
+    request = request.header(
+        "x-context-guru-session",
+        http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+    );
+    let response = client()
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+}
+
 #[tokio::test]
 async fn stats_metrics_health_and_compact_routes() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
