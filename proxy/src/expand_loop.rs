@@ -85,9 +85,18 @@ impl Continuation {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             let encoding = Encoding::take(&mut parts.headers);
-            let bytes = match body.collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(err) => return ProxyError::UpstreamBody(err).into_response(),
+            let bytes = match read_bounded(body).await {
+                Ok(bytes) => bytes,
+                Err(Unread::Upstream(err)) => return ProxyError::UpstreamBody(err).into_response(),
+                Err(Unread::OverBound(head, rest)) => {
+                    self.app.stats.record_expand_unread("over_bound");
+                    parts.headers.remove(http::header::CONTENT_LENGTH);
+                    let decoder = match encoding {
+                        Encoding::Decode(decoder) => Some(decoder),
+                        _ => None,
+                    };
+                    return Response::from_parts(parts, relay_rest(head, rest, decoder));
+                }
             };
             let bytes = match encoding {
                 Encoding::Identity => bytes,
@@ -232,7 +241,7 @@ impl Continuation {
 
     /// Streams one upstream response through the relay until it ends; returns the bytes after
     /// its last complete frame, or `None` when the stream is over for the agent (an error, a
-    /// client that went away).
+    /// client that went away, a frame or held turn over the bound).
     async fn stream_round(
         &self,
         body: &mut Incoming,
@@ -242,7 +251,7 @@ impl Continuation {
         mut first_byte_since: Option<Instant>,
         scan: &mut (dyn FnMut(&[u8]) + Send),
     ) -> Option<Vec<u8>> {
-        let mut pending: Vec<u8> = Vec::new();
+        let mut frames = sse::Frames::default();
         loop {
             let data = match body.frame().await {
                 Some(Ok(frame)) => match frame.into_data() {
@@ -267,8 +276,21 @@ impl Continuation {
                 }
             };
             scan(&data);
-            pending.extend_from_slice(&data);
-            let out = relay.push_frames(sse::take_frames(&mut pending));
+            let complete = match frames.push(&data) {
+                Ok(complete) => complete,
+                Err(sse::Overflow) => {
+                    self.give_up(relay, frames.into_rest(), body, decoder, tx)
+                        .await;
+                    return None;
+                }
+            };
+            let out = relay.push_frames(complete);
+            if relay.held_len() > sse::MAX_HELD_BYTES {
+                let _ = tx.send(Ok(Frame::data(out))).await;
+                self.give_up(relay, frames.into_rest(), body, decoder, tx)
+                    .await;
+                return None;
+            }
             if out.is_empty() {
                 continue;
             }
@@ -282,14 +304,99 @@ impl Continuation {
             }
         }
         if let Some(tail) = decoder.and_then(|d| d.finish().ok()) {
-            pending.extend_from_slice(&tail);
-            let out = relay.push_frames(sse::take_frames(&mut pending));
+            let complete = frames.push(&tail).unwrap_or_default();
+            let out = relay.push_frames(complete);
             if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
                 return None;
             }
         }
-        Some(pending)
+        Some(frames.into_rest())
     }
+
+    /// Past the bound the loop stops reading: what was held, the unfinished frame and the rest
+    /// of the stream go to the agent as they come (decoded when sluice asked for identity and
+    /// got a compressed reply). Counted as `expand_unread{reason="over_bound"}`.
+    async fn give_up(
+        &self,
+        relay: &mut sse::Relay,
+        rest: Vec<u8>,
+        body: &mut Incoming,
+        mut decoder: Option<&mut Decoder>,
+        tx: &Sender,
+    ) {
+        self.app.stats.record_expand_unread("over_bound");
+        let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+        if tx.send(Ok(Frame::data(Bytes::from(rest)))).await.is_err() {
+            return;
+        }
+        while let Some(frame) = body.frame().await {
+            let item = match frame.map(Frame::into_data) {
+                Ok(Ok(data)) => match decoder.as_deref_mut() {
+                    Some(d) => d
+                        .feed(&data)
+                        .map(Frame::data)
+                        .map_err(|e| Box::new(e) as BoxError),
+                    None => Ok(Frame::data(data)),
+                },
+                Ok(Err(_)) => continue,
+                Err(err) => Err(Box::new(err) as BoxError),
+            };
+            let failed = item.is_err();
+            if tx.send(item).await.is_err() || failed {
+                return;
+            }
+        }
+    }
+}
+
+/// Why a non-streamed reply was not read whole.
+enum Unread {
+    Upstream(hyper::Error),
+    /// Over [`sse::MAX_HELD_BYTES`]: what was read, and the rest of the body.
+    OverBound(Bytes, Incoming),
+}
+
+/// Reads a reply whole, up to the bound: a reply the expand loop may answer is small, and one
+/// that is not must not be buffered without limit.
+async fn read_bounded(mut body: Incoming) -> Result<Bytes, Unread> {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Unread::Upstream)?;
+        if let Ok(data) = frame.into_data() {
+            out.extend_from_slice(&data);
+            if out.len() > sse::MAX_HELD_BYTES {
+                return Err(Unread::OverBound(Bytes::from(out), body));
+            }
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+/// `head` then the rest of `body`, decoded when the reply was compressed, as the agent's body.
+fn relay_rest(head: Bytes, body: Incoming, decoder: Option<Box<Decoder>>) -> Body {
+    let first = futures::stream::once(async move { Ok::<_, BoxError>(head) });
+    let rest = futures::stream::unfold(Some(body), |body| async move {
+        let mut body = body?;
+        loop {
+            match body.frame().await? {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => return Some((Ok(data), Some(body))),
+                    Err(_) => continue,
+                },
+                Err(err) => return Some((Err(Box::new(err) as BoxError), None)),
+            }
+        }
+    });
+    let mut decoder = decoder;
+    let stream = futures::StreamExt::map(futures::StreamExt::chain(first, rest), move |item| {
+        let data = item?;
+        let data = match decoder.as_mut() {
+            Some(d) => d.feed(&data).map_err(|e| Box::new(e) as BoxError)?,
+            None => data,
+        };
+        Ok(Frame::data(data))
+    });
+    BodyExt::boxed(StreamBody::new(stream))
 }
 
 fn decode_whole(decoder: &mut Decoder, bytes: &[u8]) -> std::io::Result<Bytes> {

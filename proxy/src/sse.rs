@@ -10,28 +10,79 @@ use engine::marker::EXPAND_TOOL_NAME;
 use engine::wire::Dialect;
 use serde_json::{Value, json};
 
-/// Splits complete frames (ending in a blank line) off the front of `buf`.
-pub fn take_frames(buf: &mut Vec<u8>) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    loop {
-        let end = find_blank_line(buf);
-        let Some((at, sep)) = end else { break };
-        let rest = buf.split_off(at + sep);
-        frames.push(std::mem::replace(buf, rest));
-    }
-    frames
+/// The most one frame, or the held part of a turn, may grow to. Past it the expand loop stops
+/// reading the stream and relays the rest untouched: memory stays bounded whatever an upstream
+/// sends, and a well-formed expand turn is a few kilobytes.
+pub const MAX_HELD_BYTES: usize = 16 << 20;
+
+/// A frame (or a held turn) grew past [`MAX_HELD_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow;
+
+/// Cuts a byte stream into frames at blank lines (`\n\n` or `\r\n\r\n`), in one pass: every
+/// byte is scanned once however the stream is chunked, and consumed bytes are dropped once per
+/// chunk, so a huge frame costs linear time, not a rescan per chunk.
+#[derive(Debug, Default)]
+pub struct Frames {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already scanned without finding a boundary.
+    scanned: usize,
 }
 
-fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| (p, 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|p| (p, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
+impl Frames {
+    /// Adds a chunk and returns the frames it completed.
+    ///
+    /// # Errors
+    /// [`Overflow`] when the unfinished frame is over the bound; the bytes stay readable
+    /// through [`Frames::into_rest`].
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, Overflow> {
+        self.buf.extend_from_slice(chunk);
+        let mut frames = Vec::new();
+        let mut start = 0;
+        // A separator may straddle the last scan's end: look back three bytes.
+        let mut from = self.scanned.saturating_sub(3);
+        while let Some(end) = frame_end(&self.buf, from) {
+            frames.push(self.buf[start..end].to_vec());
+            start = end;
+            from = end;
+        }
+        self.buf.drain(..start);
+        self.scanned = self.buf.len();
+        if self.buf.len() > MAX_HELD_BYTES {
+            return Err(Overflow);
+        }
+        Ok(frames)
     }
+
+    /// The bytes after the last complete frame.
+    pub fn into_rest(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+/// The end (past the separator) of the first frame whose blank line starts at or after `from`'s
+/// newline scan: each `\n` is a candidate for `\n\n` or the second half of `\r\n\r\n`.
+fn frame_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(offset) = memchr::memchr(b'\n', &buf[at.min(buf.len())..]) {
+        let p = at + offset;
+        if buf.get(p + 1) == Some(&b'\n') {
+            return Some(p + 2);
+        }
+        if p >= 1 && buf[p - 1] == b'\r' && buf.get(p + 1..p + 3) == Some(b"\r\n") {
+            return Some(p + 3);
+        }
+        at = p + 1;
+    }
+    None
+}
+
+/// Splits complete frames off the front of `buf` (the one-shot form of [`Frames`]).
+pub fn take_frames(buf: &mut Vec<u8>) -> Vec<Vec<u8>> {
+    let mut frames = Frames::default();
+    let out = frames.push(&std::mem::take(buf)).unwrap_or_default();
+    *buf = frames.into_rest();
+    out
 }
 
 /// The JSON of a frame's `data:` lines, if any (and not `[DONE]`).
@@ -94,6 +145,11 @@ impl Relay {
             held: Vec::new(),
             events: Vec::new(),
         }
+    }
+
+    /// Bytes held back in this round.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
     }
 
     /// Whether an expand call started in this round (and the rest of it is held).
@@ -281,6 +337,39 @@ mod tests {
         assert_eq!(frame_data(&frames[0]).unwrap()["x"], 2);
         assert!(buf.is_empty());
         assert_eq!(frame_data(b"data: [DONE]\n\n"), None);
+    }
+
+    /// However a stream is chunked, the frames are the same (the separators included, which a
+    /// naive split loses when `\r\n\r\n` straddles two chunks).
+    #[test]
+    fn frames_do_not_depend_on_chunking() {
+        let stream =
+            b"event: a\ndata: {\"x\":1}\n\nevent: b\r\ndata: {\"x\":2}\r\n\r\ndata: [DONE]\n\ntail";
+        let mut whole = stream.to_vec();
+        let expected = take_frames(&mut whole);
+        assert_eq!(expected.len(), 3);
+        assert_eq!(whole, b"tail");
+        for size in 1..stream.len() {
+            let mut frames = Frames::default();
+            let mut got = Vec::new();
+            for chunk in stream.chunks(size) {
+                got.extend(frames.push(chunk).unwrap());
+            }
+            assert_eq!(got, expected, "chunks of {size}");
+            assert_eq!(frames.into_rest(), b"tail");
+        }
+    }
+
+    #[test]
+    fn an_unending_frame_overflows_instead_of_growing() {
+        let mut frames = Frames::default();
+        let chunk = vec![b'x'; 1 << 20];
+        let mut result = Ok(Vec::new());
+        for _ in 0..=(MAX_HELD_BYTES >> 20) {
+            result = frames.push(&chunk);
+        }
+        assert_eq!(result, Err(Overflow));
+        assert_eq!(frames.into_rest().len(), MAX_HELD_BYTES + (1 << 20));
     }
 
     #[test]

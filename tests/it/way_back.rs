@@ -242,3 +242,34 @@ async fn sluice_asks_for_identity_and_reads_a_gzipped_reply_in_the_expand_loop()
         }
     }
 }
+
+/// A reply the expand loop would have to buffer past its bound (one 17 MiB frame, or a held
+/// turn of 20 MiB in 10 MiB frames) reaches the agent whole and untouched instead, counted;
+/// nothing is buffered without limit.
+#[tokio::test]
+async fn an_oversized_reply_is_relayed_untouched_past_the_bound() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let mut expected_unread = 0;
+    for (id_bytes, stream) in [(34 << 20, true), (20 << 20, true), (20 << 20, false)] {
+        let body = compactable(Dialect::Anthropic, stream);
+        let huge = "f".repeat(id_bytes);
+        sluice.mock.script([Reply::Expand {
+            text: None,
+            ids: vec![huge.clone()],
+        }]);
+        let reply = sluice.chat(Dialect::Anthropic, &[], body).await;
+        assert_eq!(reply.status, 200);
+        let text = String::from_utf8_lossy(&reply.body);
+        assert!(
+            text.contains(EXPAND_TOOL_NAME),
+            "the reply went through as it came"
+        );
+        assert!(reply.body.len() > id_bytes, "nothing was cut off");
+        expected_unread += 1;
+        let stats = sluice.stats().await;
+        assert_eq!(
+            stats["expand_unread"]["over_bound"], expected_unread,
+            "stream={stream}"
+        );
+    }
+}
