@@ -19,7 +19,7 @@ use engine::session;
 use engine::store::{MemoryStore, Store};
 use engine::wire::Dialect;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use modes::stats::{Stats, table};
 use modes::turn::{Turn, TurnInput, TurnService};
@@ -39,8 +39,15 @@ pub use modes::turn::{BYPASS_HEADER, SESSION_HEADER};
 pub struct Settings {
     pub anthropic_upstream: String,
     pub openai_upstream: String,
-    /// Request bodies over this are refused with 413.
+    /// Request bodies over this are refused with 413 (at once when declared).
     pub body_limit: usize,
+    /// A request body that sends nothing for this long is given up with 408.
+    pub body_idle: std::time::Duration,
+    /// How long a connection may take to send a request's headers, and may sit idle between
+    /// requests, before it is closed.
+    pub header_timeout: std::time::Duration,
+    /// Connections served at once; past it new ones wait in the listen backlog.
+    pub max_connections: usize,
     /// Where model-written filters run: `sluice serve` uses a child process of itself.
     pub sandbox: llm::Isolation,
     /// Keys the credential scope of session keys (`SLUICE_SCOPE_SECRET`); replicas sharing a
@@ -54,6 +61,9 @@ impl Default for Settings {
             anthropic_upstream: "https://api.anthropic.com".into(),
             openai_upstream: "https://api.openai.com".into(),
             body_limit: 32 << 20,
+            body_idle: std::time::Duration::from_secs(30),
+            header_timeout: std::time::Duration::from_secs(10),
+            max_connections: 1024,
             sandbox: llm::Isolation::InProcess,
             scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
         }
@@ -163,6 +173,10 @@ impl App {
             observer,
             llm,
         })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     pub(crate) fn turns(&self) -> &TurnService {
@@ -277,19 +291,47 @@ pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
     format!("{}{rest}{query}", base.trim_end_matches('/'))
 }
 
-pub(crate) async fn read_body(app: &App, body: Incoming) -> Result<Bytes, ProxyError> {
-    match Limited::new(body, app.settings.body_limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(ProxyError::BodyTooLarge {
-            limit: app.settings.body_limit,
-        }),
-        Err(_) => Err(ProxyError::BodyUnreadable),
+/// Reads a request body whole: refused at once (413) when its declared length is over the
+/// limit, and given up (408) when the client sends nothing for `body_idle`, so a client that
+/// declares a body and stalls does not hold a connection open indefinitely.
+pub(crate) async fn read_body(
+    app: &App,
+    headers: &http::HeaderMap,
+    mut body: Incoming,
+) -> Result<Bytes, ProxyError> {
+    let limit = app.settings.body_limit;
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ProxyError::BodyTooLarge { limit });
+    }
+    let idle = app.settings.body_idle;
+    let mut out = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => {
+                return Err(ProxyError::BodyStalled {
+                    seconds: idle.as_secs(),
+                });
+            }
+            Ok(None) => return Ok(Bytes::from(out)),
+            Ok(Some(Err(_))) => return Err(ProxyError::BodyUnreadable),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(ProxyError::BodyTooLarge { limit });
+            }
+            out.extend_from_slice(&data);
+        }
     }
 }
 
 async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let body = match read_body(app, body).await {
+    let body = match read_body(app, &parts.headers, body).await {
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };
@@ -357,7 +399,7 @@ fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Res
 async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> {
     let query = request.uri().query().unwrap_or("").to_owned();
     let (parts, body) = request.into_parts();
-    let body = match read_body(app, body).await {
+    let body = match read_body(app, &parts.headers, body).await {
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };

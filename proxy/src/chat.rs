@@ -36,7 +36,7 @@ pub(crate) async fn chat(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let body = match read_body(app, body).await {
+    let body = match read_body(app, &parts.headers, body).await {
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };

@@ -168,9 +168,18 @@ struct ServeArgs {
     /// Overrides the config's `mode:`.
     #[arg(long, env = "SLUICE_MODE")]
     mode: Option<engine::config::Mode>,
-    /// Largest request body accepted, in MiB (413 beyond it).
+    /// Largest request body accepted, in MiB (413 beyond it, at once when declared).
     #[arg(long, env = "SLUICE_BODY_LIMIT_MB", default_value_t = 32)]
     body_limit_mb: usize,
+    /// Seconds a request body may send nothing before it is given up (408).
+    #[arg(long, env = "SLUICE_BODY_IDLE_TIMEOUT", default_value_t = 30)]
+    body_idle_timeout: u64,
+    /// Seconds a connection may take to send a request's headers, or sit idle between requests.
+    #[arg(long, env = "SLUICE_HEADER_TIMEOUT", default_value_t = 10)]
+    header_timeout: u64,
+    /// Connections served at once; more wait in the listen backlog.
+    #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
     /// Where model-written filters run: `child` (a child process of this binary, which nothing
     /// a filter does can take down) or `in-process` (trusted programs only, logged at start).
     #[arg(long, env = "SLUICE_SANDBOX", value_enum, default_value_t = SandboxArg::Child)]
@@ -348,6 +357,9 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             anthropic_upstream: args.anthropic_upstream.clone(),
             openai_upstream: args.openai_upstream.clone(),
             body_limit: args.body_limit_mb.saturating_mul(1 << 20),
+            body_idle: Duration::from_secs(args.body_idle_timeout.max(1)),
+            header_timeout: Duration::from_secs(args.header_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
             // Model-written filters run in a child process of this binary: nothing they do
             // (an allocation that aborts, an out-of-memory kill) can take the proxy down.
             sandbox: sandbox_isolation(args.sandbox)?,

@@ -52,6 +52,9 @@ pub enum ProxyError {
     /// The request body could not be read (400).
     #[error("could not read the request body")]
     BodyUnreadable,
+    /// The client stopped sending its body (408).
+    #[error("the request body stalled for {seconds} s")]
+    BodyStalled { seconds: u64 },
     /// No route for this method and path (404).
     #[error("sluice has no route {method} {path}")]
     NotFound { method: Method, path: String },
@@ -74,6 +77,7 @@ impl ProxyError {
         match self {
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::BodyUnreadable | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BodyStalled { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::NotFound { .. } => StatusCode::NOT_FOUND,
             ProxyError::Forbidden(_) => StatusCode::FORBIDDEN,
             ProxyError::Upstream(crate::upstream::UpstreamError::Timeout) => {
@@ -88,6 +92,7 @@ impl ProxyError {
         match self {
             ProxyError::BodyTooLarge { .. } => "request_too_large",
             ProxyError::BodyUnreadable | ProxyError::BadRequest(_) => "invalid_request_error",
+            ProxyError::BodyStalled { .. } => "request_timeout",
             ProxyError::NotFound { .. } => "not_found_error",
             ProxyError::Forbidden(_) => "permission_error",
             ProxyError::Upstream(crate::upstream::UpstreamError::Timeout) => "upstream_timeout",
@@ -144,6 +149,12 @@ mod tests {
                 400,
                 "invalid_request_error",
                 "could not read the request body",
+            ),
+            (
+                ProxyError::BodyStalled { seconds: 30 },
+                408,
+                "request_timeout",
+                "the request body stalled for 30 s",
             ),
             (
                 ProxyError::NotFound {

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::app::{App, handle};
 
@@ -26,9 +27,24 @@ pub async fn serve(
     drain: Duration,
 ) {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A connection that sends partial headers, or idles between requests, is closed after
+    // `header_timeout` (hyper's timer starts when it waits for a request's first byte).
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(app.settings().header_timeout);
+    let slots = Arc::new(Semaphore::new(app.settings().max_connections));
     tokio::pin!(stop);
     loop {
+        // At the cap, new connections wait in the kernel's backlog rather than in sluice.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = &mut stop => break,
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
@@ -42,13 +58,22 @@ pub async fn serve(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let service = service_fn(move |request| handle(app.clone(), peer, request));
-                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-                let watched = graceful.watch(connection);
+                let (builder, watcher) = (builder.clone(), graceful.watcher());
                 tokio::spawn(async move {
-                    if let Err(err) = watched.await {
+                    // A connection that never sends a byte is closed after the header timeout:
+                    // hyper's own timer starts only with the first byte of a request.
+                    let mut first = [0u8; 1];
+                    let wait = app.settings().header_timeout;
+                    if !matches!(tokio::time::timeout(wait, stream.peek(&mut first)).await, Ok(Ok(n)) if n > 0) {
+                        drop(slot);
+                        return;
+                    }
+                    let service = service_fn(move |request| handle(app.clone(), peer, request));
+                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    if let Err(err) = watcher.watch(connection.into_owned()).await {
                         tracing::debug!(error = %err, %peer, "Connection ended with an error.");
                     }
+                    drop(slot);
                 });
             }
             () = &mut stop => break,

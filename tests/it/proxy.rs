@@ -35,16 +35,24 @@ pub(crate) async fn start_cheap(config_for: impl Fn(&str) -> String) -> Sluice {
 }
 
 async fn start_configured(config_for: impl Fn(&str) -> String, body_limit: usize) -> Sluice {
+    start_tuned(config_for, |settings| settings.body_limit = body_limit).await
+}
+
+/// Starts sluice with its settings adjusted by `tune` (timeouts, caps).
+pub(crate) async fn start_tuned(
+    config_for: impl Fn(&str) -> String,
+    tune: impl FnOnce(&mut Settings),
+) -> Sluice {
     let mock = Mock::start().await;
     let config = Config::parse(&config_for(&mock.url())).unwrap();
     let clock = Arc::new(proxy::clock::SystemClock);
     let store = Arc::new(MemoryStore::new(config.store.limits(), clock));
-    let settings = Settings {
+    let mut settings = Settings {
         anthropic_upstream: mock.url(),
         openai_upstream: mock.url(),
-        body_limit,
         ..Settings::default()
     };
+    tune(&mut settings);
     let app =
         Arc::new(App::new(config, settings, Upstream::new(Timeouts::default()), store).unwrap());
     let (listener, addr) = proxy::server::bind("127.0.0.1:0".parse().unwrap())
@@ -961,4 +969,93 @@ async fn the_cache_report_reaches_the_tracker_in_sync_and_observe_mode() {
             "observing={observing}: the report was lost"
         );
     }
+}
+
+/// What a raw client gets back: the status line's code, or `None` when the connection closed
+/// without an answer.
+async fn raw_exchange(url: &str, request: &[u8], wait: Duration) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = vec![0u8; 256];
+    let n = tokio::time::timeout(wait, stream.read(&mut answer))
+        .await
+        .expect("the server neither answered nor closed in time")
+        .unwrap_or(0);
+    let text = String::from_utf8_lossy(&answer[..n]);
+    text.split(' ').nth(1).and_then(|code| code.parse().ok())
+}
+
+/// Hostile clients cannot hold sluice: a declared body over the limit is refused before it is
+/// read, a body that stalls gets 408, and a connection that never finishes its headers (or sits
+/// idle) is closed (issue #20, defect 3).
+#[tokio::test]
+async fn stalled_and_oversized_clients_are_refused_in_bounded_time() {
+    let sluice = start_tuned(
+        |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
+        |s| {
+            s.body_idle = Duration::from_secs(1);
+            s.header_timeout = Duration::from_secs(1);
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let declared = b"POST /openai/v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1073741824\r\n\r\n{";
+    assert_eq!(
+        raw_exchange(&sluice.url, declared, Duration::from_secs(5)).await,
+        Some(413)
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "refused at once, not after reading"
+    );
+    let stalled = b"POST /openai/v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\n{\"model\":";
+    assert_eq!(
+        raw_exchange(&sluice.url, stalled, Duration::from_secs(5)).await,
+        Some(408)
+    );
+    let partial = b"POST /openai/v1/chat/completions HTTP/1.1\r\nhost: x\r\n";
+    let code = raw_exchange(&sluice.url, partial, Duration::from_secs(5)).await;
+    assert!(
+        code.is_none() || code == Some(408),
+        "partial headers: {code:?}"
+    );
+    let idle = b"";
+    let code = raw_exchange(&sluice.url, idle, Duration::from_secs(5)).await;
+    assert!(
+        code.is_none() || code == Some(408),
+        "an idle connection is closed: {code:?}"
+    );
+    // And sluice still serves.
+    let reply = sluice
+        .chat(Dialect::OpenAi, &[], compactable(Dialect::OpenAi, false))
+        .await;
+    assert_eq!(reply.status, 200);
+}
+
+/// Past `max_connections` a new connection waits instead of being served: with a cap of one, a
+/// second client is answered only once the first connection is gone.
+#[tokio::test]
+async fn connections_past_the_cap_wait_their_turn() {
+    let sluice = start_tuned(
+        |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
+        |s| {
+            s.max_connections = 1;
+            s.header_timeout = Duration::from_secs(1);
+        },
+    )
+    .await;
+    let addr = sluice.url.trim_start_matches("http://").to_owned();
+    let hog = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let reply = sluice.get("/healthz").await;
+    assert_eq!(reply.status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "served before the first connection was closed ({:?})",
+        started.elapsed()
+    );
+    drop(hog);
 }
