@@ -254,6 +254,10 @@ pub async fn handle(
         (&Method::POST, "/openai/v1/chat/completions") => {
             chat(&app, Dialect::OpenAi, request).await
         }
+        _ if has_dot_segment(&path) => {
+            ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")
+                .into_response()
+        }
         _ => match upstream_for(&app.settings, &path) {
             Some(base) => passthrough(&app, base, request).await,
             None => ProxyError::NotFound {
@@ -275,6 +279,15 @@ fn upstream_for<'a>(settings: &'a Settings, path: &str) -> Option<&'a str> {
     } else {
         None
     }
+}
+
+/// Whether a path has a `.` or `..` segment, plain or percent-encoded: forwarded raw, it could
+/// leave the upstream's base path, so such a request is refused.
+fn has_dot_segment(path: &str) -> bool {
+    path.split('/').any(|segment| {
+        let decoded = segment.replace("%2e", ".").replace("%2E", ".");
+        decoded == "." || decoded == ".."
+    })
 }
 
 /// `/anthropic/v1/x?q` → `<base>/v1/x?q`.
@@ -345,7 +358,8 @@ async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Respo
 /// `GET /expand?id=HASH[&session=S]`: the exact original, for a person at a loopback address.
 /// With a session (header or parameter) only that session's stashes resolve.
 fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Response<Body> {
-    if !peer.ip().is_loopback() {
+    // `::ffff:127.0.0.1` on a `[::]` listener is loopback too.
+    if !peer.ip().to_canonical().is_loopback() {
         return ProxyError::Forbidden("stashed content is served to loopback addresses only")
             .into_response();
     }
@@ -430,6 +444,25 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_segments_are_found_plain_and_encoded() {
+        for bad in [
+            "/openai/v1/../../admin",
+            "/openai/v1/%2e%2e/admin",
+            "/anthropic/./v1/messages",
+            "/openai/v1/%2E%2e",
+        ] {
+            assert!(has_dot_segment(bad), "{bad}");
+        }
+        for good in [
+            "/openai/v1/models",
+            "/anthropic/v1/messages/count_tokens",
+            "/openai/v1/a..b",
+        ] {
+            assert!(!has_dot_segment(good), "{good}");
+        }
+    }
 
     #[test]
     fn upstream_uri_strips_the_dialect_prefix_and_keeps_the_query() {

@@ -138,6 +138,8 @@ pub fn forwardable(name: &HeaderName) -> bool {
             | header::CONTENT_LENGTH
             | header::COOKIE
             | header::PROXY_AUTHORIZATION
+            // sluice reads the whole body before it forwards: a 100-continue was answered here.
+            | header::EXPECT
     ) && name.as_str() != "keep-alive"
         && name.as_str() != "proxy-connection"
         && !name.as_str().starts_with("x-context-guru-")
@@ -151,8 +153,20 @@ fn copy_forwardable(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
-/// Removes the response headers that describe the upstream hop rather than the content.
+/// Removes the response headers that describe the upstream hop rather than the content,
+/// including every header the upstream's `Connection:` names as hop-by-hop (RFC 9110 §7.6.1).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+        .collect();
+    for name in named {
+        headers.remove(name.as_str());
+    }
     for name in [
         header::CONNECTION,
         header::TRANSFER_ENCODING,
@@ -207,6 +221,21 @@ impl llm::Transport for Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_the_connection_header_names_are_hop_by_hop() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONNECTION, "x-hop, Keep-Alive".parse().unwrap());
+        headers.insert("x-hop", "1".parse().unwrap());
+        headers.insert("x-request-id", "r1".parse().unwrap());
+        strip_hop_by_hop(&mut headers);
+        assert!(headers.get("x-hop").is_none() && headers.get(header::CONNECTION).is_none());
+        assert_eq!(headers.get("x-request-id").unwrap(), "r1");
+        assert!(
+            !forwardable(&header::EXPECT),
+            "100-continue is answered by sluice"
+        );
+    }
 
     #[test]
     fn forbidden_headers_never_cross() {

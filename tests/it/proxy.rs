@@ -1059,3 +1059,16 @@ async fn connections_past_the_cap_wait_their_turn() {
     );
     drop(hog);
 }
+
+/// A path that could climb out of the upstream's base path never reaches the upstream (issue
+/// #20, defect 5).
+#[tokio::test]
+async fn dot_segments_are_refused_before_the_upstream() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    for path in ["/openai/v1/../../admin", "/openai/v1/%2e%2e/%2E%2E/admin"] {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n");
+        let code = raw_exchange(&sluice.url, request.as_bytes(), Duration::from_secs(5)).await;
+        assert_eq!(code, Some(400), "{path}");
+    }
+    assert!(sluice.mock.recorded().is_empty(), "nothing went upstream");
+}
