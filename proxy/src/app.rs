@@ -48,6 +48,8 @@ pub struct Settings {
     pub header_timeout: std::time::Duration,
     /// Connections served at once; past it new ones wait in the listen backlog.
     pub max_connections: usize,
+    /// Who the operator routes answer (loopback, trusted networks, an optional token).
+    pub admission: crate::admit::Admission,
     /// Where model-written filters run: `sluice serve` uses a child process of itself.
     pub sandbox: llm::Isolation,
     /// Keys the credential scope of session keys (`SLUICE_SCOPE_SECRET`); replicas sharing a
@@ -64,6 +66,7 @@ impl Default for Settings {
             body_idle: std::time::Duration::from_secs(30),
             header_timeout: std::time::Duration::from_secs(10),
             max_connections: 1024,
+            admission: crate::admit::Admission::default(),
             sandbox: llm::Isolation::InProcess,
             scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
         }
@@ -230,6 +233,11 @@ pub async fn handle(
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
+        (&Method::GET, "/stats" | "/metrics" | "/expand") | (&Method::POST, "/compact")
+            if let Err(refused) = app.settings.admission.check(peer.ip(), request.headers()) =>
+        {
+            refused.into_response()
+        }
         (&Method::GET, "/stats") => {
             let mut stats = app.stats.to_json(
                 app.mode(),
@@ -358,11 +366,8 @@ async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Respo
 /// `GET /expand?id=HASH[&session=S]`: the exact original, for a person at a loopback address.
 /// With a session (header or parameter) only that session's stashes resolve.
 fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Response<Body> {
-    // `::ffff:127.0.0.1` on a `[::]` listener is loopback too.
-    if !peer.ip().to_canonical().is_loopback() {
-        return ProxyError::Forbidden("stashed content is served to loopback addresses only")
-            .into_response();
-    }
+    // Who may ask was checked with the other operator routes (`admit.rs`).
+    let _ = peer;
     let query = request.uri().query().unwrap_or("");
     let param = |key: &str| {
         query

@@ -180,6 +180,10 @@ struct ServeArgs {
     /// Connections served at once; more wait in the listen backlog.
     #[arg(long, env = "SLUICE_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
+    /// Networks besides loopback whose callers may use /stats, /metrics, /expand and /compact,
+    /// comma-separated CIDRs (`10.0.0.0/8,fd00::/8`). `SLUICE_ADMIN_TOKEN` adds a bearer token.
+    #[arg(long, env = "SLUICE_TRUSTED", value_delimiter = ',')]
+    trusted: Vec<crate::admit::Cidr>,
     /// Where model-written filters run: `child` (a child process of this binary, which nothing
     /// a filter does can take down) or `in-process` (trusted programs only, logged at start).
     #[arg(long, env = "SLUICE_SANDBOX", value_enum, default_value_t = SandboxArg::Child)]
@@ -360,6 +364,11 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             body_idle: Duration::from_secs(args.body_idle_timeout.max(1)),
             header_timeout: Duration::from_secs(args.header_timeout.max(1)),
             max_connections: args.max_connections.max(1),
+            admission: crate::admit::Admission {
+                trusted: args.trusted.clone(),
+                // From the environment only: a token on the command line shows in `ps`.
+                token: std::env::var("SLUICE_ADMIN_TOKEN").ok().filter(|t| !t.is_empty()),
+            },
             // Model-written filters run in a child process of this binary: nothing they do
             // (an allocation that aborts, an out-of-memory kill) can take the proxy down.
             sandbox: sandbox_isolation(args.sandbox)?,
@@ -379,6 +388,12 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure(format!("listen on {}: {e}", args.listen)))?;
         tracing::info!(%local, pipeline = %pipeline_names, "sluice is listening.");
+        if !local.ip().is_loopback() {
+            tracing::warn!(
+                %local,
+                "listening beyond loopback: any host that reaches this port can send traffic through sluice; operator routes answer loopback and --trusted networks only"
+            );
+        }
         crate::server::serve(
             listener,
             Arc::new(app),

@@ -1072,3 +1072,42 @@ async fn dot_segments_are_refused_before_the_upstream() {
     }
     assert!(sluice.mock.recorded().is_empty(), "nothing went upstream");
 }
+
+/// With an admin token, the operator routes want it, while `/healthz` and the agent's own
+/// routes do not (issue #20, defect 4; the loopback and trusted-network rules are unit tests in
+/// `proxy/src/admit.rs`, since every test peer here is loopback).
+#[tokio::test]
+async fn an_admin_token_guards_the_operator_routes_only() {
+    let sluice = start_tuned(
+        |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
+        |s| s.admission.token = Some("admin-s3cret".into()),
+    )
+    .await;
+    let url = |path: &str| format!("{}{path}", sluice.url);
+    let bearer = [("authorization", "Bearer admin-s3cret")];
+    for path in ["/stats", "/metrics", "/expand?id=0123456789abcdef"] {
+        assert_eq!(call("GET", &url(path), &[], "").await.status, 403, "{path}");
+        assert_ne!(
+            call("GET", &url(path), &bearer, "").await.status,
+            403,
+            "{path}"
+        );
+    }
+    let body = compactable(Dialect::OpenAi, false);
+    assert_eq!(
+        call("POST", &url("/compact"), &[], body.clone())
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        call("POST", &url("/compact"), &bearer, body).await.status,
+        200
+    );
+    assert_eq!(call("GET", &url("/healthz"), &[], "").await.status, 200);
+    let agent = [("authorization", "Bearer sk-the-agents-own-key")];
+    let reply = sluice
+        .chat(Dialect::OpenAi, &agent, compactable(Dialect::OpenAi, false))
+        .await;
+    assert_eq!(reply.status, 200, "the agent's routes are the agent's");
+}
