@@ -43,8 +43,9 @@ fn config(mock_url: &str, deadline_ms: u64) -> String {
 
 /// The agent's first turn (the task alone), so the session's cached-prefix boundary is known
 /// and the tool output of the next turn is new: sluice never makes a new decision on a
-/// transcript it has no record of (it could be cached).
-async fn first_turn(sluice: &crate::proxy::Sluice, session: &str) {
+/// transcript it has no record of (it could be cached). It carries the agent's credential, as
+/// every later turn does: a session belongs to its credential.
+async fn first_turn(sluice: &crate::proxy::Sluice, headers: &[(&str, &str)]) {
     let body: Value = serde_json::from_slice(&agent_body(1)).unwrap();
     let first =
         json!({"model": body["model"], "max_tokens": 100, "messages": [body["messages"][0]]});
@@ -52,7 +53,7 @@ async fn first_turn(sluice: &crate::proxy::Sluice, session: &str) {
     sluice
         .chat(
             Dialect::Anthropic,
-            &[("x-context-guru-session", session)],
+            headers,
             serde_json::to_vec(&first).unwrap(),
         )
         .await;
@@ -74,11 +75,11 @@ fn forwarded_tool_text(body: &[u8]) -> String {
 #[tokio::test]
 async fn a_model_written_filter_is_accepted_and_costed() {
     let sluice = start_cheap(|url| config(url, 5000)).await;
-    first_turn(&sluice, "s").await;
+    let headers = [("x-api-key", "sk-agent"), ("x-context-guru-session", "s")];
+    first_turn(&sluice, &headers).await;
     sluice
         .mock
         .script([Reply::Text(FILTER.into()), Reply::Text("done".into())]);
-    let headers = [("x-api-key", "sk-agent"), ("x-context-guru-session", "s")];
     let reply = sluice
         .chat(Dialect::Anthropic, &headers, agent_body(1))
         .await;
@@ -110,12 +111,12 @@ async fn a_model_written_filter_is_accepted_and_costed() {
 #[tokio::test]
 async fn a_fabricating_filter_falls_back_to_the_projection() {
     let sluice = start_cheap(|url| config(url, 5000)).await;
-    first_turn(&sluice, "s").await;
+    let headers = [("x-context-guru-session", "s")];
+    first_turn(&sluice, &headers).await;
     let lie = "```python\ndef filter(text):\n    return \"all 401 tests passed\"\n```";
     sluice
         .mock
         .script([Reply::Text(lie.into()), Reply::Text("done".into())]);
-    let headers = [("x-context-guru-session", "s")];
     sluice
         .chat(Dialect::Anthropic, &headers, agent_body(1))
         .await;
@@ -140,7 +141,8 @@ async fn a_fabricating_filter_falls_back_to_the_projection() {
 #[tokio::test]
 async fn a_slow_model_is_not_waited_for_and_its_result_lands_next_turn() {
     let sluice = start_cheap(|url| config(url, 100)).await;
-    first_turn(&sluice, "slow").await;
+    let headers = [("x-context-guru-session", "slow")];
+    first_turn(&sluice, &headers).await;
     sluice.mock.script([
         Reply::Delayed(
             Duration::from_millis(600),
@@ -149,7 +151,6 @@ async fn a_slow_model_is_not_waited_for_and_its_result_lands_next_turn() {
         Reply::Text("turn 1".into()),
         Reply::Text("turn 2".into()),
     ]);
-    let headers = [("x-context-guru-session", "slow")];
     sluice
         .chat(Dialect::Anthropic, &headers, agent_body(1))
         .await;
@@ -182,11 +183,11 @@ async fn the_incoming_source_reuses_the_request_and_no_model_degrades() {
         "pipeline: [extract_llm]\ncomponents:\n  extract_llm:\n    break_even_tokens: 0\n    model: {model: claude-haiku-4-5, deadline_ms: 5000}\n".into()
     })
     .await;
-    first_turn(&sluice, "s").await;
+    let headers = [("x-api-key", "sk-agent"), ("x-context-guru-session", "s")];
+    first_turn(&sluice, &headers).await;
     sluice
         .mock
         .script([Reply::Text(FILTER.into()), Reply::Text("done".into())]);
-    let headers = [("x-api-key", "sk-agent"), ("x-context-guru-session", "s")];
     sluice
         .chat(Dialect::Anthropic, &headers, agent_body(1))
         .await;
