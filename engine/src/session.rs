@@ -25,7 +25,11 @@ pub fn sanitize_explicit(id: &str) -> Option<&str> {
 }
 
 /// The scope a caller's credential gives its sessions: `k` and 16 hex digits of
-/// SHA-256(`secret`, NUL, credential), then `:`; empty without a credential.
+/// SHA-256(`secret`, NUL, credential), then `:`; `u:` without a credential.
+///
+/// Every session key starts with its scope, so no caller can name another's key: an explicit
+/// session id is appended to the caller's own scope, and `u:`, `k…:` and a one-off rewrite's
+/// `compact:` prefix never overlap.
 ///
 /// Stashes, frozen decisions and expands live under the session key, so the key must say who is
 /// asking: two tenants sending the same opening (or claiming the same session id) get different
@@ -33,7 +37,7 @@ pub fn sanitize_explicit(id: &str) -> Option<&str> {
 /// logged, only this hash; `secret` (a deployment's own, or a fixed default) keys it.
 pub fn credential_scope(secret: &[u8], credential: Option<&[u8]>) -> String {
     let Some(credential) = credential.filter(|c| !c.is_empty()) else {
-        return String::new();
+        return UNSCOPED.to_owned();
     };
     let mut hasher = Sha256::new();
     hasher.update(secret);
@@ -43,6 +47,9 @@ pub fn credential_scope(secret: &[u8], credential: Option<&[u8]>) -> String {
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     format!("k{hex}:")
 }
+
+/// The scope of a caller that sent no credential.
+pub const UNSCOPED: &str = "u:";
 
 /// `sha256(system + "\0" + first user message)`, first 16 hex digits.
 pub fn derive(messages: &[Message]) -> String {
@@ -138,8 +145,8 @@ mod tests {
         );
         assert_ne!(scope, credential_scope(secret, Some(b"Bearer sk-other")));
         assert_ne!(scope, credential_scope(b"other secret", Some(key)), "keyed");
-        assert_eq!(credential_scope(secret, None), "");
-        assert_eq!(credential_scope(secret, Some(b"")), "");
+        assert_eq!(credential_scope(secret, None), "u:");
+        assert_eq!(credential_scope(secret, Some(b"")), "u:");
     }
 
     #[test]

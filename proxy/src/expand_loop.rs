@@ -110,9 +110,8 @@ impl Continuation {
                 // The first reply's cache report describes this turn; later rounds re-send it.
                 live_report(&self.app, self.session.clone()).scan(&bytes);
             }
-            let next = parts
-                .status
-                .is_success()
+            // Out of rounds: this reply goes to the agent as it is, like the streamed path's.
+            let next = (parts.status.is_success() && round < MAX_EXPAND_ROUNDS)
                 .then(|| self.next_request(&forwarded, &bytes))
                 .flatten();
             let Some(next) = next else {
@@ -124,7 +123,7 @@ impl Continuation {
                 Err(err) => return ProxyError::Upstream(err).into_response(),
             };
         }
-        relay(response)
+        unreachable_rounds(response)
     }
 
     /// A reply the loop cannot read reaches the agent as it came, counted.
@@ -209,8 +208,10 @@ impl Continuation {
                 None
             };
             let Some(next) = next else {
-                // Not all expand calls, or out of rounds: the agent gets the turn as it was.
+                // Not all expand calls, or out of rounds: the agent gets the turn as it was,
+                // including any bytes after its last complete frame.
                 let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                let _ = tx.send(Ok(Frame::data(Bytes::from(pending)))).await;
                 return;
             };
             forwarded = Bytes::from(next);
@@ -231,6 +232,7 @@ impl Continuation {
             let Some((next_body, next_decoder)) = continued else {
                 // The continuation failed: the agent gets the held turn rather than nothing.
                 let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                let _ = tx.send(Ok(Frame::data(Bytes::from(pending)))).await;
                 return;
             };
             relay.continue_in_place();
@@ -276,16 +278,9 @@ impl Continuation {
                 }
             };
             scan(&data);
-            let complete = match frames.push(&data) {
-                Ok(complete) => complete,
-                Err(sse::Overflow) => {
-                    self.give_up(relay, frames.into_rest(), body, decoder, tx)
-                        .await;
-                    return None;
-                }
-            };
+            let complete = frames.push(&data);
             let out = relay.push_frames(complete);
-            if relay.held_len() > sse::MAX_HELD_BYTES {
+            if frames.over_bound() || relay.held_len() > sse::MAX_HELD_BYTES {
                 let _ = tx.send(Ok(Frame::data(out))).await;
                 self.give_up(relay, frames.into_rest(), body, decoder, tx)
                     .await;
@@ -304,7 +299,7 @@ impl Continuation {
             }
         }
         if let Some(tail) = decoder.and_then(|d| d.finish().ok()) {
-            let complete = frames.push(&tail).unwrap_or_default();
+            let complete = frames.push(&tail);
             let out = relay.push_frames(complete);
             if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
                 return None;
@@ -329,7 +324,14 @@ impl Continuation {
         if tx.send(Ok(Frame::data(Bytes::from(rest)))).await.is_err() {
             return;
         }
-        while let Some(frame) = body.frame().await {
+        loop {
+            let Some(frame) = body.frame().await else {
+                // The decoder may still hold the end of the reply.
+                if let Some(tail) = decoder.as_deref_mut().and_then(|d| d.finish().ok()) {
+                    let _ = tx.send(Ok(Frame::data(tail))).await;
+                }
+                return;
+            };
             let item = match frame.map(Frame::into_data) {
                 Ok(Ok(data)) => match decoder.as_deref_mut() {
                     Some(d) => d
@@ -347,6 +349,12 @@ impl Continuation {
             }
         }
     }
+}
+
+/// The loop returns from its last round before it resends; a response here is relayed as it
+/// came all the same rather than trusting that.
+fn unreachable_rounds(response: Response<Incoming>) -> Response<Body> {
+    relay(response)
 }
 
 /// Why a non-streamed reply was not read whole.
@@ -372,29 +380,46 @@ async fn read_bounded(mut body: Incoming) -> Result<Bytes, Unread> {
     Ok(Bytes::from(out))
 }
 
-/// `head` then the rest of `body`, decoded when the reply was compressed, as the agent's body.
+/// `head` then the rest of `body`, decoded when the reply was compressed (to its very end: the
+/// decoder may hold the last bytes until it is finished), as the agent's body.
 fn relay_rest(head: Bytes, body: Incoming, decoder: Option<Box<Decoder>>) -> Body {
-    let first = futures::stream::once(async move { Ok::<_, BoxError>(head) });
-    let rest = futures::stream::unfold(Some(body), |body| async move {
-        let mut body = body?;
+    struct State {
+        head: Option<Bytes>,
+        body: Incoming,
+        decoder: Option<Box<Decoder>>,
+    }
+    let decode = |decoder: &mut Option<Box<Decoder>>, data: Bytes| match decoder.as_mut() {
+        Some(d) => d.feed(&data).map_err(|e| Box::new(e) as BoxError),
+        None => Ok(data),
+    };
+    let start = State {
+        head: Some(head),
+        body,
+        decoder,
+    };
+    let stream = futures::stream::unfold(Some(start), move |state| async move {
+        let mut state = state?;
+        if let Some(head) = state.head.take() {
+            let item = decode(&mut state.decoder, head).map(Frame::data);
+            return Some((item, Some(state)));
+        }
         loop {
-            match body.frame().await? {
-                Ok(frame) => match frame.into_data() {
-                    Ok(data) => return Some((Ok(data), Some(body))),
-                    Err(_) => continue,
-                },
-                Err(err) => return Some((Err(Box::new(err) as BoxError), None)),
+            match state.body.frame().await {
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    let item = decode(&mut state.decoder, data).map(Frame::data);
+                    return Some((item, Some(state)));
+                }
+                Some(Err(err)) => return Some((Err(Box::new(err) as BoxError), None)),
+                None => {
+                    let tail = state.decoder.as_mut()?.finish();
+                    let item = tail.map(Frame::data).map_err(|e| Box::new(e) as BoxError);
+                    return Some((item, None));
+                }
             }
         }
-    });
-    let mut decoder = decoder;
-    let stream = futures::StreamExt::map(futures::StreamExt::chain(first, rest), move |item| {
-        let data = item?;
-        let data = match decoder.as_mut() {
-            Some(d) => d.feed(&data).map_err(|e| Box::new(e) as BoxError)?,
-            None => data,
-        };
-        Ok(Frame::data(data))
     });
     BodyExt::boxed(StreamBody::new(stream))
 }

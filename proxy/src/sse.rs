@@ -15,10 +15,6 @@ use serde_json::{Value, json};
 /// sends, and a well-formed expand turn is a few kilobytes.
 pub const MAX_HELD_BYTES: usize = 16 << 20;
 
-/// A frame (or a held turn) grew past [`MAX_HELD_BYTES`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Overflow;
-
 /// Cuts a byte stream into frames at blank lines (`\n\n` or `\r\n\r\n`), in one pass: every
 /// byte is scanned once however the stream is chunked, and consumed bytes are dropped once per
 /// chunk, so a huge frame costs linear time, not a rescan per chunk.
@@ -30,12 +26,9 @@ pub struct Frames {
 }
 
 impl Frames {
-    /// Adds a chunk and returns the frames it completed.
-    ///
-    /// # Errors
-    /// [`Overflow`] when the unfinished frame is over the bound; the bytes stay readable
-    /// through [`Frames::into_rest`].
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, Overflow> {
+    /// Adds a chunk and returns the frames it completed (see [`Frames::over_bound`] for the
+    /// unfinished one).
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Vec<u8>> {
         self.buf.extend_from_slice(chunk);
         let mut frames = Vec::new();
         let mut start = 0;
@@ -48,10 +41,13 @@ impl Frames {
         }
         self.buf.drain(..start);
         self.scanned = self.buf.len();
-        if self.buf.len() > MAX_HELD_BYTES {
-            return Err(Overflow);
-        }
-        Ok(frames)
+        frames
+    }
+
+    /// The unfinished frame is over [`MAX_HELD_BYTES`]: the caller stops splitting and relays
+    /// the rest (its bytes stay readable through [`Frames::into_rest`]).
+    pub fn over_bound(&self) -> bool {
+        self.buf.len() > MAX_HELD_BYTES
     }
 
     /// The bytes after the last complete frame.
@@ -80,7 +76,7 @@ fn frame_end(buf: &[u8], from: usize) -> Option<usize> {
 /// Splits complete frames off the front of `buf` (the one-shot form of [`Frames`]).
 pub fn take_frames(buf: &mut Vec<u8>) -> Vec<Vec<u8>> {
     let mut frames = Frames::default();
-    let out = frames.push(&std::mem::take(buf)).unwrap_or_default();
+    let out = frames.push(&std::mem::take(buf));
     *buf = frames.into_rest();
     out
 }
@@ -353,7 +349,7 @@ mod tests {
             let mut frames = Frames::default();
             let mut got = Vec::new();
             for chunk in stream.chunks(size) {
-                got.extend(frames.push(chunk).unwrap());
+                got.extend(frames.push(chunk));
             }
             assert_eq!(got, expected, "chunks of {size}");
             assert_eq!(frames.into_rest(), b"tail");
@@ -363,12 +359,15 @@ mod tests {
     #[test]
     fn an_unending_frame_overflows_instead_of_growing() {
         let mut frames = Frames::default();
+        // A chunk that completes a frame and starts an endless one: the frame is not lost.
+        let mut first = b"data: {\"x\":1}\n\n".to_vec();
+        first.extend(vec![b'x'; 1 << 20]);
+        assert_eq!(frames.push(&first).len(), 1);
         let chunk = vec![b'x'; 1 << 20];
-        let mut result = Ok(Vec::new());
-        for _ in 0..=(MAX_HELD_BYTES >> 20) {
-            result = frames.push(&chunk);
+        for _ in 0..(MAX_HELD_BYTES >> 20) {
+            assert!(frames.push(&chunk).is_empty());
         }
-        assert_eq!(result, Err(Overflow));
+        assert!(frames.over_bound());
         assert_eq!(frames.into_rest().len(), MAX_HELD_BYTES + (1 << 20));
     }
 

@@ -106,7 +106,7 @@ async fn a_cut_ships_with_its_way_back_and_the_stash_resolves_in_its_session() {
     let service = service(&clock);
     let body = body(2, &[]);
     let forward = forward(run(&service, &body, &headers(&[(SESSION_HEADER, "s-1")])).await);
-    assert_eq!(forward.session, "s-1");
+    assert_eq!(forward.session, "u:s-1");
     assert!(forward.expandable);
     assert!(forward.body.len() < body.len());
     assert_eq!(tool_names(&forward.body), ["bash", "context_guru_expand"]);
@@ -114,7 +114,7 @@ async fn a_cut_ships_with_its_way_back_and_the_stash_resolves_in_its_session() {
     let id = marker::marker_ids(text).next().expect("a marker");
     let original = service
         .store()
-        .resolve("s-1", id)
+        .resolve("u:s-1", id)
         .expect("stashed in the session");
     assert!(original.contains("400 passed in 3.21s"));
     assert_eq!(forward.withheld, None);
@@ -174,7 +174,7 @@ async fn bypasses_go_untouched_and_the_tracker_still_records_the_turn() {
         panic!("compacted an agent's own summary request");
     };
     assert_eq!(reason, Untouched::Bypassed("agent_compaction"));
-    assert_eq!(named.as_deref(), Some("s-2"));
+    assert_eq!(named.as_deref(), Some("u:s-2"));
     assert!(!facts.unwrap().known, "the session's first turn");
     // The next turn of the session finds it on record.
     clock.advance(Duration::from_secs(10));
@@ -194,7 +194,7 @@ async fn a_one_off_rewrite_has_its_own_namespace_and_the_same_way_back() {
         models: None,
     };
     let compacted = forward(service.compact(&input, None));
-    assert_eq!(compacted.session, "compact:s-3");
+    assert_eq!(compacted.session, "compact:u:s-3");
     let live = forward(run(&service, &body, &headers(&[(SESSION_HEADER, "s-3")])).await);
     // The same pipeline, no history: the same bytes either way.
     assert_eq!(compacted.body, live.body);
