@@ -84,6 +84,9 @@ impl Continuation {
         for round in 0..=MAX_EXPAND_ROUNDS {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            // Kept to put back when the reply cannot be decoded: the agent then gets the bytes
+            // as they came, with the header that says how to read them.
+            let content_encoding = parts.headers.get(http::header::CONTENT_ENCODING).cloned();
             let encoding = Encoding::take(&mut parts.headers);
             let bytes = match read_bounded(body).await {
                 Ok(bytes) => bytes,
@@ -102,7 +105,12 @@ impl Continuation {
                 Encoding::Identity => bytes,
                 Encoding::Decode(mut decoder) => match decode_whole(&mut decoder, &bytes) {
                     Ok(decoded) => decoded,
-                    Err(_) => return self.unread(parts, bytes, "corrupt_encoding"),
+                    Err(why) => {
+                        if let Some(value) = content_encoding {
+                            parts.headers.insert(http::header::CONTENT_ENCODING, value);
+                        }
+                        return self.unread(parts, bytes, why);
+                    }
                 },
                 Encoding::Unknown => return self.unread(parts, bytes, "unknown_encoding"),
             };
@@ -424,8 +432,19 @@ fn relay_rest(head: Bytes, body: Incoming, decoder: Option<Box<Decoder>>) -> Bod
     BodyExt::boxed(StreamBody::new(stream))
 }
 
-fn decode_whole(decoder: &mut Decoder, bytes: &[u8]) -> std::io::Result<Bytes> {
-    let mut out = decoder.feed(bytes)?.to_vec();
-    out.extend_from_slice(&decoder.finish()?);
+/// Decodes a whole reply, a slice at a time, and stops past the bound: a small compressed reply
+/// can expand a thousandfold. The error is the `expand_unread` reason.
+fn decode_whole(decoder: &mut Decoder, bytes: &[u8]) -> Result<Bytes, &'static str> {
+    let mut out = Vec::new();
+    for slice in bytes.chunks(64 << 10) {
+        out.extend_from_slice(&decoder.feed(slice).map_err(|_| "corrupt_encoding")?);
+        if out.len() > sse::MAX_HELD_BYTES {
+            return Err("over_bound");
+        }
+    }
+    out.extend_from_slice(&decoder.finish().map_err(|_| "corrupt_encoding")?);
+    if out.len() > sse::MAX_HELD_BYTES {
+        return Err("over_bound");
+    }
     Ok(Bytes::from(out))
 }

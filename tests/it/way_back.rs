@@ -273,3 +273,25 @@ async fn an_oversized_reply_is_relayed_untouched_past_the_bound() {
         );
     }
 }
+
+/// A small compressed reply that expands past the bound (20 MiB of one letter gzips to a few
+/// kilobytes) is not decoded without limit: the agent gets it as it came, with the
+/// `Content-Encoding` that says how to read it.
+#[tokio::test]
+async fn a_compressed_reply_that_expands_past_the_bound_goes_through_as_it_came() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    sluice.mock.set_encoding(Encoding::GzipAlways);
+    sluice.mock.script([Reply::Text("a".repeat(20 << 20))]);
+    let reply = sluice
+        .chat(
+            Dialect::Anthropic,
+            &[],
+            compactable(Dialect::Anthropic, false),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.headers.get("content-encoding").unwrap(), "gzip");
+    assert!(reply.body.len() < 1 << 20, "sent compressed, not decoded");
+    let stats = sluice.stats().await;
+    assert_eq!(stats["expand_unread"]["over_bound"], 1);
+}
