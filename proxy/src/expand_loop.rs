@@ -19,7 +19,7 @@ use hyper::body::{Frame, Incoming};
 use modes::stats::StreamRelay;
 
 use crate::app::App;
-use crate::chat::{live_report, relay, send};
+use crate::chat::{live_report, send};
 use crate::decode::{Decoder, Encoding};
 use crate::expand;
 use crate::respond::{self as h, Body, BoxError, ProxyError};
@@ -81,7 +81,10 @@ impl Continuation {
         mut forwarded: Bytes,
         mut response: Response<Incoming>,
     ) -> Response<Body> {
-        for round in 0..=MAX_EXPAND_ROUNDS {
+        // Each pass reads one reply; the last round's reply is never resent, so the loop ends
+        // by returning a response.
+        let mut round = 0;
+        loop {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             // Kept to put back when the reply cannot be decoded: the agent then gets the bytes
@@ -130,8 +133,8 @@ impl Continuation {
                 Ok(response) => response,
                 Err(err) => return ProxyError::Upstream(err).into_response(),
             };
+            round += 1;
         }
-        unreachable_rounds(response)
     }
 
     /// A reply the loop cannot read reaches the agent as it came, counted.
@@ -357,12 +360,6 @@ impl Continuation {
             }
         }
     }
-}
-
-/// The loop returns from its last round before it resends; a response here is relayed as it
-/// came all the same rather than trusting that.
-fn unreachable_rounds(response: Response<Incoming>) -> Response<Body> {
-    relay(response)
 }
 
 /// Why a non-streamed reply was not read whole.
