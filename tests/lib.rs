@@ -5,6 +5,7 @@
 //! laid out the same way, gzipped or plain; nothing outside the repository is looked for.
 
 pub mod mock;
+pub mod redis;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -147,5 +148,40 @@ pub fn top_level_fields<'a>(text: &'a str, skip: &str) -> Vec<(&'a str, &'a str)
     json::entries(text, root)
         .filter(|e| !json::key_is(text, e.key, skip))
         .map(|e| (e.key.of(text), e.value.of(text)))
+        .collect()
+}
+
+/// Turn k of a recorded session: its final request with the messages before the k-th
+/// assistant message (what the agent sent to get that answer), then the final request, all in
+/// one serialization (an agent does not reformat its history between turns).
+///
+/// # Panics
+/// On a body without a `messages` array.
+pub fn session_turns(bytes: &[u8]) -> Vec<Vec<u8>> {
+    let body: serde_json::Value = serde_json::from_slice(bytes).expect("a JSON body");
+    let messages = body["messages"].as_array().expect("a messages array");
+    let mut out = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        if m["role"] == "assistant" && i > 0 {
+            let mut turn = body.clone();
+            turn["messages"] = serde_json::Value::Array(messages[..i].to_vec());
+            out.push(serde_json::to_vec(&turn).expect("serializes"));
+        }
+    }
+    out.push(serde_json::to_vec(&body).expect("serializes"));
+    out
+}
+
+/// The raw bytes of each element of a body's `messages` array: what a flip check compares.
+///
+/// # Panics
+/// On a body that is not a JSON object with `messages`.
+pub fn wire_messages(body: &[u8]) -> Vec<String> {
+    use engine::wire::json;
+    let text = std::str::from_utf8(body).expect("UTF-8");
+    let root = json::parse_document(text).expect("JSON");
+    let messages = json::get(text, root, "messages").expect("messages");
+    json::elements(text, messages)
+        .map(|span| span.of(text).to_owned())
         .collect()
 }

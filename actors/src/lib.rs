@@ -2,8 +2,10 @@
 //!
 //! The concurrency machinery, generic over what it carries: [`sessions`] serializes the turns of
 //! each session over a state type the `modes` crate defines, and [`pool`] runs observe mode's
-//! shadow jobs off the request path. (The `/stats` aggregator is not an actor: it lives in
+//! shadow jobs off the request path, and [`store`] keeps sessions durable and shared (SQLite,
+//! Redis) behind the engine's `Store`. (The `/stats` aggregator is not an actor: it lives in
 //! `modes::stats`.)
 
 pub mod pool;
 pub mod sessions;
+pub mod store;

@@ -86,29 +86,45 @@ impl std::str::FromStr for Mode {
 }
 
 /// `store:` — where originals and replay state live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// Defaults to `true`. With `false` nothing is stashed, so every offloader stays inert.
     pub enabled: bool,
+    /// Defaults to none: `sluice serve` keeps state in SQLite under the user's state directory.
+    /// `memory`, `sqlite:PATH` or `redis://HOST:PORT/DB`; `--store` and `SLUICE_STORE` win.
+    pub backend: Option<String>,
     /// Defaults to `10000`. Sliding: every read refreshes it.
     pub ttl_seconds: u64,
-    /// Defaults to `5000`. Stashes and replay entries together; replay may use half.
+    /// Defaults to `5000`. Stashes and replay entries together; replay may use half (`memory`).
     pub max_entries: usize,
     /// Defaults to `100`. Live session states kept before the least recently used is dropped.
     pub max_sessions: usize,
-    /// Defaults to `256`. MiB of stashed originals; past it new stashes are refused, never evicted.
+    /// Defaults to `256`. MiB of stashed originals; past it new stashes are refused, never
+    /// evicted (`memory`). With SQLite or Redis: MiB of sessions copied in memory.
     pub rewind_reserve_mb: usize,
+    /// Defaults to `2000`. Stashes one session may hold; past it its new stashes are refused,
+    /// so one session cannot take the room every other session needs.
+    pub session_max_stashes: usize,
+    /// Defaults to `64`. MiB of originals one session may hold, likewise.
+    pub session_max_mb: usize,
+    /// Defaults to `500`. Milliseconds a turn waits for another replica's lease on its session
+    /// before it goes upstream unmodified.
+    pub lease_wait_ms: u64,
 }
 
 impl Default for StoreConfig {
     fn default() -> StoreConfig {
         StoreConfig {
             enabled: true,
+            backend: None,
             ttl_seconds: 10_000,
             max_entries: 5000,
             max_sessions: 100,
             rewind_reserve_mb: 256,
+            session_max_stashes: 2000,
+            session_max_mb: 64,
+            lease_wait_ms: 500,
         }
     }
 }
@@ -119,6 +135,8 @@ impl StoreConfig {
             ttl: Duration::from_secs(self.ttl_seconds),
             max_entries: self.max_entries,
             reserve_bytes: self.rewind_reserve_mb.saturating_mul(1 << 20),
+            session_max_stashes: self.session_max_stashes,
+            session_max_bytes: self.session_max_mb.saturating_mul(1 << 20),
         }
     }
 }
@@ -602,7 +620,10 @@ impl Config {
             listed: choice.is_some_and(|c| c.list.is_some()),
             preset: preset.map(|p| p.name.to_owned()),
             pipeline,
-            store: layers.iter().find_map(|l| l.store).unwrap_or_default(),
+            store: layers
+                .iter()
+                .find_map(|l| l.store.clone())
+                .unwrap_or_default(),
             mode: layers.iter().find_map(|l| l.mode).unwrap_or_default(),
             observe: layers.iter().find_map(|l| l.observe).unwrap_or_default(),
             cache: layers.iter().find_map(|l| l.cache).unwrap_or_default(),

@@ -52,6 +52,8 @@ pub struct StoreStats {
     pub stash_bytes: usize,
     pub frozen_entries: usize,
     pub refused: u64,
+    /// Of `refused`: by the per-session quota.
+    pub quota_refused: u64,
     pub expired: u64,
     pub frozen_evicted: u64,
 }
@@ -104,6 +106,11 @@ pub struct MemoryStoreLimits {
     pub max_entries: usize,
     /// Bytes of stashed originals.
     pub reserve_bytes: usize,
+    /// Stashes one session may hold: past it that session's stashes are refused, so one
+    /// session cannot take the reserve every other session needs.
+    pub session_max_stashes: usize,
+    /// Bytes of originals one session may hold, likewise.
+    pub session_max_bytes: usize,
 }
 
 impl MemoryStoreLimits {
@@ -111,6 +118,8 @@ impl MemoryStoreLimits {
         ttl: Duration::from_secs(10_000),
         max_entries: 5000,
         reserve_bytes: 256 << 20,
+        session_max_stashes: 2000,
+        session_max_bytes: 64 << 20,
     };
 }
 
@@ -140,6 +149,8 @@ struct Inner {
     /// Replay keys dropped since their last write, oldest first, bounded by `max_entries`.
     lost: HashSet<String>,
     lost_order: VecDeque<String>,
+    /// Per session: its stashes and their bytes (for the per-session quota).
+    per_session: HashMap<String, (usize, usize)>,
     stats: StoreStats,
 }
 
@@ -160,6 +171,13 @@ impl fmt::Debug for MemoryStore {
 
 fn stash_key(session: &str, id: &str) -> String {
     format!("s\u{0}{session}\u{0}{id}")
+}
+
+/// The session a stash key belongs to.
+fn stash_session(key: &str) -> &str {
+    key.get(2..)
+        .and_then(|rest| rest.split('\u{0}').next())
+        .unwrap_or("")
 }
 
 fn frozen_key(session: &str, key: &str) -> String {
@@ -209,6 +227,14 @@ impl Inner {
             Class::Stash => {
                 self.stash_count -= 1;
                 self.stash_bytes -= entry.value.len();
+                let session = stash_session(key);
+                if let Some(used) = self.per_session.get_mut(session) {
+                    used.0 -= 1;
+                    used.1 -= entry.value.len();
+                    if used.0 == 0 {
+                        self.per_session.remove(session);
+                    }
+                }
             }
             Class::Frozen => self.frozen_count -= 1,
         }
@@ -276,6 +302,12 @@ impl Inner {
             Class::Stash => {
                 self.stash_count += 1;
                 self.stash_bytes += value.len();
+                let used = self
+                    .per_session
+                    .entry(stash_session(&key).to_owned())
+                    .or_default();
+                used.0 += 1;
+                used.1 += value.len();
             }
             Class::Frozen => self.frozen_count += 1,
         }
@@ -305,6 +337,14 @@ impl Store for MemoryStore {
         // the first insert wins, the second is already done.
         if inner.entries.contains_key(&key) {
             return Ok(());
+        }
+        let (held, held_bytes) = inner.per_session.get(session).copied().unwrap_or_default();
+        if held >= self.limits.session_max_stashes
+            || held_bytes + original.len() > self.limits.session_max_bytes
+        {
+            inner.stats.refused += 1;
+            inner.stats.quota_refused += 1;
+            return Err(StoreError::Full);
         }
         let full = |inner: &Inner| {
             inner.entries.len() >= self.limits.max_entries
@@ -438,8 +478,35 @@ mod tests {
             ttl: Duration::from_secs(100),
             max_entries,
             reserve_bytes,
+            ..MemoryStoreLimits::DEFAULT
         };
         (MemoryStore::new(limits, clock.clone()), clock)
+    }
+
+    #[test]
+    fn one_session_cannot_take_the_reserve_of_the_others() {
+        let clock = Arc::new(ManualClock::new());
+        let limits = MemoryStoreLimits {
+            ttl: Duration::from_secs(100),
+            session_max_stashes: 2,
+            session_max_bytes: 10,
+            ..MemoryStoreLimits::DEFAULT
+        };
+        let store = MemoryStore::new(limits, clock.clone());
+        store.stash("greedy", "a", "12345").unwrap();
+        store.stash("greedy", "b", "1").unwrap();
+        assert_eq!(store.stash("greedy", "c", "1"), Err(StoreError::Full));
+        assert_eq!(
+            store.stash("big", "a", "12345678901"),
+            Err(StoreError::Full)
+        );
+        store.stash("modest", "a", "12345").unwrap();
+        assert_eq!(store.stats().quota_refused, 2);
+        // Room comes back with the session's own stashes.
+        clock.advance(Duration::from_secs(101));
+        store.stash("other", "z", "1").unwrap();
+        assert_eq!(store.resolve("greedy", "a"), None);
+        store.stash("greedy", "c", "1").unwrap();
     }
 
     #[test]

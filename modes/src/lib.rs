@@ -57,18 +57,26 @@ impl StorePersist {
 
 impl Persist<SessionState> for StorePersist {
     fn load(&self, key: &str) -> SessionState {
-        // A missing or unreadable snapshot is a fresh state: a tracker that knows no boundary
-        // treats the whole transcript as cached, which is the safe direction.
-        self.store
-            .get_frozen(key, STATE_KEY)
-            .and_then(|json| serde_json::from_str(&json).ok())
-            .unwrap_or_default()
+        load_state(&*self.store, key)
     }
 
     fn save(&self, key: &str, state: &SessionState) {
-        if let Ok(json) = serde_json::to_string(state) {
-            self.store.put_frozen(key, STATE_KEY, &json);
-        }
+        save_state(&*self.store, key, state);
+    }
+}
+
+/// A session's state as `store` holds it. A missing or unreadable snapshot is a fresh state: a
+/// tracker that knows no boundary treats the whole transcript as cached, the safe direction.
+pub fn load_state(store: &dyn Store, key: &str) -> SessionState {
+    store
+        .get_frozen(key, STATE_KEY)
+        .and_then(|json| serde_json::from_str(&json).ok())
+        .unwrap_or_default()
+}
+
+pub fn save_state(store: &dyn Store, key: &str, state: &SessionState) {
+    if let Ok(json) = serde_json::to_string(state) {
+        store.put_frozen(key, STATE_KEY, &json);
     }
 }
 

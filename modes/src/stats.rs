@@ -177,6 +177,7 @@ pub struct Totals {
     unparsed_requests: u64,
     passthrough_requests: u64,
     bypassed_requests: u64,
+    store_skipped_requests: u64,
     added_us: u64,
     added_n: u64,
     upstream_us: u64,
@@ -303,6 +304,17 @@ impl Stats {
         t.requests += 1;
         t.bypassed_requests += 1;
         let entry = t.live.components.entry("bypass").or_default();
+        entry.runs += 1;
+        *entry.gates.entry(reason.to_owned()).or_default() += 1;
+    }
+
+    /// A request forwarded unmodified because the state store could not be used: counted on
+    /// the pseudo-component `store` under `reason` (`lease_timeout`, `store_unavailable`).
+    pub fn record_store_skip(&self, reason: &'static str) {
+        let mut t = self.totals.lock();
+        t.requests += 1;
+        t.store_skipped_requests += 1;
+        let entry = t.live.components.entry("store").or_default();
         entry.runs += 1;
         *entry.gates.entry(reason.to_owned()).or_default() += 1;
     }
@@ -566,6 +578,14 @@ pub static FIELDS: &[Field<Totals>] = &[
         "requests",
         "Requests forwarded untouched on purpose (bypass header, agent compaction).",
         |t| Num::Count(t.bypassed_requests)
+    ),
+    row!(
+        Some("store_skipped_requests"),
+        Some("cg_store_skipped_requests_total"),
+        Counter,
+        "requests",
+        "Requests forwarded unmodified because the state store could not be used (another replica held the session's lease too long, or the backend failed); reasons on the pseudo-component `store`.",
+        |t| Num::Count(t.store_skipped_requests)
     ),
     row!(
         Some("tokens_before"),

@@ -29,6 +29,8 @@ use std::time::Duration;
 use crate::stats::Stats;
 use actors::pool::WorkerPool;
 use actors::sessions::{Lease, Sessions};
+pub use actors::store::Flush;
+use actors::store::{DurableStore, Opened, Unavailable};
 use async_trait::async_trait;
 use bytes::Bytes;
 use engine::apply::{Applied, Discarded, apply_parsed};
@@ -111,6 +113,10 @@ pub enum Untouched {
     /// The caller asked (`header`), or the request is the agent compacting its own transcript
     /// (`agent_compaction`), where a summary must see everything.
     Bypassed(&'static str),
+    /// The state store could not be used (`lease_timeout`: another replica held the session
+    /// too long; `store_unavailable`: the backend failed): a turn whose decisions could not be
+    /// recorded must not make any.
+    Held(&'static str),
 }
 
 /// What a turn came to.
@@ -147,6 +153,9 @@ pub struct Forward {
     pub withheld: Option<Withheld>,
     /// Time the turn took on the service's clock.
     pub added: Duration,
+    /// The state store's acknowledgement of this turn's writes: a host awaits it before it
+    /// relays the reply, so the next turn (on any replica) finds them.
+    pub flushed: Flush,
 }
 
 impl Forward {
@@ -177,6 +186,7 @@ impl Forward {
             discarded: Vec::new(),
             withheld: None,
             added: Duration::ZERO,
+            flushed: Flush::done(),
         }
     }
 }
@@ -217,6 +227,7 @@ impl Turn {
                     // Not ours to judge: the upstream answers a body we cannot read.
                     Untouched::Unparsed => stats.record_passthrough(true),
                     Untouched::Bypassed(why) => stats.record_bypass(why),
+                    Untouched::Held(why) => stats.record_store_skip(why),
                 }
             }
         }
@@ -257,6 +268,9 @@ pub struct TurnService {
     never_cold: bool,
     /// Keys the credential scope of every session key.
     scope_secret: Vec<u8>,
+    /// The durable store behind `store`, when state lives beyond this process: each live turn
+    /// opens its session there first and closes it before forwarding.
+    durable: Option<Arc<DurableStore>>,
 }
 
 impl std::fmt::Debug for TurnService {
@@ -284,7 +298,15 @@ impl TurnService {
             preparer: None,
             never_cold: false,
             scope_secret: DEFAULT_SCOPE_SECRET.to_vec(),
+            durable: None,
         }
+    }
+
+    /// Live turns keep their state in `durable` (which must also be this service's `store`).
+    #[must_use]
+    pub fn with_durable(mut self, durable: Arc<DurableStore>) -> TurnService {
+        self.durable = Some(durable);
+        self
     }
 
     /// Live turns: each session's tracker lives in its actor, and `cache.amortize` applies.
@@ -361,11 +383,17 @@ impl TurnService {
         .with_offloads(offloads)
     }
 
-    async fn lease(&self, session: &str) -> Lease<SessionState> {
+    /// The session's state from its actor; when `opened` just loaded the session from the
+    /// durable store, the store's state replaces the actor's, which is older (another replica
+    /// or an earlier process ran the session's latest turns).
+    async fn lease(&self, session: &str, opened: Option<&Opened>) -> Lease<SessionState> {
         let mut lease = match &self.sessions {
             Some(sessions) => sessions.lease(session).await,
             None => Lease::detached(SessionState::default()),
         };
+        if opened.is_some_and(|o| o.reloaded) {
+            *lease = crate::load_state(&*self.store, session);
+        }
         if self.never_cold {
             lease.tracker.set_never_cold(true);
         }
@@ -379,12 +407,23 @@ impl TurnService {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,
         };
+        let opened = match self.open(&session).await {
+            Ok(opened) => opened,
+            Err(why) => {
+                return Turn::Untouched {
+                    reason: Untouched::Held(why.label()),
+                    session: Some(session),
+                    facts: None,
+                };
+            }
+        };
         // Held for the rewrite only: a concurrent turn of this session waits here, not for the
         // upstream call.
-        let mut lease = self.lease(&session).await;
+        let mut lease = self.lease(&session, opened.as_ref()).await;
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
             // A bypassed turn still happened: the provider cached it, so the tracker records it.
             let facts = crate::begin_turn(&mut lease, &parsed, self.clock.now());
+            self.keep(&session, &lease);
             return Turn::Untouched {
                 reason: Untouched::Bypassed(reason),
                 session: Some(session),
@@ -401,6 +440,7 @@ impl TurnService {
             cx.clone(),
             &self.amortize,
         );
+        self.keep(&session, &lease);
         drop(lease);
         if let Some(models) = models.as_ref().filter(|m| m.pending() > 0) {
             // A model job this turn started (or an earlier one still running): wait up to its
@@ -409,7 +449,7 @@ impl TurnService {
             if models.wait().await > 0 {
                 // Under the lease again: the re-run writes freezes and checkpoints, and only a
                 // leased turn may run the pipeline for its session.
-                let _lease = self.lease(&session).await;
+                let _lease = self.lease(&session, None).await;
                 applied = rerun(&parsed, &self.pipeline, cx.clone(), &facts);
             }
         }
@@ -417,13 +457,31 @@ impl TurnService {
         let settled = match Settled::placed(&parsed, applied, reach) {
             Ok(settled) => settled,
             Err(reason) => {
-                let _lease = self.lease(&session).await;
+                let _lease = self.lease(&session, None).await;
                 let lossless = rerun(&parsed, &self.pipeline, cx.with_offloads(false), &facts);
                 Settled::lossless(&parsed, lossless, reason)
             }
         };
         let added = self.clock.now().saturating_sub(started);
-        settled.forward(input.body, &parsed, session, facts, added)
+        // Written behind: the forward does not wait for the store, the reply does.
+        let flushed = opened.map_or_else(Flush::done, Opened::close);
+        settled.forward(input.body, &parsed, session, facts, added, flushed)
+    }
+
+    /// Opens the session in the durable store, if there is one.
+    async fn open(&self, session: &str) -> Result<Option<Opened>, Unavailable> {
+        match &self.durable {
+            Some(durable) => durable.open(session).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the session's state into a durable store at the end of each turn (a memory store
+    /// gets it from the actor when the actor stops).
+    fn keep(&self, session: &str, state: &SessionState) {
+        if self.durable.is_some() {
+            crate::save_state(&*self.store, session, state);
+        }
     }
 
     /// A one-off rewrite (`POST /compact`, `sluice compact`): no tracker, any depth, and a
@@ -453,7 +511,14 @@ impl TurnService {
         });
         // A one-off rewrite has no history: the facts of "no earlier turn, act anywhere".
         let added = self.clock.now().saturating_sub(started);
-        settled.forward(input.body, &parsed, session, TurnFacts::default(), added)
+        settled.forward(
+            input.body,
+            &parsed,
+            session,
+            TurnFacts::default(),
+            added,
+            Flush::done(),
+        )
     }
 
     /// Hands the tool outputs this turn added (from the cached-prefix boundary, and at least the
@@ -616,6 +681,7 @@ impl<'a> Settled<'a> {
         session: String,
         facts: TurnFacts,
         added: Duration,
+        flushed: Flush,
     ) -> Turn {
         let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
         let body = match (self.way, self.applied.body) {
@@ -634,6 +700,7 @@ impl<'a> Settled<'a> {
             discarded: self.applied.discarded,
             withheld: self.withheld,
             added,
+            flushed,
         }))
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use actors::pool::WorkerPool;
 use actors::sessions::{SessionLimits, Sessions};
+use actors::store::DurableStore;
 use bytes::Bytes;
 use engine::config::Config;
 use engine::session;
@@ -29,6 +30,7 @@ use crate::chat::{chat, relay, send};
 use crate::clock::SystemClock;
 use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::respond::{self as h, Body, ProxyError};
+use crate::store_stats::{STORE_FIELDS, StoreView};
 use crate::upstream::Upstream;
 
 pub use crate::expand_loop::MAX_EXPAND_ROUNDS;
@@ -73,6 +75,24 @@ impl Default for Settings {
     }
 }
 
+/// Where the live turns keep their state.
+#[derive(Clone)]
+pub enum StateStore {
+    /// This process only (`memory`, `off`, tests).
+    Local(Arc<dyn Store>),
+    /// SQLite or Redis: sessions survive restarts and are shared by replicas.
+    Durable(Arc<DurableStore>),
+}
+
+impl StateStore {
+    fn store(&self) -> Arc<dyn Store> {
+        match self {
+            StateStore::Local(store) => store.clone(),
+            StateStore::Durable(durable) => durable.clone(),
+        }
+    }
+}
+
 /// Everything a request needs, shared by all of them.
 pub struct App {
     pub config: Config,
@@ -85,6 +105,8 @@ pub struct App {
     observer: Option<Observer>,
     /// The LLM actor: model jobs for `extract_llm`, `extract` (`strategy: code`), `summarize`.
     pub llm: llm::LlmService,
+    /// The durable store behind the live turns, if state lives beyond this process.
+    durable: Option<Arc<DurableStore>>,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -115,8 +137,13 @@ impl App {
         config: Config,
         settings: Settings,
         upstream: Upstream,
-        store: Arc<dyn Store>,
+        state: StateStore,
     ) -> Result<App, Vec<engine::config::ConfigError>> {
+        let store = state.store();
+        let durable = match state {
+            StateStore::Durable(durable) => Some(durable),
+            StateStore::Local(_) => None,
+        };
         let pipeline = Arc::new(config.build_pipeline()?);
         let clock = Arc::new(SystemClock);
         let runtime = tokio::runtime::Handle::current();
@@ -136,11 +163,16 @@ impl App {
         // Session state is saved in the store of the mode that runs the pipeline: observe must
         // never write the live store.
         let (turns, observer) = match config.mode {
-            engine::config::Mode::Sync => (
-                live.with_sessions(sessions_over(store.clone()), amortize)
-                    .with_preparer(),
-                None,
-            ),
+            engine::config::Mode::Sync => {
+                let live = live
+                    .with_sessions(sessions_over(store.clone()), amortize)
+                    .with_preparer();
+                let live = match &durable {
+                    Some(durable) => live.with_durable(durable.clone()),
+                    None => live,
+                };
+                (live, None)
+            }
             engine::config::Mode::Observe => {
                 let shadow_store: Arc<dyn Store> =
                     Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
@@ -175,7 +207,50 @@ impl App {
             settings,
             observer,
             llm,
+            durable,
         })
+    }
+
+    fn store_view(&self) -> StoreView {
+        StoreView {
+            store: self.store().stats(),
+            durable: self
+                .durable
+                .as_ref()
+                .map(|d| d.durable_stats())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// `sqlite:PATH`, a redacted Redis URL, `memory` or `off`.
+    fn store_backend(&self) -> String {
+        match &self.durable {
+            Some(durable) => durable.describe(),
+            None if self.store().persists() => "memory".to_owned(),
+            None => "off".to_owned(),
+        }
+    }
+
+    /// The durable store, when state lives beyond this process.
+    pub fn durable(&self) -> Option<&Arc<DurableStore>> {
+        self.durable.as_ref()
+    }
+
+    /// The original behind `id` in `session`: from memory, else (a replica that did not cut it,
+    /// a restart) from the durable store.
+    pub(crate) async fn resolve(&self, session: &str, id: &str) -> Option<Arc<str>> {
+        match &self.durable {
+            Some(durable) => durable.fetch(Some(session), id).await,
+            None => self.store().resolve(session, id),
+        }
+    }
+
+    /// The original behind `id` in any session (a person at a trusted address).
+    async fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
+        match &self.durable {
+            Some(durable) => durable.fetch(None, id).await,
+            None => self.store().resolve_any(id),
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -247,6 +322,8 @@ pub async fn handle(
             let llm = LlmView::new(app.llm.counts(), &app.stats);
             if let Some(object) = stats.as_object_mut() {
                 table::write_json(LLM_FIELDS, &llm, object);
+                table::write_json(STORE_FIELDS, &app.store_view(), object);
+                object.insert("store_backend".into(), app.store_backend().into());
             }
             h::json(StatusCode::OK, stats.to_string())
         }
@@ -254,9 +331,10 @@ pub async fn handle(
             let mut text = app.stats.to_prometheus();
             let llm = LlmView::new(app.llm.counts(), &app.stats);
             table::write_prometheus(LLM_FIELDS, &llm, &mut text);
+            table::write_prometheus(STORE_FIELDS, &app.store_view(), &mut text);
             h::text(StatusCode::OK, text)
         }
-        (&Method::GET, "/expand") => expand_route(&app, peer, &request),
+        (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,
         (&Method::POST, "/compact") => compact_route(&app, request).await,
         (&Method::POST, "/anthropic/v1/messages") => chat(&app, Dialect::Anthropic, request).await,
         (&Method::POST, "/openai/v1/chat/completions") => {
@@ -365,7 +443,7 @@ async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Respo
 
 /// `GET /expand?id=HASH[&session=S]`: the exact original, for a person at a loopback address.
 /// With a session (header or parameter) only that session's stashes resolve.
-fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Response<Body> {
+async fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Response<Body> {
     // Who may ask was checked with the other operator routes (`admit.rs`).
     let _ = peer;
     let query = request.uri().query().unwrap_or("");
@@ -394,15 +472,12 @@ fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) -> Res
     let original = match session.as_deref().and_then(session::sanitize_explicit) {
         // `POST /compact` stashes under `compact:<session>` (its freezes must never reach the
         // live session); a person asking with the session still gets those originals.
-        Some(session) => app
-            .store()
-            .resolve(&format!("{scope}{session}"), &id)
-            .or_else(|| {
-                app.store()
-                    .resolve(&format!("compact:{scope}{session}"), &id)
-            }),
+        Some(session) => match app.resolve(&format!("{scope}{session}"), &id).await {
+            Some(original) => Some(original),
+            None => app.resolve(&format!("compact:{scope}{session}"), &id).await,
+        },
         None if session.is_some() => None,
-        None => app.store().resolve_any(&id),
+        None => app.resolve_any(&id).await,
     };
     match original {
         Some(original) => h::text(StatusCode::OK, original.to_string()),

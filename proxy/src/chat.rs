@@ -30,6 +30,10 @@ use crate::respond::{Body, BoxError, ProxyError};
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 use crate::usage::UsageScanner;
 
+/// How long a reply waits for the state store to acknowledge its turn's writes (they started
+/// before the request went upstream, so this is almost never waited).
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) async fn chat(
     app: &Arc<App>,
     dialect: Dialect,
@@ -69,7 +73,7 @@ pub(crate) async fn chat(
     };
     let turn = app.turns().run(input).await;
     turn.record(&app.stats);
-    let forward = match turn {
+    let mut forward = match turn {
         Turn::Forward(forward) => forward,
         Turn::Untouched { session, .. } => {
             return match send(app, parts.method, &uri, &headers, body).await {
@@ -94,6 +98,11 @@ pub(crate) async fn chat(
         Ok(response) => response,
         Err(err) => return ProxyError::Upstream(err).into_response(),
     };
+    // The turn's writes reach the state store while the upstream thinks; the reply waits for
+    // them, so the agent's next turn (on any replica, or after a restart) finds them. A store
+    // that does not acknowledge in time is counted there; the reply goes regardless.
+    let flushed = std::mem::replace(&mut forward.flushed, modes::turn::Flush::done());
+    flushed.wait(FLUSH_WAIT).await;
     if !forward.expandable || !response.status().is_success() {
         if forward.stream {
             app.stats.record_stream(StreamRelay::Streamed, None);

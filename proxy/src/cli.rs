@@ -144,6 +144,11 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:4000")]
     listen: std::net::SocketAddr,
+    /// Where sessions' state lives: `sqlite:PATH` (the default, under the user's state
+    /// directory), `redis://HOST:PORT/DB` (shared by replicas), `memory` (this run only) or
+    /// `off`. Beats `store.backend` in the config.
+    #[arg(long, env = "SLUICE_STORE")]
+    store: Option<actors::store::StoreSpec>,
     /// Where Anthropic Messages requests go.
     #[arg(
         long,
@@ -194,6 +199,52 @@ struct ServeArgs {
 enum SandboxArg {
     Child,
     InProcess,
+}
+
+/// The store `serve` keeps state in: `--store` / `SLUICE_STORE`, else `store.backend`, else
+/// nothing kept when `store.enabled` is false, else SQLite under the user's state directory.
+fn state_store(
+    flag: Option<actors::store::StoreSpec>,
+    config: &config::StoreConfig,
+) -> Result<crate::app::StateStore, Failure> {
+    use crate::app::StateStore;
+    use actors::store::{DurableLimits, DurableStore, StoreSpec};
+    use std::time::Duration;
+
+    let spec = match (flag, &config.backend) {
+        (Some(spec), _) => spec,
+        (None, _) if !config.enabled => StoreSpec::Off,
+        (None, Some(backend)) => backend
+            .parse()
+            .map_err(|e| Failure(format!("store.backend: {e}")))?,
+        (None, None) => StoreSpec::Sqlite(actors::store::sqlite::default_path()),
+    };
+    tracing::info!(store = %spec, "state store");
+    let limits = DurableLimits {
+        ttl: Duration::from_secs(config.ttl_seconds),
+        session_stashes: config.session_max_stashes,
+        session_bytes: config.session_max_mb.saturating_mul(1 << 20),
+        cache_bytes: config.rewind_reserve_mb.saturating_mul(1 << 20),
+        lease_wait: Duration::from_millis(config.lease_wait_ms),
+        ..DurableLimits::DEFAULT
+    };
+    let backend: Arc<dyn actors::store::Backend> = match spec {
+        StoreSpec::Memory => {
+            let clock = Arc::new(SystemClock);
+            let store = MemoryStore::new(config.limits(), clock);
+            return Ok(StateStore::Local(Arc::new(store)));
+        }
+        StoreSpec::Off => return Ok(StateStore::Local(Arc::new(engine::store::NopStore))),
+        StoreSpec::Sqlite(path) => Arc::new(
+            actors::store::sqlite::SqliteBackend::open(&path)
+                .map_err(|e| Failure(format!("store: {e}")))?,
+        ),
+        StoreSpec::Redis(url) => Arc::new(
+            actors::store::redis::RedisBackend::connect(&url)
+                .map_err(|e| Failure(format!("store {}: {e}", actors::store::redact_url(&url))))?,
+        ),
+    };
+    Ok(StateStore::Durable(DurableStore::new(backend, limits)))
 }
 
 /// The sandbox `serve` runs filters in. The child is this binary; when it cannot be found the
@@ -351,8 +402,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let clock = Arc::new(SystemClock);
-        let store = Arc::new(MemoryStore::new(config.store.limits(), clock));
+        let state = state_store(args.store.clone(), &config.store)?;
         let timeouts = Timeouts {
             connect: Duration::from_secs(args.connect_timeout),
             first_byte: Duration::from_secs(args.first_byte_timeout),
@@ -382,7 +432,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
                 ),
         };
         let pipeline_names = config.pipeline.join(", ");
-        let app = App::new(config, settings, Upstream::new(timeouts), store)
+        let app = App::new(config, settings, Upstream::new(timeouts), state)
             .map_err(|errs| config_failure(Path::new("config"), &errs))?;
         let (listener, local) = crate::server::bind(args.listen)
             .await

@@ -43,29 +43,26 @@ type Sender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
 impl Continuation {
     /// Resolves the calls and builds the next request, or `None` when the response is not an
     /// all-expand turn.
-    fn next_request(&self, forwarded: &[u8], response: &[u8]) -> Option<Vec<u8>> {
+    async fn next_request(&self, forwarded: &[u8], response: &[u8]) -> Option<Vec<u8>> {
         let calls = expand::expand_calls(response, self.dialect)?;
         let mut restored = 0;
         let mut missed = 0;
         let mut wasted = 0;
-        let store = self.app.store();
-        let results: Vec<(String, String)> = calls
-            .into_iter()
-            .map(|call| {
-                let original = match store.resolve(&self.session, &call.stash_id) {
-                    Some(original) => {
-                        restored += 1;
-                        wasted += tokens::count(&original) as u64;
-                        original.to_string()
-                    }
-                    None => {
-                        missed += 1;
-                        marker::expired_placeholder(&call.stash_id)
-                    }
-                };
-                (call.call_id, original)
-            })
-            .collect();
+        let mut results: Vec<(String, String)> = Vec::with_capacity(calls.len());
+        for call in calls {
+            let original = match self.app.resolve(&self.session, &call.stash_id).await {
+                Some(original) => {
+                    restored += 1;
+                    wasted += tokens::count(&original) as u64;
+                    original.to_string()
+                }
+                None => {
+                    missed += 1;
+                    marker::expired_placeholder(&call.stash_id)
+                }
+            };
+            results.push((call.call_id, original));
+        }
         self.app.stats.record_expand_round(restored, missed, wasted);
         expand::continuation(forwarded, response, self.dialect, &results)
     }
@@ -122,9 +119,11 @@ impl Continuation {
                 live_report(&self.app, self.session.clone()).scan(&bytes);
             }
             // Out of rounds: this reply goes to the agent as it is, like the streamed path's.
-            let next = (parts.status.is_success() && round < MAX_EXPAND_ROUNDS)
-                .then(|| self.next_request(&forwarded, &bytes))
-                .flatten();
+            let next = if parts.status.is_success() && round < MAX_EXPAND_ROUNDS {
+                self.next_request(&forwarded, &bytes).await
+            } else {
+                None
+            };
             let Some(next) = next else {
                 return Response::from_parts(parts, h::full(bytes));
             };
@@ -214,7 +213,7 @@ impl Continuation {
             self.app.stats.record_stream(StreamRelay::Buffered, None);
             let aggregated = relay.take_turn().to_string();
             let next = if round < MAX_EXPAND_ROUNDS {
-                self.next_request(&forwarded, aggregated.as_bytes())
+                self.next_request(&forwarded, aggregated.as_bytes()).await
             } else {
                 None
             };

@@ -18,5 +18,6 @@ pub mod replay;
 pub mod respond;
 pub mod server;
 pub mod sse;
+pub mod store_stats;
 pub mod upstream;
 pub mod usage;

@@ -190,9 +190,13 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/stats.md");
         let doc = std::fs::read_to_string(&path).expect("docs/stats.md");
         let want = splice(
-            &splice(&doc, "fields", &markdown(FIELDS)),
-            "llm",
-            &markdown(LLM_FIELDS),
+            &splice(
+                &splice(&doc, "fields", &markdown(FIELDS)),
+                "llm",
+                &markdown(LLM_FIELDS),
+            ),
+            "store",
+            &markdown(crate::store_stats::STORE_FIELDS),
         );
         if std::env::var_os("SLUICE_BLESS").is_some() {
             std::fs::write(&path, &want).expect("write docs/stats.md");

@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use integration_tests::mock::{Mock, Reply};
-use proxy::app::{App, Settings};
+use proxy::app::{App, Settings, StateStore};
 use proxy::upstream::{Timeouts, Upstream};
 use serde_json::Value;
 
@@ -53,8 +53,15 @@ pub(crate) async fn start_tuned(
         ..Settings::default()
     };
     tune(&mut settings);
-    let app =
-        Arc::new(App::new(config, settings, Upstream::new(Timeouts::default()), store).unwrap());
+    let app = Arc::new(
+        App::new(
+            config,
+            settings,
+            Upstream::new(Timeouts::default()),
+            StateStore::Local(store),
+        )
+        .unwrap(),
+    );
     let (listener, addr) = proxy::server::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();

@@ -8,41 +8,12 @@ use engine::clock::ManualClock;
 use engine::config::Config;
 use engine::pipeline::RunCx;
 use engine::store::MemoryStore;
-use engine::wire::{self, json};
-use integration_tests::bodies;
+use engine::wire;
+use integration_tests::{bodies, session_turns as turns, wire_messages};
 use modes::{SessionState, run_turn};
 
 /// Every component this build has, in the order a user would run them.
 const ALL_BUILT: &str = "pipeline: [format, textclean, dedup, failed_run, repeated_call, failed_call, stale_reasoning, smartcrush, stale_output, oversized_block, skeleton, mask, collapse, linecap]";
-
-/// Turn k of a recorded session: its final request with the messages before the k-th
-/// assistant message (what the agent sent to get that answer).
-fn turns(bytes: &[u8]) -> Vec<Vec<u8>> {
-    let body: serde_json::Value = serde_json::from_slice(bytes).unwrap();
-    let messages = body["messages"].as_array().unwrap();
-    let mut out = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        if m["role"] == "assistant" && i > 0 {
-            let mut turn = body.clone();
-            turn["messages"] = serde_json::Value::Array(messages[..i].to_vec());
-            out.push(serde_json::to_vec(&turn).unwrap());
-        }
-    }
-    // The final request in the same serialization as the others: an agent does not reformat
-    // its history between turns.
-    out.push(serde_json::to_vec(&body).unwrap());
-    out
-}
-
-/// The raw bytes of each element of a body's `messages` array.
-fn wire_messages(body: &[u8]) -> Vec<String> {
-    let text = std::str::from_utf8(body).unwrap();
-    let root = json::parse_document(text).unwrap();
-    let messages = json::get(text, root, "messages").unwrap();
-    json::elements(text, messages)
-        .map(|span| span.of(text).to_owned())
-        .collect()
-}
 
 #[test]
 fn every_public_session_replays_turn_by_turn_with_zero_flips() {

@@ -26,7 +26,7 @@ for _ in $(seq 100); do grep -q listening "$logs/mock.out" 2>/dev/null && break;
 mock_url="$(sed -n 's/^listening on //p' "$logs/mock.out")"
 
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-"$target_dir/debug/sluice" serve --listen "127.0.0.1:$port" \
+"$target_dir/debug/sluice" serve --listen "127.0.0.1:$port" --store "sqlite:$logs/state.db" \
     --anthropic-upstream "$mock_url" --openai-upstream "$mock_url" 2> "$logs/sluice.err" &
 sluice_pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done

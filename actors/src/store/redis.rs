@@ -1,0 +1,220 @@
+//! The Redis backend: one store shared by every replica.
+//!
+//! Key design (every key of a session carries the session in a hash tag, so a Redis Cluster
+//! keeps a session on one slot and the Lua scripts below stay single-slot):
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `sluice:{S}:lease` | string | the fence of the turn holding the session, `PX` = lease hold |
+//! | `sluice:{S}:fence` | counter | incremented by every acquisition |
+//! | `sluice:{S}:ver` | string | the fence of the last commit: a replica whose copy has another version reloads |
+//! | `sluice:{S}:frozen` | hash | replay entries (freezes, tracker state, checkpoints) |
+//! | `sluice:{S}:stashes` | hash | originals behind markers |
+//! | `sluice:id:{ID}` | string | the session of a stash id, for `GET /expand` without a session |
+//!
+//! Every commit refreshes the time to live of all of a session's keys (`PEXPIRE`): the TTL
+//! slides natively and a session nobody uses disappears whole. Nothing is evicted by sluice;
+//! the Redis server should run with `maxmemory-policy noeviction` (an evicted freeze is a flip,
+//! an evicted stash an unresolvable marker; refused writes are counted and fail open instead).
+//!
+//! A lease is `SET NX PX` in effect, taken together with its fence in one script; a commit
+//! writes only if the lease still holds its fence, then releases it. A replica that stalls past
+//! its lease therefore cannot overwrite the turn of the replica that took over.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, Script};
+
+use super::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
+
+/// Takes the lease if free: returns `{fence, version}`, or `{0, 0}` while another holds it.
+const ACQUIRE: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0} end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], fence, 'PX', ARGV[1])
+local version = tonumber(redis.call('GET', KEYS[3]) or '0')
+return {fence, version}
+";
+
+/// Writes a turn if its fence still holds the lease; `1` written, `0` fenced out.
+/// KEYS: lease, ver, stashes, frozen, fence. ARGV: fence, ttl ms, stash count, then pairs.
+const COMMIT: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local stashes = tonumber(ARGV[3])
+local i = 4
+for _ = 1, stashes do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+while i + 1 <= #ARGV do
+  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+for k = 3, 5 do redis.call('PEXPIRE', KEYS[k], ARGV[2]) end
+redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// See the module docs.
+pub struct RedisBackend {
+    url: String,
+    connection: ConnectionManager,
+    acquire: Script,
+    commit: Script,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("url", &super::redact_url(&self.url))
+            .finish_non_exhaustive()
+    }
+}
+
+fn key(session: &str, what: &str) -> String {
+    format!("sluice:{{{session}}}:{what}")
+}
+
+fn id_key(id: &str) -> String {
+    format!("sluice:id:{id}")
+}
+
+fn io(error: redis::RedisError) -> BackendError {
+    // A RedisError names the command and the server's words, never the URL or its password.
+    BackendError::Io(format!("redis: {error}"))
+}
+
+impl RedisBackend {
+    /// Connects lazily: a Redis that is down at start-up is a failing episode, not a refusal to
+    /// start. Must be called on a tokio runtime.
+    ///
+    /// # Errors
+    /// A URL the client cannot read.
+    pub fn connect(url: &str) -> Result<RedisBackend, BackendError> {
+        let client = redis::Client::open(url).map_err(io)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(500)))
+            .set_response_timeout(Some(Duration::from_secs(1)))
+            .set_number_of_retries(1);
+        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(io)?;
+        Ok(RedisBackend {
+            url: url.to_owned(),
+            connection,
+            acquire: Script::new(ACQUIRE),
+            commit: Script::new(COMMIT),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn describe(&self) -> String {
+        super::redact_url(&self.url)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn acquire(
+        &self,
+        session: &str,
+        hold: Duration,
+    ) -> Result<Option<Acquired>, BackendError> {
+        let mut con = self.connection.clone();
+        let (fence, version): (u64, u64) = self
+            .acquire
+            .key(key(session, "lease"))
+            .key(key(session, "fence"))
+            .key(key(session, "ver"))
+            .arg(hold.as_millis() as u64)
+            .invoke_async(&mut con)
+            .await
+            .map_err(io)?;
+        Ok((fence > 0).then_some(Acquired { fence, version }))
+    }
+
+    async fn load(&self, session: &str) -> Result<Snapshot, BackendError> {
+        let mut con = self.connection.clone();
+        let (version, frozen): (Option<u64>, Vec<(String, String)>) = redis::pipe()
+            .get(key(session, "ver"))
+            .hgetall(key(session, "frozen"))
+            .query_async(&mut con)
+            .await
+            .map_err(io)?;
+        Ok(Snapshot {
+            version: version.unwrap_or(0),
+            frozen,
+        })
+    }
+
+    async fn commit(&self, session: &str, commit: Commit) -> Result<Committed, BackendError> {
+        let mut con = self.connection.clone();
+        let ttl_ms = commit.ttl.as_millis().max(1) as u64;
+        let mut invocation = self.commit.prepare_invoke();
+        for what in ["lease", "ver", "stashes", "frozen", "fence"] {
+            invocation.key(key(session, what));
+        }
+        invocation
+            .arg(commit.fence)
+            .arg(ttl_ms)
+            .arg(commit.stashes.len());
+        for (id, original) in &commit.stashes {
+            invocation.arg(id).arg(&**original);
+        }
+        for (k, value) in &commit.frozen {
+            invocation.arg(k).arg(&**value);
+        }
+        let written: u8 = invocation.invoke_async(&mut con).await.map_err(io)?;
+        if written == 0 {
+            return Ok(Committed::Fenced);
+        }
+        if !commit.stashes.is_empty() {
+            // The id index is another slot in a cluster, so it is its own pipeline. A stash whose
+            // index write is lost still expands through its session.
+            let mut pipe = redis::pipe();
+            for (id, _) in &commit.stashes {
+                pipe.set_options(
+                    id_key(id),
+                    session,
+                    redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(ttl_ms)),
+                )
+                .ignore();
+            }
+            let _: () = pipe.query_async(&mut con).await.map_err(io)?;
+        }
+        Ok(Committed::Written)
+    }
+
+    async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {
+        let mut con = self.connection.clone();
+        let session = match session {
+            Some(session) => session.to_owned(),
+            None => {
+                let owner: Option<String> = con.get(id_key(id)).await.map_err(io)?;
+                let Some(owner) = owner else {
+                    return Ok(None);
+                };
+                owner
+            }
+        };
+        con.hget(key(&session, "stashes"), id).await.map_err(io)
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
+        let mut con = self.connection.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut con)
+            .await
+            .map(drop)
+            .map_err(io)
+    }
+
+    fn occupancy(&self) -> Occupancy {
+        // Counting a fleet's sessions would be a SCAN; Redis's own INFO says what it holds.
+        Occupancy::default()
+    }
+}

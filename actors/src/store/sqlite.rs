@@ -1,0 +1,490 @@
+//! The SQLite backend: embedded, durable, the default for `sluice serve`.
+//!
+//! One writer thread owns the one connection and is fed by a bounded channel; it takes every job
+//! waiting and runs them in one transaction, so a burst of turns costs one commit. Reads go
+//! through the same thread: they are rare (a session's first turn after a restart, an expand
+//! that missed memory) and then see every write queued before them.
+//!
+//! WAL with `synchronous = NORMAL`: a committed turn survives the process being killed (the WAL
+//! is in the operating system's hands), and the last few may be lost to a power cut, which
+//! costs a cache write on the next turn, never content. The file is locked for one process
+//! (`locking_mode = EXCLUSIVE`): replicas share Redis, not a file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::oneshot;
+
+use super::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
+
+/// Jobs waiting for the writer before senders block (off the request path: commits are spawned).
+const QUEUE: usize = 1024;
+/// Jobs run in one transaction at most.
+const BATCH: usize = 256;
+/// How often expired sessions are deleted.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    session TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stashes (
+    session TEXT NOT NULL,
+    id TEXT NOT NULL,
+    original TEXT NOT NULL,
+    UNIQUE (session, id)
+);
+CREATE INDEX IF NOT EXISTS stashes_by_id ON stashes (id);
+CREATE TABLE IF NOT EXISTS frozen (
+    session TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    UNIQUE (session, key)
+);
+PRAGMA user_version = 1;
+";
+
+type Reply<T> = oneshot::Sender<Result<T, BackendError>>;
+
+enum Job {
+    Load(String, Reply<Snapshot>),
+    Commit(String, Commit, Reply<Committed>),
+    Fetch(Option<String>, String, Reply<Option<String>>),
+    Ping(Reply<()>),
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    sessions: AtomicU64,
+    bytes: AtomicU64,
+    expired: AtomicU64,
+}
+
+/// See the module docs.
+pub struct SqliteBackend {
+    path: PathBuf,
+    jobs: Sender<Job>,
+    counts: Arc<Counts>,
+}
+
+impl std::fmt::Debug for SqliteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteBackend")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where `sluice serve` keeps its state when told nothing: `$XDG_STATE_HOME/sluice/state.db`,
+/// else `~/.local/state/sluice/state.db`, else `./sluice-state.db`.
+pub fn default_path() -> PathBuf {
+    let state_home = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+    match state_home {
+        Some(dir) => dir.join("sluice").join("state.db"),
+        None => PathBuf::from("sluice-state.db"),
+    }
+}
+
+impl SqliteBackend {
+    /// Opens (creating) the file and starts the writer.
+    ///
+    /// # Errors
+    /// Only when another process holds the file: two processes on one file would each believe
+    /// they own its sessions. Any other problem (a read-only file, a missing directory that
+    /// cannot be made) starts a failing episode instead: turns go upstream unmodified and the
+    /// writer tries again on each job.
+    pub fn open(path: &Path) -> Result<SqliteBackend, BackendError> {
+        let counts = Arc::new(Counts::default());
+        let first = match connect(path) {
+            Ok(conn) => Some(conn),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy =>
+            {
+                return Err(BackendError::Io(format!(
+                    "{} is in use by another process (SQLite serves one process; replicas share \
+                     Redis)",
+                    path.display()
+                )));
+            }
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "state store cannot be opened");
+                None
+            }
+        };
+        if let Some(conn) = &first {
+            let n: i64 = conn
+                .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+                .unwrap_or(0);
+            counts.sessions.store(n as u64, Ordering::Relaxed);
+        }
+        let (jobs, rx) = crossbeam_channel::bounded(QUEUE);
+        let writer = Writer {
+            path: path.to_owned(),
+            conn: first,
+            counts: counts.clone(),
+            last_sweep: Instant::now(),
+        };
+        std::thread::Builder::new()
+            .name("sluice-sqlite".to_owned())
+            .spawn(move || writer.run(&rx))
+            .map_err(|e| BackendError::Io(format!("cannot start the store writer: {e}")))?;
+        Ok(SqliteBackend {
+            path: path.to_owned(),
+            jobs,
+            counts,
+        })
+    }
+
+    async fn ask<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(Reply<T>) -> Job,
+    ) -> Result<T, BackendError> {
+        let (reply, answer) = oneshot::channel();
+        match self.jobs.try_send(job(reply)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(job)) => {
+                // The writer is behind: wait for room on a blocking thread, never on the runtime.
+                let jobs = self.jobs.clone();
+                tokio::task::spawn_blocking(move || jobs.send(job))
+                    .await
+                    .map_err(|_| BackendError::Closed)?
+                    .map_err(|_| BackendError::Closed)?;
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(BackendError::Closed),
+        }
+        answer.await.map_err(|_| BackendError::Closed)?
+    }
+}
+
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::ZERO)?;
+    conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // The schema is a write: it takes the exclusive lock now, so a second process is told at
+    // start-up rather than on its first turn.
+    conn.execute_batch(SCHEMA)?;
+    Ok(conn)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn io(error: rusqlite::Error) -> BackendError {
+    BackendError::Io(format!("sqlite: {error}"))
+}
+
+struct Writer {
+    path: PathBuf,
+    conn: Option<Connection>,
+    counts: Arc<Counts>,
+    last_sweep: Instant,
+}
+
+impl Writer {
+    fn run(mut self, rx: &Receiver<Job>) {
+        loop {
+            let first = match rx.recv_timeout(SWEEP_EVERY) {
+                Ok(job) => job,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    self.sweep();
+                    continue;
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            self.run_batch(batch);
+            if self.last_sweep.elapsed() >= SWEEP_EVERY {
+                self.sweep();
+            }
+        }
+    }
+
+    fn connection(&mut self) -> Result<&mut Connection, BackendError> {
+        if self.conn.is_none() {
+            self.conn = Some(connect(&self.path).map_err(io)?);
+        }
+        Ok(self.conn.as_mut().expect("set above"))
+    }
+
+    /// Runs every job in one transaction; replies only once it is committed, so an
+    /// acknowledged write is on disk. When the transaction fails, every job hears why.
+    fn run_batch(&mut self, batch: Vec<Job>) {
+        let counts = self.counts.clone();
+        let answers = match self.connection() {
+            Ok(conn) => run_in_transaction(conn, batch, &counts),
+            Err(error) => batch.into_iter().map(|job| job.failed(&error)).collect(),
+        };
+        if answers.iter().any(Answer::is_err) {
+            // Reopened on the next batch: a file that became writable again recovers.
+            self.conn = None;
+        }
+        answers.into_iter().for_each(Answer::send);
+        self.measure();
+    }
+
+    fn measure(&self) {
+        let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let bytes = size(&self.path) + size(Path::new(&wal));
+        self.counts.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    fn sweep(&mut self) {
+        self.last_sweep = Instant::now();
+        let now = now_ms();
+        let Ok(conn) = self.connection() else {
+            return;
+        };
+        let swept = (|| -> rusqlite::Result<usize> {
+            let tx = conn.transaction()?;
+            let expired = "SELECT session FROM sessions WHERE expires_ms < ?1";
+            tx.execute(
+                &format!("DELETE FROM stashes WHERE session IN ({expired})"),
+                [now],
+            )?;
+            tx.execute(
+                &format!("DELETE FROM frozen WHERE session IN ({expired})"),
+                [now],
+            )?;
+            let n = tx.execute("DELETE FROM sessions WHERE expires_ms < ?1", [now])?;
+            tx.commit()?;
+            Ok(n)
+        })();
+        if let Ok(n) = swept {
+            self.counts.expired.fetch_add(n as u64, Ordering::Relaxed);
+            let _ = self
+                .counts
+                .sessions
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some(s.saturating_sub(n as u64))
+                });
+        }
+    }
+}
+
+fn run_in_transaction(conn: &mut Connection, batch: Vec<Job>, counts: &Counts) -> Vec<Answer> {
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(error) => {
+            let error = io(error);
+            return batch.into_iter().map(|job| job.failed(&error)).collect();
+        }
+    };
+    let answers: Vec<Answer> = batch
+        .into_iter()
+        .map(|job| run_job(&tx, job, counts))
+        .collect();
+    match tx.commit() {
+        Ok(()) => answers,
+        Err(error) => {
+            let error = io(error);
+            answers.into_iter().map(|a| a.failed(&error)).collect()
+        }
+    }
+}
+
+impl Job {
+    fn failed(self, error: &BackendError) -> Answer {
+        match self {
+            Job::Load(_, reply) => Answer::Load(reply, Err(error.clone())),
+            Job::Commit(_, _, reply) => Answer::Commit(reply, Err(error.clone())),
+            Job::Fetch(_, _, reply) => Answer::Fetch(reply, Err(error.clone())),
+            Job::Ping(reply) => Answer::Ping(reply, Err(error.clone())),
+        }
+    }
+}
+
+/// A job's result, sent after the transaction commits.
+enum Answer {
+    Load(Reply<Snapshot>, Result<Snapshot, BackendError>),
+    Commit(Reply<Committed>, Result<Committed, BackendError>),
+    Fetch(Reply<Option<String>>, Result<Option<String>, BackendError>),
+    Ping(Reply<()>, Result<(), BackendError>),
+}
+
+impl Answer {
+    fn is_err(&self) -> bool {
+        match self {
+            Answer::Load(_, r) => r.is_err(),
+            Answer::Commit(_, r) => r.is_err(),
+            Answer::Fetch(_, r) => r.is_err(),
+            Answer::Ping(_, r) => r.is_err(),
+        }
+    }
+
+    /// The same reply, now carrying `error` (the transaction it ran in did not commit).
+    fn failed(self, error: &BackendError) -> Answer {
+        match self {
+            Answer::Load(reply, _) => Answer::Load(reply, Err(error.clone())),
+            Answer::Commit(reply, _) => Answer::Commit(reply, Err(error.clone())),
+            Answer::Fetch(reply, _) => Answer::Fetch(reply, Err(error.clone())),
+            Answer::Ping(reply, _) => Answer::Ping(reply, Err(error.clone())),
+        }
+    }
+
+    fn send(self) {
+        match self {
+            Answer::Load(reply, r) => drop(reply.send(r)),
+            Answer::Commit(reply, r) => drop(reply.send(r)),
+            Answer::Fetch(reply, r) => drop(reply.send(r)),
+            Answer::Ping(reply, r) => drop(reply.send(r)),
+        }
+    }
+}
+
+fn run_job(tx: &rusqlite::Transaction<'_>, job: Job, counts: &Counts) -> Answer {
+    match job {
+        Job::Load(session, reply) => Answer::Load(reply, load(tx, &session).map_err(io)),
+        Job::Commit(session, commit, reply) => {
+            let written = write(tx, &session, &commit, counts).map_err(io);
+            Answer::Commit(reply, written.map(|()| Committed::Written))
+        }
+        Job::Fetch(session, id, reply) => {
+            Answer::Fetch(reply, fetch(tx, session.as_deref(), &id).map_err(io))
+        }
+        // A write, so a file that can be read but not written is not taken for healthy.
+        Job::Ping(reply) => {
+            Answer::Ping(reply, tx.pragma_update(None, "user_version", 1).map_err(io))
+        }
+    }
+}
+
+fn load(tx: &rusqlite::Transaction<'_>, session: &str) -> rusqlite::Result<Snapshot> {
+    let version: Option<i64> = tx
+        .prepare_cached("SELECT version FROM sessions WHERE session = ?1 AND expires_ms >= ?2")?
+        .query_row(params![session, now_ms()], |r| r.get(0))
+        .optional()?;
+    let Some(version) = version else {
+        return Ok(Snapshot::default());
+    };
+    let mut query = tx.prepare_cached("SELECT key, value FROM frozen WHERE session = ?1")?;
+    let frozen = query
+        .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<(String, String)>>>()?;
+    Ok(Snapshot {
+        version: version as u64,
+        frozen,
+    })
+}
+
+fn write(
+    tx: &rusqlite::Transaction<'_>,
+    session: &str,
+    commit: &Commit,
+    counts: &Counts,
+) -> rusqlite::Result<()> {
+    let expires = now_ms().saturating_add(commit.ttl.as_millis() as i64);
+    let new = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO sessions (session, version, expires_ms) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![session, commit.fence as i64, expires])?;
+    if new == 0 {
+        tx.prepare_cached("UPDATE sessions SET version = ?2, expires_ms = ?3 WHERE session = ?1")?
+            .execute(params![session, commit.fence as i64, expires])?;
+    } else {
+        counts.sessions.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut stash = tx.prepare_cached(
+        "INSERT OR IGNORE INTO stashes (session, id, original) VALUES (?1, ?2, ?3)",
+    )?;
+    for (id, original) in &commit.stashes {
+        stash.execute(params![session, id, &**original])?;
+    }
+    let mut frozen = tx.prepare_cached(
+        "INSERT INTO frozen (session, key, value) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
+    )?;
+    for (key, value) in &commit.frozen {
+        frozen.execute(params![session, key, &**value])?;
+    }
+    Ok(())
+}
+
+fn fetch(
+    tx: &rusqlite::Transaction<'_>,
+    session: Option<&str>,
+    id: &str,
+) -> rusqlite::Result<Option<String>> {
+    match session {
+        Some(session) => tx
+            .prepare_cached("SELECT original FROM stashes WHERE session = ?1 AND id = ?2")?
+            .query_row(params![session, id], |r| r.get(0))
+            .optional(),
+        None => tx
+            .prepare_cached("SELECT original FROM stashes WHERE id = ?1 LIMIT 1")?
+            .query_row([id], |r| r.get(0))
+            .optional(),
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn describe(&self) -> String {
+        format!("sqlite:{}", self.path.display())
+    }
+
+    fn shared(&self) -> bool {
+        false
+    }
+
+    async fn acquire(&self, _: &str, _: Duration) -> Result<Option<Acquired>, BackendError> {
+        // One process per file: the session actors are the lease.
+        Ok(Some(Acquired {
+            fence: 0,
+            version: 0,
+        }))
+    }
+
+    async fn load(&self, session: &str) -> Result<Snapshot, BackendError> {
+        let session = session.to_owned();
+        self.ask(|reply| Job::Load(session, reply)).await
+    }
+
+    async fn commit(&self, session: &str, commit: Commit) -> Result<Committed, BackendError> {
+        let session = session.to_owned();
+        self.ask(|reply| Job::Commit(session, commit, reply)).await
+    }
+
+    async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {
+        let (session, id) = (session.map(str::to_owned), id.to_owned());
+        self.ask(|reply| Job::Fetch(session, id, reply)).await
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
+        self.ask(Job::Ping).await
+    }
+
+    fn occupancy(&self) -> Occupancy {
+        Occupancy {
+            sessions: self.counts.sessions.load(Ordering::Relaxed),
+            bytes: self.counts.bytes.load(Ordering::Relaxed),
+            expired: self.counts.expired.load(Ordering::Relaxed),
+        }
+    }
+}

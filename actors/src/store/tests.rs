@@ -1,0 +1,171 @@
+//! The durable store over a real SQLite file: a turn's writes survive a new process (a new
+//! store on the same file), quotas refuse, and a failing file fails open.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::store::{Store, StoreError};
+
+use super::sqlite::SqliteBackend;
+use super::*;
+
+fn temp_db(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-store-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("state.db")
+}
+
+fn open_store(path: &std::path::Path, limits: DurableLimits) -> Arc<DurableStore> {
+    DurableStore::new(Arc::new(SqliteBackend::open(path).unwrap()), limits)
+}
+
+#[test]
+fn specs_parse_and_print_without_secrets() {
+    assert_eq!("memory".parse(), Ok(StoreSpec::Memory));
+    assert_eq!("off".parse(), Ok(StoreSpec::Off));
+    assert_eq!(
+        "sqlite:/var/lib/sluice.db".parse(),
+        Ok(StoreSpec::Sqlite("/var/lib/sluice.db".into()))
+    );
+    let redis: StoreSpec = "redis://app:hunter2@cache:6379/2".parse().unwrap();
+    assert_eq!(redis.to_string(), "redis://app:***@cache:6379/2");
+    assert!(!format!("{redis:?}").contains("hunter2"));
+    let err = "postgres://x".parse::<StoreSpec>().unwrap_err();
+    assert!(err.to_string().contains("sqlite:PATH"), "{err}");
+    assert!("sqlite:".parse::<StoreSpec>().is_err());
+}
+
+#[tokio::test]
+async fn a_closed_turn_is_there_for_the_next_process() {
+    let path = temp_db("restart");
+    {
+        let store = open_store(&path, DurableLimits::DEFAULT);
+        let turn = store.open("k1:s").await.unwrap();
+        assert!(turn.reloaded, "a session's first turn loads it");
+        store.stash("k1:s", "abc", "the original").unwrap();
+        store.put_frozen("k1:s", "frz", "decision");
+        assert!(turn.close().wait(Duration::from_secs(5)).await);
+        // The next turn in the same process reads memory: nothing to load.
+        let again = store.open("k1:s").await.unwrap();
+        assert!(!again.reloaded);
+        store.put_frozen("k1:s", "frz", "decision 2");
+        assert!(again.close().wait(Duration::from_secs(5)).await);
+        assert_eq!(store.durable_stats().commits, 2);
+    }
+    // The first process is gone (its writer thread ends with the last sender).
+    let mut reopened = None;
+    for _ in 0..100 {
+        match SqliteBackend::open(&path) {
+            Ok(backend) => {
+                reopened = Some(backend);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let store = DurableStore::new(Arc::new(reopened.unwrap()), DurableLimits::DEFAULT);
+    assert_eq!(
+        store.get_frozen("k1:s", "frz"),
+        None,
+        "nothing before the turn opens"
+    );
+    let turn = store.open("k1:s").await.unwrap();
+    assert!(turn.reloaded);
+    assert_eq!(
+        store.get_frozen("k1:s", "frz").as_deref(),
+        Some("decision 2")
+    );
+    // Stashes are not loaded in bulk: an expand fetches them.
+    assert_eq!(store.resolve("k1:s", "abc"), None);
+    assert_eq!(
+        store.fetch(Some("k1:s"), "abc").await.as_deref(),
+        Some("the original")
+    );
+    assert_eq!(
+        store.fetch(None, "abc").await.as_deref(),
+        Some("the original")
+    );
+    assert_eq!(
+        store.fetch(Some("k2:s"), "abc").await,
+        None,
+        "another scope"
+    );
+    drop(turn);
+}
+
+#[tokio::test]
+async fn a_second_process_on_one_file_is_refused() {
+    let path = temp_db("exclusive");
+    let store = open_store(&path, DurableLimits::DEFAULT);
+    let turn = store.open("s").await.unwrap();
+    turn.close().wait(Duration::from_secs(5)).await;
+    let err = SqliteBackend::open(&path).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_per_session_quota_refuses_one_session_not_the_next() {
+    let path = temp_db("quota");
+    let limits = DurableLimits {
+        session_stashes: 3,
+        session_bytes: 1 << 20,
+        ..DurableLimits::DEFAULT
+    };
+    let store = open_store(&path, limits);
+    let turn = store.open("greedy").await.unwrap();
+    for i in 0..3 {
+        store.stash("greedy", &format!("id{i}"), "x").unwrap();
+    }
+    assert_eq!(store.stash("greedy", "id3", "x"), Err(StoreError::Full));
+    drop(turn);
+    let other = store.open("modest").await.unwrap();
+    store.stash("modest", "id0", "x").unwrap();
+    drop(other);
+    assert_eq!(store.durable_stats().quota_refused, 1);
+}
+
+#[tokio::test]
+async fn memory_copies_stay_within_their_budget_and_reload() {
+    let path = temp_db("budget");
+    let limits = DurableLimits {
+        cache_bytes: 10_000,
+        ..DurableLimits::DEFAULT
+    };
+    let store = open_store(&path, limits);
+    for i in 0..50 {
+        let session = format!("s{i}");
+        let turn = store.open(&session).await.unwrap();
+        store.put_frozen(&session, "state", &"v".repeat(1_000));
+        assert!(turn.close().wait(Duration::from_secs(5)).await);
+    }
+    let stats = store.durable_stats();
+    assert!(stats.cached_bytes <= 11_000, "{stats:?}");
+    assert!(stats.cache_evictions >= 40, "{stats:?}");
+    let turn = store.open("s0").await.unwrap();
+    assert!(turn.reloaded);
+    assert_eq!(
+        store.get_frozen("s0", "state").map(|v| v.len()),
+        Some(1_000)
+    );
+}
+
+#[tokio::test]
+async fn an_unwritable_file_fails_open_and_is_counted() {
+    let dir = temp_db("readonly");
+    let dir = dir.parent().unwrap().join("missing").join("nested");
+    // A path under a regular file can never be created.
+    let blocker = dir.parent().unwrap();
+    std::fs::write(blocker, b"not a directory").unwrap();
+    let store = open_store(&dir.join("state.db"), DurableLimits::DEFAULT);
+    assert_eq!(store.open("s").await.unwrap_err(), Unavailable::Backend);
+    // The episode is on: the next turns fail fast without asking again within the second.
+    assert_eq!(store.open("s").await.unwrap_err(), Unavailable::Backend);
+    let stats = store.durable_stats();
+    assert!(stats.failing);
+    assert_eq!(stats.unavailable_turns, 2);
+    assert_eq!(stats.backend_errors, 1);
+}

@@ -1,0 +1,211 @@
+//! The state store in `/stats` (`store_*`) and `/metrics` (`cg_store_*`): occupancy, quota
+//! refusals, evictions, backend errors and lease waits, one table ([`STORE_FIELDS`]) rendered
+//! into both, like `modes::stats::FIELDS`.
+
+use actors::store::DurableStats;
+use engine::store::StoreStats;
+use modes::stats::table::{Field, Kind, Num};
+
+/// What the rows read: the engine-side counters every store has, and the durable store's own
+/// (zero for `memory` and `off`).
+#[derive(Debug, Default)]
+pub struct StoreView {
+    pub store: StoreStats,
+    pub durable: DurableStats,
+}
+
+const fn row(
+    json: &'static str,
+    metric: &'static str,
+    kind: Kind,
+    unit: &'static str,
+    help: &'static str,
+    value: fn(&StoreView) -> Num,
+) -> Field<StoreView> {
+    Field {
+        json: Some(json),
+        metric: Some(metric),
+        labels: "",
+        kind,
+        unit,
+        help,
+        value,
+    }
+}
+
+fn count(n: impl TryInto<u64>) -> Num {
+    Num::Count(n.try_into().unwrap_or(u64::MAX))
+}
+
+use Kind::{Counter, Gauge};
+
+pub static STORE_FIELDS: &[Field<StoreView>] = &[
+    row(
+        "store_stashes",
+        "cg_store_stashes",
+        Gauge,
+        "stashes",
+        "Originals behind markers held in memory (with SQLite or Redis: copies of sessions in use).",
+        |v| count(v.store.stashes),
+    ),
+    row(
+        "store_stash_bytes",
+        "cg_store_stash_bytes",
+        Gauge,
+        "bytes",
+        "Bytes of those originals.",
+        |v| count(v.store.stash_bytes),
+    ),
+    row(
+        "store_frozen_entries",
+        "cg_store_frozen_entries",
+        Gauge,
+        "entries",
+        "Replay entries (freezes, session state, checkpoints) held in memory.",
+        |v| count(v.store.frozen_entries),
+    ),
+    row(
+        "store_refused",
+        "cg_store_refused_total",
+        Counter,
+        "stashes",
+        "Stashes refused (reserve full of live stashes, or the per-session quota): the content stayed as it was (gate `store_full`).",
+        |v| count(v.store.refused),
+    ),
+    row(
+        "store_quota_refused",
+        "cg_store_quota_refused_total",
+        Counter,
+        "stashes",
+        "Of those, refused by the per-session quota (`store.session_max_stashes`, `store.session_max_mb`).",
+        |v| count(v.store.quota_refused),
+    ),
+    row(
+        "store_expired",
+        "cg_store_expired_total",
+        Counter,
+        "entries",
+        "Entries (memory) or whole sessions (SQLite) dropped because their time to live ran out.",
+        |v| count(v.store.expired),
+    ),
+    row(
+        "store_frozen_evicted",
+        "cg_store_frozen_evicted_total",
+        Counter,
+        "entries",
+        "Replay entries evicted from the memory store to make room.",
+        |v| count(v.store.frozen_evicted),
+    ),
+    row(
+        "store_failing",
+        "cg_store_failing",
+        Gauge,
+        "0/1",
+        "1 while the durable backend fails: turns go upstream unmodified until it answers.",
+        |v| count(u64::from(v.durable.failing)),
+    ),
+    row(
+        "store_backend_sessions",
+        "cg_store_backend_sessions",
+        Gauge,
+        "sessions",
+        "Sessions the backend holds (SQLite; 0 for Redis, where counting would be a scan).",
+        |v| count(v.durable.occupancy.sessions),
+    ),
+    row(
+        "store_backend_bytes",
+        "cg_store_backend_bytes",
+        Gauge,
+        "bytes",
+        "Size of the SQLite file and its write-ahead log.",
+        |v| count(v.durable.occupancy.bytes),
+    ),
+    row(
+        "store_cached_sessions",
+        "cg_store_cached_sessions",
+        Gauge,
+        "sessions",
+        "Sessions copied in memory from the durable backend.",
+        |v| count(v.durable.cached_sessions),
+    ),
+    row(
+        "store_cached_bytes",
+        "cg_store_cached_bytes",
+        Gauge,
+        "bytes",
+        "Bytes of those copies (bounded by `store.rewind_reserve_mb`).",
+        |v| count(v.durable.cached_bytes),
+    ),
+    row(
+        "store_cache_evictions",
+        "cg_store_cache_evictions_total",
+        Counter,
+        "sessions",
+        "Session copies dropped from memory to stay in budget (their state is safe in the backend).",
+        |v| count(v.durable.cache_evictions),
+    ),
+    row(
+        "store_loads",
+        "cg_store_loads_total",
+        Counter,
+        "sessions",
+        "Sessions loaded from the backend: a first turn after a restart, or a turn after another replica's.",
+        |v| count(v.durable.loads),
+    ),
+    row(
+        "store_commits",
+        "cg_store_commits_total",
+        Counter,
+        "turns",
+        "Turns written to the backend.",
+        |v| count(v.durable.commits),
+    ),
+    row(
+        "store_commit_failures",
+        "cg_store_commit_failures_total",
+        Counter,
+        "turns",
+        "Turns whose writes the backend did not take (the session reloads on its next turn).",
+        |v| count(v.durable.commit_failures),
+    ),
+    row(
+        "store_backend_errors",
+        "cg_store_backend_errors_total",
+        Counter,
+        "calls",
+        "Backend calls that failed or timed out (each episode is logged once).",
+        |v| count(v.durable.backend_errors),
+    ),
+    row(
+        "store_lease_waits",
+        "cg_store_lease_waits_total",
+        Counter,
+        "turns",
+        "Turns that found another replica holding their session's lease and waited.",
+        |v| count(v.durable.lease_waits),
+    ),
+    row(
+        "store_lease_timeouts",
+        "cg_store_lease_timeouts_total",
+        Counter,
+        "turns",
+        "Turns that waited `store.lease_wait_ms` in vain and went upstream unmodified.",
+        |v| count(v.durable.lease_timeouts),
+    ),
+    row(
+        "store_lease_lost",
+        "cg_store_lease_lost_total",
+        Counter,
+        "turns",
+        "Commits refused because their lease had expired and another replica held the session (fencing).",
+        |v| count(v.durable.lease_lost),
+    ),
+    row(
+        "store_unavailable_turns",
+        "cg_store_unavailable_turns_total",
+        Counter,
+        "turns",
+        "Turns that went upstream unmodified because the backend failed.",
+        |v| count(v.durable.unavailable_turns),
+    ),
+];

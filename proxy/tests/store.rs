@@ -1,0 +1,490 @@
+//! State that survives a restart and is shared by replicas, through real `sluice serve`
+//! processes: a corpus session sent turn by turn, the process killed with SIGKILL half way and
+//! started again on the same SQLite file; two replicas on one Redis taking turns; the backend
+//! failing under them; a flood of sessions beside a new one.
+//!
+//! A flip is a message the previous turn forwarded that this turn forwards differently: it costs
+//! the provider's cache from that message on. The default pipeline's cuts are deterministic, so a
+//! process that lost its state re-derives most of them; what it cannot re-derive is the session's
+//! tracker (the cached-prefix boundary), so each test also runs the control on a memory store and
+//! checks that *it* meets a session it does not know (`unknown_boundary_turns`), which the durable
+//! store never does: none of the tests can pass vacuously.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use engine::marker;
+use engine::wire::Dialect;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use integration_tests::mock::{Mock, Reply};
+use integration_tests::redis::{RedisServer, free_port};
+use integration_tests::{bodies, session_turns, wire_messages};
+
+const CREDENTIAL: (&str, &str) = ("authorization", "Bearer sk-test-tenant-a");
+
+/// A `sluice serve` process; SIGKILLed on drop.
+struct Sluice {
+    child: Child,
+    url: String,
+}
+
+impl Sluice {
+    fn spawn(store: &str, upstream: &str) -> Sluice {
+        let port = free_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("SLUICE_") {
+                command.env_remove(key);
+            }
+        }
+        let child = command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--store", store])
+            .args([
+                "--anthropic-upstream",
+                upstream,
+                "--openai-upstream",
+                upstream,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sluice starts");
+        let sluice = Sluice {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "sluice did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sluice
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> (u16, Bytes) {
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.url));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = client
+            .request(request.body(Full::new(body)).unwrap())
+            .await
+            .expect("sluice answers");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.into_body().collect().await.unwrap().to_bytes(),
+        )
+    }
+
+    async fn turn(&self, dialect: Dialect, session: &str, body: &[u8]) -> u16 {
+        let path = match dialect {
+            Dialect::OpenAi => "/openai/v1/chat/completions",
+            Dialect::Anthropic => "/anthropic/v1/messages",
+        };
+        let headers = [
+            ("content-type", "application/json"),
+            ("x-context-guru-session", session),
+            ("anthropic-version", "2023-06-01"),
+            CREDENTIAL,
+        ];
+        self.call("POST", path, &headers, Bytes::copy_from_slice(body))
+            .await
+            .0
+    }
+
+    async fn expand(&self, session: &str, id: &str) -> (u16, Bytes) {
+        let headers = [("x-context-guru-session", session), CREDENTIAL];
+        self.call("GET", &format!("/expand?id={id}"), &headers, Bytes::new())
+            .await
+    }
+
+    async fn stats(&self) -> serde_json::Value {
+        let (status, body) = self.call("GET", "/stats", &[], Bytes::new()).await;
+        assert_eq!(status, 200);
+        serde_json::from_slice(&body).unwrap()
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-store-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn sqlite(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("state.db").display())
+}
+
+/// A public session the default pipeline cuts early and often, as its turns.
+fn session() -> (Dialect, Vec<Vec<u8>>) {
+    let body = bodies()
+        .into_iter()
+        .find(|b| {
+            b.path
+                .to_string_lossy()
+                .contains("gemini3pro-miniswe-pytest-dev-pytest-6197")
+        })
+        .expect("the pytest-6197 run is in the corpus");
+    (body.dialect, session_turns(&body.bytes))
+}
+
+/// What one run of a session through sluice came to.
+#[derive(Debug, Default)]
+struct Run {
+    flips: usize,
+    /// Marker ids forwarded before the break, with the turn that carried them.
+    markers: Vec<(String, usize)>,
+}
+
+/// Sends every turn of a session, `via(k)` choosing the process for turn k (and `between`
+/// running before turn `at`), and compares each forwarded body with the one before it.
+async fn run_session(
+    mock: &Mock,
+    dialect: Dialect,
+    turns: &[Vec<u8>],
+    session: &str,
+    mut via: impl FnMut(usize) -> usize,
+    sluices: &mut Vec<Option<Sluice>>,
+    mut between: impl FnMut(usize, &mut Vec<Option<Sluice>>),
+) -> Run {
+    let mut run = Run::default();
+    let mut previous: Vec<String> = Vec::new();
+    for (k, turn) in turns.iter().enumerate() {
+        between(k, sluices);
+        mock.clear_recorded();
+        let sluice = sluices[via(k)].as_ref().expect("a running sluice");
+        assert_eq!(sluice.turn(dialect, session, turn).await, 200, "turn {k}");
+        let forwarded = mock.recorded().last().expect("forwarded").body.clone();
+        let messages = wire_messages(&forwarded);
+        run.flips += previous
+            .iter()
+            .zip(&messages)
+            .filter(|(before, now)| before != now)
+            .count();
+        for m in &messages {
+            for id in marker::marker_ids(m) {
+                if !run.markers.iter().any(|(known, _)| known == id) {
+                    run.markers.push((id.to_owned(), k));
+                }
+            }
+        }
+        previous = messages;
+    }
+    run
+}
+
+/// Whether `original` is content the client sent in `turn` (JSON-escaped as serde writes it).
+fn sent_in(turn: &[u8], original: &[u8]) -> bool {
+    let original = std::str::from_utf8(original).unwrap();
+    let escaped = serde_json::to_string(original).unwrap();
+    let escaped = &escaped[1..escaped.len() - 1];
+    memchr::memmem::find(turn, escaped.as_bytes()).is_some()
+}
+
+/// A session through `sluice serve --store STORE`, SIGKILLed and started again on the same
+/// store half way; the run and the restarted process.
+async fn killed_half_way(
+    mock: &Mock,
+    dialect: Dialect,
+    turns: &[Vec<u8>],
+    store: &str,
+) -> (Run, Sluice) {
+    let half = turns.len() / 2;
+    let mut sluices = vec![Some(Sluice::spawn(store, &mock.url()))];
+    let restart = |k: usize, sluices: &mut Vec<Option<Sluice>>| {
+        if k == half {
+            sluices[0].take().unwrap().kill();
+            sluices[0] = Some(Sluice::spawn(store, &mock.url()));
+        }
+    };
+    let run = run_session(
+        mock,
+        dialect,
+        turns,
+        "restart-1",
+        |_| 0,
+        &mut sluices,
+        restart,
+    )
+    .await;
+    (run, sluices.remove(0).unwrap())
+}
+
+/// A session through two `sluice serve --store STORE` replicas, taking turns.
+async fn alternating(
+    mock: &Mock,
+    dialect: Dialect,
+    turns: &[Vec<u8>],
+    store: &str,
+) -> (Run, Vec<Sluice>) {
+    let mut sluices = vec![
+        Some(Sluice::spawn(store, &mock.url())),
+        Some(Sluice::spawn(store, &mock.url())),
+    ];
+    let run = run_session(
+        mock,
+        dialect,
+        turns,
+        "replicas-1",
+        |k| k % 2,
+        &mut sluices,
+        |_, _| {},
+    )
+    .await;
+    (run, sluices.into_iter().flatten().collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_comes_back_with_every_decision_and_original() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let half = turns.len() / 2;
+    assert!(half >= 5, "{} turns", turns.len());
+
+    let dir = temp_dir("restart");
+    let (run, sluice) = killed_half_way(&mock, dialect, &turns, &sqlite(&dir)).await;
+    assert_eq!(run.flips, 0, "{run:?}");
+    let before: Vec<&(String, usize)> = run.markers.iter().filter(|(_, k)| *k < half).collect();
+    assert!(
+        !before.is_empty(),
+        "markers were cut before the restart: {run:?}"
+    );
+
+    // Every marker cut before the kill expands after it, to content the client sent.
+    for (id, k) in &before {
+        let (status, original) = sluice.expand("restart-1", id).await;
+        assert_eq!(status, 200, "{id}");
+        assert!(
+            sent_in(&turns[*k], &original),
+            "{id} expands to the client's own content"
+        );
+    }
+    // Another credential does not reach them.
+    let (id, _) = before[0];
+    let (status, _) = sluice
+        .call(
+            "GET",
+            &format!("/expand?id={id}"),
+            &[
+                ("x-context-guru-session", "restart-1"),
+                ("authorization", "Bearer sk-other"),
+            ],
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    // And through the model's tool: the expand loop answers from the restarted process.
+    mock.clear_recorded();
+    mock.script([
+        Reply::Expand {
+            text: None,
+            ids: vec![id.clone()],
+        },
+        Reply::Text("done".into()),
+    ]);
+    let last = turns.last().unwrap();
+    assert_eq!(sluice.turn(dialect, "restart-1", last).await, 200);
+    let recorded = mock.recorded();
+    assert_eq!(recorded.len(), 2, "one expand round");
+    let (_, original) = sluice.expand("restart-1", id).await;
+    assert!(
+        sent_in(&recorded[1].body, &original),
+        "the tool result carries the original"
+    );
+
+    let stats = sluice.stats().await;
+    assert!(
+        stats["store_backend"]
+            .as_str()
+            .unwrap()
+            .starts_with("sqlite:")
+    );
+    assert!(stats["store_loads"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(stats["store_commits"].as_u64().unwrap() >= 1, "{stats}");
+    assert_eq!(
+        stats["unknown_boundary_turns"], 0,
+        "the tracker came back: {stats}"
+    );
+
+    // The control: the same session through a memory store across a restart.
+    let (_, sluice) = killed_half_way(&mock, dialect, &turns, "memory").await;
+    let stats = sluice.stats().await;
+    assert_eq!(
+        stats["unknown_boundary_turns"], 1,
+        "a memory store forgets: {stats}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_share_every_session() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let (run, sluices) = alternating(&mock, dialect, &turns, &redis.url()).await;
+    assert_eq!(run.flips, 0, "{run:?}");
+    assert!(!run.markers.is_empty(), "{run:?}");
+    // A marker cut by one replica expands on the other.
+    for (id, k) in &run.markers {
+        let other = &sluices[(k + 1) % 2];
+        let (status, original) = other.expand("replicas-1", id).await;
+        assert_eq!(status, 200, "{id} from turn {k}");
+        assert!(sent_in(&turns[*k], &original));
+    }
+    for sluice in &sluices {
+        let stats = sluice.stats().await;
+        assert!(
+            stats["store_backend"]
+                .as_str()
+                .unwrap()
+                .starts_with("redis://")
+        );
+        // Each replica found the other's turns and reloaded the session.
+        assert!(
+            stats["store_loads"].as_u64().unwrap() >= turns.len() as u64 / 2 - 1,
+            "{stats}"
+        );
+        assert_eq!(stats["store_skipped_requests"], 0, "{stats}");
+    }
+    // Only the session's very first turn was unknown, to replica 0.
+    let unknown = |stats: &serde_json::Value| stats["unknown_boundary_turns"].as_u64().unwrap();
+    let replica_1 = sluices[1].stats().await;
+    assert_eq!(unknown(&replica_1), 0, "{replica_1}");
+
+    // The control: two replicas each on a memory store.
+    let (_, sluices) = alternating(&mock, dialect, &turns, "memory").await;
+    let replica_1 = sluices[1].stats().await;
+    assert_eq!(unknown(&replica_1), 1, "{replica_1}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_fails_open_and_is_counted() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let sluice = Sluice::spawn(&redis.url(), &mock.url());
+    for turn in &turns[..3] {
+        assert_eq!(sluice.turn(dialect, "failing-1", turn).await, 200);
+    }
+    redis.stop();
+    for turn in &turns[3..6] {
+        mock.clear_recorded();
+        assert_eq!(sluice.turn(dialect, "failing-1", turn).await, 200);
+        let forwarded = mock.recorded().last().unwrap().body.clone();
+        assert_eq!(&forwarded[..], &turn[..], "forwarded byte-identical");
+    }
+    let stats = sluice.stats().await;
+    assert_eq!(stats["store_failing"], 1, "{stats}");
+    assert!(
+        stats["store_skipped_requests"].as_u64().unwrap() >= 3,
+        "{stats}"
+    );
+    assert!(
+        stats["store_backend_errors"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
+    assert!(
+        stats["components"]["store"]["gates"]["store_unavailable"]
+            .as_u64()
+            .unwrap()
+            >= 3,
+        "{stats}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_sqlite_file_fails_open_and_is_counted() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let dir = temp_dir("unwritable");
+    // A path under a regular file can never be created, whoever runs the test (root included).
+    std::fs::write(dir.join("blocker"), b"a file, not a directory").unwrap();
+    let store = format!("sqlite:{}", dir.join("blocker").join("state.db").display());
+    let sluice = Sluice::spawn(&store, &mock.url());
+    for turn in &turns[..3] {
+        mock.clear_recorded();
+        assert_eq!(sluice.turn(dialect, "unwritable-1", turn).await, 200);
+        assert_eq!(&mock.recorded().last().unwrap().body[..], &turn[..]);
+    }
+    let stats = sluice.stats().await;
+    assert_eq!(stats["store_failing"], 1, "{stats}");
+    assert_eq!(stats["store_skipped_requests"], 3, "{stats}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What `sluice` forwards for `turn` in `session`.
+async fn forwarded_by(
+    mock: &Mock,
+    sluice: &Sluice,
+    dialect: Dialect,
+    session: &str,
+    turn: &[u8],
+) -> Bytes {
+    mock.clear_recorded();
+    assert_eq!(sluice.turn(dialect, session, turn).await, 200);
+    mock.recorded().last().unwrap().body.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sessions_does_not_shrink_a_new_sessions_saving() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let turn = &turns[turns.len() / 2];
+    let fresh_dir = temp_dir("flood-fresh");
+    let fresh = Sluice::spawn(&sqlite(&fresh_dir), &mock.url());
+    let expected = forwarded_by(&mock, &fresh, dialect, "newcomer", turn).await;
+    assert!(expected.len() < turn.len(), "the turn is compacted");
+    drop(fresh);
+
+    let dir = temp_dir("flood");
+    let sluice = Sluice::spawn(&sqlite(&dir), &mock.url());
+    for i in 0..900 {
+        forwarded_by(&mock, &sluice, dialect, &format!("flood-{i}"), turn).await;
+    }
+    let after = forwarded_by(&mock, &sluice, dialect, "newcomer", turn).await;
+    assert_eq!(
+        after, expected,
+        "the newcomer saves as much as on an empty store"
+    );
+    let stats = sluice.stats().await;
+    assert_eq!(stats["store_backend_sessions"], 901, "{stats}");
+    assert_eq!(stats["store_refused"], 0, "{stats}");
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(fresh_dir);
+}
