@@ -83,3 +83,65 @@ pub fn pytest_log(bytes: usize, fail_every: usize) -> String {
     }
     log
 }
+
+/// What the harnesses share: a plain HTTP/1 client, a timed POST, percentiles.
+pub mod http_load {
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+
+    pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+    pub fn client() -> HttpClient {
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+    }
+
+    /// A JSON POST with extra headers, timed to the end of the response body.
+    ///
+    /// # Panics
+    /// On a transport error or a status that is not a success.
+    pub async fn post_with(
+        client: &HttpClient,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Duration {
+        let started = Instant::now();
+        let mut request = http::Request::post(url).header("content-type", "application/json");
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let request = request.body(Full::new(body)).expect("request");
+        let response = client.request(request).await.expect("response");
+        assert!(
+            response.status().is_success(),
+            "{url}: {}",
+            response.status()
+        );
+        response.into_body().collect().await.expect("body");
+        started.elapsed()
+    }
+
+    /// A JSON POST, timed to the end of the response body.
+    pub async fn post(client: &HttpClient, url: &str, body: Bytes) -> Duration {
+        post_with(client, url, &[], body).await
+    }
+
+    /// The nearest-rank percentile of sorted values (0 for none).
+    pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+        if sorted.is_empty() {
+            return 0.0;
+        }
+        let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        sorted[rank.min(sorted.len() - 1)]
+    }
+
+    /// Milliseconds, as the reports print them.
+    pub fn ms(d: Duration) -> f64 {
+        d.as_secs_f64() * 1e3
+    }
+}

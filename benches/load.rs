@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use integration_tests::mock::Mock;
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+use benches::http_load::{HttpClient, ms, percentile, post};
 
 const MAX_BODY: usize = 200 * 1024;
 const ROUNDS: usize = 20;
@@ -43,22 +43,6 @@ fn direct_route(dialect: Dialect) -> &'static str {
     }
 }
 
-async fn post(client: &HttpClient, url: &str, body: Bytes) -> Duration {
-    let started = Instant::now();
-    let request = http::Request::post(url)
-        .header("content-type", "application/json")
-        .body(Full::new(body))
-        .expect("request");
-    let response = client.request(request).await.expect("response");
-    assert!(
-        response.status().is_success(),
-        "{url}: {}",
-        response.status()
-    );
-    response.into_body().collect().await.expect("body");
-    started.elapsed()
-}
-
 async fn first_byte(client: &HttpClient, url: &str, body: Bytes) -> Duration {
     let started = Instant::now();
     let request = http::Request::post(url)
@@ -72,17 +56,6 @@ async fn first_byte(client: &HttpClient, url: &str, body: Bytes) -> Duration {
     ttfb
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 fn with_stream(body: &[u8]) -> Bytes {
     let mut value: serde_json::Value = serde_json::from_slice(body).expect("corpus JSON");
