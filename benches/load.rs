@@ -56,7 +56,6 @@ async fn first_byte(client: &HttpClient, url: &str, body: Bytes) -> Duration {
     ttfb
 }
 
-
 fn with_stream(body: &[u8]) -> Bytes {
     let mut value: serde_json::Value = serde_json::from_slice(body).expect("corpus JSON");
     value["stream"] = serde_json::Value::Bool(true);

@@ -32,8 +32,19 @@ struct Arm {
 fn spawn_sluice(binary: &str, store: &str, upstream: &str) -> (String, Child) {
     let port = free_port();
     let child = Command::new(binary)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store", store])
-        .args(["--anthropic-upstream", upstream, "--openai-upstream", upstream])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            store,
+        ])
+        .args([
+            "--anthropic-upstream",
+            upstream,
+            "--openai-upstream",
+            upstream,
+        ])
         .env("SLUICE_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -88,7 +99,12 @@ async fn stats(client: &HttpClient, url: &str) -> serde_json::Value {
         .body(Full::new(Bytes::new()))
         .expect("request");
     let response = client.request(request).await.expect("stats");
-    let body = response.into_body().collect().await.expect("body").to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
     serde_json::from_slice(&body).expect("JSON")
 }
 
@@ -96,7 +112,8 @@ fn main() {
     let binary = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
-    let redis = RedisServer::start().expect("redis-server is installed (apt-get install redis-server)");
+    let redis =
+        RedisServer::start().expect("redis-server is installed (apt-get install redis-server)");
     let dir = std::env::temp_dir().join(format!("sluice-stores-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");

@@ -186,6 +186,16 @@ pub trait Backend: Send + Sync {
     /// Writes a turn and releases its lease, if the lease is still the commit's.
     async fn commit(&self, session: &str, commit: Commit) -> Result<Committed, BackendError>;
 
+    /// Writes one replay entry outside any turn and without a lease: only for values keyed by
+    /// their content (a model's result for one output), which no turn overwrites with another.
+    async fn put(
+        &self,
+        session: &str,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError>;
+
     /// The original behind `id`: in `session`, or in any session for a trusted person.
     async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError>;
 

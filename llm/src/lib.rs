@@ -21,4 +21,4 @@ pub use sandbox;
 pub use client::{
     CheapModelEnv, Endpoint, Incoming, LlmError, Rejection, Transport, TransportError,
 };
-pub use service::{Isolation, LlmCounts, LlmService, Options, RequestModels, Waited};
+pub use service::{Isolation, LlmCounts, LlmService, Options, RequestModels, ResultStore, Waited};

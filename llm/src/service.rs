@@ -12,6 +12,11 @@
 //! model's deadline and runs the pipeline again. Results are cached per session by the job's
 //! content key, so the same output on a later turn reuses its result with no call; a result
 //! that arrives after its request gave up is answered [`Answer::Late`] once, on the next ask.
+//!
+//! With a [`ResultStore`] (the proxy's durable state store), every accepted result is also
+//! written there, and an ask this process has no entry for looks there before it calls the
+//! model: a result one replica paid for serves the next turn on any replica, and a restart does
+//! not pay for it again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -132,8 +137,42 @@ struct Cache {
     order: VecDeque<Key>,
 }
 
+/// Where accepted results outlive this process (keyed by session and content key).
+pub trait ResultStore: Send + Sync {
+    fn load(&self, session: &str, key: u128) -> Option<String>;
+    /// Must not block: a durable implementation writes behind.
+    fn save(&self, session: &str, key: u128, text: &str);
+}
+
+/// A stored result is handed out as late (once) by a request no one is: request ids start at 1.
+const FROM_STORE: u64 = 0;
+
+impl Cache {
+    /// Drops the oldest finished entries past `limit`.
+    fn trim(&mut self, limit: usize) {
+        while self.order.len() > limit.max(1) {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            // A running job keeps its entry: its result is on its way to a waiting request.
+            if matches!(
+                self.entries.get(&oldest),
+                Some(Entry {
+                    state: State::Pending,
+                    ..
+                })
+            ) {
+                self.order.push_back(oldest);
+                break;
+            }
+            self.entries.remove(&oldest);
+        }
+    }
+}
+
 struct Shared {
     cache: Mutex<Cache>,
+    results: Option<Arc<dyn ResultStore>>,
     done: Notify,
     counters: Counters,
     options: Options,
@@ -171,9 +210,20 @@ impl LlmService {
         env: CheapModelEnv,
         options: Options,
     ) -> LlmService {
+        Self::start_with(transport, env, options, None)
+    }
+
+    /// [`LlmService::start`], keeping accepted results in `results` as well.
+    pub fn start_with(
+        transport: Arc<dyn Transport>,
+        env: CheapModelEnv,
+        options: Options,
+        results: Option<Arc<dyn ResultStore>>,
+    ) -> LlmService {
         let (sender, mut receiver) = mpsc::channel::<JobMsg>(options.queue.max(1));
         let shared = Arc::new(Shared {
             cache: Mutex::new(Cache::default()),
+            results,
             done: Notify::new(),
             counters: Counters::default(),
             options,
@@ -238,6 +288,9 @@ impl LlmService {
 
 impl Shared {
     fn finish(&self, key: &Key, result: Result<String, LlmError>) {
+        if let (Some(results), Ok(text)) = (&self.results, &result) {
+            results.save(&key.0, key.1, text);
+        }
         if let Some(entry) = self.cache.lock().entries.get_mut(key) {
             entry.state = State::Done(result);
         }
@@ -473,6 +526,25 @@ impl RequestModels {
     }
 }
 
+impl RequestModels {
+    /// A result this process has no entry for, from the result store: cached as if a request
+    /// nobody is had submitted it, so it is handed out as late once (it may never have been
+    /// applied), then as ready.
+    fn stored(&self, key: &Key) -> Option<Answer> {
+        let shared = &self.service.shared;
+        let text = shared.results.as_ref()?.load(&key.0, key.1)?;
+        let mut cache = shared.cache.lock();
+        cache.entries.entry(key.clone()).or_insert(Entry {
+            state: State::Done(Ok(text.clone())),
+            submitted_by: FROM_STORE,
+            handed_on: true,
+        });
+        cache.order.push_back(key.clone());
+        cache.trim(shared.options.cache_entries);
+        Some(Answer::Late(text))
+    }
+}
+
 impl Models for RequestModels {
     fn submitted(&self) -> usize {
         usize::try_from(self.submitted.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
@@ -507,6 +579,9 @@ impl Models for RequestModels {
                     State::Done(Ok(text)) => Answer::Ready(text.clone()),
                 };
             }
+        }
+        if let Some(text) = self.stored(&key) {
+            return text;
         }
         if !ask.submit {
             return Answer::Unknown;
@@ -543,24 +618,7 @@ impl Models for RequestModels {
         }
         self.submitted.fetch_add(1, Ordering::Relaxed);
         cache.order.push_back(key.clone());
-        let limit = shared.options.cache_entries.max(1);
-        while cache.order.len() > limit {
-            let Some(oldest) = cache.order.pop_front() else {
-                break;
-            };
-            // A running job keeps its entry: its result is on its way to a waiting request.
-            if matches!(
-                cache.entries.get(&oldest),
-                Some(Entry {
-                    state: State::Pending,
-                    ..
-                })
-            ) {
-                cache.order.push_back(oldest);
-                break;
-            }
-            cache.entries.remove(&oldest);
-        }
+        cache.trim(shared.options.cache_entries);
         drop(cache);
         self.waiting.lock().push((key, ask.model.deadline()));
         Answer::Pending

@@ -93,6 +93,29 @@ impl StateStore {
     }
 }
 
+/// The cheap model's accepted results, kept in the durable store under their session (frozen
+/// key `llm:<content key>`): loaded with the session, written at once.
+struct DurableResults(Arc<DurableStore>);
+
+impl DurableResults {
+    fn key(key: u128) -> String {
+        format!("llm:{key:032x}")
+    }
+}
+
+impl llm::ResultStore for DurableResults {
+    fn load(&self, session: &str, key: u128) -> Option<String> {
+        self.0
+            .get_frozen(session, &Self::key(key))
+            .map(|v| v.to_string())
+    }
+
+    fn save(&self, session: &str, key: u128, text: &str) {
+        // Not waited for: a result that does not land is asked for again, nothing worse.
+        let _ = self.0.put_now(session, &Self::key(key), text);
+    }
+}
+
 /// Everything a request needs, shared by all of them.
 pub struct App {
     pub config: Config,
@@ -190,14 +213,19 @@ impl App {
                 (live, Some(observer))
             }
         };
-        // Model calls go through the agent's own pooled client.
-        let llm = llm::LlmService::start(
+        // Model calls go through the agent's own pooled client; with a durable store, accepted
+        // results are kept there too, for every replica and the next process.
+        let results = durable
+            .clone()
+            .map(|d| Arc::new(DurableResults(d)) as Arc<dyn llm::ResultStore>);
+        let llm = llm::LlmService::start_with(
             Arc::new(upstream.clone()),
             llm::CheapModelEnv::from_env(),
             llm::Options {
                 isolation: settings.sandbox.clone(),
                 ..llm::Options::default()
             },
+            results,
         );
         Ok(App {
             config,

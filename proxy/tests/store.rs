@@ -488,3 +488,115 @@ async fn a_flood_of_sessions_does_not_shrink_a_new_sessions_saving() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(fresh_dir);
 }
+
+/// The fence at work on a real Redis: a holder whose lease expired cannot write over the turn of
+/// the holder that took the session after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_lease_holder_cannot_overwrite_its_successor() {
+    use actors::store::redis::RedisBackend;
+    use actors::store::{Backend, Commit, Committed};
+    use std::sync::Arc;
+
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let backend = RedisBackend::connect(&redis.url()).unwrap();
+    let commit = |fence: u64, value: &str| Commit {
+        fence,
+        frozen: vec![("decision".into(), Arc::from(value))],
+        ttl: Duration::from_secs(60),
+        ..Commit::default()
+    };
+    let stalled = backend
+        .acquire("k1:s", Duration::from_millis(50))
+        .await
+        .unwrap()
+        .expect("a free session");
+    assert_eq!(stalled.version, 0);
+    assert_eq!(
+        backend.acquire("k1:s", Duration::from_secs(10)).await,
+        Ok(None),
+        "held"
+    );
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let successor = backend
+        .acquire("k1:s", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("the stalled lease expired");
+    assert!(successor.fence > stalled.fence);
+    assert_eq!(
+        backend.commit("k1:s", commit(stalled.fence, "stale")).await,
+        Ok(Committed::Fenced)
+    );
+    assert_eq!(
+        backend
+            .commit("k1:s", commit(successor.fence, "fresh"))
+            .await,
+        Ok(Committed::Written)
+    );
+    backend
+        .put("k1:s", "llm:1", "a result", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let snapshot = backend.load("k1:s").await.unwrap();
+    assert_eq!(snapshot.version, successor.fence);
+    let mut frozen = snapshot.frozen;
+    frozen.sort();
+    assert_eq!(
+        frozen,
+        [
+            ("decision".to_owned(), "fresh".to_owned()),
+            ("llm:1".to_owned(), "a result".to_owned())
+        ]
+    );
+    // Released by the commit: the next turn takes it at once, and sees the version.
+    let next = backend
+        .acquire("k1:s", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("released");
+    assert_eq!(next.version, successor.fence);
+}
+
+/// A session another replica holds past `store.lease_wait_ms` goes upstream unmodified rather
+/// than wait without bound, and is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_held_too_long_fails_open() {
+    use actors::store::Backend;
+    use actors::store::redis::RedisBackend;
+
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let sluice = Sluice::spawn(&redis.url(), &mock.url());
+    // The key sluice makes for this caller's session: its credential scope, then the id.
+    let scope = engine::session::credential_scope(
+        modes::turn::DEFAULT_SCOPE_SECRET,
+        Some(CREDENTIAL.1.as_bytes()),
+    );
+    let other_replica = RedisBackend::connect(&redis.url()).unwrap();
+    other_replica
+        .acquire(&format!("{scope}held-1"), Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("free");
+    let turn = &turns[turns.len() / 2];
+    let started = Instant::now();
+    let forwarded = forwarded_by(&mock, &sluice, dialect, "held-1", turn).await;
+    let waited = started.elapsed();
+    assert_eq!(&forwarded[..], &turn[..], "unmodified");
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    let stats = sluice.stats().await;
+    assert_eq!(stats["store_lease_timeouts"], 1, "{stats}");
+    assert_eq!(
+        stats["components"]["store"]["gates"]["lease_timeout"], 1,
+        "{stats}"
+    );
+    // Another session is not held up.
+    let other = forwarded_by(&mock, &sluice, dialect, "free-1", turn).await;
+    assert!(other.len() < turn.len(), "compacted");
+}

@@ -367,6 +367,34 @@ impl DurableStore {
         Ok(opened)
     }
 
+    /// Keeps a replay entry at once, outside any turn and its lease: for a value keyed by its
+    /// content that other replicas should see before this session's next turn here (a model's
+    /// result, which another replica would otherwise pay for again). Written behind; a failure
+    /// is counted and costs only that.
+    pub fn put_now(self: &Arc<Self>, session: &str, key: &str, value: &str) -> Flush {
+        {
+            let mut copies = self.copies.lock();
+            let copy = copies.touch(session);
+            let old = copy.frozen.insert(key.to_owned(), Arc::from(value));
+            let removed = old.as_ref().map_or(0, |v| key.len() + v.len());
+            copies.bytes = (copies.bytes + key.len() + value.len()).saturating_sub(removed);
+            copies.frozen += usize::from(old.is_none());
+        }
+        let (store, session, key, value) = (
+            self.clone(),
+            session.to_owned(),
+            key.to_owned(),
+            value.to_owned(),
+        );
+        let (tx, rx) = oneshot::channel();
+        self.runtime.spawn(async move {
+            let ttl = store.limits.ttl;
+            let put = store.backend.put(&session, &key, &value, ttl);
+            let _ = tx.send(store.call(put).await.is_ok());
+        });
+        Flush(Some(rx))
+    }
+
     /// The original behind `id`, from memory or the backend (an expand on a replica that did
     /// not cut it, or after a restart).
     pub async fn fetch(&self, session: Option<&str>, id: &str) -> Option<Arc<str>> {

@@ -189,6 +189,25 @@ impl Backend for RedisBackend {
         Ok(Committed::Written)
     }
 
+    async fn put(
+        &self,
+        session: &str,
+        key_name: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        let mut con = self.connection.clone();
+        let frozen = key(session, "frozen");
+        redis::pipe()
+            .hset(&frozen, key_name, value)
+            .ignore()
+            .pexpire(&frozen, ttl.as_millis().max(1) as i64)
+            .ignore()
+            .query_async::<()>(&mut con)
+            .await
+            .map_err(io)
+    }
+
     async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {
         let mut con = self.connection.clone();
         let session = match session {

@@ -57,7 +57,16 @@ enum Job {
     Load(String, Reply<Snapshot>),
     Commit(String, Commit, Reply<Committed>),
     Fetch(Option<String>, String, Reply<Option<String>>),
+    Put(Entry, Reply<()>),
     Ping(Reply<()>),
+}
+
+/// One replay entry written outside a turn.
+struct Entry {
+    session: String,
+    key: String,
+    value: String,
+    ttl: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -314,6 +323,7 @@ impl Job {
             Job::Load(_, reply) => Answer::Load(reply, Err(error.clone())),
             Job::Commit(_, _, reply) => Answer::Commit(reply, Err(error.clone())),
             Job::Fetch(_, _, reply) => Answer::Fetch(reply, Err(error.clone())),
+            Job::Put(_, reply) => Answer::Ping(reply, Err(error.clone())),
             Job::Ping(reply) => Answer::Ping(reply, Err(error.clone())),
         }
     }
@@ -367,6 +377,7 @@ fn run_job(tx: &rusqlite::Transaction<'_>, job: Job, counts: &Counts) -> Answer 
         Job::Fetch(session, id, reply) => {
             Answer::Fetch(reply, fetch(tx, session.as_deref(), &id).map_err(io))
         }
+        Job::Put(entry, reply) => Answer::Ping(reply, put(tx, &entry, counts).map_err(io)),
         // A write, so a file that can be read but not written is not taken for healthy.
         Job::Ping(reply) => {
             Answer::Ping(reply, tx.pragma_update(None, "user_version", 1).map_err(io))
@@ -426,6 +437,26 @@ fn write(
     Ok(())
 }
 
+/// A session row that does not exist yet is created at version 0 (no turn written), so a later
+/// load finds the entry; an existing one keeps its version.
+fn put(tx: &rusqlite::Transaction<'_>, entry: &Entry, counts: &Counts) -> rusqlite::Result<()> {
+    let expires = now_ms().saturating_add(entry.ttl.as_millis() as i64);
+    let new = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO sessions (session, version, expires_ms) VALUES (?1, 0, ?2)",
+        )?
+        .execute(params![entry.session, expires])?;
+    if new > 0 {
+        counts.sessions.fetch_add(1, Ordering::Relaxed);
+    }
+    tx.prepare_cached(
+        "INSERT INTO frozen (session, key, value) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![entry.session, entry.key, entry.value])?;
+    Ok(())
+}
+
 fn fetch(
     tx: &rusqlite::Transaction<'_>,
     session: Option<&str>,
@@ -474,6 +505,22 @@ impl Backend for SqliteBackend {
     async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {
         let (session, id) = (session.map(str::to_owned), id.to_owned());
         self.ask(|reply| Job::Fetch(session, id, reply)).await
+    }
+
+    async fn put(
+        &self,
+        session: &str,
+        key: &str,
+        value: &str,
+        ttl: Duration,
+    ) -> Result<(), BackendError> {
+        let entry = Entry {
+            session: session.to_owned(),
+            key: key.to_owned(),
+            value: value.to_owned(),
+            ttl,
+        };
+        self.ask(|reply| Job::Put(entry, reply)).await
     }
 
     async fn ping(&self) -> Result<(), BackendError> {

@@ -51,6 +51,13 @@ async fn a_closed_turn_is_there_for_the_next_process() {
         assert!(!again.reloaded);
         store.put_frozen("k1:s", "frz", "decision 2");
         assert!(again.close().wait(Duration::from_secs(5)).await);
+        // A model's result, kept outside any turn.
+        assert!(
+            store
+                .put_now("k1:s", "llm:1", "result")
+                .wait(Duration::from_secs(5))
+                .await
+        );
         assert_eq!(store.durable_stats().commits, 2);
     }
     // The first process is gone (its writer thread ends with the last sender).

@@ -234,3 +234,70 @@ async fn no_model_and_no_submit() {
     assert_eq!(answer, Answer::Unknown);
     assert_eq!(models.pending(), 0);
 }
+
+/// Results kept beyond one service, as the proxy's durable store keeps them.
+#[derive(Default)]
+struct Kept(Mutex<std::collections::HashMap<(String, u128), String>>);
+
+impl ResultStore for Kept {
+    fn load(&self, session: &str, key: u128) -> Option<String> {
+        self.0.lock().get(&(session.to_owned(), key)).cloned()
+    }
+    fn save(&self, session: &str, key: u128, text: &str) {
+        self.0
+            .lock()
+            .insert((session.to_owned(), key), text.to_owned());
+    }
+}
+
+#[tokio::test]
+async fn a_stored_result_serves_another_process_without_a_call() {
+    let kept = Arc::new(Kept::default());
+    let (first, script) = service(&[KEEP_FAILURES], Duration::ZERO);
+    let first = LlmService::start_with(
+        script.clone(),
+        first.env.as_ref().clone(),
+        first.shared.options.clone(),
+        Some(kept.clone()),
+    );
+    let model = config();
+    let turn = first.for_request(None);
+    assert_eq!(ask(&turn, 9, &model), Answer::Pending);
+    turn.wait().await;
+    assert_eq!(script.calls.load(Ordering::Relaxed), 1);
+    assert_eq!(kept.0.lock().len(), 1, "the accepted result was kept");
+
+    // Another process (a replica, or this one restarted) with the same store.
+    let (second, second_script) = service(&[KEEP_FAILURES], Duration::ZERO);
+    let second = LlmService::start_with(
+        second_script.clone(),
+        second.env.as_ref().clone(),
+        second.shared.options.clone(),
+        Some(kept),
+    );
+    let next = second.for_request(None);
+    assert!(
+        matches!(ask(&next, 9, &model), Answer::Late(t) if t.starts_with("test_c")),
+        "late once: it may never have been applied"
+    );
+    assert!(matches!(ask(&next, 9, &model), Answer::Ready(_)));
+    assert_eq!(
+        second_script.calls.load(Ordering::Relaxed),
+        0,
+        "no model call"
+    );
+    // Another session's ask for the same content is not served from it.
+    let job = || Job::Extract {
+        output: OUTPUT.into(),
+        context: String::new(),
+        rewrite: false,
+    };
+    let other = next.ask(Ask {
+        session: "s2",
+        key: 9,
+        model: &model,
+        job: &job,
+        submit: false,
+    });
+    assert_eq!(other, Answer::Unknown);
+}
