@@ -2,6 +2,7 @@
 
 mod corpus;
 mod docs;
+mod fuzz;
 mod llm;
 mod parity;
 mod proxy;

@@ -753,7 +753,14 @@ pub fn get(text: &str, object: Span, key: &str) -> Option<Span> {
 /// Whether the key literal at `span` decodes to `expected`. Keys with escapes are decoded; plain
 /// keys are compared in place without allocating.
 pub fn key_is(text: &str, span: Span, expected: &str) -> bool {
-    let inner = &text[span.start + 1..span.end - 1];
+    // An array's members have empty keys (see `Index::members`): a lookup in an array, where a
+    // body put one where an object belongs, finds nothing.
+    let Some(inner) = text.get(span.start + 1..span.end.saturating_sub(1)) else {
+        return false;
+    };
+    if span.end < span.start + 2 {
+        return false;
+    }
     // An escape makes a literal longer than its value, so only a longer key needs decoding.
     if inner.len() <= expected.len() {
         return inner == expected;

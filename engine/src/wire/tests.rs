@@ -246,3 +246,20 @@ fn offsets_outside_the_rewritten_fields_map_into_the_rewrite() {
     assert_eq!(parsed.map_offset(inside, out.body.len()), None);
     assert_eq!(parsed.field("stream").map(|s| s.of(body)), Some("true"));
 }
+
+/// Found by the fuzzer (`tests/it/fuzz.rs`, target `wire`): an array where an object belongs
+/// (a tool, a message, a content part) is read as having no fields, never sliced as one.
+#[test]
+fn arrays_where_objects_belong_have_no_fields() {
+    for body in [
+        r#"{"messages":[],"tools":[[1],["cache_control"]]}"#,
+        r#"{"messages":[[{"role":"user"}],{"role":"tool","content":[["x"]]}]}"#,
+        r#"{"messages":[{"role":"user","content":[[],{"type":"text","text":"t"}]}],"system":[[]]}"#,
+    ] {
+        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+            if let Ok(parsed) = parse(body.as_bytes(), dialect) {
+                assert_eq!(&*parsed.write_back(parsed.messages()).body, body.as_bytes());
+            }
+        }
+    }
+}
