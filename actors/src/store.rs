@@ -45,13 +45,16 @@ pub enum StoreSpec {
     Off,
     /// `sqlite:PATH`: embedded and durable, one process per file.
     Sqlite(PathBuf),
-    /// `redis://HOST:PORT/DB` (or `rediss://`): shared by replicas.
+    /// `redis://HOST:PORT/DB`: shared by replicas.
     Redis(String),
 }
 
-/// A `--store` value that names no backend.
+/// A `--store` value that names no backend (a password in it is not repeated).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown store `{0}`: use `memory`, `off`, `sqlite:PATH` or `redis://HOST:PORT/DB`")]
+#[error(
+    "unknown store `{}`: use `memory`, `off`, `sqlite:PATH` or `redis://HOST:PORT/DB` (TLS to Redis is not built in)",
+    redact_url(.0)
+)]
 pub struct UnknownStore(pub String);
 
 impl FromStr for StoreSpec {
@@ -67,7 +70,9 @@ impl FromStr for StoreSpec {
         if let Some(path) = s.strip_prefix("sqlite:").filter(|p| !p.is_empty()) {
             return Ok(StoreSpec::Sqlite(PathBuf::from(path)));
         }
-        if s.starts_with("redis://") || s.starts_with("rediss://") {
+        // `rediss://` (TLS) is not built in: it would bring a second TLS stack (see
+        // docs/ARCHITECTURE.md, "Dependencies"); a TLS tunnel in front of Redis works.
+        if s.starts_with("redis://") {
             return Ok(StoreSpec::Redis(s.to_owned()));
         }
         Err(UnknownStore(s.to_owned()))
@@ -92,16 +97,21 @@ impl fmt::Debug for StoreSpec {
     }
 }
 
-/// `redis://user:secret@host/0` → `redis://user:***@host/0`.
+/// `redis://user:secret@host/0` → `redis://user:***@host/0`. Everything between `://` and the
+/// last `@` is credentials, whatever characters the password has (a `/` included).
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
+    match rest.rsplit_once('@') {
         Some((credentials, host)) => {
-            let user = credentials.split_once(':').map_or("", |(user, _)| user);
-            format!("{scheme}://{user}:***@{host}{path}")
+            let user = credentials
+                .split_once(':')
+                .map_or("", |(user, _)| user)
+                .split('/')
+                .next()
+                .unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
         }
         None => url.to_owned(),
     }
@@ -128,11 +138,13 @@ pub struct Acquired {
     pub version: u64,
 }
 
-/// A session's replay entries, as the backend holds them.
+/// A session's replay entries, as the backend holds them, and the ids of its stashes (their
+/// originals stay in the backend until an expand asks).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub version: u64,
     pub frozen: Vec<(String, String)>,
+    pub stash_ids: Vec<String>,
 }
 
 /// One turn's writes.
@@ -140,6 +152,11 @@ pub struct Snapshot {
 pub struct Commit {
     /// Becomes the session's version.
     pub fence: u64,
+    /// The version the turn found. A shared backend writes when the lease still holds `fence`,
+    /// or when the lease has lapsed and the version is still this one (nobody wrote since).
+    pub expected: u64,
+    /// Only release the lease (a turn that never ran): nothing is written, the version stays.
+    pub release_only: bool,
     pub stashes: Vec<(String, Arc<str>)>,
     pub frozen: Vec<(String, Arc<str>)>,
     /// Sliding time to live of the whole session, refreshed by every commit.
@@ -174,11 +191,13 @@ pub trait Backend: Send + Sync {
     /// Whether other processes use it at the same time (then every turn takes a lease).
     fn shared(&self) -> bool;
 
-    /// Takes the session's lease for `hold`, or `None` while another holder has it.
+    /// Takes the session's lease for `hold`, or `None` while another holder has it (`ttl`: the
+    /// session's time to live).
     async fn acquire(
         &self,
         session: &str,
         hold: Duration,
+        ttl: Duration,
     ) -> Result<Option<Acquired>, BackendError>;
 
     async fn load(&self, session: &str) -> Result<Snapshot, BackendError>;

@@ -338,10 +338,16 @@ impl Store for MemoryStore {
         if inner.entries.contains_key(&key) {
             return Ok(());
         }
-        let (held, held_bytes) = inner.per_session.get(session).copied().unwrap_or_default();
-        if held >= self.limits.session_max_stashes
-            || held_bytes + original.len() > self.limits.session_max_bytes
-        {
+        let over_quota = |inner: &Inner| {
+            let (held, held_bytes) = inner.per_session.get(session).copied().unwrap_or_default();
+            held >= self.limits.session_max_stashes
+                || held_bytes + original.len() > self.limits.session_max_bytes
+        };
+        if over_quota(&inner) {
+            // Its own expired stashes do not count against a session.
+            inner.purge_expired(now, self.limits.max_entries);
+        }
+        if over_quota(&inner) {
             inner.stats.refused += 1;
             inner.stats.quota_refused += 1;
             return Err(StoreError::Full);

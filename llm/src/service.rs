@@ -534,13 +534,18 @@ impl RequestModels {
         let shared = &self.service.shared;
         let text = shared.results.as_ref()?.load(&key.0, key.1)?;
         let mut cache = shared.cache.lock();
-        cache.entries.entry(key.clone()).or_insert(Entry {
-            state: State::Done(Ok(text.clone())),
-            submitted_by: FROM_STORE,
-            handed_on: true,
-        });
-        cache.order.push_back(key.clone());
-        cache.trim(shared.options.cache_entries);
+        if !cache.entries.contains_key(key) {
+            cache.entries.insert(
+                key.clone(),
+                Entry {
+                    state: State::Done(Ok(text.clone())),
+                    submitted_by: FROM_STORE,
+                    handed_on: true,
+                },
+            );
+            cache.order.push_back(key.clone());
+            cache.trim(shared.options.cache_entries);
+        }
         Some(Answer::Late(text))
     }
 }

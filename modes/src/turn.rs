@@ -487,37 +487,86 @@ impl TurnService {
     /// A one-off rewrite (`POST /compact`, `sluice compact`): no tracker, any depth, and a
     /// session namespace of its own (`compact:<session>`), so its frozen decisions are never
     /// replayed into a live session's cached prefix. `pipeline` overrides the service's.
+    ///
+    /// Only for a service without a durable store (its writes would never be committed): a host
+    /// with one calls [`TurnService::compact_kept`].
     pub fn compact(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
-        let started = self.clock.now();
-        let (parsed, session) =
-            match admit(input, &format!("compact:{}", self.scope(input.headers))) {
-                Ok(admitted) => admitted,
-                Err(untouched) => return untouched,
-            };
+        debug_assert!(
+            self.durable.is_none(),
+            "use compact_kept with a durable store"
+        );
+        match self.compact_admit(input) {
+            Ok((parsed, session)) => {
+                self.compact_run(input, &parsed, session, pipeline, Flush::done())
+            }
+            Err(untouched) => untouched,
+        }
+    }
+
+    /// [`TurnService::compact`] with its session opened in the durable store and its writes
+    /// handed to it (`Forward::flushed`), so its markers expand on any replica and after a
+    /// restart.
+    pub async fn compact_kept(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
+        let (parsed, session) = match self.compact_admit(input) {
+            Ok(admitted) => admitted,
+            Err(untouched) => return untouched,
+        };
+        let opened = match self.open(&session).await {
+            Ok(opened) => opened,
+            Err(why) => {
+                return Turn::Untouched {
+                    reason: Untouched::Held(why.label()),
+                    session: Some(session),
+                    facts: None,
+                };
+            }
+        };
+        let mut turn = self.compact_run(input, &parsed, session, pipeline, Flush::done());
+        if let (Turn::Forward(forward), Some(opened)) = (&mut turn, opened) {
+            forward.flushed = opened.close();
+        }
+        turn
+    }
+
+    /// The body and session of a one-off rewrite, or why it goes untouched.
+    fn compact_admit<'b>(&self, input: &TurnInput<'b>) -> Result<(ParsedBody<'b>, String), Turn> {
+        let (parsed, session) = admit(input, &format!("compact:{}", self.scope(input.headers)))?;
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
-            return Turn::Untouched {
+            return Err(Turn::Untouched {
                 reason: Untouched::Bypassed(reason),
                 session: Some(session),
                 facts: None,
-            };
+            });
         }
+        Ok((parsed, session))
+    }
+
+    fn compact_run(
+        &self,
+        input: &TurnInput<'_>,
+        parsed: &ParsedBody<'_>,
+        session: String,
+        pipeline: Option<&Pipeline>,
+        flushed: Flush,
+    ) -> Turn {
+        let started = self.clock.now();
         let pipeline = pipeline.unwrap_or(&self.pipeline);
-        let reach = way_back::reach(&parsed);
-        let cx = self.run_cx(&parsed, &session, None, reach.is_ok());
-        let applied = apply_parsed(&parsed, pipeline, &cx);
-        let settled = Settled::placed(&parsed, applied, reach).unwrap_or_else(|reason| {
-            let lossless = apply_parsed(&parsed, pipeline, &cx.with_offloads(false));
-            Settled::lossless(&parsed, lossless, reason)
+        let reach = way_back::reach(parsed);
+        let cx = self.run_cx(parsed, &session, None, reach.is_ok());
+        let applied = apply_parsed(parsed, pipeline, &cx);
+        let settled = Settled::placed(parsed, applied, reach).unwrap_or_else(|reason| {
+            let lossless = apply_parsed(parsed, pipeline, &cx.with_offloads(false));
+            Settled::lossless(parsed, lossless, reason)
         });
         // A one-off rewrite has no history: the facts of "no earlier turn, act anywhere".
         let added = self.clock.now().saturating_sub(started);
         settled.forward(
             input.body,
-            &parsed,
+            parsed,
             session,
             TurnFacts::default(),
             added,
-            Flush::done(),
+            flushed,
         )
     }
 

@@ -26,7 +26,7 @@ use modes::stats::{Stats, table};
 use modes::turn::{Turn, TurnInput, TurnService};
 use modes::{SessionState, StorePersist};
 
-use crate::chat::{chat, relay, send};
+use crate::chat::{FLUSH_WAIT, chat, relay, send};
 use crate::clock::SystemClock;
 use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::respond::{self as h, Body, ProxyError};
@@ -183,6 +183,11 @@ impl App {
         let amortize = config.cache.amortize;
         let live = TurnService::new(pipeline.clone(), store.clone(), clock.clone())
             .with_scope_secret(&settings.scope_secret);
+        // Live turns and one-off rewrites keep their state in the durable store, if there is one.
+        let live = match &durable {
+            Some(durable) => live.with_durable(durable.clone()),
+            None => live,
+        };
         // Session state is saved in the store of the mode that runs the pipeline: observe must
         // never write the live store.
         let (turns, observer) = match config.mode {
@@ -190,10 +195,6 @@ impl App {
                 let live = live
                     .with_sessions(sessions_over(store.clone()), amortize)
                     .with_preparer();
-                let live = match &durable {
-                    Some(durable) => live.with_durable(durable.clone()),
-                    None => live,
-                };
                 (live, None)
             }
             engine::config::Mode::Observe => {
@@ -543,8 +544,21 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
     };
     // The same turn the proxy would forward, without a tracker; the original when it cannot be
     // rewritten.
-    match app.turns().compact(&input, preset_pipeline.as_ref()) {
-        Turn::Forward(forward) => h::json(StatusCode::OK, forward.body),
+    let turn = match app.durable {
+        Some(_) => {
+            app.turns()
+                .compact_kept(&input, preset_pipeline.as_ref())
+                .await
+        }
+        None => app.turns().compact(&input, preset_pipeline.as_ref()),
+    };
+    match turn {
+        Turn::Forward(forward) => {
+            // The caller may hand the markers on at once: their originals must be kept first.
+            let forward = *forward;
+            forward.flushed.wait(FLUSH_WAIT).await;
+            h::json(StatusCode::OK, forward.body)
+        }
         Turn::Untouched { .. } => h::json(StatusCode::OK, body),
     }
 }

@@ -32,7 +32,7 @@ use crate::usage::UsageScanner;
 
 /// How long a reply waits for the state store to acknowledge its turn's writes (they started
 /// before the request went upstream, so this is almost never waited).
-const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) async fn chat(
     app: &Arc<App>,

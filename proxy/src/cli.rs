@@ -147,7 +147,7 @@ struct ServeArgs {
     /// Where sessions' state lives: `sqlite:PATH` (the default, under the user's state
     /// directory), `redis://HOST:PORT/DB` (shared by replicas), `memory` (this run only) or
     /// `off`. Beats `store.backend` in the config.
-    #[arg(long, env = "SLUICE_STORE")]
+    #[arg(long, env = "SLUICE_STORE", hide_env_values = true)]
     store: Option<actors::store::StoreSpec>,
     /// Where Anthropic Messages requests go.
     #[arg(

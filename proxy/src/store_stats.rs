@@ -197,7 +197,7 @@ pub static STORE_FIELDS: &[Field<StoreView>] = &[
         "cg_store_lease_lost_total",
         Counter,
         "turns",
-        "Commits refused because their lease had expired and another replica held the session (fencing).",
+        "Commits refused because their lease had expired and another replica has written the session since (fencing): the session reloads on its next turn.",
         |v| count(v.durable.lease_lost),
     ),
     row(

@@ -508,19 +508,21 @@ async fn a_stalled_lease_holder_cannot_overwrite_its_successor() {
         ..Commit::default()
     };
     let stalled = backend
-        .acquire("k1:s", Duration::from_millis(50))
+        .acquire("k1:s", Duration::from_millis(50), Duration::from_secs(60))
         .await
         .unwrap()
         .expect("a free session");
     assert_eq!(stalled.version, 0);
     assert_eq!(
-        backend.acquire("k1:s", Duration::from_secs(10)).await,
+        backend
+            .acquire("k1:s", Duration::from_secs(10), Duration::from_secs(60))
+            .await,
         Ok(None),
         "held"
     );
     tokio::time::sleep(Duration::from_millis(120)).await;
     let successor = backend
-        .acquire("k1:s", Duration::from_secs(10))
+        .acquire("k1:s", Duration::from_secs(10), Duration::from_secs(60))
         .await
         .unwrap()
         .expect("the stalled lease expired");
@@ -551,12 +553,24 @@ async fn a_stalled_lease_holder_cannot_overwrite_its_successor() {
         ]
     );
     // Released by the commit: the next turn takes it at once, and sees the version.
+    // (And a turn that outlived its lease, with nobody writing meanwhile, still commits.)
     let next = backend
-        .acquire("k1:s", Duration::from_secs(10))
+        .acquire("k1:s", Duration::from_secs(10), Duration::from_secs(60))
         .await
         .unwrap()
         .expect("released");
     assert_eq!(next.version, successor.fence);
+    let slow = backend
+        .acquire("k2:s", Duration::from_millis(50), Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("free");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let late = Commit {
+        expected: slow.version,
+        ..commit(slow.fence, "late but alone")
+    };
+    assert_eq!(backend.commit("k2:s", late).await, Ok(Committed::Written));
 }
 
 /// A session another replica holds past `store.lease_wait_ms` goes upstream unmodified rather
@@ -579,7 +593,11 @@ async fn a_lease_held_too_long_fails_open() {
     );
     let other_replica = RedisBackend::connect(&redis.url()).unwrap();
     other_replica
-        .acquire(&format!("{scope}held-1"), Duration::from_secs(30))
+        .acquire(
+            &format!("{scope}held-1"),
+            Duration::from_secs(30),
+            Duration::from_secs(60),
+        )
         .await
         .unwrap()
         .expect("free");
@@ -599,4 +617,43 @@ async fn a_lease_held_too_long_fails_open() {
     // Another session is not held up.
     let other = forwarded_by(&mock, &sluice, dialect, "free-1", turn).await;
     assert!(other.len() < turn.len(), "compacted");
+}
+
+/// `POST /compact` keeps its originals in the durable store too: its markers expand after a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_rewrite_keeps_its_originals_across_a_restart() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let dir = temp_dir("compact");
+    let store = sqlite(&dir);
+    let sluice = Sluice::spawn(&store, &mock.url());
+    let provider = match dialect {
+        Dialect::OpenAi => "openai",
+        Dialect::Anthropic => "anthropic",
+    };
+    let turn = turns.last().unwrap();
+    let headers = [("x-context-guru-session", "compact-1"), CREDENTIAL];
+    let (status, rewritten) = sluice
+        .call(
+            "POST",
+            &format!("/compact?provider={provider}"),
+            &headers,
+            Bytes::copy_from_slice(turn),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let ids: Vec<String> = wire_messages(&rewritten)
+        .iter()
+        .flat_map(|m| marker::marker_ids(m).map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    assert!(!ids.is_empty(), "the rewrite cut something");
+    sluice.kill();
+    let sluice = Sluice::spawn(&store, &mock.url());
+    for id in &ids {
+        let (status, original) = sluice.expand("compact-1", id).await;
+        assert_eq!(status, 200, "{id}");
+        assert!(sent_in(turn, &original));
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

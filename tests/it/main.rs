@@ -5,6 +5,7 @@ mod docs;
 mod fuzz;
 mod llm;
 mod parity;
+mod properties;
 mod proxy;
 mod sessions;
 mod way_back;

@@ -132,7 +132,7 @@ impl Sluice {
         .await
     }
 
-    async fn get(&self, path_and_query: &str) -> Reply_ {
+    pub(crate) async fn get(&self, path_and_query: &str) -> Reply_ {
         call("GET", &format!("{}{path_and_query}", self.url), &[], "").await
     }
 
@@ -980,7 +980,7 @@ async fn the_cache_report_reaches_the_tracker_in_sync_and_observe_mode() {
 
 /// What a raw client gets back: the status line's code, or `None` when the connection closed
 /// without an answer.
-async fn raw_exchange(url: &str, request: &[u8], wait: Duration) -> Option<u16> {
+pub(crate) async fn raw_exchange(url: &str, request: &[u8], wait: Duration) -> Option<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = url.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

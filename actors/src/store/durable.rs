@@ -6,9 +6,9 @@
 //! and the least recently used sessions are dropped from it first; since everything a copy holds
 //! is in the backend once its turn has closed, dropping one loses nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use engine::store::{Store, StoreError, StoreStats};
@@ -29,7 +29,8 @@ pub struct DurableLimits {
     pub session_bytes: usize,
     /// Bytes of session copies kept in memory.
     pub cache_bytes: usize,
-    /// How long a shared lease lives if its holder dies.
+    /// How long a shared lease lives if its holder dies. A turn that outlives it (a long model
+    /// wait) still commits while no other replica has written the session since it began.
     pub lease_hold: Duration,
     /// How long a turn waits for another replica's lease before going upstream unmodified.
     pub lease_wait: Duration,
@@ -43,7 +44,7 @@ impl DurableLimits {
         session_stashes: 2_000,
         session_bytes: 64 << 20,
         cache_bytes: 256 << 20,
-        lease_hold: Duration::from_secs(10),
+        lease_hold: Duration::from_secs(30),
         lease_wait: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
     };
@@ -129,6 +130,12 @@ struct Copy {
     stash_bytes: usize,
     /// Turns of this session between open and close: never dropped from memory meanwhile.
     open: usize,
+    /// Stash ids the backend holds for this session (as of the last load): a replay that
+    /// re-stashes one of them keeps it in memory without writing it again.
+    stored_ids: HashSet<String>,
+    /// Done when this session's last commit is: the next commit waits for it, so a session's
+    /// writes reach the backend in the order its turns closed.
+    tail: Option<oneshot::Receiver<()>>,
     tick: u64,
     used: Instant,
 }
@@ -143,9 +150,18 @@ impl Copy {
             dirty_frozen: BTreeSet::new(),
             stash_bytes: 0,
             open: 0,
+            stored_ids: HashSet::new(),
+            tail: None,
             tick: 0,
             used: now,
         }
+    }
+
+    /// A commit of this session is still on its way to the backend.
+    fn committing(&mut self) -> bool {
+        self.tail
+            .as_mut()
+            .is_some_and(|rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)))
     }
 
     fn bytes(&self) -> usize {
@@ -191,15 +207,26 @@ impl Copies {
         self.sessions.get(session)
     }
 
-    /// Replaces a session's replay entries with a loaded snapshot (its stashes stay: an id names
-    /// one content forever).
-    fn replace_frozen(&mut self, session: &str, version: u64, frozen: Vec<(String, String)>) {
+    /// Replaces a session's replay entries with a loaded snapshot. Its stashes stay (an id names
+    /// one content forever), and so do entries written here and not yet committed: they are
+    /// newer than anything the backend has.
+    fn replace_frozen(&mut self, session: &str, snapshot: super::Snapshot) {
         let copy = self.touch(session);
         let old_bytes = copy.bytes();
         let old_count = copy.frozen.len();
-        copy.frozen = frozen.into_iter().map(|(k, v)| (k, Arc::from(v))).collect();
-        copy.dirty_frozen.clear();
-        copy.version = Some(version);
+        let mut frozen: HashMap<String, Arc<str>> = snapshot
+            .frozen
+            .into_iter()
+            .map(|(k, v)| (k, Arc::from(v)))
+            .collect();
+        for key in &copy.dirty_frozen {
+            if let Some(value) = copy.frozen.get(key) {
+                frozen.insert(key.clone(), value.clone());
+            }
+        }
+        copy.frozen = frozen;
+        copy.stored_ids = snapshot.stash_ids.into_iter().collect();
+        copy.version = Some(snapshot.version);
         let (new_bytes, new_count) = (copy.bytes(), copy.frozen.len());
         self.bytes = self.bytes + new_bytes - old_bytes;
         self.frozen = self.frozen + new_count - old_count;
@@ -220,7 +247,12 @@ impl Copies {
                 self.recency.insert(tick, session);
                 break;
             }
-            if copy.open > 0 {
+            if copy.open > 0
+                || self
+                    .sessions
+                    .get_mut(&session)
+                    .is_some_and(Copy::committing)
+            {
                 passed.push((tick, session));
                 continue;
             }
@@ -237,6 +269,9 @@ impl Copies {
     }
 }
 
+/// Consecutive backend errors that make an episode (see `DurableStore::call`).
+const EPISODE_AFTER: u32 = 3;
+
 /// The engine's `Store` kept in a [`Backend`]. See the module docs.
 pub struct DurableStore {
     backend: Arc<dyn Backend>,
@@ -246,6 +281,9 @@ pub struct DurableStore {
     /// Set on the first failure of an episode, cleared by the first success after it: each
     /// episode is logged once, at its start and at its end.
     failing: AtomicBool,
+    /// Backend errors since the last success: an episode starts at `EPISODE_AFTER` of them, so
+    /// one slow call does not send every session upstream unmodified.
+    errors_in_a_row: AtomicU32,
     last_probe: Mutex<Option<Instant>>,
     runtime: tokio::runtime::Handle,
 }
@@ -267,6 +305,11 @@ pub struct Opened {
     /// This turn loaded the session from the backend: a host's in-memory state for it (the
     /// session actor's tracker) is older than what the store now holds.
     pub reloaded: bool,
+    /// The copy is current (found so, or loaded). Until it is, closing releases the lease and
+    /// writes nothing: a turn cancelled mid-load must not mark an empty copy as the newest.
+    loaded: bool,
+    /// The version this turn found, which a commit after an expired lease must still see.
+    found: u64,
     closed: bool,
 }
 
@@ -307,6 +350,7 @@ impl DurableStore {
             copies: Mutex::new(Copies::default()),
             counters: Counters::default(),
             failing: AtomicBool::new(false),
+            errors_in_a_row: AtomicU32::new(0),
             last_probe: Mutex::new(None),
             runtime: tokio::runtime::Handle::current(),
         })
@@ -333,36 +377,40 @@ impl DurableStore {
         } else {
             None
         };
-        let current = {
+        let ttl = self.limits.ttl;
+        let (current, found) = {
             let mut copies = self.copies.lock();
+            // A copy idle past the time to live may describe a session the backend has dropped
+            // (and, with Redis, restarted its fences for): it is read again.
+            let idle = copies.get(session).is_some_and(|c| c.used.elapsed() > ttl);
             let copy = copies.touch(session);
             copy.open += 1;
-            match acquired {
-                Some(a) => copy.version == Some(a.version),
-                None => copy.version.is_some(),
-            }
+            let current = !idle
+                && match acquired {
+                    Some(a) => copy.version == Some(a.version),
+                    None => copy.version.is_some(),
+                };
+            (current, copy.version.unwrap_or(0))
         };
         let mut opened = Opened {
             store: self.clone(),
             session: session.to_owned(),
             fence: acquired.map(|a| a.fence),
             reloaded: false,
+            loaded: current,
+            found: acquired.map_or(found, |a| a.version),
             closed: false,
         };
         if !current {
-            match self.call(self.backend.load(session)).await {
-                Ok(snapshot) => {
-                    bump(&self.counters.loads);
-                    let mut copies = self.copies.lock();
-                    copies.replace_frozen(session, snapshot.version, snapshot.frozen);
-                    opened.reloaded = true;
-                }
-                Err(_) => {
-                    // Release the lease without writing: nothing was run.
-                    opened.abandon();
-                    return Err(refused(Unavailable::Backend));
-                }
-            }
+            // A cancelled load drops `opened`, which releases the lease and writes nothing.
+            let Ok(snapshot) = self.call(self.backend.load(session)).await else {
+                drop(opened);
+                return Err(refused(Unavailable::Backend));
+            };
+            bump(&self.counters.loads);
+            self.copies.lock().replace_frozen(session, snapshot);
+            opened.reloaded = true;
+            opened.loaded = true;
         }
         Ok(opened)
     }
@@ -443,19 +491,25 @@ impl DurableStore {
         };
         match &outcome {
             Ok(_) => {
+                self.errors_in_a_row.store(0, Ordering::Relaxed);
                 if self.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(store = %self.backend.describe(), "state store answers again");
                 }
             }
             Err(error) => {
                 bump(&self.counters.backend_errors);
-                *self.last_probe.lock() = Some(Instant::now());
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        store = %self.backend.describe(),
-                        %error,
-                        "state store failing: turns go upstream unmodified until it answers"
-                    );
+                let in_a_row = self.errors_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+                if in_a_row >= EPISODE_AFTER {
+                    *self.last_probe.lock() = Some(Instant::now());
+                    if !self.failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            store = %self.backend.describe(),
+                            %error,
+                            "state store failing: turns go upstream unmodified until it answers"
+                        );
+                    }
+                } else {
+                    tracing::debug!(store = %self.backend.describe(), %error, "state store call failed");
                 }
             }
         }
@@ -486,7 +540,9 @@ impl DurableStore {
         let mut pause = Duration::from_millis(1);
         let mut waited = false;
         loop {
-            let attempt = self.backend.acquire(session, self.limits.lease_hold);
+            let attempt = self
+                .backend
+                .acquire(session, self.limits.lease_hold, self.limits.ttl);
             match self.call(attempt).await {
                 Ok(Some(acquired)) => return Ok(acquired),
                 Ok(None) => {}
@@ -505,40 +561,70 @@ impl DurableStore {
         }
     }
 
-    /// Takes a session's writes for the backend, and moves its copy to the version they make.
-    fn take_commit(&self, session: &str, fence: Option<u64>, write: bool) -> Option<Commit> {
+    /// Takes a session's writes for the backend (all of them, or with `write` false only the
+    /// lease's release), moves its copy to the version they make, and chains the commit after
+    /// the session's previous one. `None`: nothing to send.
+    fn take_commit(
+        &self,
+        session: &str,
+        fence: Option<u64>,
+        found: u64,
+        write: bool,
+    ) -> Option<(Commit, Option<oneshot::Receiver<()>>, oneshot::Sender<()>)> {
         let mut copies = self.copies.lock();
         let copy = copies.sessions.get_mut(session)?;
         copy.open = copy.open.saturating_sub(1);
-        if !write {
-            return None;
-        }
-        // Without a shared lease this process is the only writer: versions simply count.
-        let fence = fence.unwrap_or_else(|| copy.version.unwrap_or(0) + 1);
-        let stashes = std::mem::take(&mut copy.dirty_stashes)
-            .into_iter()
-            .filter_map(|id| copy.stashes.get(&id).map(|v| (id, v.clone())))
-            .collect();
-        let frozen = std::mem::take(&mut copy.dirty_frozen)
-            .into_iter()
-            .filter_map(|key| copy.frozen.get(&key).map(|v| (key, v.clone())))
-            .collect();
-        copy.version = Some(fence);
-        Some(Commit {
-            fence,
-            stashes,
-            frozen,
-            ttl: self.limits.ttl,
-        })
+        let commit = if write {
+            // Without a shared lease this process is the only writer: versions simply count.
+            let fence = fence.unwrap_or_else(|| copy.version.unwrap_or(0) + 1);
+            let stashes = std::mem::take(&mut copy.dirty_stashes)
+                .into_iter()
+                .filter_map(|id| copy.stashes.get(&id).map(|v| (id, v.clone())))
+                .collect();
+            let frozen = std::mem::take(&mut copy.dirty_frozen)
+                .into_iter()
+                .filter_map(|key| copy.frozen.get(&key).map(|v| (key, v.clone())))
+                .collect();
+            copy.version = Some(fence);
+            Commit {
+                fence,
+                expected: found,
+                stashes,
+                frozen,
+                ttl: self.limits.ttl,
+                release_only: false,
+            }
+        } else {
+            Commit {
+                fence: fence?,
+                expected: found,
+                ttl: self.limits.ttl,
+                release_only: true,
+                ..Commit::default()
+            }
+        };
+        let (done, tail) = oneshot::channel();
+        let previous = copy.tail.replace(tail);
+        Some((commit, previous, done))
     }
 
-    /// Writes one turn; on any failure the copy is marked stale so the next turn reloads what
-    /// the backend really holds.
+    /// Writes one turn. A failure leaves the copy as the next turn must see it: with SQLite
+    /// (this process is the only writer) its writes are marked dirty again and go with the next
+    /// commit; with Redis the copy is marked stale, since another replica may have moved on.
     async fn write(&self, session: &str, commit: Commit) -> bool {
         let fence = commit.fence;
+        let release_only = commit.release_only;
+        let keys: Vec<(bool, String)> = commit
+            .stashes
+            .iter()
+            .map(|(id, _)| (true, id.clone()))
+            .chain(commit.frozen.iter().map(|(k, _)| (false, k.clone())))
+            .collect();
         let written = match self.call(self.backend.commit(session, commit)).await {
             Ok(Committed::Written) => {
-                bump(&self.counters.commits);
+                if !release_only {
+                    bump(&self.counters.commits);
+                }
                 true
             }
             Ok(Committed::Fenced) => {
@@ -550,12 +636,22 @@ impl DurableStore {
                 false
             }
         };
-        if !written {
+        if !written && !release_only {
             let mut copies = self.copies.lock();
-            if let Some(copy) = copies.sessions.get_mut(session)
-                && copy.version == Some(fence)
-            {
-                copy.version = None;
+            if let Some(copy) = copies.sessions.get_mut(session) {
+                if self.backend.shared() {
+                    if copy.version == Some(fence) {
+                        copy.version = None;
+                    }
+                } else {
+                    for (stash, key) in keys {
+                        if stash {
+                            copy.dirty_stashes.push(key);
+                        } else {
+                            copy.dirty_frozen.insert(key);
+                        }
+                    }
+                }
             }
         }
         written
@@ -565,45 +661,37 @@ impl DurableStore {
 impl Opened {
     /// Hands the turn's writes to the backend and releases the lease; returns at once.
     pub fn close(mut self) -> Flush {
-        self.finish(true)
-    }
-
-    /// Releases without writing (the turn never ran).
-    fn abandon(&mut self) {
-        let _ = self.finish(false);
+        let loaded = self.loaded;
+        self.finish(loaded)
     }
 
     fn finish(&mut self, write: bool) -> Flush {
         if std::mem::replace(&mut self.closed, true) {
             return Flush::done();
         }
-        let store = &self.store;
-        let commit = store.take_commit(&self.session, self.fence, write);
-        // A shared lease is released by a commit, so an abandoned turn sends an empty one. It
-        // moves the backend's version without changing content: other copies reload once, which
-        // costs a read and is never wrong.
-        let commit = match (commit, self.fence) {
-            (Some(commit), _) => commit,
-            (None, Some(fence)) => Commit {
-                fence,
-                ttl: store.limits.ttl,
-                ..Commit::default()
-            },
-            (None, None) => return Flush::done(),
+        let store = self.store.clone();
+        let Some((commit, previous, done)) =
+            store.take_commit(&self.session, self.fence, self.found, write)
+        else {
+            return Flush::done();
         };
-        let (tx, rx) = oneshot::channel();
-        let store = store.clone();
-        let session = self.session.clone();
-        let evicted = {
-            let mut copies = store.copies.lock();
-            copies.shrink(store.limits.cache_bytes, store.limits.ttl)
-        };
+        let evicted = store
+            .copies
+            .lock()
+            .shrink(store.limits.cache_bytes, store.limits.ttl);
         store
             .counters
             .cache_evictions
             .fetch_add(evicted, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let session = self.session.clone();
         self.store.runtime.spawn(async move {
+            if let Some(previous) = previous {
+                // Its sender goes when that commit is done, written or not.
+                let _ = previous.await;
+            }
             let _ = tx.send(store.write(&session, commit).await);
+            let _ = done.send(());
         });
         Flush(Some(rx))
     }
@@ -611,8 +699,10 @@ impl Opened {
 
 impl Drop for Opened {
     fn drop(&mut self) {
-        // A turn that ends early (a bypass, a panic unwinding) still writes what it wrote.
-        let _ = self.finish(true);
+        // A turn that ends early (a bypass, a panic unwinding) still writes what it wrote; one
+        // cancelled before its session was loaded only releases the lease.
+        let loaded = self.loaded;
+        let _ = self.finish(loaded);
     }
 }
 
@@ -624,6 +714,8 @@ impl Store for DurableStore {
         if copy.stashes.contains_key(id) {
             return Ok(());
         }
+        // The backend has it (a replay after a reload): kept in memory, not written again.
+        let stored = copy.stored_ids.contains(id);
         if copy.stashes.len() >= limits.session_stashes
             || copy.stash_bytes + original.len() > limits.session_bytes
         {
@@ -631,7 +723,9 @@ impl Store for DurableStore {
             return Err(StoreError::Full);
         }
         copy.stashes.insert(id.to_owned(), Arc::from(original));
-        copy.dirty_stashes.push(id.to_owned());
+        if !stored {
+            copy.dirty_stashes.push(id.to_owned());
+        }
         copy.stash_bytes += original.len();
         copies.bytes += original.len();
         copies.stashes += 1;

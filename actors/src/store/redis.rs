@@ -30,20 +30,33 @@ use redis::{AsyncCommands, Script};
 use super::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
 
 /// Takes the lease if free: returns `{fence, version}`, or `{0, 0}` while another holds it.
+/// KEYS: lease, fence, ver. ARGV: hold ms, ttl ms (the fence counter lives as long as the
+/// session; a replica's copy idle that long is read again, so a restarted count cannot match
+/// a stale version).
 const ACQUIRE: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, 0} end
 local fence = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[1], fence, 'PX', ARGV[1])
 local version = tonumber(redis.call('GET', KEYS[3]) or '0')
 return {fence, version}
 ";
 
-/// Writes a turn if its fence still holds the lease; `1` written, `0` fenced out.
-/// KEYS: lease, ver, stashes, frozen, fence. ARGV: fence, ttl ms, stash count, then pairs.
+/// Writes a turn if its fence still holds the lease, or if the lease lapsed and nobody has
+/// written the session since the turn began (a long model wait); `1` written, `0` fenced out.
+/// With mode `r` it only releases the lease it holds.
+/// KEYS: lease, ver, stashes, frozen, fence. ARGV: fence, ttl ms, stash count, expected
+/// version, mode (`w` or `r`), then pairs (stashes first).
 const COMMIT: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local lease = redis.call('GET', KEYS[1])
+if ARGV[5] == 'r' then
+  if lease == ARGV[1] then redis.call('DEL', KEYS[1]) end
+  return 1
+end
+local version = redis.call('GET', KEYS[2]) or '0'
+if lease ~= ARGV[1] and not (lease == false and version == ARGV[4]) then return 0 end
 local stashes = tonumber(ARGV[3])
-local i = 4
+local i = 6
 for _ = 1, stashes do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -54,7 +67,7 @@ while i + 1 <= #ARGV do
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 for k = 3, 5 do redis.call('PEXPIRE', KEYS[k], ARGV[2]) end
-redis.call('DEL', KEYS[1])
+if lease == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
@@ -123,6 +136,7 @@ impl Backend for RedisBackend {
         &self,
         session: &str,
         hold: Duration,
+        ttl: Duration,
     ) -> Result<Option<Acquired>, BackendError> {
         let mut con = self.connection.clone();
         let (fence, version): (u64, u64) = self
@@ -131,6 +145,7 @@ impl Backend for RedisBackend {
             .key(key(session, "fence"))
             .key(key(session, "ver"))
             .arg(hold.as_millis() as u64)
+            .arg(ttl.as_millis().max(1) as u64)
             .invoke_async(&mut con)
             .await
             .map_err(io)?;
@@ -139,15 +154,18 @@ impl Backend for RedisBackend {
 
     async fn load(&self, session: &str) -> Result<Snapshot, BackendError> {
         let mut con = self.connection.clone();
-        let (version, frozen): (Option<u64>, Vec<(String, String)>) = redis::pipe()
-            .get(key(session, "ver"))
-            .hgetall(key(session, "frozen"))
-            .query_async(&mut con)
-            .await
-            .map_err(io)?;
+        let (version, frozen, stash_ids): (Option<u64>, Vec<(String, String)>, Vec<String>) =
+            redis::pipe()
+                .get(key(session, "ver"))
+                .hgetall(key(session, "frozen"))
+                .hkeys(key(session, "stashes"))
+                .query_async(&mut con)
+                .await
+                .map_err(io)?;
         Ok(Snapshot {
             version: version.unwrap_or(0),
             frozen,
+            stash_ids,
         })
     }
 
@@ -161,7 +179,9 @@ impl Backend for RedisBackend {
         invocation
             .arg(commit.fence)
             .arg(ttl_ms)
-            .arg(commit.stashes.len());
+            .arg(commit.stashes.len())
+            .arg(commit.expected)
+            .arg(if commit.release_only { "r" } else { "w" });
         for (id, original) in &commit.stashes {
             invocation.arg(id).arg(&**original);
         }
@@ -174,7 +194,8 @@ impl Backend for RedisBackend {
         }
         if !commit.stashes.is_empty() {
             // The id index is another slot in a cluster, so it is its own pipeline. A stash whose
-            // index write is lost still expands through its session.
+            // index write is lost still expands through its session, so a failure here does not
+            // fail the commit.
             let mut pipe = redis::pipe();
             for (id, _) in &commit.stashes {
                 pipe.set_options(
@@ -184,7 +205,9 @@ impl Backend for RedisBackend {
                 )
                 .ignore();
             }
-            let _: () = pipe.query_async(&mut con).await.map_err(io)?;
+            if let Err(error) = pipe.query_async::<()>(&mut con).await {
+                tracing::debug!(%error, "stash id index not written");
+            }
         }
         Ok(Committed::Written)
     }
@@ -197,15 +220,14 @@ impl Backend for RedisBackend {
         ttl: Duration,
     ) -> Result<(), BackendError> {
         let mut con = self.connection.clone();
-        let frozen = key(session, "frozen");
-        redis::pipe()
-            .hset(&frozen, key_name, value)
-            .ignore()
-            .pexpire(&frozen, ttl.as_millis().max(1) as i64)
-            .ignore()
-            .query_async::<()>(&mut con)
-            .await
-            .map_err(io)
+        let ttl_ms = ttl.as_millis().max(1) as i64;
+        let mut pipe = redis::pipe();
+        pipe.hset(key(session, "frozen"), key_name, value).ignore();
+        // Every key of the session lives as long as the newest write to it.
+        for what in ["frozen", "stashes", "ver", "fence"] {
+            pipe.pexpire(key(session, what), ttl_ms).ignore();
+        }
+        pipe.query_async::<()>(&mut con).await.map_err(io)
     }
 
     async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {

@@ -243,12 +243,16 @@ impl Writer {
     /// acknowledged write is on disk. When the transaction fails, every job hears why.
     fn run_batch(&mut self, batch: Vec<Job>) {
         let counts = self.counts.clone();
-        let answers = match self.connection() {
+        let (answers, transaction_failed) = match self.connection() {
             Ok(conn) => run_in_transaction(conn, batch, &counts),
-            Err(error) => batch.into_iter().map(|job| job.failed(&error)).collect(),
+            Err(error) => (
+                batch.into_iter().map(|job| job.failed(&error)).collect(),
+                true,
+            ),
         };
-        if answers.iter().any(Answer::is_err) {
-            // Reopened on the next batch: a file that became writable again recovers.
+        if transaction_failed {
+            // Reopened on the next batch: a file that became writable again recovers. (One job's
+            // own failure is rolled back to its savepoint and keeps the connection.)
             self.conn = None;
         }
         answers.into_iter().for_each(Answer::send);
@@ -296,23 +300,65 @@ impl Writer {
     }
 }
 
-fn run_in_transaction(conn: &mut Connection, batch: Vec<Job>, counts: &Counts) -> Vec<Answer> {
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+/// What a batch changed in the session count, applied once its transaction commits.
+#[derive(Default)]
+struct Tally {
+    added: u64,
+    expired: u64,
+}
+
+/// Runs a batch in one transaction, each job under its own savepoint (a failing job leaves no
+/// partial write); the answers, and whether the transaction itself failed.
+fn run_in_transaction(
+    conn: &mut Connection,
+    batch: Vec<Job>,
+    counts: &Counts,
+) -> (Vec<Answer>, bool) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(error) => {
             let error = io(error);
-            return batch.into_iter().map(|job| job.failed(&error)).collect();
+            return (
+                batch.into_iter().map(|job| job.failed(&error)).collect(),
+                true,
+            );
         }
     };
+    let mut tally = Tally::default();
     let answers: Vec<Answer> = batch
         .into_iter()
-        .map(|job| run_job(&tx, job, counts))
+        .map(|job| match tx.savepoint() {
+            Ok(mut savepoint) => {
+                let mut job_tally = Tally::default();
+                let answer = run_job(&savepoint, job, &mut job_tally);
+                if answer.is_err() {
+                    let _ = savepoint.rollback();
+                } else if savepoint.commit().is_ok() {
+                    tally.added += job_tally.added;
+                    tally.expired += job_tally.expired;
+                }
+                answer
+            }
+            Err(error) => job.failed(&io(error)),
+        })
         .collect();
     match tx.commit() {
-        Ok(()) => answers,
+        Ok(()) => {
+            counts.sessions.fetch_add(tally.added, Ordering::Relaxed);
+            counts.expired.fetch_add(tally.expired, Ordering::Relaxed);
+            let _ = counts
+                .sessions
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(tally.expired))
+                });
+            (answers, false)
+        }
         Err(error) => {
             let error = io(error);
-            answers.into_iter().map(|a| a.failed(&error)).collect()
+            (
+                answers.into_iter().map(|a| a.failed(&error)).collect(),
+                true,
+            )
         }
     }
 }
@@ -367,67 +413,114 @@ impl Answer {
     }
 }
 
-fn run_job(tx: &rusqlite::Transaction<'_>, job: Job, counts: &Counts) -> Answer {
+fn run_job(conn: &Connection, job: Job, tally: &mut Tally) -> Answer {
     match job {
-        Job::Load(session, reply) => Answer::Load(reply, load(tx, &session).map_err(io)),
+        Job::Load(session, reply) => Answer::Load(reply, load(conn, &session, tally).map_err(io)),
         Job::Commit(session, commit, reply) => {
-            let written = write(tx, &session, &commit, counts).map_err(io);
+            let written = write(conn, &session, &commit, tally).map_err(io);
             Answer::Commit(reply, written.map(|()| Committed::Written))
         }
         Job::Fetch(session, id, reply) => {
-            Answer::Fetch(reply, fetch(tx, session.as_deref(), &id).map_err(io))
+            Answer::Fetch(reply, fetch(conn, session.as_deref(), &id).map_err(io))
         }
-        Job::Put(entry, reply) => Answer::Ping(reply, put(tx, &entry, counts).map_err(io)),
+        Job::Put(entry, reply) => Answer::Ping(reply, put(conn, &entry, tally).map_err(io)),
         // A write, so a file that can be read but not written is not taken for healthy.
-        Job::Ping(reply) => {
-            Answer::Ping(reply, tx.pragma_update(None, "user_version", 1).map_err(io))
-        }
+        Job::Ping(reply) => Answer::Ping(
+            reply,
+            conn.pragma_update(None, "user_version", 1).map_err(io),
+        ),
     }
 }
 
-fn load(tx: &rusqlite::Transaction<'_>, session: &str) -> rusqlite::Result<Snapshot> {
-    let version: Option<i64> = tx
-        .prepare_cached("SELECT version FROM sessions WHERE session = ?1 AND expires_ms >= ?2")?
-        .query_row(params![session, now_ms()], |r| r.get(0))
+/// Deletes `session` if its time to live has run out and the sweep has not come yet, so an
+/// expired session is never read, nor revived with its old rows by a new write.
+fn clear_expired(conn: &Connection, session: &str, tally: &mut Tally) -> rusqlite::Result<()> {
+    let gone = conn
+        .prepare_cached("DELETE FROM sessions WHERE session = ?1 AND expires_ms < ?2")?
+        .execute(params![session, now_ms()])?;
+    if gone > 0 {
+        conn.prepare_cached("DELETE FROM stashes WHERE session = ?1")?
+            .execute([session])?;
+        conn.prepare_cached("DELETE FROM frozen WHERE session = ?1")?
+            .execute([session])?;
+        tally.expired += 1;
+    }
+    Ok(())
+}
+
+fn load(conn: &Connection, session: &str, tally: &mut Tally) -> rusqlite::Result<Snapshot> {
+    clear_expired(conn, session, tally)?;
+    let version: Option<i64> = conn
+        .prepare_cached("SELECT version FROM sessions WHERE session = ?1")?
+        .query_row([session], |r| r.get(0))
         .optional()?;
     let Some(version) = version else {
         return Ok(Snapshot::default());
     };
-    let mut query = tx.prepare_cached("SELECT key, value FROM frozen WHERE session = ?1")?;
-    let frozen = query
+    let frozen = conn
+        .prepare_cached("SELECT key, value FROM frozen WHERE session = ?1")?
         .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<Vec<(String, String)>>>()?;
+    let stash_ids = conn
+        .prepare_cached("SELECT id FROM stashes WHERE session = ?1")?
+        .query_map([session], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
     Ok(Snapshot {
         version: version as u64,
         frozen,
+        stash_ids,
     })
 }
 
-fn write(
-    tx: &rusqlite::Transaction<'_>,
+/// Creates or refreshes the session row: at `version` when given (a turn), else keeping the
+/// version it has (0 for a new row).
+fn upsert_session(
+    conn: &Connection,
     session: &str,
-    commit: &Commit,
-    counts: &Counts,
+    version: Option<u64>,
+    ttl: Duration,
+    tally: &mut Tally,
 ) -> rusqlite::Result<()> {
-    let expires = now_ms().saturating_add(commit.ttl.as_millis() as i64);
-    let new = tx
+    clear_expired(conn, session, tally)?;
+    let expires = now_ms().saturating_add(ttl.as_millis() as i64);
+    let new = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO sessions (session, version, expires_ms) VALUES (?1, ?2, ?3)",
         )?
-        .execute(params![session, commit.fence as i64, expires])?;
-    if new == 0 {
-        tx.prepare_cached("UPDATE sessions SET version = ?2, expires_ms = ?3 WHERE session = ?1")?
-            .execute(params![session, commit.fence as i64, expires])?;
-    } else {
-        counts.sessions.fetch_add(1, Ordering::Relaxed);
+        .execute(params![session, version.unwrap_or(0) as i64, expires])?;
+    if new > 0 {
+        tally.added += 1;
+        return Ok(());
     }
-    let mut stash = tx.prepare_cached(
+    match version {
+        Some(v) => conn
+            .prepare_cached("UPDATE sessions SET version = ?2, expires_ms = ?3 WHERE session = ?1")?
+            .execute(params![session, v as i64, expires])?,
+        None => conn
+            .prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE session = ?1")?
+            .execute(params![session, expires])?,
+    };
+    Ok(())
+}
+
+fn write(
+    conn: &Connection,
+    session: &str,
+    commit: &Commit,
+    tally: &mut Tally,
+) -> rusqlite::Result<()> {
+    if commit.release_only {
+        // One process per file holds no lease to release.
+        return Ok(());
+    }
+    upsert_session(conn, session, Some(commit.fence), commit.ttl, tally)?;
+    let mut stash = conn.prepare_cached(
         "INSERT OR IGNORE INTO stashes (session, id, original) VALUES (?1, ?2, ?3)",
     )?;
     for (id, original) in &commit.stashes {
         stash.execute(params![session, id, &**original])?;
     }
-    let mut frozen = tx.prepare_cached(
+    let mut frozen = conn.prepare_cached(
         "INSERT INTO frozen (session, key, value) VALUES (?1, ?2, ?3) \
          ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
     )?;
@@ -437,19 +530,11 @@ fn write(
     Ok(())
 }
 
-/// A session row that does not exist yet is created at version 0 (no turn written), so a later
-/// load finds the entry; an existing one keeps its version.
-fn put(tx: &rusqlite::Transaction<'_>, entry: &Entry, counts: &Counts) -> rusqlite::Result<()> {
-    let expires = now_ms().saturating_add(entry.ttl.as_millis() as i64);
-    let new = tx
-        .prepare_cached(
-            "INSERT OR IGNORE INTO sessions (session, version, expires_ms) VALUES (?1, 0, ?2)",
-        )?
-        .execute(params![entry.session, expires])?;
-    if new > 0 {
-        counts.sessions.fetch_add(1, Ordering::Relaxed);
-    }
-    tx.prepare_cached(
+/// A value written outside a turn: the session row is created at version 0 if it is new (no
+/// turn written), or keeps its version.
+fn put(conn: &Connection, entry: &Entry, tally: &mut Tally) -> rusqlite::Result<()> {
+    upsert_session(conn, &entry.session, None, entry.ttl, tally)?;
+    conn.prepare_cached(
         "INSERT INTO frozen (session, key, value) VALUES (?1, ?2, ?3) \
          ON CONFLICT (session, key) DO UPDATE SET value = excluded.value",
     )?
@@ -457,11 +542,7 @@ fn put(tx: &rusqlite::Transaction<'_>, entry: &Entry, counts: &Counts) -> rusqli
     Ok(())
 }
 
-fn fetch(
-    tx: &rusqlite::Transaction<'_>,
-    session: Option<&str>,
-    id: &str,
-) -> rusqlite::Result<Option<String>> {
+fn fetch(tx: &Connection, session: Option<&str>, id: &str) -> rusqlite::Result<Option<String>> {
     match session {
         Some(session) => tx
             .prepare_cached("SELECT original FROM stashes WHERE session = ?1 AND id = ?2")?
@@ -484,7 +565,12 @@ impl Backend for SqliteBackend {
         false
     }
 
-    async fn acquire(&self, _: &str, _: Duration) -> Result<Option<Acquired>, BackendError> {
+    async fn acquire(
+        &self,
+        _: &str,
+        _: Duration,
+        _: Duration,
+    ) -> Result<Option<Acquired>, BackendError> {
         // One process per file: the session actors are the lease.
         Ok(Some(Acquired {
             fence: 0,

@@ -31,8 +31,16 @@ fn specs_parse_and_print_without_secrets() {
     let redis: StoreSpec = "redis://app:hunter2@cache:6379/2".parse().unwrap();
     assert_eq!(redis.to_string(), "redis://app:***@cache:6379/2");
     assert!(!format!("{redis:?}").contains("hunter2"));
+    let slash: StoreSpec = "redis://app:hu/nt@er2@cache:6379/2".parse().unwrap();
+    assert_eq!(slash.to_string(), "redis://app:***@cache:6379/2");
     let err = "postgres://x".parse::<StoreSpec>().unwrap_err();
     assert!(err.to_string().contains("sqlite:PATH"), "{err}");
+    let err = "Redis://u:hunter2@h".parse::<StoreSpec>().unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    assert!(
+        "rediss://h:6380/0".parse::<StoreSpec>().is_err(),
+        "TLS is not built in"
+    );
     assert!("sqlite:".parse::<StoreSpec>().is_err());
 }
 
@@ -168,11 +176,144 @@ async fn an_unwritable_file_fails_open_and_is_counted() {
     let blocker = dir.parent().unwrap();
     std::fs::write(blocker, b"not a directory").unwrap();
     let store = open_store(&dir.join("state.db"), DurableLimits::DEFAULT);
-    assert_eq!(store.open("s").await.unwrap_err(), Unavailable::Backend);
+    // Three failures in a row make an episode (one slow call does not).
+    for _ in 0..3 {
+        assert_eq!(store.open("s").await.unwrap_err(), Unavailable::Backend);
+        assert_eq!(store.get_frozen("s", "x"), None);
+    }
+    assert!(store.durable_stats().failing);
     // The episode is on: the next turns fail fast without asking again within the second.
     assert_eq!(store.open("s").await.unwrap_err(), Unavailable::Backend);
     let stats = store.durable_stats();
-    assert!(stats.failing);
-    assert_eq!(stats.unavailable_turns, 2);
-    assert_eq!(stats.backend_errors, 1);
+    assert_eq!(stats.unavailable_turns, 4);
+    assert_eq!(stats.backend_errors, 3);
+}
+
+#[tokio::test]
+async fn a_turn_cancelled_while_loading_leaves_the_session_to_be_loaded() {
+    let path = temp_db("cancelled");
+    {
+        let store = open_store(&path, DurableLimits::DEFAULT);
+        let turn = store.open("s").await.unwrap();
+        store.put_frozen("s", "frz", "decision");
+        assert!(turn.close().wait(Duration::from_secs(5)).await);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let store = open_store(&path, DurableLimits::DEFAULT);
+    // Dropped before its load can finish: nothing may mark the empty copy as current.
+    let cancelled = store.open("s");
+    drop(cancelled);
+    let opening = Box::pin(store.open("s"));
+    let polled = futures_poll_once(opening).await;
+    drop(polled);
+    let turn = store.open("s").await.unwrap();
+    assert!(turn.reloaded);
+    assert_eq!(store.get_frozen("s", "frz").as_deref(), Some("decision"));
+}
+
+/// Polls a future once and hands it back (dropped by the caller mid-flight).
+async fn futures_poll_once<F: Future + Unpin>(mut future: F) -> F {
+    std::future::poll_fn(|cx| {
+        let _ = std::pin::Pin::new(&mut future).poll(cx);
+        std::task::Poll::Ready(())
+    })
+    .await;
+    future
+}
+
+/// A backend in memory whose commits can be made to fail or to stall, to check what the
+/// durable store does around them (the real backends have their own tests).
+#[derive(Default)]
+struct Scripted {
+    fail_next: std::sync::atomic::AtomicBool,
+    stall_next: std::sync::atomic::AtomicBool,
+    /// Frozen keys of each commit, in the order they reached the backend.
+    commits: parking_lot::Mutex<Vec<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Backend for Scripted {
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+    fn shared(&self) -> bool {
+        false
+    }
+    async fn acquire(
+        &self,
+        _: &str,
+        _: Duration,
+        _: Duration,
+    ) -> Result<Option<Acquired>, BackendError> {
+        Ok(None)
+    }
+    async fn load(&self, _: &str) -> Result<Snapshot, BackendError> {
+        Ok(Snapshot::default())
+    }
+    async fn commit(&self, _: &str, commit: Commit) -> Result<Committed, BackendError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.stall_next.swap(false, Relaxed) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if self.fail_next.swap(false, Relaxed) {
+            return Err(BackendError::Io("disk full".into()));
+        }
+        let keys = commit.frozen.iter().map(|(k, _)| k.clone()).collect();
+        self.commits.lock().push(keys);
+        Ok(Committed::Written)
+    }
+    async fn put(&self, _: &str, _: &str, _: &str, _: Duration) -> Result<(), BackendError> {
+        Ok(())
+    }
+    async fn fetch(&self, _: Option<&str>, _: &str) -> Result<Option<String>, BackendError> {
+        Ok(None)
+    }
+    async fn ping(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn occupancy(&self) -> Occupancy {
+        Occupancy::default()
+    }
+}
+
+#[tokio::test]
+async fn a_failed_commit_goes_with_the_next_one_and_commits_keep_their_order() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let backend = Arc::new(Scripted::default());
+    let store = DurableStore::new(backend.clone(), DurableLimits::DEFAULT);
+
+    backend.fail_next.store(true, Relaxed);
+    let turn = store.open("s").await.unwrap();
+    store.put_frozen("s", "first", "1");
+    assert!(
+        !turn.close().wait(Duration::from_secs(5)).await,
+        "the backend refused it"
+    );
+    let turn = store.open("s").await.unwrap();
+    assert!(
+        !turn.reloaded,
+        "this process is the only writer: its copy stays current"
+    );
+    store.put_frozen("s", "second", "2");
+    assert!(turn.close().wait(Duration::from_secs(5)).await);
+    assert_eq!(
+        *backend.commits.lock(),
+        [vec!["first".to_owned(), "second".to_owned()]]
+    );
+
+    // A slow commit is not overtaken by the next turn's.
+    backend.stall_next.store(true, Relaxed);
+    let turn = store.open("s").await.unwrap();
+    store.put_frozen("s", "third", "3");
+    let slow = turn.close();
+    let turn = store.open("s").await.unwrap();
+    store.put_frozen("s", "fourth", "4");
+    let fast = turn.close();
+    assert!(fast.wait(Duration::from_secs(5)).await && slow.wait(Duration::from_secs(5)).await);
+    let commits = backend.commits.lock().clone();
+    assert_eq!(
+        commits[1..],
+        [vec!["third".to_owned()], vec!["fourth".to_owned()]]
+    );
+    assert_eq!(store.durable_stats().commit_failures, 1);
 }
