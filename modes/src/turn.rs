@@ -383,17 +383,11 @@ impl TurnService {
         .with_offloads(offloads)
     }
 
-    /// The session's state from its actor; when `opened` just loaded the session from the
-    /// durable store, the store's state replaces the actor's, which is older (another replica
-    /// or an earlier process ran the session's latest turns).
-    async fn lease(&self, session: &str, opened: Option<&Opened>) -> Lease<SessionState> {
+    async fn lease(&self, session: &str) -> Lease<SessionState> {
         let mut lease = match &self.sessions {
             Some(sessions) => sessions.lease(session).await,
             None => Lease::detached(SessionState::default()),
         };
-        if opened.is_some_and(|o| o.reloaded) {
-            *lease = crate::load_state(&*self.store, session);
-        }
         if self.never_cold {
             lease.tracker.set_never_cold(true);
         }
@@ -407,19 +401,20 @@ impl TurnService {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,
         };
+        // Held for the rewrite only: a concurrent turn of this session waits here, not for the
+        // upstream call. Taken before the durable store's session, so two turns of one session
+        // in this process never load it at once.
+        let mut lease = self.lease(&session).await;
         let opened = match self.open(&session).await {
             Ok(opened) => opened,
-            Err(why) => {
-                return Turn::Untouched {
-                    reason: Untouched::Held(why.label()),
-                    session: Some(session),
-                    facts: None,
-                };
-            }
+            Err(held) => return held,
         };
-        // Held for the rewrite only: a concurrent turn of this session waits here, not for the
-        // upstream call.
-        let mut lease = self.lease(&session, opened.as_ref()).await;
+        if opened.as_ref().is_some_and(|o| o.reloaded) {
+            // Another replica, or this process before a restart, ran the session's latest turn:
+            // the store's state is newer than the actor's.
+            *lease = crate::load_state(&*self.store, &session);
+            lease.tracker.set_never_cold(self.never_cold);
+        }
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
             // A bypassed turn still happened: the provider cached it, so the tracker records it.
             let facts = crate::begin_turn(&mut lease, &parsed, self.clock.now());
@@ -449,7 +444,7 @@ impl TurnService {
             if models.wait().await > 0 {
                 // Under the lease again: the re-run writes freezes and checkpoints, and only a
                 // leased turn may run the pipeline for its session.
-                let _lease = self.lease(&session, None).await;
+                let _lease = self.lease(&session).await;
                 applied = rerun(&parsed, &self.pipeline, cx.clone(), &facts);
             }
         }
@@ -457,7 +452,7 @@ impl TurnService {
         let settled = match Settled::placed(&parsed, applied, reach) {
             Ok(settled) => settled,
             Err(reason) => {
-                let _lease = self.lease(&session, None).await;
+                let _lease = self.lease(&session).await;
                 let lossless = rerun(&parsed, &self.pipeline, cx.with_offloads(false), &facts);
                 Settled::lossless(&parsed, lossless, reason)
             }
@@ -468,12 +463,21 @@ impl TurnService {
         settled.forward(input.body, &parsed, session, facts, added, flushed)
     }
 
-    /// Opens the session in the durable store, if there is one.
-    async fn open(&self, session: &str) -> Result<Option<Opened>, Unavailable> {
-        match &self.durable {
-            Some(durable) => durable.open(session).await.map(Some),
-            None => Ok(None),
-        }
+    /// Opens the session in the durable store, if there is one; the turn to return when it
+    /// cannot be (a turn whose decisions could not be recorded must not make any).
+    async fn open(&self, session: &str) -> Result<Option<Opened>, Turn> {
+        let Some(durable) = &self.durable else {
+            return Ok(None);
+        };
+        durable
+            .open(session)
+            .await
+            .map(Some)
+            .map_err(|why: Unavailable| Turn::Untouched {
+                reason: Untouched::Held(why.label()),
+                session: Some(session.to_owned()),
+                facts: None,
+            })
     }
 
     /// Writes the session's state into a durable store at the end of each turn (a memory store
@@ -513,13 +517,7 @@ impl TurnService {
         };
         let opened = match self.open(&session).await {
             Ok(opened) => opened,
-            Err(why) => {
-                return Turn::Untouched {
-                    reason: Untouched::Held(why.label()),
-                    session: Some(session),
-                    facts: None,
-                };
-            }
+            Err(held) => return held,
         };
         let mut turn = self.compact_run(input, &parsed, session, pipeline, Flush::done());
         if let (Turn::Forward(forward), Some(opened)) = (&mut turn, opened) {
