@@ -235,11 +235,30 @@ pub fn aggregate(dialect: Dialect, frames: &[Value]) -> Value {
     }
 }
 
+/// Content blocks (Anthropic) or tool calls (OpenAI) one held turn may index. A provider's turn
+/// has a handful; an index past this is a malformed stream, and its event is skipped rather than
+/// allocated for (an index of 10^18 must not reserve memory).
+const MAX_INDEX: usize = 1024;
+
+/// `object[key]` for writing, when `object` is an object: a stream whose block is a string or a
+/// number is malformed, and is left as it is rather than indexed (serde_json panics there).
+fn field_mut<'v>(object: &'v mut Value, key: &str) -> Option<&'v mut Value> {
+    Some(
+        object
+            .as_object_mut()?
+            .entry(key.to_owned())
+            .or_insert(Value::Null),
+    )
+}
+
 fn aggregate_anthropic(frames: &[Value]) -> Value {
     // index → (block, accumulated partial JSON for tool_use input)
     let mut blocks: Vec<(Value, String)> = Vec::new();
     for data in frames {
         let index = data["index"].as_u64().unwrap_or(0) as usize;
+        if index >= MAX_INDEX {
+            continue;
+        }
         match data["type"].as_str() {
             Some("content_block_start") => {
                 if blocks.len() <= index {
@@ -252,14 +271,18 @@ fn aggregate_anthropic(frames: &[Value]) -> Value {
                     continue;
                 };
                 let delta = &data["delta"];
-                match delta["type"].as_str() {
-                    Some("text_delta") => append(&mut block["text"], &delta["text"]),
-                    Some("thinking_delta") => append(&mut block["thinking"], &delta["thinking"]),
-                    Some("signature_delta") => append(&mut block["signature"], &delta["signature"]),
+                let field = match delta["type"].as_str() {
+                    Some("text_delta") => "text",
+                    Some("thinking_delta") => "thinking",
+                    Some("signature_delta") => "signature",
                     Some("input_json_delta") => {
-                        partial.push_str(delta["partial_json"].as_str().unwrap_or(""))
+                        partial.push_str(delta["partial_json"].as_str().unwrap_or(""));
+                        continue;
                     }
-                    _ => {}
+                    _ => continue,
+                };
+                if let Some(target) = field_mut(block, field) {
+                    append(target, &delta[field]);
                 }
             }
             _ => {}
@@ -269,8 +292,11 @@ fn aggregate_anthropic(frames: &[Value]) -> Value {
         .into_iter()
         .filter(|(block, _)| !block.is_null())
         .map(|(mut block, partial)| {
-            if block["type"] == "tool_use" && !partial.is_empty() {
-                block["input"] = serde_json::from_str(&partial).unwrap_or_else(|_| json!({}));
+            if block["type"] == "tool_use"
+                && !partial.is_empty()
+                && let Some(input) = field_mut(&mut block, "input")
+            {
+                *input = serde_json::from_str(&partial).unwrap_or_else(|_| json!({}));
             }
             block
         })
@@ -296,6 +322,9 @@ fn aggregate_openai(frames: &[Value]) -> Value {
         }
         for call in delta["tool_calls"].as_array().into_iter().flatten() {
             let index = call["index"].as_u64().unwrap_or(0) as usize;
+            if index >= MAX_INDEX {
+                continue;
+            }
             if calls.len() <= index {
                 calls.resize(index + 1, json!({"id": "", "type": "function", "function": {"name": "", "arguments": ""}}));
             }
@@ -321,6 +350,26 @@ fn aggregate_openai(frames: &[Value]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the fuzzer (`tests/it/fuzz.rs`, target `sse`): a held turn whose block is not an
+    /// object, or whose index is absurd, folds without panicking or allocating for the index.
+    #[test]
+    fn malformed_held_turns_fold_without_panicking() {
+        let frames = [
+            json!({"type": "content_block_start", "index": 0, "content_block": "a string"}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "name": 5}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+            json!({"type": "content_block_start", "index": 1_000_000_000_000u64, "content_block": {}}),
+        ];
+        let turn = aggregate(Dialect::Anthropic, &frames);
+        assert_eq!(turn["content"][0], "a string");
+        assert_eq!(turn["content"][1]["input"], json!({}));
+        let calls =
+            [json!({"choices": [{"delta": {"tool_calls": [{"index": 1_000_000_000_000u64}]}}]})];
+        let turn = aggregate(Dialect::OpenAi, &calls);
+        assert_eq!(turn["choices"][0]["message"]["tool_calls"], json!([]));
+    }
 
     #[test]
     fn frames_are_cut_at_blank_lines_across_chunks() {
