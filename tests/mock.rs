@@ -39,6 +39,14 @@ pub enum Reply {
     Slow { chunks: usize, pause: Duration },
     /// Another reply, after a pause before the response headers (a slow model).
     Delayed(Duration, Box<Reply>),
+    /// Exactly these bytes with this status and these headers (garbage a broken or hostile
+    /// upstream sends), streamed in pieces of at most `piece` bytes.
+    Raw {
+        status: u16,
+        headers: Vec<(&'static str, &'static str)>,
+        body: Bytes,
+        piece: usize,
+    },
 }
 
 /// How the mock encodes its replies.
@@ -208,6 +216,26 @@ impl Mock {
         }
         match reply {
             Reply::Status(code, body) => json_response(code, body),
+            Reply::Raw {
+                status,
+                headers,
+                body,
+                piece,
+            } => {
+                let pieces = body
+                    .chunks(piece.max(1))
+                    .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                    .collect();
+                let mut response = Response::new(futures_stream(pieces, Duration::ZERO));
+                *response.status_mut() = hyper::StatusCode::from_u16(status)
+                    .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+                for (name, value) in headers {
+                    response
+                        .headers_mut()
+                        .insert(name, http::HeaderValue::from_static(value));
+                }
+                response
+            }
             Reply::ResetMidStream => {
                 let first = Ok(Frame::data(Bytes::from_static(
                     b"event: ping\ndata: {\"type\":\"ping\"}\n\n",

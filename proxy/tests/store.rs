@@ -80,23 +80,7 @@ impl Sluice {
         headers: &[(&str, &str)],
         body: Bytes,
     ) -> (u16, Bytes) {
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.url));
-        for (k, v) in headers {
-            request = request.header(*k, *v);
-        }
-        let response = client
-            .request(request.body(Full::new(body)).unwrap())
-            .await
-            .expect("sluice answers");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.into_body().collect().await.unwrap().to_bytes(),
-        )
+        call(&self.url, method, path, headers, body).await
     }
 
     async fn turn(&self, dialect: Dialect, session: &str, body: &[u8]) -> u16 {
@@ -126,6 +110,33 @@ impl Sluice {
         assert_eq!(status, 200);
         serde_json::from_slice(&body).unwrap()
     }
+}
+
+/// One request to `base`; the status and the whole body.
+async fn call(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> (u16, Bytes) {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"));
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = client
+        .request(request.body(Full::new(body)).unwrap())
+        .await
+        .expect("sluice answers");
+    let status = response.status().as_u16();
+    (
+        status,
+        response.into_body().collect().await.unwrap().to_bytes(),
+    )
 }
 
 impl Drop for Sluice {
@@ -655,5 +666,69 @@ async fn a_compact_rewrite_keeps_its_originals_across_a_restart() {
         assert_eq!(status, 200, "{id}");
         assert!(sent_in(turn, &original));
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGTERM while a response streams: the stream finishes, the process exits 0 within the drain,
+/// and with SQLite the turn's writes are in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_stream_drains_it_and_keeps_the_turn() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let dir = temp_dir("sigterm");
+    let store = sqlite(&dir);
+    let mut sluice = Sluice::spawn(&store, &mock.url());
+    mock.script([Reply::Slow {
+        chunks: 20,
+        pause: Duration::from_millis(50),
+    }]);
+    let mut body: serde_json::Value = serde_json::from_slice(turns.last().unwrap()).unwrap();
+    body["stream"] = serde_json::Value::Bool(true);
+    let body = serde_json::to_vec(&body).unwrap();
+    let streaming = {
+        let url = sluice.url.clone();
+        tokio::spawn(async move {
+            call(
+                &url,
+                "POST",
+                match dialect {
+                    Dialect::OpenAi => "/openai/v1/chat/completions",
+                    Dialect::Anthropic => "/anthropic/v1/messages",
+                },
+                &[
+                    ("content-type", "application/json"),
+                    ("x-context-guru-session", "sigterm-1"),
+                    CREDENTIAL,
+                ],
+                Bytes::from(body),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = sluice.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (status, streamed) = streaming.await.unwrap();
+    assert_eq!(status, 200);
+    let events = String::from_utf8_lossy(&streamed);
+    assert!(
+        events.contains("message_stop") || events.contains("[DONE]"),
+        "the stream finished: {events}"
+    );
+    let exit = tokio::task::spawn_blocking(move || sluice.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    // The turn that was streaming is in the file for the next process.
+    let sluice = Sluice::spawn(&store, &mock.url());
+    let stats = sluice.stats().await;
+    assert_eq!(stats["store_backend_sessions"], 1, "{stats}");
     let _ = std::fs::remove_dir_all(dir);
 }

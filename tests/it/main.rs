@@ -1,5 +1,6 @@
 //! sluice's end-to-end tests, one binary (each test binary costs a link step on CI).
 
+mod abuse;
 mod corpus;
 mod docs;
 mod fuzz;

@@ -43,6 +43,15 @@ pub(crate) async fn start_tuned(
     config_for: impl Fn(&str) -> String,
     tune: impl FnOnce(&mut Settings),
 ) -> Sluice {
+    start_timed(config_for, tune, Timeouts::default()).await
+}
+
+/// [`start_tuned`] with the upstream's timeouts too.
+pub(crate) async fn start_timed(
+    config_for: impl Fn(&str) -> String,
+    tune: impl FnOnce(&mut Settings),
+    timeouts: Timeouts,
+) -> Sluice {
     let mock = Mock::start().await;
     let config = Config::parse(&config_for(&mock.url())).unwrap();
     let clock = Arc::new(proxy::clock::SystemClock);
@@ -57,7 +66,7 @@ pub(crate) async fn start_tuned(
         App::new(
             config,
             settings,
-            Upstream::new(Timeouts::default()),
+            Upstream::new(timeouts),
             StateStore::Local(store),
         )
         .unwrap(),
@@ -153,7 +162,7 @@ fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
     integration_tests::read_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn route(dialect: Dialect) -> &'static str {
+pub(crate) fn route(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::OpenAi => "/openai/v1/chat/completions",
         Dialect::Anthropic => "/anthropic/v1/messages",
