@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Throughput against a reference hop, in one run: wrk drives, at 64 connections, the same
+# recorded Anthropic body through
+#   direct  -> a canned upstream (nginx answering a fixed Messages reply)
+#   nginx   -> an nginx reverse proxy (proxy_pass, upstream keepalive) -> the canned upstream
+#   off     -> sluice --preset off                                       -> the canned upstream
+#   default -> sluice on its embedded default                           -> the canned upstream
+# in rounds, interleaved. Needs Debian's nginx and wrk. Figures go to docs/performance.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "install nginx and wrk (apt-get install nginx-light wrk)" >&2; exit 1; }
+cargo build --release --quiet -p proxy --bin sluice
+target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+sluice="$target_dir/release/sluice"
+work="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+# The body: the public Anthropic request nearest 187 KB, from the repository's corpus.
+python3 - "$work/body.json" <<'PY'
+import gzip, os, sys
+best = None
+for root, _, files in os.walk("tests/corpus/public"):
+    for f in files:
+        if f.startswith("anthropic.json"):
+            p = os.path.join(root, f)
+            data = gzip.open(p).read() if f.endswith(".gz") else open(p, "rb").read()
+            if best is None or abs(len(data) - 187_000) < abs(len(best) - 187_000):
+                best = data
+open(sys.argv[1], "wb").write(best)
+print(f"body: {len(best)} bytes", file=sys.stderr)
+PY
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+canned_port=$(port); hop_port=$(port); off_port=$(port); default_port=$(port)
+reply='{"id":"msg_hop","type":"message","role":"assistant","model":"claude-hop","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":52011,"output_tokens":1,"cache_read_input_tokens":51000,"cache_creation_input_tokens":0}}'
+cat > "$work/nginx.conf" <<NGINX
+worker_processes 2;
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $work/body;
+    proxy_temp_path $work/proxy;
+    client_max_body_size 32m;
+    client_body_buffer_size 1m;
+    upstream canned { server 127.0.0.1:$canned_port; keepalive 128; }
+    server {
+        listen 127.0.0.1:$canned_port;
+        tcp_nodelay on;
+        location / { default_type application/json; return 200 '$reply'; }
+    }
+    server {
+        listen 127.0.0.1:$hop_port;
+        tcp_nodelay on;
+        location / {
+            proxy_pass http://canned;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+NGINX
+nginx -c "$work/nginx.conf" -p "$work" -g 'daemon off;' 2>"$work/nginx.err" &
+pids+=($!)
+SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$off_port" --preset off --store memory \
+    --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/off.err" &
+pids+=($!); off_pid=$!
+SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$default_port" --store "sqlite:$work/state.db" \
+    --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/default.err" &
+pids+=($!); default_pid=$!
+for p in $canned_port $hop_port $off_port $default_port; do
+    for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.05; done
+done
+
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+nginx_rss_kib() { local t=0; for p in $(pgrep -f "nginx: worker" ); do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
+idle_off=$(rss_kib $off_pid); idle_default=$(rss_kib $default_pid); idle_nginx=$(nginx_rss_kib)
+
+run() { # arm url -> "rps p50_ms"
+    HOP_BODY="$work/body.json" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s benches/hop/post.lua "$2" 2>/dev/null \
+        | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000} p50=v} END {printf "%s %s\n", rps, p50}'
+}
+declare -A rps p50
+arms=(direct nginx off default)
+url_direct="http://127.0.0.1:$canned_port/v1/messages"
+url_nginx="http://127.0.0.1:$hop_port/v1/messages"
+url_off="http://127.0.0.1:$off_port/anthropic/v1/messages"
+url_default="http://127.0.0.1:$default_port/anthropic/v1/messages"
+for arm in "${arms[@]}"; do run "$arm" "$(eval echo \$url_$arm)" >/dev/null; done   # warm-up
+for round in 1 2 3; do
+    for arm in "${arms[@]}"; do
+        read -r r p <<<"$(run "$arm" "$(eval echo \$url_$arm)")"
+        rps[$arm]="${rps[$arm]:-} $r"; p50[$arm]="${p50[$arm]:-} $p"
+    done
+done
+busy_off=$(rss_kib $off_pid); busy_default=$(rss_kib $default_pid); busy_nginx=$(nginx_rss_kib)
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "| arm | req/s (median of 3) | share of nginx | p50 (median) | added p50 over direct |"
+echo "|---|--:|--:|--:|--:|"
+n_rps=$(echo "${rps[nginx]}" | median); d_p50=$(echo "${p50[direct]}" | median)
+for arm in "${arms[@]}"; do
+    r=$(echo "${rps[$arm]}" | median); p=$(echo "${p50[$arm]}" | median)
+    awk -v a="$arm" -v r="$r" -v n="$n_rps" -v p="$p" -v d="$d_p50" 'BEGIN {printf "| %s | %.0f | %.0f%% | %.2f ms | %.2f ms |\n", a, r, 100*r/n, p, p-d}'
+done
+echo
+echo "rounds: $(for a in "${arms[@]}"; do echo -n "$a:${rps[$a]} "; done)"
+awk -v io="$idle_off" -v bo="$busy_off" -v id="$idle_default" -v bd="$busy_default" -v in_="$idle_nginx" -v bn="$busy_nginx" 'BEGIN {
+    printf "memory per connection at 64 (RSS under load minus idle, / 64): sluice off %.0f KiB, sluice default %.0f KiB, nginx %.0f KiB\n", (bo-io)/64, (bd-id)/64, (bn-in_)/64 }'
