@@ -55,7 +55,12 @@ fn spawn_sluice(binary: &str, db: &std::path::Path, upstream: &str) -> (String, 
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--store", &format!("sqlite:{}", db.display())])
         .args(["--max-connections", "4096"])
-        .args(["--anthropic-upstream", upstream, "--openai-upstream", upstream])
+        .args([
+            "--anthropic-upstream",
+            upstream,
+            "--openai-upstream",
+            upstream,
+        ])
         .env("SLUICE_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()

@@ -201,10 +201,11 @@ where
                             let data = match decoder.as_mut().map(|d| d.feed(&data)) {
                                 None => data,
                                 Some(Ok(decoded)) => decoded,
-                                // A corrupt stream: what is left goes out as it came.
-                                Some(Err(_)) => {
-                                    decoder = None;
-                                    data
+                                // Corrupt, or a bomb: decoded bytes have gone out without
+                                // `Content-Encoding`, so the rest cannot follow raw. The stream
+                                // ends in an error the agent sees as a cut reply.
+                                Some(Err(err)) => {
+                                    return Some((Err(Box::new(err) as BoxError), None));
                                 }
                             };
                             scanner.scan(&data);

@@ -65,12 +65,36 @@ impl Encoding {
     }
 }
 
+/// Decoded bytes one chunk may yield. Compression can multiply a chunk a thousandfold (a
+/// "bomb"), so a chunk is decoded a slice at a time and given up past this: memory per reply
+/// stays near this bound whatever arrives.
+pub const MAX_DECODED_PER_CHUNK: usize = 16 << 20;
+
+/// Compressed bytes decoded at a time: deflate's worst ratio (about 1,032:1) turns this into at
+/// most 4 MiB before the bound is checked again.
+const SLICE: usize = 4 << 10;
+
 impl Decoder {
     /// Decodes one chunk; returns what it yielded (possibly nothing yet).
     ///
     /// # Errors
-    /// A corrupt stream.
+    /// A corrupt stream, or a chunk that decodes to more than [`MAX_DECODED_PER_CHUNK`].
     pub fn feed(&mut self, chunk: &[u8]) -> std::io::Result<Bytes> {
+        let mut out = Vec::new();
+        for slice in chunk.chunks(SLICE) {
+            out.extend_from_slice(&self.feed_slice(slice)?);
+            if out.len() > MAX_DECODED_PER_CHUNK {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "a compressed chunk expands past sluice's bound",
+                ));
+            }
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// Decodes one slice of a chunk.
+    fn feed_slice(&mut self, chunk: &[u8]) -> std::io::Result<Bytes> {
         match self {
             Decoder::Gzip(d) => {
                 d.write_all(chunk)?;
@@ -126,6 +150,24 @@ mod tests {
         }
         out.extend_from_slice(&decoder.finish().unwrap());
         out
+    }
+
+    #[test]
+    fn a_compression_bomb_is_refused_within_its_bound() {
+        // 32 MiB of zeros gzip to about 32 KiB: one chunk of that is twice the bound.
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..32 {
+            gz.write_all(&zeros).unwrap();
+        }
+        let bomb = gz.finish().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_ENCODING, "gzip".parse().unwrap());
+        let Encoding::Decode(mut decoder) = Encoding::take(&mut headers) else {
+            panic!("not decodable");
+        };
+        let err = decoder.feed(&bomb).unwrap_err();
+        assert!(err.to_string().contains("bound"), "{err}");
     }
 
     #[test]

@@ -2,10 +2,20 @@
 //!
 //! On shutdown the listener closes first (no new connections), then in-flight requests and open
 //! streams get up to `drain` to finish before the process exits.
+//!
+//! A connection holds one of `max_connections` slots for as long as it is open, so a connection
+//! that idles (HTTP/1 keep-alive between requests, an h2 connection with no stream) is closed
+//! after the header timeout: otherwise a client could hold every slot by doing nothing.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -68,10 +78,40 @@ pub async fn serve(
                         drop(slot);
                         return;
                     }
-                    let service = service_fn(move |request| handle(app.clone(), peer, request));
-                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    if let Err(err) = watcher.watch(connection.into_owned()).await {
-                        tracing::debug!(error = %err, %peer, "Connection ended with an error.");
+                    let activity = Arc::new(Activity::new());
+                    let busy = activity.clone();
+                    let service = service_fn(move |request| {
+                        let (app, busy) = (app.clone(), busy.clone());
+                        async move {
+                            // Counted until the response body is done or dropped: a stream that
+                            // pauses (a model thinking) is not idle.
+                            let request_in_flight = busy.begin();
+                            let response = handle(app, peer, request).await?;
+                            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                                BodyExt::boxed(Counted { body, _in_flight: request_in_flight })
+                            }))
+                        }
+                    });
+                    let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
+                    let connection = builder.serve_connection_with_upgrades(io, service);
+                    let connection = watcher.watch(connection.into_owned());
+                    tokio::pin!(connection);
+                    loop {
+                        tokio::select! {
+                            ended = &mut connection => {
+                                if let Err(err) = ended {
+                                    tracing::debug!(error = %err, %peer, "Connection ended with an error.");
+                                }
+                                break;
+                            }
+                            () = tokio::time::sleep(wait / 2) => {
+                                // Idle: no request waiting on a response head, and no byte either
+                                // way for the whole timeout. Dropping the connection closes it.
+                                if activity.idle_for() >= wait && activity.in_flight() == 0 {
+                                    break;
+                                }
+                            }
+                        }
                     }
                     drop(slot);
                 });
@@ -88,6 +128,137 @@ pub async fn serve(
             seconds = drain.as_secs(),
             "Drain timed out; closing remaining connections."
         );
+    }
+}
+
+/// When a connection last moved a byte, and how many of its requests await a response head.
+struct Activity {
+    started: Instant,
+    last_ms: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            started: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.clone())
+    }
+}
+
+/// One request awaiting its response head; counted down on drop (a cancelled one too).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is dropped.
+struct Counted {
+    body: crate::respond::Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = crate::respond::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A stream that records when it last moved a byte.
+struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
 

@@ -800,3 +800,46 @@ async fn clients_that_go_away_mid_stream() {
     );
     assert_eq!(sluice.get("/healthz").await.status, 200);
 }
+
+/// A keep-alive connection that idles is closed after the header timeout (it would hold a
+/// connection slot forever otherwise), while a stream that pauses longer than that is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_close_and_paused_streams_do_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sluice = start_timed(
+        |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
+        |s| s.header_timeout = Duration::from_secs(1),
+        Timeouts::default(),
+    )
+    .await;
+    let addr = sluice.url.trim_start_matches("http://").to_owned();
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let closed = tokio::time::timeout(Duration::from_secs(4), idle.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the idle connection was closed: {closed:?}"
+    );
+
+    sluice.mock.script([Reply::Slow {
+        chunks: 3,
+        pause: Duration::from_millis(1_600),
+    }]);
+    let (status, got) = lossy_chat(
+        &sluice,
+        Dialect::Anthropic,
+        compactable(Dialect::Anthropic, true),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events = String::from_utf8_lossy(&got);
+    assert!(
+        events.contains("message_stop"),
+        "the paused stream finished: {events}"
+    );
+}
