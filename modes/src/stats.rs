@@ -576,7 +576,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         None,
         Counter,
         "requests",
-        "Requests forwarded untouched on purpose (bypass header, agent compaction).",
+        "Requests forwarded untouched on purpose (bypass header, agent compaction, an empty pipeline).",
         |t| Num::Count(t.bypassed_requests)
     ),
     row!(

@@ -396,6 +396,15 @@ impl TurnService {
 
     /// A live turn: sync mode, observe's shadow run, replay.
     pub async fn run(&self, input: TurnInput<'_>) -> Turn {
+        if self.pipeline.is_empty() {
+            // Nothing can change the body (`--preset off`): relayed without being read, so an
+            // empty pipeline costs what a plain hop does.
+            return Turn::Untouched {
+                reason: Untouched::Bypassed("empty_pipeline"),
+                session: None,
+                facts: None,
+            };
+        }
         let started = self.clock.now();
         let (parsed, session) = match admit(&input, &self.scope(input.headers)) {
             Ok(admitted) => admitted,

@@ -29,6 +29,10 @@ pub struct DurableLimits {
     pub session_bytes: usize,
     /// Bytes of session copies kept in memory.
     pub cache_bytes: usize,
+    /// A copy unused this long leaves memory whatever the budget: its session is in the
+    /// backend, and one load brings it back. Memory then follows the sessions in use, not every
+    /// session seen since start-up.
+    pub copy_idle: Duration,
     /// How long a shared lease lives if its holder dies. A turn that outlives it (a long model
     /// wait) still commits while no other replica has written the session since it began.
     pub lease_hold: Duration,
@@ -44,6 +48,8 @@ impl DurableLimits {
         session_stashes: 2_000,
         session_bytes: 64 << 20,
         cache_bytes: 256 << 20,
+        // The providers' default cache lifetime: a session idle longer has gone cold anyway.
+        copy_idle: Duration::from_secs(300),
         lease_hold: Duration::from_secs(30),
         lease_wait: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
@@ -233,8 +239,8 @@ impl Copies {
     }
 
     /// Drops least recently used copies that no turn has open until the bytes fit, and copies
-    /// idle past the time to live. Returns how many went.
-    fn shrink(&mut self, budget: usize, ttl: Duration) -> u64 {
+    /// idle longer than `idle`. Returns how many went.
+    fn shrink(&mut self, budget: usize, idle: Duration) -> u64 {
         let mut dropped = 0;
         let now = Instant::now();
         let mut passed = Vec::new();
@@ -242,7 +248,7 @@ impl Copies {
             let Some(copy) = self.sessions.get(&session) else {
                 continue;
             };
-            let stale = now.duration_since(copy.used) > ttl;
+            let stale = now.duration_since(copy.used) > idle;
             if !stale && self.bytes <= budget {
                 self.recency.insert(tick, session);
                 break;
@@ -675,10 +681,10 @@ impl Opened {
         else {
             return Flush::done();
         };
-        let evicted = store
-            .copies
-            .lock()
-            .shrink(store.limits.cache_bytes, store.limits.ttl);
+        let evicted = store.copies.lock().shrink(
+            store.limits.cache_bytes,
+            store.limits.copy_idle.min(store.limits.ttl),
+        );
         store
             .counters
             .cache_evictions

@@ -200,3 +200,25 @@ async fn a_one_off_rewrite_has_its_own_namespace_and_the_same_way_back() {
     assert_eq!(compacted.body, live.body);
     assert!(compacted.expandable);
 }
+
+#[tokio::test]
+async fn an_empty_pipeline_relays_without_reading_the_body() {
+    let clock = Arc::new(ManualClock::new());
+    let store: Arc<dyn Store> =
+        Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
+    let pipeline = Config::from_preset("off")
+        .unwrap()
+        .build_pipeline()
+        .unwrap();
+    let service = TurnService::new(Arc::new(pipeline), store, clock);
+    // Not even JSON: an empty pipeline never parses, so this is not "unparsed".
+    let garbage = Bytes::from_static(b"{not json");
+    assert!(matches!(
+        run(&service, &garbage, &HeaderMap::new()).await,
+        Turn::Untouched {
+            reason: Untouched::Bypassed("empty_pipeline"),
+            session: None,
+            ..
+        }
+    ));
+}
