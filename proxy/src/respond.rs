@@ -55,8 +55,8 @@ pub enum ProxyError {
     /// The client stopped sending its body (408).
     #[error("the request body stalled for {seconds} s")]
     BodyStalled { seconds: u64 },
-    /// No route for this method and path (404).
-    #[error("sluice has no route {method} {path}")]
+    /// No route for this method and path (404), with the prefix a provider path needs.
+    #[error("sluice has no route {method} {path}{}", route_hint(path))]
     NotFound { method: Method, path: String },
     /// The route is not served to this client (403).
     #[error("{0}")]
@@ -70,6 +70,24 @@ pub enum ProxyError {
     /// The upstream's response body failed while sluice read it whole (502).
     #[error("upstream body failed: {0}")]
     UpstreamBody(hyper::Error),
+}
+
+/// What a client that called a provider path directly should call instead: the base URL it
+/// was given lacks sluice's dialect prefix.
+fn route_hint(path: &str) -> String {
+    if !path.starts_with("/v1/") {
+        return String::new();
+    }
+    let anthropic = path.starts_with("/v1/messages");
+    let (prefix, base) = if anthropic {
+        ("/anthropic", "ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic")
+    } else {
+        ("/openai", "OPENAI_BASE_URL=http://HOST:PORT/openai/v1")
+    };
+    format!(
+        "; provider paths take a dialect prefix: {prefix}{path} (set {base}; the other dialect is under /{})",
+        if anthropic { "openai" } else { "anthropic" }
+    )
 }
 
 impl ProxyError {
@@ -133,6 +151,38 @@ mod tests {
             .unwrap()
             .to_bytes();
         (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn a_provider_path_without_its_prefix_is_told_which_one_to_use() {
+        let (status, body) = read(
+            ProxyError::NotFound {
+                method: Method::POST,
+                path: "/v1/messages".into(),
+            }
+            .into_response(),
+        );
+        assert_eq!(status, 404);
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("/anthropic/v1/messages"), "{message}");
+        assert!(message.contains("ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic"), "{message}");
+        let (_, body) = read(
+            ProxyError::NotFound {
+                method: Method::POST,
+                path: "/v1/chat/completions".into(),
+            }
+            .into_response(),
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("/openai/v1/chat/completions"), "{message}");
+        let (_, body) = read(
+            ProxyError::NotFound {
+                method: Method::GET,
+                path: "/elsewhere".into(),
+            }
+            .into_response(),
+        );
+        assert_eq!(body["error"]["message"], "sluice has no route GET /elsewhere");
     }
 
     #[test]
