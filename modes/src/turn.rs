@@ -119,6 +119,16 @@ pub enum Untouched {
     Held(&'static str),
 }
 
+impl Untouched {
+    /// How logs and `/stats` name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Untouched::Unparsed => "unparsed",
+            Untouched::Bypassed(why) | Untouched::Held(why) => why,
+        }
+    }
+}
+
 /// What a turn came to.
 #[derive(Debug)]
 pub enum Turn {

@@ -332,6 +332,7 @@ pub async fn handle(
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let started = std::time::Instant::now();
     let path = request.uri().path().to_owned();
     let method = request.method().clone();
     let response = match (&method, path.as_str()) {
@@ -382,6 +383,7 @@ pub async fn handle(
             .into_response(),
         },
     };
+    crate::access::log(&method, &path, &response, started);
     Ok(response)
 }
 

@@ -23,12 +23,22 @@ use modes::turn::{ModelSource, Turn, TurnInput, TurnModels, TurnService};
 use modes::{CacheUsage, SessionState};
 use parking_lot::Mutex;
 
+use crate::access::Access;
 use crate::app::{App, read_body, upstream_uri};
 use crate::decode::{Decoder, Encoding};
 use crate::expand_loop::Continuation;
 use crate::respond::{Body, BoxError, ProxyError};
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 use crate::usage::UsageScanner;
+
+/// The scheme and host of an upstream URI, for logs (the path and query stay out).
+fn uri_authority(uri: &str) -> &str {
+    let after_scheme = uri.find("://").map_or(0, |i| i + 3);
+    let end = uri[after_scheme..]
+        .find('/')
+        .map_or(uri.len(), |i| after_scheme + i);
+    &uri[..end]
+}
 
 /// How long a reply waits for the state store to acknowledge its turn's writes (they started
 /// before the request went upstream, so this is almost never waited).
@@ -44,6 +54,7 @@ pub(crate) async fn chat(
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };
+    let mut access = Access::new(dialect, body.len());
     let uri = upstream_uri(app.upstream_base(dialect), &parts.uri);
     let mut headers = parts.headers;
     // sluice reads the reply on these routes (the expand loop, the provider's cache report), so
@@ -54,10 +65,13 @@ pub(crate) async fn chat(
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
         let meet = observe(app, observer, dialect, &headers, &body);
         app.stats.record_passthrough(false);
-        return match send(app, parts.method, &uri, &headers, body).await {
+        access.untouched = Some("observe");
+        access.bytes_out = body.len();
+        let sent = timed_send(app, &mut access, parts.method, &uri, &headers, body).await;
+        return access.attach(match sent {
             Ok(response) => relay_reporting(app, Report::Observed(meet), response),
             Err(err) => ProxyError::Upstream(err).into_response(),
-        };
+        });
     }
     let models = RequestModels {
         llm: &app.llm,
@@ -73,30 +87,42 @@ pub(crate) async fn chat(
     };
     let turn = app.turns().run(input).await;
     turn.record(&app.stats);
+    if let Some(session) = turn.session() {
+        access.session(&app.settings().scope_secret, session);
+    }
     let mut forward = match turn {
         Turn::Forward(forward) => forward,
-        Turn::Untouched { session, .. } => {
-            return match send(app, parts.method, &uri, &headers, body).await {
+        Turn::Untouched {
+            session, reason, ..
+        } => {
+            access.untouched = Some(reason.label());
+            access.bytes_out = body.len();
+            let sent = timed_send(app, &mut access, parts.method, &uri, &headers, body).await;
+            return access.attach(match sent {
                 // A bypassed turn was recorded by the tracker: its cache report belongs there.
                 Ok(response) => match session {
                     Some(session) => relay_reporting(app, Report::Live(session), response),
                     None => relay(response),
                 },
                 Err(err) => ProxyError::Upstream(err).into_response(),
-            };
+            });
         }
     };
-    let response = match send(
+    access.turn(&forward.report, forward.added);
+    access.bytes_out = forward.body.len();
+    access.expandable = forward.expandable;
+    let sent = timed_send(
         app,
+        &mut access,
         parts.method.clone(),
         &uri,
         &headers,
         forward.body.clone(),
     )
-    .await
-    {
+    .await;
+    let response = match sent {
         Ok(response) => response,
-        Err(err) => return ProxyError::Upstream(err).into_response(),
+        Err(err) => return access.attach(ProxyError::Upstream(err).into_response()),
     };
     // The turn's writes reach the state store while the upstream thinks; the reply waits for
     // them, so the agent's next turn (on any replica, or after a restart) finds them. A store
@@ -107,7 +133,11 @@ pub(crate) async fn chat(
         if forward.stream {
             app.stats.record_stream(StreamRelay::Streamed, None);
         }
-        return relay_reporting(app, Report::Live(forward.session), response);
+        return access.attach(relay_reporting(
+            app,
+            Report::Live(forward.session),
+            response,
+        ));
     }
     let call = Continuation {
         app: app.clone(),
@@ -116,11 +146,26 @@ pub(crate) async fn chat(
         headers,
         session: forward.session,
     };
-    if forward.stream {
+    access.attach(if forward.stream {
         call.stream(forward.body, response)
     } else {
         call.buffered(forward.body, response).await
-    }
+    })
+}
+
+/// [`send`], with the time to the response head in `access`.
+async fn timed_send(
+    app: &App,
+    access: &mut Access,
+    method: Method,
+    uri: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Incoming>, UpstreamError> {
+    let started = Instant::now();
+    let sent = send(app, method, uri, headers, body).await;
+    access.upstream = Some(started.elapsed());
+    sent
 }
 
 pub(crate) async fn send(
@@ -132,6 +177,10 @@ pub(crate) async fn send(
 ) -> Result<Response<Incoming>, UpstreamError> {
     let started = Instant::now();
     let result = app.upstream().send(method, uri, headers, body).await;
+    if let Err(error) = &result {
+        // The agent gets a 502 or 504; the operator gets the why (never a header or a body).
+        tracing::warn!(%error, upstream = %uri_authority(uri), "upstream call failed");
+    }
     app.stats
         .record_upstream(started.elapsed(), result.is_err());
     result

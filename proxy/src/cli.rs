@@ -149,6 +149,10 @@ struct ServeArgs {
     /// `off`. Beats `store.backend` in the config.
     #[arg(long, env = "SLUICE_STORE", hide_env_values = true)]
     store: Option<actors::store::StoreSpec>,
+    /// Log lines as `text` or `json` (one object a line). What is logged: `SLUICE_LOG`, else
+    /// `RUST_LOG`, else `info` (which includes one access line per request).
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Where Anthropic Messages requests go.
     #[arg(
         long,
@@ -193,6 +197,30 @@ struct ServeArgs {
     /// a filter does can take down) or `in-process` (trusted programs only, logged at start).
     #[arg(long, env = "SLUICE_SANDBOX", value_enum, default_value_t = SandboxArg::Child)]
     sandbox: SandboxArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr: the filter from `SLUICE_LOG`, else `RUST_LOG`, else `info`.
+fn init_logs(format: LogFormat) {
+    let filter = ["SLUICE_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|key| std::env::var(key).ok().filter(|v| !v.is_empty()))
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -383,14 +411,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
     use crate::upstream::{Timeouts, Upstream};
     use std::time::Duration;
 
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logs(args.log_format);
     let mut config = args.config.load()?;
     if let Some(mode) = args.mode {
         config.mode = mode;

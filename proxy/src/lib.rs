@@ -5,6 +5,7 @@
 //! crate's client); the engine is called with bytes, a store and a clock, and never learns where
 //! they came from.
 
+pub mod access;
 pub mod admit;
 pub mod app;
 mod chat;

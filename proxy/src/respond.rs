@@ -80,7 +80,10 @@ fn route_hint(path: &str) -> String {
     }
     let anthropic = path.starts_with("/v1/messages");
     let (prefix, base) = if anthropic {
-        ("/anthropic", "ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic")
+        (
+            "/anthropic",
+            "ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic",
+        )
     } else {
         ("/openai", "OPENAI_BASE_URL=http://HOST:PORT/openai/v1")
     };
@@ -165,7 +168,10 @@ mod tests {
         assert_eq!(status, 404);
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains("/anthropic/v1/messages"), "{message}");
-        assert!(message.contains("ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic"), "{message}");
+        assert!(
+            message.contains("ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic"),
+            "{message}"
+        );
         let (_, body) = read(
             ProxyError::NotFound {
                 method: Method::POST,
@@ -182,7 +188,10 @@ mod tests {
             }
             .into_response(),
         );
-        assert_eq!(body["error"]["message"], "sluice has no route GET /elsewhere");
+        assert_eq!(
+            body["error"]["message"],
+            "sluice has no route GET /elsewhere"
+        );
     }
 
     #[test]

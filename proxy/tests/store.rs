@@ -35,6 +35,11 @@ struct Sluice {
 
 impl Sluice {
     fn spawn(store: &str, upstream: &str) -> Sluice {
+        Sluice::spawn_logging(store, upstream, &[], None)
+    }
+
+    /// With extra `serve` arguments, its stderr to `log` when given.
+    fn spawn_logging(store: &str, upstream: &str, extra: &[&str], log: Option<&Path>) -> Sluice {
         let port = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
         for (key, _) in std::env::vars_os() {
@@ -51,8 +56,12 @@ impl Sluice {
                 "--openai-upstream",
                 upstream,
             ])
+            .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+                None => Stdio::null(),
+            })
             .spawn()
             .expect("sluice starts");
         let sluice = Sluice {
@@ -730,5 +739,62 @@ async fn sigterm_during_a_stream_drains_it_and_keeps_the_turn() {
     let sluice = Sluice::spawn(&store, &mock.url());
     let stats = sluice.stats().await;
     assert_eq!(stats["store_backend_sessions"], 1, "{stats}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// One JSON access line per request, with what the operator needs and nothing that identifies
+/// the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_leaves_one_json_access_line() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let dir = temp_dir("access");
+    let log = dir.join("stderr.log");
+    let sluice =
+        Sluice::spawn_logging("memory", &mock.url(), &["--log-format", "json"], Some(&log));
+    let turn = &turns[turns.len() / 2];
+    assert_eq!(sluice.turn(dialect, "access-1", turn).await, 200);
+    let (status, _) = sluice.call("GET", "/healthz", &[], Bytes::new()).await;
+    assert_eq!(status, 200);
+    sluice.kill();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter(|v: &serde_json::Value| v["target"] == "sluice::access")
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let chat = &lines[0]["fields"];
+    assert_eq!(chat["status"], 200);
+    assert_eq!(chat["dialect"], dialect.as_str());
+    assert!(chat["tokens_saved"].as_u64().unwrap() > 0, "{chat}");
+    assert!(!chat["acted"].as_str().unwrap().is_empty(), "{chat}");
+    assert!(chat["upstream_ms"].as_f64().unwrap() > 0.0, "{chat}");
+    assert_eq!(
+        chat["session"].as_str().unwrap().len(),
+        16,
+        "a keyed hash: {chat}"
+    );
+    assert_eq!(lines[1]["fields"]["route"], "/healthz");
+    assert!(
+        !text.contains("sk-test-tenant-a"),
+        "no credential in the log"
+    );
+    assert!(!text.contains("access-1"), "no session id in the log");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Nothing listening upstream: the agent gets a 502 and the operator a log line saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_logged() {
+    let dir = temp_dir("unreachable");
+    let log = dir.join("stderr.log");
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let sluice = Sluice::spawn_logging("memory", &dead, &[], Some(&log));
+    let (dialect, turns) = session();
+    assert_eq!(sluice.turn(dialect, "dead-1", &turns[0]).await, 502);
+    sluice.kill();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("upstream call failed"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,0 +1,104 @@
+//! The access log: one line per request at `info`, target `sluice::access`.
+//!
+//! The rewritten routes attach what they learned ([`Access`]) to the response's extensions;
+//! [`log`] writes it with the method, the route, the status and the time taken. Nothing in a
+//! line identifies a caller: no header, no query string, no body, and the session only as a
+//! keyed hash (the same keyed hash as the credential scope, so it cannot be reversed by
+//! guessing user ids).
+
+use std::time::{Duration, Instant};
+
+use engine::pipeline::RunReport;
+use engine::wire::Dialect;
+use http::{Method, Response};
+
+/// What a rewritten route knows about its request.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    pub dialect: Option<Dialect>,
+    /// A keyed hash of the session key.
+    pub session: Option<String>,
+    pub bytes_in: usize,
+    pub bytes_out: usize,
+    pub tokens_in: usize,
+    pub tokens_out: usize,
+    /// Components that acted, comma-separated.
+    pub acted: String,
+    /// Why the body went as it came, when it did.
+    pub untouched: Option<&'static str>,
+    /// The expand tool was declared, so the reply may go through the expand loop.
+    pub expandable: bool,
+    pub added: Duration,
+    /// Until the upstream's response head.
+    pub upstream: Option<Duration>,
+}
+
+impl Access {
+    pub fn new(dialect: Dialect, bytes_in: usize) -> Access {
+        Access {
+            dialect: Some(dialect),
+            bytes_in,
+            ..Access::default()
+        }
+    }
+
+    /// The run's facts: tokens, what acted, sluice's own time.
+    pub fn turn(&mut self, report: &RunReport, added: Duration) {
+        self.tokens_in = report.tokens_before;
+        self.tokens_out = report.tokens_after;
+        self.acted = report
+            .components
+            .iter()
+            .filter(|c| c.acted)
+            .map(|c| c.name)
+            .collect::<Vec<_>>()
+            .join(",");
+        self.added = added;
+    }
+
+    /// The session key, hashed with the deployment's scope secret.
+    pub fn session(&mut self, secret: &[u8], session: &str) {
+        let scope = engine::session::credential_scope(secret, Some(session.as_bytes()));
+        self.session = Some(
+            scope
+                .trim_start_matches('k')
+                .trim_end_matches(':')
+                .to_owned(),
+        );
+    }
+
+    /// `response` carrying these facts to [`log`].
+    pub fn attach<B>(self, mut response: Response<B>) -> Response<B> {
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+/// Writes the access line for a request that started at `started`.
+pub fn log<B>(method: &Method, route: &str, response: &Response<B>, started: Instant) {
+    let status = response.status().as_u16();
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let Some(a) = response.extensions().get::<Access>() else {
+        tracing::info!(target: "sluice::access", %method, route, status, ms);
+        return;
+    };
+    tracing::info!(
+        target: "sluice::access",
+        %method,
+        route,
+        status,
+        dialect = a.dialect.map_or("", Dialect::as_str),
+        session = a.session.as_deref().unwrap_or(""),
+        bytes_in = a.bytes_in,
+        bytes_out = a.bytes_out,
+        tokens_in = a.tokens_in,
+        tokens_out = a.tokens_out,
+        tokens_saved = a.tokens_in.saturating_sub(a.tokens_out),
+        acted = a.acted.as_str(),
+        untouched = a.untouched.unwrap_or(""),
+        expandable = a.expandable,
+        added_ms = a.added.as_secs_f64() * 1e3,
+        upstream_ms = a.upstream.map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        ms,
+    );
+}
