@@ -688,11 +688,21 @@ pub static FIELDS: &[Field<Totals>] = &[
     ),
     row!(
         Some("cg_added_ms_avg"),
-        Some("cg_added_latency_ms"),
+        None,
         Gauge,
         "ms",
         "Average latency sluice added per rewritten request.",
         |t| Num::Real(ms(t.added_us, t.added_n))
+    ),
+    // The reference's `cg_added_latency_ms`, in the base unit Prometheus asks for (promtool
+    // refuses abbreviated units); `cg_added_latency_seconds` is the histogram.
+    row!(
+        None,
+        Some("cg_added_latency_average_seconds"),
+        Gauge,
+        "s",
+        "Average latency sluice added per rewritten request (the reference's cg_added_latency_ms, in seconds).",
+        |t| Num::Real(ms(t.added_us, t.added_n) / 1e3)
     ),
     row!(
         Some("upstream_ms_avg"),

@@ -93,6 +93,22 @@ impl StateStore {
     }
 }
 
+/// `sluice_build_info` (the version as a label, value 1, as Prometheus exporters do) and the
+/// process's uptime.
+fn write_build_info(out: &mut String, uptime: std::time::Duration) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "# HELP sluice_build_info The running sluice's version.\n# TYPE sluice_build_info gauge\nsluice_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sluice_uptime_seconds Seconds since this process started.\n# TYPE sluice_uptime_seconds gauge\nsluice_uptime_seconds {}",
+        uptime.as_secs()
+    );
+}
+
 /// The cheap model's accepted results, kept in the durable store under their session (frozen
 /// key `llm:<content key>`): loaded with the session, written at once.
 struct DurableResults(Arc<DurableStore>);
@@ -130,6 +146,8 @@ pub struct App {
     pub llm: llm::LlmService,
     /// The durable store behind the live turns, if state lives beyond this process.
     durable: Option<Arc<DurableStore>>,
+    /// For `uptime_seconds`.
+    started: std::time::Instant,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -237,6 +255,7 @@ impl App {
             observer,
             llm,
             durable,
+            started: std::time::Instant::now(),
         })
     }
 
@@ -354,6 +373,11 @@ pub async fn handle(
                 table::write_json(LLM_FIELDS, &llm, object);
                 table::write_json(STORE_FIELDS, &app.store_view(), object);
                 object.insert("store_backend".into(), app.store_backend().into());
+                object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+                object.insert(
+                    "uptime_seconds".into(),
+                    app.started.elapsed().as_secs().into(),
+                );
             }
             h::json(StatusCode::OK, stats.to_string())
         }
@@ -362,6 +386,7 @@ pub async fn handle(
             let llm = LlmView::new(app.llm.counts(), &app.stats);
             table::write_prometheus(LLM_FIELDS, &llm, &mut text);
             table::write_prometheus(STORE_FIELDS, &app.store_view(), &mut text);
+            write_build_info(&mut text, app.started.elapsed());
             h::text(StatusCode::OK, text)
         }
         (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,

@@ -129,7 +129,7 @@ pub static LLM_FIELDS: &[Field<LlmView>] = &[
     ),
     row(
         "llm_cost_usd",
-        Some("cg_llm_cost_usd"),
+        Some("cg_llm_cost_usd_total"),
         "",
         "USD",
         "Cheap-model spend at the configured prices.",

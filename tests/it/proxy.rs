@@ -692,9 +692,45 @@ async fn stats_metrics_health_and_compact_routes() {
             .unwrap()
             > 0
     );
+    assert_eq!(stats["version"], env!("CARGO_PKG_VERSION"));
+    assert!(stats["uptime_seconds"].is_u64());
     let metrics = String::from_utf8(sluice.get("/metrics").await.body.to_vec()).unwrap();
     assert!(metrics.contains("cg_requests_total"));
     assert!(metrics.contains("cg_component_runs_total{component=\"collapse\",outcome=\"acted\"}"));
+    assert!(metrics.contains(&format!(
+        "sluice_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    )));
+    promtool_passes(&metrics);
+}
+
+/// `promtool check metrics` (Debian's `prometheus` package) finds nothing to say about the
+/// exposition. Skipped without promtool, unless `SLUICE_REQUIRE_PROMTOOL=1` (`.ci/run`).
+fn promtool_passes(metrics: &str) {
+    use std::io::Write as _;
+    let required = std::env::var_os("SLUICE_REQUIRE_PROMTOOL").is_some_and(|v| v == "1");
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if !required => {
+            eprintln!("skipped: promtool is not installed ({e}); .ci/run installs it");
+            return;
+        }
+        Err(e) => panic!("SLUICE_REQUIRE_PROMTOOL=1 but promtool cannot start: {e}"),
+    };
+    child.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}");
 }
 
 #[tokio::test]
