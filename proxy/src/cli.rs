@@ -37,6 +37,14 @@ enum Command {
     },
     /// List the presets and their pipelines.
     Presets,
+    /// Write a commented config file with the embedded defaults (`-` for stdout).
+    Init {
+        #[arg(default_value = "sluice.yaml")]
+        path: PathBuf,
+        /// Replace a file that exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Replay recorded sessions turn by turn and bill them with a prompt-cache cost model.
     Replay(ReplayArgs),
     /// Sweep settings over recorded sessions and recommend one.
@@ -343,6 +351,7 @@ pub fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         } => config_check(&file),
         Command::Presets => presets(),
+        Command::Init { path, force } => init(&path, force),
         Command::Filters { command } => filters(command),
         Command::Replay(args) => replay(&args),
         Command::Tune {
@@ -730,6 +739,50 @@ fn filters(command: FiltersCommand) -> Result<(), Failure> {
             stdout_result(write!(out, "{}{newline}", filtered.text))
         }
     }
+}
+
+/// What `sluice init` writes: the embedded default as it is (its comments explain it), then the
+/// keys it leaves at their built-in values, commented out with those values.
+fn init_text() -> String {
+    let store = engine::config::StoreConfig::default();
+    format!(
+        "# sluice config, written by `sluice init`: the embedded default, which a file is layered on\n\
+         # (a top-level key this file does not write keeps its default). Check it with\n\
+         # `sluice config check FILE`; run with `sluice serve --config FILE`.\n\
+         #\n\
+         {default}\n\
+         # Where state lives (`--store` wins): sqlite:PATH (the default, under the user's state\n\
+         # directory), redis://HOST:PORT/DB (shared by replicas), memory, or off.\n\
+         #   backend: sqlite:/var/lib/sluice/state.db\n\
+         # Per session, and how long a turn waits for another replica's lease:\n\
+         #   session_max_stashes: {stashes}\n\
+         #   session_max_mb: {mb}\n\
+         #   lease_wait_ms: {wait}\n\
+         #\n\
+         # observe: {{ workers: 1, max_queue: 256 }}   # the off-path measurement pool (mode: observe)\n\
+         # cache:\n\
+         #   amortize: {{ enabled: false, every_turns: 10 }}\n",
+        default = engine::config::EMBEDDED_DEFAULT.trim_end(),
+        stashes = store.session_max_stashes,
+        mb = store.session_max_mb,
+        wait = store.lease_wait_ms,
+    )
+}
+
+fn init(path: &Path, force: bool) -> Result<(), Failure> {
+    let text = init_text();
+    if path == Path::new("-") {
+        return stdout_result(std::io::stdout().lock().write_all(text.as_bytes()));
+    }
+    if path.exists() && !force {
+        return Err(Failure(format!(
+            "{} exists; pass --force to replace it",
+            path.display()
+        )));
+    }
+    std::fs::write(path, text).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 fn presets() -> Result<(), Failure> {

@@ -560,3 +560,39 @@ fn sandbox_children_contain_hostile_filters() {
         )))
     );
 }
+
+/// `sluice init` writes a config that checks clean and is the embedded default; it does not
+/// overwrite a file unless told to.
+#[test]
+fn init_writes_a_config_that_checks_and_is_the_default() {
+    let dir = std::env::temp_dir().join(format!("sluice-init-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sluice.yaml");
+    let path_text = path.to_str().unwrap();
+    let out = sluice(&["init", path_text], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sluice(&["config", "check", path_text], b"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = engine::config::Config::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let default = engine::config::Config::parse(engine::config::EMBEDDED_DEFAULT).unwrap();
+    assert_eq!(written.pipeline, default.pipeline);
+    assert_eq!(written.store, default.store);
+    let again = sluice(&["init", path_text], b"");
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    assert!(
+        sluice(&["init", "--force", path_text], b"")
+            .status
+            .success()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -723,14 +723,22 @@ fn promtool_passes(metrics: &str) {
         }
         Err(e) => panic!("SLUICE_REQUIRE_PROMTOOL=1 but promtool cannot start: {e}"),
     };
-    child.stdin.take().unwrap().write_all(metrics.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}");
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
 }
 
 #[tokio::test]
