@@ -62,6 +62,18 @@ impl Mode {
     }
 }
 
+/// `count_tokens:` — what `POST /anthropic/v1/messages/count_tokens` counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountTokens {
+    /// The request as the agent sent it (the provider's answer, untouched).
+    #[default]
+    Original,
+    /// The request as sluice would forward it, so an agent's context accounting sees the
+    /// savings (a one-off rewrite: no session history, no tracker).
+    Compacted,
+}
+
 /// As written in YAML (`sync`), never the Rust name (`Sync`).
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -218,6 +230,7 @@ const KEYS: &[&str] = &[
     "mode",
     "observe",
     "cache",
+    "count_tokens",
 ];
 
 /// A preset: a named pipeline, plus tuned component blocks that apply unless the user's own
@@ -433,6 +446,7 @@ struct Layer {
     mode: Option<Mode>,
     observe: Option<ObserveConfig>,
     cache: Option<CacheConfig>,
+    count_tokens: Option<CountTokens>,
     outline: Outline,
 }
 
@@ -452,6 +466,7 @@ impl Layer {
         let blocks: Option<BTreeMap<String, IgnoredAny>> = values.get("components");
         let (store, mode) = (values.get("store"), values.get("mode"));
         let (observe, cache) = (values.get("observe"), values.get("cache"));
+        let count_tokens = values.get("count_tokens");
         let source = Source {
             text: text.to_owned(),
             blocks: blocks.map(|b| b.into_keys().collect()).unwrap_or_default(),
@@ -464,6 +479,7 @@ impl Layer {
             mode,
             observe,
             cache,
+            count_tokens,
             outline,
         })
     }
@@ -555,6 +571,7 @@ pub struct Config {
     pub mode: Mode,
     pub observe: ObserveConfig,
     pub cache: CacheConfig,
+    pub count_tokens: CountTokens,
     /// Accepted settings that have no effect in this build, said out loud.
     pub warnings: Vec<String>,
 }
@@ -627,6 +644,10 @@ impl Config {
             mode: layers.iter().find_map(|l| l.mode).unwrap_or_default(),
             observe: layers.iter().find_map(|l| l.observe).unwrap_or_default(),
             cache: layers.iter().find_map(|l| l.cache).unwrap_or_default(),
+            count_tokens: layers
+                .iter()
+                .find_map(|l| l.count_tokens)
+                .unwrap_or_default(),
             warnings: Vec::new(),
         }
     }

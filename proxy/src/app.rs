@@ -392,6 +392,14 @@ pub async fn handle(
         (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,
         (&Method::POST, "/compact") => compact_route(&app, request).await,
         (&Method::POST, "/anthropic/v1/messages") => chat(&app, Dialect::Anthropic, request).await,
+        (&Method::POST, "/anthropic/v1/messages/count_tokens")
+            if app.config.count_tokens == engine::config::CountTokens::Compacted =>
+        {
+            count_tokens_route(&app, request).await
+        }
+        (&Method::POST, azure) if is_azure_chat(azure) => {
+            chat(&app, Dialect::OpenAi, request).await
+        }
         (&Method::POST, "/openai/v1/chat/completions") => {
             chat(&app, Dialect::OpenAi, request).await
         }
@@ -571,23 +579,65 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
     };
     // The same turn the proxy would forward, without a tracker; the original when it cannot be
     // rewritten.
+    match one_off_rewrite(app, &input, preset_pipeline.as_ref()).await {
+        Some(rewritten) => h::json(StatusCode::OK, rewritten),
+        None => h::json(StatusCode::OK, body),
+    }
+}
+
+/// The one-off rewrite of `input` (no tracker, the `compact:` namespace), its originals kept
+/// before it is returned, since the caller may hand its markers on at once; `None` when the
+/// body goes as it came.
+async fn one_off_rewrite(
+    app: &App,
+    input: &TurnInput<'_>,
+    pipeline: Option<&engine::pipeline::Pipeline>,
+) -> Option<Bytes> {
     let turn = match app.durable {
-        Some(_) => {
-            app.turns()
-                .compact_kept(&input, preset_pipeline.as_ref())
-                .await
-        }
-        None => app.turns().compact(&input, preset_pipeline.as_ref()),
+        Some(_) => app.turns().compact_kept(input, pipeline).await,
+        None => app.turns().compact(input, pipeline),
     };
     match turn {
         Turn::Forward(forward) => {
-            // The caller may hand the markers on at once: their originals must be kept first.
             let forward = *forward;
             forward.flushed.wait(FLUSH_WAIT).await;
-            h::json(StatusCode::OK, forward.body)
+            Some(forward.body)
         }
-        Turn::Untouched { .. } => h::json(StatusCode::OK, body),
+        Turn::Untouched { .. } => None,
     }
+}
+
+/// `POST /anthropic/v1/messages/count_tokens` with `count_tokens: compacted`: the provider
+/// counts the body sluice would forward for this transcript, so an agent's context accounting
+/// sees the savings. Counting is stateless, so this is a one-off rewrite, like `/compact`.
+async fn count_tokens_route(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(app, &parts.headers, body).await {
+        Ok(body) => body,
+        Err(err) => return err.into_response(),
+    };
+    let input = TurnInput {
+        dialect: Dialect::Anthropic,
+        body: &body,
+        headers: &parts.headers,
+        models: None,
+    };
+    let counted = one_off_rewrite(app, &input, None).await.unwrap_or(body);
+    let uri = upstream_uri(&app.settings.anthropic_upstream, &parts.uri);
+    match send(app, parts.method, &uri, &parts.headers, counted).await {
+        Ok(response) => relay(response),
+        Err(err) => ProxyError::Upstream(err).into_response(),
+    }
+}
+
+/// Azure OpenAI's chat route, `/openai/deployments/{name}/chat/completions` (its query, the
+/// `api-version`, goes upstream as it came).
+fn is_azure_chat(path: &str) -> bool {
+    !has_dot_segment(path)
+        && path
+            .strip_prefix("/openai/deployments/")
+            .and_then(|rest| rest.split_once('/'))
+            .is_some_and(|(name, rest)| !name.is_empty() && rest == "chat/completions")
 }
 
 #[cfg(test)]

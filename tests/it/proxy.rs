@@ -1171,3 +1171,67 @@ async fn an_admin_token_guards_the_operator_routes_only() {
         .await;
     assert_eq!(reply.status, 200, "the agent's routes are the agent's");
 }
+
+/// Azure OpenAI's deployment route is compacted like chat completions, its `api-version` passed
+/// on; `count_tokens` counts the compacted body when the config asks for it.
+#[tokio::test]
+async fn azure_deployments_and_count_tokens() {
+    let sluice = start("count_tokens: compacted").await;
+    let body = compactable(Dialect::OpenAi, false);
+    let reply = call(
+        "POST",
+        &format!(
+            "{}/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21",
+            sluice.url
+        ),
+        &[("api-key", "azure-key")],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let recorded = sluice.mock.recorded();
+    assert_eq!(
+        recorded[0].path, "/deployments/gpt-4o/chat/completions",
+        "the deployment path, under the OpenAI upstream"
+    );
+    assert!(recorded[0].body.len() < body.len(), "compacted");
+    let escape = call(
+        "POST",
+        &format!("{}/openai/deployments/../chat/completions", sluice.url),
+        &[],
+        body,
+    )
+    .await;
+    assert_eq!(escape.status, 400, "a dot segment is refused, not routed");
+
+    sluice.mock.clear_recorded();
+    let anthropic = compactable(Dialect::Anthropic, false);
+    let reply = call(
+        "POST",
+        &format!("{}/anthropic/v1/messages/count_tokens", sluice.url),
+        &[],
+        anthropic.clone(),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let counted = &sluice.mock.recorded()[0];
+    assert_eq!(counted.path, "/v1/messages/count_tokens");
+    assert!(
+        counted.body.len() < anthropic.len(),
+        "the compacted body is counted"
+    );
+
+    let original = start("preset: balanced").await;
+    let _ = call(
+        "POST",
+        &format!("{}/anthropic/v1/messages/count_tokens", original.url),
+        &[],
+        anthropic.clone(),
+    )
+    .await;
+    assert_eq!(
+        original.mock.recorded()[0].body,
+        anthropic,
+        "by default the agent's own body is counted"
+    );
+}
