@@ -37,6 +37,10 @@ enum Command {
     },
     /// List the presets and their pipelines.
     Presets,
+    /// Print shell completions (bash, zsh, fish, elvish, powershell), generated from this CLI.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff), generated from this CLI.
+    Man,
     /// Write a commented config file with the embedded defaults (`-` for stdout).
     Init {
         #[arg(default_value = "sluice.yaml")]
@@ -352,6 +356,15 @@ pub fn main() -> ExitCode {
         } => config_check(&file),
         Command::Presets => presets(),
         Command::Init { path, force } => init(&path, force),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+            stdout_result(page.render(&mut std::io::stdout().lock()))
+        }
         Command::Filters { command } => filters(command),
         Command::Replay(args) => replay(&args),
         Command::Tune {

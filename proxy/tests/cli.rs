@@ -596,3 +596,24 @@ fn init_writes_a_config_that_checks_and_is_the_default() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Completions and the man page come from the CLI definition: every subcommand is in them.
+#[test]
+fn completions_and_the_man_page_name_every_subcommand() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = sluice(&["completions", shell], b"");
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for sub in ["serve", "compact", "replay", "init", "presets"] {
+            assert!(text.contains(sub), "{shell} completions lack {sub}");
+        }
+    }
+    let out = sluice(&["man"], b"");
+    assert!(out.status.success());
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH sluice"),
+        "{page}"
+    );
+    assert!(page.contains("serve"));
+}
