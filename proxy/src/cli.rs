@@ -37,6 +37,10 @@ enum Command {
     },
     /// List the presets and their pipelines.
     Presets,
+    /// Run a command (an agent) through sluice: start `sluice serve` unless one answers on
+    /// `--listen`, point the command's ANTHROPIC_BASE_URL and OPENAI_BASE_URL at it, and stop
+    /// what was started when the command exits. `sluice wrap -- claude`.
+    Wrap(WrapArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell), generated from this CLI.
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff), generated from this CLI.
@@ -147,6 +151,19 @@ enum ConfigChoice {
     File(PathBuf),
     Preset(String),
     Embedded,
+}
+
+#[derive(Debug, Args)]
+struct WrapArgs {
+    /// Where sluice listens (or is listening already).
+    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:4000")]
+    listen: std::net::SocketAddr,
+    /// Arguments for the `sluice serve` it starts (`--preset agent`, `--store memory`, ...).
+    #[arg(long = "serve-arg", allow_hyphen_values = true)]
+    serve_args: Vec<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -356,6 +373,7 @@ pub fn main() -> ExitCode {
         } => config_check(&file),
         Command::Presets => presets(),
         Command::Init { path, force } => init(&path, force),
+        Command::Wrap(args) => wrap(&args),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
@@ -751,6 +769,94 @@ fn filters(command: FiltersCommand) -> Result<(), Failure> {
             };
             stdout_result(write!(out, "{}{newline}", filtered.text))
         }
+    }
+}
+
+/// Whether a sluice answers `/healthz` at `addr`.
+fn sluice_answers(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(300))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    let asked =
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: sluice\r\nconnection: close\r\n\r\n");
+    let mut answer = String::new();
+    asked.is_ok()
+        && stream.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("HTTP/1.1 200")
+}
+
+/// `sluice wrap`: see the subcommand's help. Exits with the command's own code.
+fn wrap(args: &WrapArgs) -> Result<(), Failure> {
+    let started = if sluice_answers(args.listen) {
+        None
+    } else {
+        let exe = std::env::current_exe()
+            .map_err(|e| Failure(format!("cannot find sluice's own executable: {e}")))?;
+        let child = std::process::Command::new(exe)
+            .args(["serve", "--listen", &args.listen.to_string()])
+            .args(&args.serve_args)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| Failure(format!("cannot start sluice serve: {e}")))?;
+        let mut child = StopOnDrop(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while !sluice_answers(args.listen) {
+            if let Ok(Some(status)) = child.0.try_wait() {
+                return Err(Failure(format!("sluice serve exited at start ({status})")));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Failure(format!(
+                    "sluice serve did not answer on {}",
+                    args.listen
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(child)
+    };
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure("wrap needs a command after --".into()))?;
+    let status = std::process::Command::new(program)
+        .args(rest)
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://{}/anthropic", args.listen),
+        )
+        .env(
+            "OPENAI_BASE_URL",
+            format!("http://{}/openai/v1", args.listen),
+        )
+        .status()
+        .map_err(|e| Failure(format!("cannot run {program}: {e}")))?;
+    drop(started);
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => Err(Failure(format!("{program} ended by a signal ({status})"))),
+    }
+}
+
+/// A `sluice serve` this process started: asked to stop (SIGTERM, so it drains) when dropped,
+/// and waited for.
+struct StopOnDrop(std::process::Child);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let asked = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !asked {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
     }
 }
 

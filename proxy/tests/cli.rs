@@ -617,3 +617,50 @@ fn completions_and_the_man_page_name_every_subcommand() {
     );
     assert!(page.contains("serve"));
 }
+
+/// `sluice wrap` starts sluice, points the command at it, passes the command's exit code on,
+/// and stops the sluice it started.
+#[test]
+fn wrap_runs_a_command_through_a_sluice_it_starts_and_stops() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let probe = "import os, urllib.request; base = os.environ['ANTHROPIC_BASE_URL']; \
+        print(base, os.environ['OPENAI_BASE_URL']); \
+        print(urllib.request.urlopen(base.rsplit('/', 1)[0] + '/healthz').read().decode()); \
+        raise SystemExit(3)";
+    let out = sluice(
+        &[
+            "wrap",
+            "--listen",
+            &listen,
+            "--serve-arg=--store=memory",
+            "--",
+            "python3",
+            "-c",
+            probe,
+        ],
+        b"",
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the command's code: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!(
+            "http://{listen}/anthropic http://{listen}/openai/v1"
+        )),
+        "{said}"
+    );
+    assert!(said.contains("ok"), "sluice answered the command: {said}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the sluice it started is stopped"
+    );
+}
