@@ -267,7 +267,8 @@ struct Preparer {
 
 /// The turn's machinery, shared by every request of a host.
 pub struct TurnService {
-    pipeline: Arc<Pipeline>,
+    /// Swapped whole by a config reload (SIGHUP); each turn runs the one it read at its start.
+    pipeline: parking_lot::RwLock<Arc<Pipeline>>,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     /// The session actors; `None` for one-off rewrites, whose turns have no history.
@@ -286,7 +287,7 @@ pub struct TurnService {
 impl std::fmt::Debug for TurnService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TurnService")
-            .field("pipeline", &self.pipeline.names())
+            .field("pipeline", &self.pipeline().names())
             .field("never_cold", &self.never_cold)
             .finish_non_exhaustive()
     }
@@ -300,7 +301,7 @@ impl TurnService {
         clock: Arc<dyn Clock>,
     ) -> TurnService {
         TurnService {
-            pipeline,
+            pipeline: parking_lot::RwLock::new(pipeline),
             store,
             clock,
             sessions: None,
@@ -362,8 +363,17 @@ impl TurnService {
         caller_scope(headers, &self.scope_secret)
     }
 
-    pub fn pipeline(&self) -> &Arc<Pipeline> {
-        &self.pipeline
+    /// The pipeline turns run now.
+    pub fn pipeline(&self) -> Arc<Pipeline> {
+        self.pipeline.read().clone()
+    }
+
+    /// Runs every later turn through `pipeline` (a reloaded config). Turns already running keep
+    /// the one they started with. A component still in the new pipeline replays its frozen
+    /// decisions as before; one removed no longer does, so the messages it had cut go back to
+    /// their originals once (one cache write), which is what removing it asks for.
+    pub fn set_pipeline(&self, pipeline: Arc<Pipeline>) {
+        *self.pipeline.write() = pipeline;
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -406,7 +416,8 @@ impl TurnService {
 
     /// A live turn: sync mode, observe's shadow run, replay.
     pub async fn run(&self, input: TurnInput<'_>) -> Turn {
-        if self.pipeline.is_empty() {
+        let pipeline = self.pipeline();
+        if pipeline.is_empty() {
             // Nothing can change the body (`--preset off`): relayed without being read, so an
             // empty pipeline costs what a plain hop does.
             return Turn::Untouched {
@@ -447,13 +458,8 @@ impl TurnService {
         let reach = way_back::reach(&parsed);
         let models = input.models.map(|source| source.for_turn(&parsed));
         let cx = self.run_cx(&parsed, &session, models.as_ref(), reach.is_ok());
-        let (mut applied, facts) = run_turn(
-            &mut lease,
-            &parsed,
-            &self.pipeline,
-            cx.clone(),
-            &self.amortize,
-        );
+        let (mut applied, facts) =
+            run_turn(&mut lease, &parsed, &pipeline, cx.clone(), &self.amortize);
         self.keep(&session, &lease);
         drop(lease);
         if let Some(models) = models.as_ref().filter(|m| m.pending() > 0) {
@@ -464,7 +470,7 @@ impl TurnService {
                 // Under the lease again: the re-run writes freezes and checkpoints, and only a
                 // leased turn may run the pipeline for its session.
                 let _lease = self.lease(&session).await;
-                applied = rerun(&parsed, &self.pipeline, cx.clone(), &facts);
+                applied = rerun(&parsed, &pipeline, cx.clone(), &facts);
             }
         }
         self.prepare(&parsed, facts.mutable_from);
@@ -472,7 +478,7 @@ impl TurnService {
             Ok(settled) => settled,
             Err(reason) => {
                 let _lease = self.lease(&session).await;
-                let lossless = rerun(&parsed, &self.pipeline, cx.with_offloads(false), &facts);
+                let lossless = rerun(&parsed, &pipeline, cx.with_offloads(false), &facts);
                 Settled::lossless(&parsed, lossless, reason)
             }
         };
@@ -567,7 +573,8 @@ impl TurnService {
         flushed: Flush,
     ) -> Turn {
         let started = self.clock.now();
-        let pipeline = pipeline.unwrap_or(&self.pipeline);
+        let current = self.pipeline();
+        let pipeline = pipeline.unwrap_or(&current);
         let reach = way_back::reach(parsed);
         let cx = self.run_cx(parsed, &session, None, reach.is_ok());
         let applied = apply_parsed(parsed, pipeline, &cx);
@@ -605,7 +612,7 @@ impl TurnService {
         if new.is_empty() {
             return;
         }
-        let pipeline = self.pipeline.clone();
+        let pipeline = self.pipeline();
         let key = preparer.jobs.fetch_add(1, Ordering::Relaxed);
         // Refused when the queue is full: preparing is an optimization, the turn that needs
         // the result computes it itself.

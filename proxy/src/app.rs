@@ -279,6 +279,34 @@ impl App {
         }
     }
 
+    /// Applies a reloaded config (SIGHUP): its pipeline and component settings take effect for
+    /// every later turn, atomically. What the running process cannot change (`mode`, `store`,
+    /// `observe`, `count_tokens`) is named in the result and keeps its running value.
+    ///
+    /// # Errors
+    /// The new pipeline's problems; the running one stays.
+    pub fn reload(
+        &self,
+        config: &Config,
+    ) -> Result<Vec<&'static str>, Vec<engine::config::ConfigError>> {
+        let pipeline = Arc::new(config.build_pipeline()?);
+        self.turns.set_pipeline(pipeline.clone());
+        if let Some(observer) = &self.observer {
+            observer.shadow.set_pipeline(pipeline);
+        }
+        let running = &self.config;
+        let needs_restart = [
+            ("mode", config.mode != running.mode),
+            ("store", config.store != running.store),
+            ("observe", config.observe != running.observe),
+            ("count_tokens", config.count_tokens != running.count_tokens),
+        ];
+        Ok(needs_restart
+            .into_iter()
+            .filter_map(|(key, changed)| changed.then_some(key))
+            .collect())
+    }
+
     /// The durable store, when state lives beyond this process.
     pub fn durable(&self) -> Option<&Arc<DurableStore>> {
         self.durable.as_ref()

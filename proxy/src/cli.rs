@@ -135,7 +135,7 @@ enum ConfigCommand {
 /// `conflicts_with` also fires on values from the environment, so `SLUICE_CONFIG` exported in a
 /// shell made every `--preset` on the command line a usage error. Here the conflict covers the
 /// command line only, and a flag on the command line beats either variable.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 struct ConfigArgs {
     /// A YAML config file, layered on the embedded default (else `SLUICE_CONFIG`).
     #[arg(long, conflicts_with = "preset")]
@@ -505,9 +505,11 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
                 "listening beyond loopback: any host that reaches this port can send traffic through sluice; operator routes answer loopback and --trusted networks only"
             );
         }
+        let app = Arc::new(app);
+        reload_on_hangup(app.clone(), args.config.clone());
         crate::server::serve(
             listener,
-            Arc::new(app),
+            app,
             crate::server::stop_signal(),
             crate::server::DEFAULT_DRAIN,
         )
@@ -770,6 +772,43 @@ fn filters(command: FiltersCommand) -> Result<(), Failure> {
             stdout_result(write!(out, "{}{newline}", filtered.text))
         }
     }
+}
+
+/// On SIGHUP, reads the config again (the same `--config` / `--preset` / environment) and applies
+/// it; a config with problems is refused whole, every problem logged, and the running one stays.
+fn reload_on_hangup(app: Arc<crate::app::App>, config: ConfigArgs) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let loaded = config
+                .load()
+                .map_err(|Failure(why)| vec![why])
+                .and_then(|c| {
+                    app.reload(&c)
+                        .map(|restart| (c.pipeline.join(", "), restart))
+                        .map_err(|errs| errs.iter().map(ToString::to_string).collect())
+                });
+            match loaded {
+                Ok((pipeline, restart)) => {
+                    tracing::info!(%pipeline, "config reloaded");
+                    if !restart.is_empty() {
+                        tracing::warn!(keys = %restart.join(", "), "changed, but only a restart applies them");
+                    }
+                }
+                Err(problems) => {
+                    for problem in &problems {
+                        tracing::warn!(%problem, "config reload refused");
+                    }
+                }
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (app, config);
 }
 
 /// Whether a sluice answers `/healthz` at `addr`.

@@ -798,3 +798,67 @@ async fn an_unreachable_upstream_is_logged() {
     assert!(text.contains("upstream call failed"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// SIGHUP reloads the config atomically: a new pipeline applies to the next request; a file
+/// with problems is refused whole, its problems logged, the running config kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_or_keeps_the_running_one() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let dir = temp_dir("reload");
+    let config = dir.join("sluice.yaml");
+    std::fs::write(&config, "pipeline: [format]\n").unwrap();
+    let log = dir.join("stderr.log");
+    let config_arg = config.to_str().unwrap().to_owned();
+    let sluice = Sluice::spawn_logging(
+        "memory",
+        &mock.url(),
+        &["--config", &config_arg],
+        Some(&log),
+    );
+    let turn = turns.last().unwrap();
+    let hangup = |pid: u32| {
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let before = forwarded_by(&mock, &sluice, dialect, "reload-1", turn).await;
+    assert!(
+        !wire_messages(&before).iter().any(|m| m.contains("<<cg:")),
+        "format cuts nothing"
+    );
+
+    std::fs::write(
+        &config,
+        "pipeline: [format, textclean, dedup, collapse, linecap]\n",
+    )
+    .unwrap();
+    hangup(sluice.child.id());
+    let after = forwarded_by(&mock, &sluice, dialect, "reload-2", turn).await;
+    assert!(
+        wire_messages(&after).iter().any(|m| m.contains("<<cg:")),
+        "the reloaded pipeline cuts"
+    );
+
+    std::fs::write(&config, "pipeline: [no_such_component]\nmode: [sync]\n").unwrap();
+    hangup(sluice.child.id());
+    let kept = forwarded_by(&mock, &sluice, dialect, "reload-3", turn).await;
+    assert!(
+        wire_messages(&kept).iter().any(|m| m.contains("<<cg:")),
+        "the running config stays"
+    );
+    sluice.kill();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("config reloaded"), "{text}");
+    assert!(text.contains("config reload refused"), "{text}");
+    assert!(
+        text.contains("no_such_component"),
+        "every problem logged: {text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
