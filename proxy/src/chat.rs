@@ -65,13 +65,15 @@ pub(crate) async fn chat(
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
         let meet = observe(app, observer, dialect, &headers, &body);
         app.stats.record_passthrough(false);
-        access.untouched = Some("observe");
-        access.bytes_out = body.len();
-        let sent = timed_send(app, &mut access, parts.method, &uri, &headers, body).await;
-        return access.attach(match sent {
-            Ok(response) => relay_reporting(app, Report::Observed(meet), response),
-            Err(err) => ProxyError::Upstream(err).into_response(),
-        });
+        let sent = Untouched {
+            method: parts.method,
+            uri: &uri,
+            headers: &headers,
+            body,
+        };
+        return sent
+            .forward(app, access, "observe", Some(Report::Observed(meet)))
+            .await;
     }
     let models = RequestModels {
         llm: &app.llm,
@@ -95,17 +97,15 @@ pub(crate) async fn chat(
         Turn::Untouched {
             session, reason, ..
         } => {
-            access.untouched = Some(reason.label());
-            access.bytes_out = body.len();
-            let sent = timed_send(app, &mut access, parts.method, &uri, &headers, body).await;
-            return access.attach(match sent {
-                // A bypassed turn was recorded by the tracker: its cache report belongs there.
-                Ok(response) => match session {
-                    Some(session) => relay_reporting(app, Report::Live(session), response),
-                    None => relay(response),
-                },
-                Err(err) => ProxyError::Upstream(err).into_response(),
-            });
+            let sent = Untouched {
+                method: parts.method,
+                uri: &uri,
+                headers: &headers,
+                body,
+            };
+            // A bypassed turn was recorded by the tracker: its cache report belongs there.
+            let report = session.map(Report::Live);
+            return sent.forward(app, access, reason.label(), report).await;
         }
     };
     access.turn(&forward.report, forward.added);
@@ -151,6 +151,43 @@ pub(crate) async fn chat(
     } else {
         call.buffered(forward.body, response).await
     })
+}
+
+/// A request that goes upstream as it came.
+struct Untouched<'a> {
+    method: Method,
+    uri: &'a str,
+    headers: &'a HeaderMap,
+    body: Bytes,
+}
+
+impl Untouched<'_> {
+    /// Sends it and relays the reply, its cache report to `report` (none: no session to give it
+    /// to); `why` for the access log.
+    async fn forward(
+        self,
+        app: &Arc<App>,
+        mut access: Access,
+        why: &'static str,
+        report: Option<Report>,
+    ) -> Response<Body> {
+        access.untouched = Some(why);
+        access.bytes_out = self.body.len();
+        let sent = timed_send(
+            app,
+            &mut access,
+            self.method,
+            self.uri,
+            self.headers,
+            self.body,
+        )
+        .await;
+        access.attach(match (sent, report) {
+            (Ok(response), None) => relay(response),
+            (Ok(response), Some(report)) => relay_reporting(app, report, response),
+            (Err(err), _) => ProxyError::Upstream(err).into_response(),
+        })
+    }
 }
 
 /// [`send`], with the time to the response head in `access`.
