@@ -321,8 +321,9 @@ impl App {
         }
     }
 
-    /// The original behind `id` in any session (a person at a trusted address).
-    async fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
+    /// The original behind `id` in any session (a person at a trusted address, a gateway's
+    /// retrieve).
+    pub(crate) async fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
         match &self.durable {
             Some(durable) => durable.fetch(None, id).await,
             None => self.store().resolve_any(id),
@@ -385,7 +386,8 @@ pub async fn handle(
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
-        (&Method::GET, "/stats" | "/metrics" | "/expand") | (&Method::POST, "/compact")
+        (&Method::GET, "/stats" | "/metrics" | "/expand")
+        | (&Method::POST, "/compact" | "/v1/compress")
             if let Err(refused) = app.settings.admission.check(peer.ip(), request.headers()) =>
         {
             refused.into_response()
@@ -419,6 +421,16 @@ pub async fn handle(
         }
         (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,
         (&Method::POST, "/compact") => compact_route(&app, request).await,
+        (&Method::POST, "/v1/compress") => crate::sidecar::compress_route(&app, request).await,
+        (&Method::GET, retrieve) if retrieve.starts_with("/v1/retrieve/") => {
+            match app.settings.admission.check(peer.ip(), request.headers()) {
+                Err(refused) => refused.into_response(),
+                Ok(()) => {
+                    let hash = retrieve.trim_start_matches("/v1/retrieve/");
+                    crate::sidecar::retrieve_route(&app, hash).await
+                }
+            }
+        }
         (&Method::POST, "/anthropic/v1/messages") => chat(&app, Dialect::Anthropic, request).await,
         (&Method::POST, "/anthropic/v1/messages/count_tokens")
             if app.config.count_tokens == engine::config::CountTokens::Compacted =>

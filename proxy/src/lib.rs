@@ -18,6 +18,7 @@ pub mod llm_stats;
 pub mod replay;
 pub mod respond;
 pub mod server;
+pub mod sidecar;
 pub mod sse;
 pub mod store_stats;
 pub mod upstream;

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use integration_tests::mock::{Mock, Reply};
 use proxy::app::{App, Settings, StateStore};
 use proxy::upstream::{Timeouts, Upstream};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub(crate) struct Sluice {
     pub(crate) url: String,
@@ -1234,4 +1234,80 @@ async fn azure_deployments_and_count_tokens() {
         anthropic,
         "by default the agent's own body is counted"
     );
+}
+
+/// The sidecar contract LiteLLM's and Portkey's `headroom` guardrail speaks: `/v1/compress`
+/// answers the compacted messages with markers their retrieve tool matches, the same on every
+/// call; `/v1/retrieve/{hash}` answers the original; `x-headroom-bypass` skips.
+#[tokio::test]
+async fn the_gateway_sidecar_contract() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let body: Value = serde_json::from_slice(&compactable(Dialect::OpenAi, false)).unwrap();
+    let request = json!({"model": "gpt-4o", "messages": body["messages"], "user_api_key": "x"});
+    let compress = |headers: &'static [(&'static str, &'static str)]| {
+        let url = format!("{}/v1/compress", sluice.url);
+        let request = serde_json::to_vec(&request).unwrap();
+        async move { call("POST", &url, headers, request).await }
+    };
+    let first = compress(&[]).await;
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let answer: Value = serde_json::from_slice(&first.body).unwrap();
+    let (before, after) = (
+        answer["tokens_before"].as_u64().unwrap(),
+        answer["tokens_after"].as_u64().unwrap(),
+    );
+    assert!(after < before, "{answer}");
+    assert!(
+        (answer["compression_ratio"].as_f64().unwrap() - after as f64 / before as f64).abs() < 1e-9
+    );
+    assert!(!answer["transforms_applied"].as_array().unwrap().is_empty());
+    let hashes = answer["ccr_hashes"].as_array().unwrap();
+    assert!(!hashes.is_empty());
+    let text = answer["messages"].to_string();
+    let hash = hashes[0].as_str().unwrap();
+    assert!(
+        text.contains(&format!("hash={hash}")),
+        "the gateway's pattern finds it"
+    );
+    assert_eq!(
+        answer["messages"].as_array().unwrap().len(),
+        body["messages"].as_array().unwrap().len()
+    );
+
+    // The same history again: the same answer, byte for byte.
+    let second = compress(&[]).await;
+    assert_eq!(second.body, first.body);
+
+    let retrieved = sluice.get(&format!("/v1/retrieve/{hash}")).await;
+    assert_eq!(retrieved.status, 200);
+    let original: Value = serde_json::from_slice(&retrieved.body).unwrap();
+    let original = original["original_content"].as_str().unwrap();
+    assert!(
+        body["messages"]
+            .to_string()
+            .contains(&serde_json::to_string(original).unwrap()[1..20])
+    );
+    assert_eq!(
+        sluice.get("/v1/retrieve/0000000000000000").await.status,
+        404
+    );
+
+    let bypassed = compress(&[("x-headroom-bypass", "true")]).await;
+    let bypassed: Value = serde_json::from_slice(&bypassed.body).unwrap();
+    assert_eq!(bypassed["messages"], body["messages"]);
+    assert_eq!(bypassed["compression_ratio"], 1.0);
+
+    let broken = call(
+        "POST",
+        &format!("{}/v1/compress", sluice.url),
+        &[],
+        "{\"model\":1}",
+    )
+    .await;
+    assert_eq!(broken.status, 400);
 }
