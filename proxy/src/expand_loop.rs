@@ -281,7 +281,7 @@ impl Continuation {
                 None => data,
                 Some(Ok(decoded)) => decoded,
                 Some(Err(err)) => {
-                    self.app.stats.record_expand_unread("corrupt_encoding");
+                    self.app.stats.record_expand_unread(unread_reason(&err));
                     let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
                     let _ = tx.send(Err(Box::new(err))).await;
                     return None;
@@ -430,10 +430,18 @@ fn relay_rest(head: Bytes, body: Incoming, decoder: Option<Box<Decoder>>) -> Bod
 
 /// Decodes a whole reply, a slice at a time, and stops past the bound: a small compressed reply
 /// can expand a thousandfold. The error is the `expand_unread` reason.
+/// Why a compressed reply could not be read: too big once decoded, or corrupt.
+fn unread_reason(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::FileTooLarge => "over_bound",
+        _ => "corrupt_encoding",
+    }
+}
+
 fn decode_whole(decoder: &mut Decoder, bytes: &[u8]) -> Result<Bytes, &'static str> {
     let mut out = Vec::new();
     for slice in bytes.chunks(64 << 10) {
-        out.extend_from_slice(&decoder.feed(slice).map_err(|_| "corrupt_encoding")?);
+        out.extend_from_slice(&decoder.feed(slice).map_err(|e| unread_reason(&e))?);
         if out.len() > sse::MAX_HELD_BYTES {
             return Err("over_bound");
         }
