@@ -62,9 +62,17 @@ fn with_stream(body: &[u8]) -> Bytes {
     Bytes::from(serde_json::to_vec(&value).expect("JSON"))
 }
 
+/// A memory store: this harness never touches the user's state directory, and the stores are
+/// compared side by side in `stores.rs`.
 fn start_sluice(binary: &str, port: u16, upstream: &str) -> Child {
     Command::new(binary)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            "memory",
+        ])
         .args([
             "--anthropic-upstream",
             upstream,

@@ -110,7 +110,7 @@ fn main() {
         let (sluice_port, headroom_port) = (free_port(), free_port());
         let mut sluice = {
             let mut c = Command::new(&sluice_bin);
-            c.args(["serve", "--listen", &format!("127.0.0.1:{sluice_port}")])
+            c.args(["serve", "--listen", &format!("127.0.0.1:{sluice_port}"), "--store", "memory"])
                 .args(["--anthropic-upstream", &mock.url(), "--openai-upstream", &mock.url()]);
             spawn(c, "target/peers-sluice.log")
         };
