@@ -2,9 +2,10 @@
 //!
 //! The rewritten routes attach what they learned ([`Access`]) to the response's extensions;
 //! [`log`] writes it with the method, the route, the status and the time taken. Nothing in a
-//! line identifies a caller: no header, no query string, no body, and the session only as a
-//! keyed hash (the same keyed hash as the credential scope, so it cannot be reversed by
-//! guessing user ids).
+//! line identifies a caller: no header, no query string, no body, a route as its template (no
+//! stash id, no deployment name, no provider resource id), and the session only as a hash keyed
+//! per process with a random key (so it cannot be reversed by guessing user ids, and does not
+//! link logs across restarts).
 
 use std::time::{Duration, Instant};
 
@@ -56,9 +57,9 @@ impl Access {
         self.added = added;
     }
 
-    /// The session key, hashed with the deployment's scope secret.
-    pub fn session(&mut self, secret: &[u8], session: &str) {
-        let scope = engine::session::credential_scope(secret, Some(session.as_bytes()));
+    /// The session key, hashed with this process's log key.
+    pub fn session(&mut self, session: &str) {
+        let scope = engine::session::credential_scope(log_key(), Some(session.as_bytes()));
         self.session = Some(
             scope
                 .trim_start_matches('k')
@@ -71,6 +72,55 @@ impl Access {
     pub fn attach<B>(self, mut response: Response<B>) -> Response<B> {
         response.extensions_mut().insert(self);
         response
+    }
+}
+
+/// This process's random key for session hashes in logs: two SipHash keys the standard library
+/// draws from the operating system's randomness.
+fn log_key() -> &'static [u8] {
+    static KEY: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let draw = || {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u8(0);
+            h.finish().to_le_bytes()
+        };
+        let (a, b) = (draw(), draw());
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&a);
+        key[8..].copy_from_slice(&b);
+        key
+    })
+}
+
+/// The route a path is logged as: fixed routes as they are, the others as their template.
+pub fn route_label(path: &str) -> &str {
+    const FIXED: [&str; 10] = [
+        "/healthz",
+        "/favicon.ico",
+        "/stats",
+        "/metrics",
+        "/expand",
+        "/compact",
+        "/v1/compress",
+        "/anthropic/v1/messages",
+        "/anthropic/v1/messages/count_tokens",
+        "/openai/v1/chat/completions",
+    ];
+    if let Some(fixed) = FIXED.iter().find(|f| **f == path) {
+        return fixed;
+    }
+    if path.starts_with("/v1/retrieve/") {
+        "/v1/retrieve/{hash}"
+    } else if path.starts_with("/openai/deployments/") {
+        "/openai/deployments/{name}/..."
+    } else if path.starts_with("/anthropic/") {
+        "/anthropic/... (passthrough)"
+    } else if path.starts_with("/openai/") {
+        "/openai/... (passthrough)"
+    } else {
+        "(no route)"
     }
 }
 

@@ -1,4 +1,5 @@
-//! Who may use the operator routes (`/stats`, `/metrics`, `/expand`, `/compact`): loopback
+//! Who may use the operator routes (`/stats`, `/metrics`, `/expand`, `/compact`, and the gateway
+//! sidecar's `/v1/compress` and `/v1/retrieve/{hash}`): loopback
 //! callers, and callers in a configured list of trusted networks, with an optional bearer token
 //! on top. `/healthz` stays open for load balancers; the agent routes are the agent's.
 //!

@@ -281,7 +281,7 @@ impl App {
 
     /// Applies a reloaded config (SIGHUP): its pipeline and component settings take effect for
     /// every later turn, atomically. What the running process cannot change (`mode`, `store`,
-    /// `observe`, `count_tokens`) is named in the result and keeps its running value.
+    /// `observe`, `count_tokens`, `cache`) is named in the result and keeps its running value.
     ///
     /// # Errors
     /// The new pipeline's problems; the running one stays.
@@ -300,6 +300,7 @@ impl App {
             ("store", config.store != running.store),
             ("observe", config.observe != running.observe),
             ("count_tokens", config.count_tokens != running.count_tokens),
+            ("cache", config.cache != running.cache),
         ];
         Ok(needs_restart
             .into_iter()
@@ -456,7 +457,12 @@ pub async fn handle(
             .into_response(),
         },
     };
-    crate::access::log(&method, &path, &response, started);
+    crate::access::log(
+        &method,
+        crate::access::route_label(&path),
+        &response,
+        started,
+    );
     Ok(response)
 }
 

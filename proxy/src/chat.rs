@@ -31,13 +31,18 @@ use crate::respond::{Body, BoxError, ProxyError};
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 use crate::usage::UsageScanner;
 
-/// The scheme and host of an upstream URI, for logs (the path and query stay out).
-fn uri_authority(uri: &str) -> &str {
+/// The scheme and host of an upstream URI, for logs: the path, the query and any credentials
+/// in the authority (`https://user:key@host`) stay out.
+fn uri_authority(uri: &str) -> String {
     let after_scheme = uri.find("://").map_or(0, |i| i + 3);
     let end = uri[after_scheme..]
         .find('/')
         .map_or(uri.len(), |i| after_scheme + i);
-    &uri[..end]
+    let authority = &uri[after_scheme..end];
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{}{host}", &uri[..after_scheme])
 }
 
 /// How long a reply waits for the state store to acknowledge its turn's writes (they started
@@ -90,7 +95,7 @@ pub(crate) async fn chat(
     let turn = app.turns().run(input).await;
     turn.record(&app.stats);
     if let Some(session) = turn.session() {
-        access.session(&app.settings().scope_secret, session);
+        access.session(session);
     }
     let mut forward = match turn {
         Turn::Forward(forward) => forward,
@@ -302,13 +307,16 @@ where
                     Some((Ok(frame), Some((body, decoder, scanner))))
                 }
                 Some(Err(err)) => Some((Err(Box::new(err) as BoxError), None)),
-                None => {
-                    let tail = decoder
-                        .and_then(|mut d| d.finish().ok())
-                        .filter(|t| !t.is_empty())?;
-                    scanner.scan(&tail);
-                    Some((Ok(Frame::data(tail)), None))
-                }
+                None => match decoder?.finish() {
+                    Ok(tail) if tail.is_empty() => None,
+                    Ok(tail) => {
+                        scanner.scan(&tail);
+                        Some((Ok(Frame::data(tail)), None))
+                    }
+                    // A truncated or corrupt end (a failed gzip check): the agent must not take
+                    // the reply for whole.
+                    Err(err) => Some((Err(Box::new(err) as BoxError), None)),
+                },
             }
         });
     BodyExt::boxed(StreamBody::new(stream))

@@ -161,6 +161,9 @@ struct WrapArgs {
     /// Arguments for the `sluice serve` it starts (`--preset agent`, `--store memory`, ...).
     #[arg(long = "serve-arg", allow_hyphen_values = true)]
     serve_args: Vec<String>,
+    /// Where the started sluice logs (else nowhere: the command owns the terminal).
+    #[arg(long)]
+    log: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -506,7 +509,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             );
         }
         let app = Arc::new(app);
-        reload_on_hangup(app.clone(), args.config.clone());
+        reload_on_hangup(app.clone(), args.config.clone(), args.mode);
         crate::server::serve(
             listener,
             app,
@@ -776,7 +779,7 @@ fn filters(command: FiltersCommand) -> Result<(), Failure> {
 
 /// On SIGHUP, reads the config again (the same `--config` / `--preset` / environment) and applies
 /// it; a config with problems is refused whole, every problem logged, and the running one stays.
-fn reload_on_hangup(app: Arc<crate::app::App>, config: ConfigArgs) {
+fn reload_on_hangup(app: Arc<crate::app::App>, config: ConfigArgs, mode: Option<config::Mode>) {
     #[cfg(unix)]
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -787,7 +790,11 @@ fn reload_on_hangup(app: Arc<crate::app::App>, config: ConfigArgs) {
             let loaded = config
                 .load()
                 .map_err(|Failure(why)| vec![why])
-                .and_then(|c| {
+                .and_then(|mut c| {
+                    // `--mode` on the command line beats the file, on a reload as at start.
+                    if let Some(mode) = mode {
+                        c.mode = mode;
+                    }
                     app.reload(&c)
                         .map(|restart| (c.pipeline.join(", "), restart))
                         .map_err(|errs| errs.iter().map(ToString::to_string).collect())
@@ -835,10 +842,19 @@ fn wrap(args: &WrapArgs) -> Result<(), Failure> {
     } else {
         let exe = std::env::current_exe()
             .map_err(|e| Failure(format!("cannot find sluice's own executable: {e}")))?;
+        let log = match &args.log {
+            Some(path) => std::process::Stdio::from(
+                std::fs::File::create(path)
+                    .map_err(|e| Failure(format!("{}: {e}", path.display())))?,
+            ),
+            None => std::process::Stdio::null(),
+        };
         let child = std::process::Command::new(exe)
             .args(["serve", "--listen", &args.listen.to_string()])
             .args(&args.serve_args)
             .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
             .spawn()
             .map_err(|e| Failure(format!("cannot start sluice serve: {e}")))?;
         let mut child = StopOnDrop(child);

@@ -12,12 +12,41 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 
+/// Where a decoder writes: refuses to grow past [`MAX_DECODED_PER_CHUNK`], so a few bytes of
+/// input can never become gigabytes before the bound is checked (brotli can turn one copy
+/// command into megabytes, and its writer decodes all its input before returning).
+#[derive(Debug, Default)]
+pub struct Capped {
+    buf: Vec<u8>,
+}
+
+impl Write for Capped {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > MAX_DECODED_PER_CHUNK {
+            return Err(too_large());
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn too_large() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::FileTooLarge,
+        "a compressed chunk expands past sluice's bound",
+    )
+}
+
 /// A streaming decoder for one `Content-Encoding`.
 pub enum Decoder {
-    Gzip(flate2::write::GzDecoder<Vec<u8>>),
+    Gzip(flate2::write::GzDecoder<Capped>),
     /// HTTP `deflate` is the zlib format.
-    Deflate(flate2::write::ZlibDecoder<Vec<u8>>),
-    Brotli(Box<brotli_decompressor::DecompressorWriter<Vec<u8>>>),
+    Deflate(flate2::write::ZlibDecoder<Capped>),
+    Brotli(Box<brotli_decompressor::DecompressorWriter<Capped>>),
 }
 
 impl std::fmt::Debug for Decoder {
@@ -51,10 +80,10 @@ impl Encoding {
         let name = value.to_str().unwrap_or("").trim().to_ascii_lowercase();
         let decoder = match name.as_str() {
             "" | "identity" => return Encoding::Identity,
-            "gzip" | "x-gzip" => Decoder::Gzip(flate2::write::GzDecoder::new(Vec::new())),
-            "deflate" => Decoder::Deflate(flate2::write::ZlibDecoder::new(Vec::new())),
+            "gzip" | "x-gzip" => Decoder::Gzip(flate2::write::GzDecoder::new(Capped::default())),
+            "deflate" => Decoder::Deflate(flate2::write::ZlibDecoder::new(Capped::default())),
             "br" => Decoder::Brotli(Box::new(brotli_decompressor::DecompressorWriter::new(
-                Vec::new(),
+                Capped::default(),
                 4096,
             ))),
             _ => return Encoding::Unknown,
@@ -85,10 +114,7 @@ impl Decoder {
         for slice in chunk.chunks(SLICE) {
             out.extend_from_slice(&self.feed_slice(slice)?);
             if out.len() > MAX_DECODED_PER_CHUNK {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::FileTooLarge,
-                    "a compressed chunk expands past sluice's bound",
-                ));
+                return Err(too_large());
             }
         }
         Ok(Bytes::from(out))
@@ -99,15 +125,15 @@ impl Decoder {
         match self {
             Decoder::Gzip(d) => {
                 d.write_all(chunk)?;
-                Ok(Bytes::from(std::mem::take(d.get_mut())))
+                Ok(Bytes::from(std::mem::take(&mut d.get_mut().buf)))
             }
             Decoder::Deflate(d) => {
                 d.write_all(chunk)?;
-                Ok(Bytes::from(std::mem::take(d.get_mut())))
+                Ok(Bytes::from(std::mem::take(&mut d.get_mut().buf)))
             }
             Decoder::Brotli(d) => {
                 d.write_all(chunk)?;
-                Ok(Bytes::from(std::mem::take(d.get_mut())))
+                Ok(Bytes::from(std::mem::take(&mut d.get_mut().buf)))
             }
         }
     }
@@ -120,15 +146,15 @@ impl Decoder {
         match self {
             Decoder::Gzip(d) => {
                 d.try_finish()?;
-                Ok(Bytes::from(std::mem::take(d.get_mut())))
+                Ok(Bytes::from(std::mem::take(&mut d.get_mut().buf)))
             }
             Decoder::Deflate(d) => {
                 d.try_finish()?;
-                Ok(Bytes::from(std::mem::take(d.get_mut())))
+                Ok(Bytes::from(std::mem::take(&mut d.get_mut().buf)))
             }
             Decoder::Brotli(d) => {
                 d.flush()?;
-                Ok(Bytes::from(std::mem::take(d.get_mut())))
+                Ok(Bytes::from(std::mem::take(&mut d.get_mut().buf)))
             }
         }
     }

@@ -308,10 +308,20 @@ impl Continuation {
                 return None; // The client went away: nothing left to deliver.
             }
         }
-        if let Some(tail) = decoder.and_then(|d| d.finish().ok()) {
-            let complete = frames.push(&tail);
-            let out = relay.push_frames(complete);
-            if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
+        match decoder.map(Decoder::finish) {
+            None => {}
+            Some(Ok(tail)) => {
+                let complete = frames.push(&tail);
+                let out = relay.push_frames(complete);
+                if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
+                    return None;
+                }
+            }
+            // A truncated or corrupt end: what was held goes out, then the error.
+            Some(Err(err)) => {
+                self.app.stats.record_expand_unread(unread_reason(&err));
+                let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                let _ = tx.send(Err(Box::new(err))).await;
                 return None;
             }
         }
@@ -337,8 +347,14 @@ impl Continuation {
         loop {
             let Some(frame) = body.frame().await else {
                 // The decoder may still hold the end of the reply.
-                if let Some(tail) = decoder.as_deref_mut().and_then(|d| d.finish().ok()) {
-                    let _ = tx.send(Ok(Frame::data(tail))).await;
+                match decoder.as_deref_mut().map(Decoder::finish) {
+                    Some(Ok(tail)) => {
+                        let _ = tx.send(Ok(Frame::data(tail))).await;
+                    }
+                    Some(Err(err)) => {
+                        let _ = tx.send(Err(Box::new(err))).await;
+                    }
+                    None => {}
                 }
                 return;
             };

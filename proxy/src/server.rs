@@ -105,8 +105,8 @@ pub async fn serve(
                                 break;
                             }
                             () = tokio::time::sleep(wait / 2) => {
-                                // Idle: no request waiting on a response head, and no byte either
-                                // way for the whole timeout. Dropping the connection closes it.
+                                // Idle: no request in flight, and none started or finished and no
+                                // byte written for the whole timeout. Dropping it closes it.
                                 if activity.idle_for() >= wait && activity.in_flight() == 0 {
                                     break;
                                 }
@@ -131,7 +131,8 @@ pub async fn serve(
     }
 }
 
-/// When a connection last moved a byte, and how many of its requests await a response head.
+/// When a connection last started or finished a request or wrote a byte, and how many of its
+/// requests are in flight (until their response body is done).
 struct Activity {
     started: Instant,
     last_ms: AtomicU64,
@@ -163,6 +164,7 @@ impl Activity {
 
     fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch();
         InFlight(self.clone())
     }
 }
@@ -203,24 +205,22 @@ impl hyper::body::Body for Counted {
     }
 }
 
-/// A stream that records when it last moved a byte.
+/// A stream that records when it last wrote a byte (a response still going out is activity).
 struct Watched<T> {
     inner: T,
     activity: Arc<Activity>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    /// Reads are not activity: an h2 client that only pings, or sends settings, opens no
+    /// request and must not hold its slot (a request is counted when it starts, and a partial
+    /// HTTP/1 head is hyper's header timeout).
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.activity.touch();
-        }
-        polled
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 

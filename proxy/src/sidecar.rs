@@ -9,8 +9,10 @@
 //!   history, so each call sees a different tail), and what it returns for a message is the
 //!   same on every later call: the embedded default's components are deterministic, and a
 //!   marker is rendered the same way each time;
-//! - every marker reads `<<cg:ID>> (hash=ID)`, which the gateway's `hash=[a-f0-9]{12,24}`
-//!   matches, and `ID` is the stash id `GET /v1/retrieve/ID` answers (and `GET /expand` too);
+//! - every marker reads `<<cg:ID>> (hash=H)`: the gateway's guardrail extracts 24 hex digits
+//!   after `hash=`, so `H` is the 16-digit stash id with 8 check digits (the start of the
+//!   SHA-256 of the id), and `GET /v1/retrieve/H` checks them and answers the original (a
+//!   16-digit id works too, as in `GET /expand`); hints name the gateway's tool, not ours;
 //! - `x-headroom-bypass: true` returns the messages as they came.
 //!
 //! Both routes are operator routes: loopback, `--trusted` networks, and the admin bearer token
@@ -30,8 +32,31 @@ use crate::respond::{self as h, Body, ProxyError};
 /// The bypass header of the gateways' guardrail.
 pub const BYPASS_HEADER: &str = "x-headroom-bypass";
 
-/// `<<cg:ID>>` as the sidecar writes it: the gateway's retrieve tool matches `hash=`.
+/// The gateway's hash for a stash id: the id and 8 check digits, 24 hex digits in all.
+fn gateway_hash(id: &str) -> String {
+    format!("{id}{}", &marker::stash_id(id)[..8])
+}
+
+/// The stash id behind a gateway hash (24 digits, check digits verified) or a plain id.
+fn stash_id_of(hash: &str) -> Option<&str> {
+    match hash.len() {
+        24 => {
+            let (id, check) = hash.split_at(16);
+            (gateway_hash(id)[16..] == *check).then_some(id)
+        }
+        16 => Some(hash),
+        _ => None,
+    }
+}
+
+/// `<<cg:ID>>` as the sidecar writes it: the gateway's retrieve tool matches `hash=`, and the
+/// hints name the gateway's tool.
 fn render_markers(text: &str) -> String {
+    let text = text.replace(
+        &format!("call {}", marker::EXPAND_TOOL_NAME),
+        "call headroom_retrieve",
+    );
+    let text = text.as_str();
     let mut out = String::with_capacity(text.len() + 32);
     let mut rest = text;
     while let Some(at) = rest.find(marker::MARKER_PREFIX) {
@@ -44,7 +69,7 @@ fn render_markers(text: &str) -> String {
         let whole = &from[..end + 2];
         out.push_str(whole);
         if let Some(id) = marker::marker_ids(whole).next() {
-            out.push_str(&format!(" (hash={id})"));
+            out.push_str(&format!(" (hash={})", gateway_hash(id)));
         }
         rest = &from[end + 2..];
     }
@@ -104,11 +129,11 @@ pub(crate) async fn compress_route(app: &App, request: Request<Incoming>) -> Res
         .filter(|c| c.acted)
         .map(|c| c.name)
         .collect();
-    let hashes: Vec<&str> = forward
+    let hashes: Vec<String> = forward
         .report
         .components
         .iter()
-        .flat_map(|c| c.stashed.iter().map(String::as_str))
+        .flat_map(|c| c.stashed.iter().map(|id| gateway_hash(id)))
         .collect();
     answer(
         &rendered,
@@ -125,7 +150,7 @@ fn answer(
     before: usize,
     after: usize,
     acted: &[&str],
-    hashes: &[&str],
+    hashes: &[String],
 ) -> Response<Body> {
     let ratio = if before == 0 {
         1.0
@@ -146,7 +171,11 @@ fn answer(
 /// `GET /v1/retrieve/{hash}`: the original behind a marker, in any session (the gateway knows
 /// no session; who may ask was checked with the operator routes).
 pub(crate) async fn retrieve_route(app: &App, hash: &str) -> Response<Body> {
-    match app.resolve_any(hash).await {
+    let found = match stash_id_of(hash) {
+        Some(id) => app.resolve_any(id).await,
+        None => None,
+    };
+    match found {
         Some(original) => h::json(
             StatusCode::OK,
             json!({ "original_content": &*original }).to_string(),
@@ -165,12 +194,30 @@ mod tests {
 
     #[test]
     fn markers_carry_the_hash_the_gateway_matches() {
-        let text = "kept <<cg:0123456789abcdef>> tail, <<cg:fedcba9876543210>> and <<cg:open";
+        let (a, b) = (
+            gateway_hash("0123456789abcdef"),
+            gateway_hash("fedcba9876543210"),
+        );
+        assert_eq!(a.len(), 24);
+        let text = "kept <<cg:0123456789abcdef>> [full output: call context_guru_expand] tail, \
+                    <<cg:fedcba9876543210>> and <<cg:open";
         assert_eq!(
             render_markers(text),
-            "kept <<cg:0123456789abcdef>> (hash=0123456789abcdef) tail, \
-             <<cg:fedcba9876543210>> (hash=fedcba9876543210) and <<cg:open"
+            format!(
+                "kept <<cg:0123456789abcdef>> (hash={a}) [full output: call headroom_retrieve] \
+                 tail, <<cg:fedcba9876543210>> (hash={b}) and <<cg:open"
+            )
         );
+        // The guardrail's own pattern finds it.
+        let pattern = regex::Regex::new("hash=([a-f0-9]{24})").unwrap();
+        assert_eq!(&pattern.captures(&render_markers(text)).unwrap()[1], a);
+        assert_eq!(stash_id_of(&a), Some("0123456789abcdef"));
+        assert_eq!(
+            stash_id_of("0123456789abcdef00000000"),
+            None,
+            "check digits checked"
+        );
+        assert_eq!(stash_id_of("0123456789abcdef"), Some("0123456789abcdef"));
         assert_eq!(render_markers("no marker"), "no marker");
     }
 }
