@@ -145,3 +145,61 @@ pub mod http_load {
         d.as_secs_f64() * 1e3
     }
 }
+
+/// What the harnesses that run `sluice serve` as a child share.
+pub mod process {
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    /// Starts `sluice serve` on a free loopback port with `--store STORE`, both upstreams at
+    /// `upstream`, `extra` arguments and warnings-only logs; returns its URL once it listens.
+    ///
+    /// # Panics
+    /// When the binary cannot be started.
+    pub fn spawn_sluice(
+        binary: &str,
+        store: &str,
+        upstream: &str,
+        extra: &[&str],
+    ) -> (String, Child) {
+        let port = integration_tests::redis::free_port();
+        let child = Command::new(binary)
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--store",
+                store,
+            ])
+            .args([
+                "--anthropic-upstream",
+                upstream,
+                "--openai-upstream",
+                upstream,
+            ])
+            .args(extra)
+            .env("SLUICE_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("sluice starts");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        (format!("http://127.0.0.1:{port}"), child)
+    }
+
+    /// A `/proc/PID/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 where there is no `/proc`.
+    pub fn status_kib(pid: u32, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}

@@ -10,7 +10,6 @@
 //! the window with their p50/p99, and sluice's own time per turn (`cg_added_ms_avg`). Memory
 //! must plateau: the report compares the last third of the run with the middle third.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -19,10 +18,10 @@ use bytes::Bytes;
 use engine::wire::Dialect;
 use http_body_util::{BodyExt, Full};
 use integration_tests::mock::Mock;
-use integration_tests::redis::free_port;
 use parking_lot::Mutex;
 
 use benches::http_load::{client, ms, percentile, post_with};
+use benches::process::{spawn_sluice, status_kib};
 
 const MAX_BODY: usize = 200 * 1024;
 const SAMPLE_EVERY: Duration = Duration::from_secs(30);
@@ -34,44 +33,8 @@ fn env_or(key: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-fn proc_field_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-fn spawn_sluice(binary: &str, db: &std::path::Path, upstream: &str) -> (String, Child) {
-    let port = free_port();
-    let child = Command::new(binary)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--store", &format!("sqlite:{}", db.display())])
-        .args(["--max-connections", "4096"])
-        .args([
-            "--anthropic-upstream",
-            upstream,
-            "--openai-upstream",
-            upstream,
-        ])
-        .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("sluice starts");
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    (format!("http://127.0.0.1:{port}"), child)
 }
 
 /// Public sessions as their turns (cut at the first turn over `MAX_BODY`), with their routes.
@@ -111,7 +74,8 @@ fn main() {
     let db = dir.join("state.db");
     runtime.block_on(async move {
         let mock = Mock::start().await;
-        let (url, mut child) = spawn_sluice(&binary, &db, &mock.url());
+        let store = format!("sqlite:{}", db.display());
+        let (url, mut child) = spawn_sluice(&binary, &store, &mock.url(), &["--max-connections", "4096"]);
         let pid = child.id();
         let sessions = Arc::new(sessions());
         let window: Arc<Mutex<Vec<f64>>> = Arc::new(Mutex::new(Vec::new()));
@@ -167,7 +131,7 @@ fn main() {
             tokio::time::sleep(SAMPLE_EVERY).await;
             let mut took = std::mem::take(&mut *window.lock());
             took.sort_by(f64::total_cmp);
-            let rss = proc_field_kib(pid, "VmRSS:");
+            let rss = status_kib(pid, "VmRSS:");
             let request = http::Request::get(format!("{url}/stats"))
                 .body(Full::new(Bytes::new()))
                 .expect("request");
@@ -199,7 +163,7 @@ fn main() {
             middle / 1024.0,
             last / 1024.0,
             100.0 * (last - middle) / middle.max(1.0),
-            proc_field_kib(pid, "VmHWM:") as f64 / 1024.0,
+            status_kib(pid, "VmHWM:") as f64 / 1024.0,
         );
         let _ = child.kill();
         let _ = child.wait();

@@ -8,16 +8,16 @@
 //! durable store's p50 beside memory's, the SQLite file size per 1,000 turns, and each process's
 //! peak RSS.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Child;
 
 use bytes::Bytes;
 use engine::wire::Dialect;
 use http_body_util::{BodyExt, Full};
 use integration_tests::mock::Mock;
-use integration_tests::redis::{RedisServer, free_port};
+use integration_tests::redis::RedisServer;
 
 use benches::http_load::{HttpClient, client, ms, percentile, post_with};
+use benches::process::{spawn_sluice, status_kib};
 
 const MAX_BODY: usize = 200 * 1024;
 const ROUNDS: usize = 3;
@@ -29,35 +29,6 @@ struct Arm {
     took: Vec<f64>,
 }
 
-fn spawn_sluice(binary: &str, store: &str, upstream: &str) -> (String, Child) {
-    let port = free_port();
-    let child = Command::new(binary)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--store",
-            store,
-        ])
-        .args([
-            "--anthropic-upstream",
-            upstream,
-            "--openai-upstream",
-            upstream,
-        ])
-        .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("sluice starts");
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    (format!("http://127.0.0.1:{port}"), child)
-}
-
 fn route(dialect: Dialect, direct: bool) -> &'static str {
     match (dialect, direct) {
         (Dialect::OpenAi, false) => "/openai/v1/chat/completions",
@@ -65,17 +36,6 @@ fn route(dialect: Dialect, direct: bool) -> &'static str {
         (Dialect::OpenAi, true) => "/v1/chat/completions",
         (Dialect::Anthropic, true) => "/v1/messages",
     }
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// Every public session as its turns, cut at the first turn over `MAX_BODY`.
@@ -135,7 +95,7 @@ fn main() {
             ("sqlite", format!("sqlite:{}", db.display())),
             ("redis", redis.url()),
         ] {
-            let (url, child) = spawn_sluice(&binary, &store, &mock.url());
+            let (url, child) = spawn_sluice(&binary, &store, &mock.url(), &[]);
             arms.push(Arm {
                 name,
                 url,
@@ -177,7 +137,7 @@ fn main() {
         println!("| store | p50 | added p50 | p99 | added p99 | p50 minus memory's | peak RSS |");
         println!("|---|--:|--:|--:|--:|--:|--:|");
         for arm in &arms {
-            let rss = arm.child.as_ref().map_or(0.0, |c| peak_rss_mib(c.id()));
+            let rss = arm.child.as_ref().map_or(0.0, |c| status_kib(c.id(), "VmHWM:") as f64 / 1024.0);
             println!(
                 "| {} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {} |",
                 arm.name,
