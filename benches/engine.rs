@@ -27,6 +27,7 @@ fn parse_and_noop_write_back(c: &mut Criterion) {
     let mut group = c.benchmark_group("wire/parse_noop_write_back");
     let largest_openai = benches::public_bodies(Dialect::OpenAi).remove(0);
     let largest_anthropic = benches::public_bodies(Dialect::Anthropic).remove(0);
+    let largest_responses = benches::public_bodies(Dialect::Responses).remove(0);
     let one_mb = benches::one_megabyte_body();
     for (name, dialect, body) in [
         ("largest_public_openai", Dialect::OpenAi, largest_openai.1),
@@ -34,6 +35,11 @@ fn parse_and_noop_write_back(c: &mut Criterion) {
             "largest_public_anthropic",
             Dialect::Anthropic,
             largest_anthropic.1,
+        ),
+        (
+            "largest_public_responses",
+            Dialect::Responses,
+            largest_responses.1,
         ),
         ("1mb_openai", Dialect::OpenAi, one_mb),
     ] {
@@ -54,9 +60,15 @@ fn default_pipeline(c: &mut Criterion) {
     let pipeline = Config::embedded().build_pipeline().unwrap();
     let one_mb = benches::one_megabyte_body();
     let largest = benches::public_bodies(Dialect::Anthropic).remove(0).1;
+    let largest_responses = benches::public_bodies(Dialect::Responses).remove(0).1;
     for (name, dialect, body) in [
         ("1mb_openai", Dialect::OpenAi, &one_mb),
         ("largest_public_anthropic", Dialect::Anthropic, &largest),
+        (
+            "largest_public_responses",
+            Dialect::Responses,
+            &largest_responses,
+        ),
     ] {
         group.throughput(Throughput::Bytes(body.len() as u64));
         // Steady state: the agent re-sends its transcript, so every earlier message's token

@@ -32,6 +32,7 @@ fn route(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::OpenAi => "/openai/v1/chat/completions",
         Dialect::Anthropic => "/anthropic/v1/messages",
+        Dialect::Responses => "/openai/v1/responses",
     }
 }
 
@@ -40,6 +41,7 @@ fn direct_route(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::OpenAi => "/v1/chat/completions",
         Dialect::Anthropic => "/v1/messages",
+        Dialect::Responses => "/v1/responses",
     }
 }
 

@@ -137,10 +137,12 @@ fn main() {
             let path = match dialect {
                 Dialect::OpenAi => "/v1/chat/completions",
                 Dialect::Anthropic => "/v1/messages",
+                Dialect::Responses => "/v1/responses",
             };
             let sluice_path = match dialect {
                 Dialect::OpenAi => "/openai/v1/chat/completions",
                 Dialect::Anthropic => "/anthropic/v1/messages",
+                Dialect::Responses => "/openai/v1/responses",
             };
             let bodies: Vec<Bytes> = benches::public_bodies(dialect)
                 .into_iter()

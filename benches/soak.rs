@@ -46,6 +46,7 @@ fn sessions() -> Vec<(&'static str, Vec<Bytes>)> {
             let route = match b.dialect {
                 Dialect::OpenAi => "/openai/v1/chat/completions",
                 Dialect::Anthropic => "/anthropic/v1/messages",
+                Dialect::Responses => "/openai/v1/responses",
             };
             let turns = integration_tests::session_turns(&b.bytes)
                 .into_iter()

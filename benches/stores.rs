@@ -35,6 +35,8 @@ fn route(dialect: Dialect, direct: bool) -> &'static str {
         (Dialect::Anthropic, false) => "/anthropic/v1/messages",
         (Dialect::OpenAi, true) => "/v1/chat/completions",
         (Dialect::Anthropic, true) => "/v1/messages",
+        (Dialect::Responses, false) => "/openai/v1/responses",
+        (Dialect::Responses, true) => "/v1/responses",
     }
 }
 

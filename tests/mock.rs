@@ -1,5 +1,6 @@
-//! A mock model provider for tests and the load harness: hyper on `127.0.0.1:0`, both dialects,
-//! with and without SSE. It records every request it gets and answers from a script.
+//! A mock model provider for tests and the load harness: hyper on `127.0.0.1:0`, Anthropic
+//! Messages, OpenAI chat completions and the OpenAI Responses API, with and without SSE. It
+//! records every request it gets and answers from a script.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -191,13 +192,15 @@ impl Mock {
             .await
             .map(|c| c.to_bytes())
             .unwrap_or_default();
+        let curious = headers.get("x-mock-model").is_some_and(|v| v == "curious");
         self.recorded.lock().push(Recorded {
             path: path.clone(),
             headers,
             body: body.clone(),
         });
         let anthropic = path == "/v1/messages";
-        if !anthropic && path != "/v1/chat/completions" {
+        let responses = path == "/v1/responses";
+        if !anthropic && !responses && path != "/v1/chat/completions" {
             return json_response(
                 200,
                 json!({ "object": "list", "data": [], "path": path }).to_string(),
@@ -209,7 +212,10 @@ impl Mock {
             .script
             .lock()
             .pop_front()
-            .unwrap_or(Reply::Text("ok".into()));
+            .unwrap_or_else(|| match curious {
+                true => curious_reply(&request),
+                false => Reply::Text("ok".into()),
+            });
         if let Reply::Delayed(pause, inner) = reply {
             tokio::time::sleep(pause).await;
             reply = *inner;
@@ -250,7 +256,12 @@ impl Mock {
                 ))
             }
             Reply::Slow { chunks, pause } => {
-                let events = text_events(anthropic, &"x".repeat(chunks), chunks);
+                let text = "x".repeat(chunks);
+                let events = if responses {
+                    responses_events(&Reply::Text(text), chunks)
+                } else {
+                    text_events(anthropic, &text, chunks)
+                };
                 sse_response(futures_stream(
                     events
                         .into_iter()
@@ -260,7 +271,11 @@ impl Mock {
                 ))
             }
             reply if stream => {
-                let events = stream_events(anthropic, &reply);
+                let events = if responses {
+                    responses_events(&reply, 3)
+                } else {
+                    stream_events(anthropic, &reply)
+                };
                 sse_response(futures_stream(
                     events
                         .into_iter()
@@ -269,6 +284,7 @@ impl Mock {
                     Duration::ZERO,
                 ))
             }
+            reply if responses => json_response(200, responses_whole(&reply).to_string()),
             reply => {
                 let mut whole = whole_response(anthropic, &reply);
                 if let (true, Some((read, written))) = (anthropic, *self.cache_report.lock()) {
@@ -278,6 +294,64 @@ impl Mock {
                 json_response(200, whole.to_string())
             }
         }
+    }
+}
+
+/// What a model that reads markers does, for a request with `x-mock-model: curious` (a process
+/// driven from outside, like the SDK check, cannot script replies): while the transcript has a `<<cg:ID>>` marker and no
+/// expand result yet, it asks for the first marker's original; once it has one, it answers
+/// `restored N bytes` with the length of what came back, so a client can see the round trip.
+fn curious_reply(request: &Value) -> Reply {
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    walk(request, &mut |object| {
+        let name = object
+            .get("name")
+            .or_else(|| object.get("function").and_then(|f| f.get("name")));
+        let is_call = object.contains_key("arguments")
+            || object
+                .get("function")
+                .is_some_and(|f| f.get("arguments").is_some())
+            || object.get("type").is_some_and(|t| t == "tool_use");
+        if name.is_some_and(|n| n == "context_guru_expand") && is_call {
+            let id = object.get("call_id").or_else(|| object.get("id"));
+            calls.extend(id.and_then(Value::as_str).map(str::to_owned));
+        }
+        for key in ["call_id", "tool_call_id", "tool_use_id"] {
+            let content = object.get("output").or_else(|| object.get("content"));
+            if let (Some(Value::String(id)), Some(Value::String(content))) =
+                (object.get(key), content)
+            {
+                results.push((id.clone(), content.len()));
+            }
+        }
+    });
+    if let Some((_, len)) = results.iter().find(|(id, _)| calls.contains(id)) {
+        return Reply::Text(format!("restored {len} bytes"));
+    }
+    let text = request.to_string();
+    let Some(at) = text.find("<<cg:") else {
+        return Reply::Text("ok".into());
+    };
+    let id: String = text[at + 5..]
+        .chars()
+        .take_while(char::is_ascii_alphanumeric)
+        .collect();
+    Reply::Expand {
+        text: Some("Let me read that. ".into()),
+        ids: vec![id],
+    }
+}
+
+/// Calls `visit` on every object in `value`, depth first.
+fn walk(value: &Value, visit: &mut dyn FnMut(&serde_json::Map<String, Value>)) {
+    match value {
+        Value::Object(object) => {
+            visit(object);
+            object.values().for_each(|v| walk(v, visit));
+        }
+        Value::Array(items) => items.iter().for_each(|v| walk(v, visit)),
+        _ => {}
     }
 }
 
@@ -513,4 +587,90 @@ fn stream_events(anthropic: bool, reply: &Reply) -> Vec<String> {
         events.push("data: [DONE]\n\n".into());
     }
     events
+}
+
+/// Numbers each Responses reply: the API gives every response and item its own id, and the SDKs
+/// check that item ids do not repeat within a stream.
+static RESPONSE_COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The output items of Responses reply `n`: a message when it has text, then one item per call.
+fn responses_output(reply: &Reply, n: u64) -> Vec<Value> {
+    let mut output: Vec<Value> = reply_text(reply)
+        .into_iter()
+        .map(|t| json!({ "type": "message", "id": format!("msg_mock_{n}"), "status": "completed", "role": "assistant",
+                          "content": [{ "type": "output_text", "text": t, "annotations": [] }] }))
+        .collect();
+    output.extend(calls(reply).iter().enumerate().map(|(i, (id, name, args))| {
+        json!({ "type": "function_call", "id": format!("fc_mock_{n}_{i}"), "call_id": id, "name": name,
+                "arguments": args.to_string(), "status": "completed" })
+    }));
+    output
+}
+
+/// A whole Responses `response` object, with the usage fields the API reports.
+fn responses_whole(reply: &Reply) -> Value {
+    let n = RESPONSE_COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    json!({ "id": format!("resp_mock_{n}"), "object": "response", "created_at": 1, "status": "completed",
+            "model": "mock", "output": responses_output(reply, n), "parallel_tool_calls": true,
+            "tool_choice": "auto", "tools": [], "error": null, "incomplete_details": null,
+            "instructions": null, "metadata": {}, "text": { "format": { "type": "text" } },
+            "usage": { "input_tokens": 10, "input_tokens_details": { "cached_tokens": 0 },
+                       "output_tokens": 5, "output_tokens_details": { "reasoning_tokens": 0 },
+                       "total_tokens": 15 } })
+}
+
+/// A Responses stream as the API sends it: `response.created`, one added/delta/done sequence
+/// per output item (text in `pieces` deltas, arguments in two), `response.completed` with the
+/// whole response; every event typed and sequence numbered.
+fn responses_events(reply: &Reply, pieces: usize) -> Vec<String> {
+    let whole = responses_whole(reply);
+    let mut opening = whole.clone();
+    opening["status"] = json!("in_progress");
+    opening["output"] = json!([]);
+    let mut events = vec![
+        json!({ "type": "response.created", "response": opening.clone() }),
+        json!({ "type": "response.in_progress", "response": opening }),
+    ];
+    let items = whole["output"].as_array().cloned().unwrap_or_default();
+    for (index, item) in items.into_iter().enumerate() {
+        let id = item["id"].clone();
+        let mut added = item.clone();
+        added["status"] = json!("in_progress");
+        if item["type"] == "message" {
+            added["content"] = json!([]);
+            let text = item["content"][0]["text"].as_str().unwrap_or("").to_owned();
+            let part = json!({ "type": "output_text", "text": "", "annotations": [] });
+            events.push(json!({ "type": "response.output_item.added", "output_index": index, "item": added }));
+            events.push(json!({ "type": "response.content_part.added", "item_id": id, "output_index": index, "content_index": 0, "part": part }));
+            let size = text.len().div_ceil(pieces.max(1)).max(1);
+            for piece in text.as_bytes().chunks(size) {
+                events.push(json!({ "type": "response.output_text.delta", "item_id": id, "output_index": index, "content_index": 0,
+                                    "delta": String::from_utf8_lossy(piece), "logprobs": [] }));
+            }
+            events.push(json!({ "type": "response.output_text.done", "item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": [] }));
+            events.push(json!({ "type": "response.content_part.done", "item_id": id, "output_index": index, "content_index": 0, "part": item["content"][0].clone() }));
+        } else {
+            added["arguments"] = json!("");
+            let arguments = item["arguments"].as_str().unwrap_or("").to_owned();
+            events.push(json!({ "type": "response.output_item.added", "output_index": index, "item": added }));
+            let (a, b) = arguments.split_at(arguments.len() / 2);
+            for piece in [a, b] {
+                events.push(json!({ "type": "response.function_call_arguments.delta", "item_id": id, "output_index": index, "delta": piece }));
+            }
+            events.push(json!({ "type": "response.function_call_arguments.done", "item_id": id, "output_index": index, "arguments": arguments }));
+        }
+        events.push(
+            json!({ "type": "response.output_item.done", "output_index": index, "item": item }),
+        );
+    }
+    events.push(json!({ "type": "response.completed", "response": whole }));
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(sequence, mut event)| {
+            event["sequence_number"] = json!(sequence);
+            let kind = event["type"].as_str().unwrap_or("").to_owned();
+            format!("event: {kind}\ndata: {event}\n\n")
+        })
+        .collect()
 }

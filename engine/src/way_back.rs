@@ -9,9 +9,11 @@
 //! host counts.
 //!
 //! `tool_choice` decides reachability:
-//! - absent, `auto` (both dialects), Anthropic `{"type":"any"}` and OpenAI `"required"`: the tool
-//!   is declared with the others and stays reachable (a forced "some tool" choice includes it);
-//! - `none`, a named tool or function, or a shape sluice does not know: the model cannot call
+//! - absent, `auto` (every dialect), Anthropic `{"type":"any"}` and OpenAI `"required"`: the
+//!   tool is declared with the others and stays reachable (a forced "some tool" choice includes
+//!   it);
+//! - `none`, a named tool or function, a hosted tool forced by the Responses API
+//!   (`{"type":"file_search"}`), or a shape sluice does not know: the model cannot call
 //!   the expand tool on this turn, so nothing lossy is cut on it.
 //!
 //! Everything here splices bytes like the wire layer: the tool is appended last to `tools` with
@@ -40,16 +42,24 @@ pub enum Withheld {
     ToolsNotArray,
     /// The tool could not be spliced into the rewritten body.
     Unplaced,
+    /// A streamed Responses request the provider stores (no `"store": false`). An in-stream
+    /// expand round answers with a second response, but the stream must carry the first one's
+    /// id (the SDKs check that it never changes), and a client that chains its next turn on
+    /// that id (`previous_response_id`) would continue a stored conversation that ends on an
+    /// unanswered expand call. Stateless streams (Codex) and non-streamed requests (whose reply
+    /// is the last round's, id included) keep the way back.
+    StoredStream,
 }
 
 impl Withheld {
     /// Every reason, in label order: the counters' table.
-    pub const ALL: [Withheld; 5] = [
+    pub const ALL: [Withheld; 6] = [
         Withheld::ToolChoiceNone,
         Withheld::ToolChoiceNamed,
         Withheld::ToolChoiceUnknown,
         Withheld::ToolsNotArray,
         Withheld::Unplaced,
+        Withheld::StoredStream,
     ];
 
     pub fn label(self) -> &'static str {
@@ -59,6 +69,7 @@ impl Withheld {
             Withheld::ToolChoiceUnknown => "tool_choice_unknown",
             Withheld::ToolsNotArray => "tools_not_array",
             Withheld::Unplaced => "unplaced",
+            Withheld::StoredStream => "stored_stream",
         }
     }
 }
@@ -76,6 +87,10 @@ pub fn tool_json(dialect: Dialect) -> String {
         Dialect::OpenAi => format!(
             r#"{{"type":"function","function":{{"name":"{EXPAND_TOOL_NAME}","description":{description},"parameters":{schema}}}}}"#
         ),
+        // Responses tools are flat: no `function` wrapper.
+        Dialect::Responses => format!(
+            r#"{{"type":"function","name":"{EXPAND_TOOL_NAME}","description":{description},"parameters":{schema}}}"#
+        ),
     }
 }
 
@@ -89,6 +104,13 @@ pub fn reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
         && json::kind_of(text, tools) != Kind::Array
     {
         return Err(Withheld::ToolsNotArray);
+    }
+    if parsed.dialect() == Dialect::Responses {
+        let is =
+            |key: &str, literal: &str| parsed.field(key).is_some_and(|s| s.of(text) == literal);
+        if is("stream", "true") && !is("store", "false") {
+            return Err(Withheld::StoredStream);
+        }
     }
     let Some(choice) = parsed.field("tool_choice") else {
         return Ok(());

@@ -91,7 +91,7 @@ pub fn begin_turn(
     let dialect = parsed.dialect();
     // OpenAI caches every long enough prompt on its own; Anthropic only what a breakpoint asks.
     let asked_caching =
-        dialect == Dialect::OpenAi || memchr::memmem::find(raw, b"\"cache_control\"").is_some();
+        dialect != Dialect::Anthropic || memchr::memmem::find(raw, b"\"cache_control\"").is_some();
     state.tracker.begin_turn(
         fingerprints,
         now,

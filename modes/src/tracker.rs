@@ -45,8 +45,8 @@ pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
     match dialect {
         Dialect::Anthropic if has(b"\"1h\"") => ONE_HOUR,
         Dialect::Anthropic => ANTHROPIC_TTL,
-        Dialect::OpenAi if has(b"\"24h\"") => ONE_DAY,
-        Dialect::OpenAi => ONE_HOUR,
+        Dialect::OpenAi | Dialect::Responses if has(b"\"24h\"") => ONE_DAY,
+        Dialect::OpenAi | Dialect::Responses => ONE_HOUR,
     }
 }
 

@@ -96,7 +96,7 @@ fn log_key() -> &'static [u8] {
 
 /// The route a path is logged as: fixed routes as they are, the others as their template.
 pub fn route_label(path: &str) -> &str {
-    const FIXED: [&str; 10] = [
+    const FIXED: [&str; 11] = [
         "/healthz",
         "/favicon.ico",
         "/stats",
@@ -107,6 +107,7 @@ pub fn route_label(path: &str) -> &str {
         "/anthropic/v1/messages",
         "/anthropic/v1/messages/count_tokens",
         "/openai/v1/chat/completions",
+        "/openai/v1/responses",
     ];
     if let Some(fixed) = FIXED.iter().find(|f| **f == path) {
         return fixed;

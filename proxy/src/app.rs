@@ -354,7 +354,7 @@ impl App {
     pub(crate) fn upstream_base(&self, dialect: Dialect) -> &str {
         match dialect {
             Dialect::Anthropic => &self.settings.anthropic_upstream,
-            Dialect::OpenAi => &self.settings.openai_upstream,
+            Dialect::OpenAi | Dialect::Responses => &self.settings.openai_upstream,
         }
     }
 
@@ -444,6 +444,7 @@ pub async fn handle(
         (&Method::POST, "/openai/v1/chat/completions") => {
             chat(&app, Dialect::OpenAi, request).await
         }
+        (&Method::POST, "/openai/v1/responses") => chat(&app, Dialect::Responses, request).await,
         _ if has_dot_segment(&path) => {
             ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")
                 .into_response()

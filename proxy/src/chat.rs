@@ -464,7 +464,7 @@ fn incoming_model(
     Some(llm::Incoming {
         provider: match dialect {
             Dialect::Anthropic => engine::model::Provider::Anthropic,
-            Dialect::OpenAi => engine::model::Provider::Openai,
+            Dialect::OpenAi | Dialect::Responses => engine::model::Provider::Openai,
         },
         url: upstream_uri.to_string(),
         headers,

@@ -20,7 +20,8 @@ pub struct ExpandCall {
 /// The assistant turn of a non-streamed response, as raw JSON pieces.
 struct AssistantTurn<'a> {
     text: &'a str,
-    /// Anthropic: the `content` array. OpenAI: the `message` object.
+    /// Anthropic: the `content` array. OpenAI: the `message` object. Responses: the `output`
+    /// array.
     content: Span,
     calls: Vec<(String, String, String)>,
 }
@@ -76,6 +77,25 @@ fn assistant_turn(text: &str, dialect: Dialect) -> Option<AssistantTurn<'_>> {
                 }
             }
             message
+        }
+        Dialect::Responses => {
+            let output = json::get(text, root, "output")?;
+            for item in json::elements(text, output) {
+                let field = |k: &str| {
+                    json::get(text, item, k)
+                        .and_then(|v| json::decode_string(text, v).ok())
+                        .map(|v| v.into_owned())
+                        .unwrap_or_default()
+                };
+                // Calls the client runs; hosted tools (`web_search_call`) ran at the provider.
+                let arguments = match field("type").as_str() {
+                    "function_call" => field("arguments"),
+                    "custom_tool_call" => field("input"),
+                    _ => continue,
+                };
+                calls.push((field("call_id"), field("name"), arguments));
+            }
+            output
         }
     };
     Some(AssistantTurn {
@@ -134,7 +154,12 @@ pub fn continuation(
 ) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(forwarded).ok()?;
     let root = json::parse_document(text).ok()?;
-    let messages = json::get(text, root, "messages")?;
+    let key = if dialect == Dialect::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    let messages = json::get(text, root, key)?;
     let response_text = std::str::from_utf8(response).ok()?;
     let turn = assistant_turn(response_text, dialect)?;
     let raw = turn.content.of(turn.text);
@@ -175,6 +200,26 @@ pub fn continuation(
                 added.push('}');
             }
         }
+        Dialect::Responses => {
+            let stateless = json::get(text, root, "store").is_some_and(|s| s.of(text) == "false");
+            for item in json::elements(turn.text, turn.content) {
+                let Some(item) = replayable_item(turn.text, item, stateless) else {
+                    continue;
+                };
+                added.push_str(&item);
+                added.push(',');
+            }
+            for (i, (call_id, original)) in results.iter().enumerate() {
+                if i > 0 {
+                    added.push(',');
+                }
+                added.push_str(r#"{"type":"function_call_output","call_id":"#);
+                json::encode_string(call_id, &mut added);
+                added.push_str(r#","output":"#);
+                json::encode_string(original, &mut added);
+                added.push('}');
+            }
+        }
     }
     let close = messages.end - 1;
     let empty = json::elements(text, messages).next().is_none();
@@ -186,6 +231,30 @@ pub fn continuation(
     out.extend_from_slice(added.as_bytes());
     out.extend_from_slice(&forwarded[close..]);
     Some(out)
+}
+
+/// One output item of a Responses reply as the next request's input must carry it.
+///
+/// The documented loop feeds `response.output` back as input. A stored conversation (the API's
+/// default) resolves item ids, so items go back verbatim. With `"store": false` nothing is kept
+/// upstream: an `id` would name an item the provider never saved, so it is dropped, and a
+/// reasoning item survives only with its `encrypted_content` (the only way stateless reasoning
+/// is carried over); without it the item is left out.
+fn replayable_item(text: &str, item: Span, stateless: bool) -> Option<String> {
+    let raw = item.of(text);
+    if !stateless {
+        return Some(raw.to_owned());
+    }
+    let mut value: serde_json::Value = serde_json::from_str(raw).ok()?;
+    let object = value.as_object_mut()?;
+    if object.get("type").and_then(|t| t.as_str()) == Some("reasoning") {
+        return object
+            .get("encrypted_content")
+            .is_some_and(|c| c.is_string())
+            .then(|| raw.to_owned());
+    }
+    object.remove("id");
+    Some(value.to_string())
 }
 
 #[cfg(test)]
@@ -248,5 +317,51 @@ mod tests {
         assert_eq!(value["messages"][1]["content"][0]["name"], EXPAND_TOOL_NAME);
         assert_eq!(value["messages"][2]["content"][0]["tool_use_id"], "tu1");
         assert_eq!(value["messages"][2]["content"][0]["content"], "orig");
+    }
+
+    const RESPONSES_EXPAND: &[u8] = br#"{"id":"resp_1","object":"response","status":"completed","output":[{"type":"reasoning","id":"rs_1","summary":[]},{"type":"function_call","id":"fc_1","call_id":"call_1","name":"context_guru_expand","arguments":"{\"id\":\"<<cg:abc>>\"}","status":"completed"}],"usage":{"input_tokens":10,"output_tokens":5}}"#;
+
+    #[test]
+    fn responses_expand_calls_and_continuation() {
+        let calls = expand_calls(RESPONSES_EXPAND, Dialect::Responses).unwrap();
+        assert_eq!(calls[0].call_id, "call_1");
+        assert_eq!(calls[0].stash_id, "abc");
+        let other = br#"{"output":[{"type":"function_call","call_id":"c","name":"context_guru_expand","arguments":"{}"},{"type":"custom_tool_call","call_id":"d","name":"apply_patch","input":"x"}]}"#;
+        assert_eq!(expand_calls(other, Dialect::Responses), None);
+        let hosted = br#"{"output":[{"type":"web_search_call","id":"ws"},{"type":"message","role":"assistant","content":[]}]}"#;
+        assert_eq!(expand_calls(hosted, Dialect::Responses), None);
+
+        let next = |forwarded: &[u8]| -> serde_json::Value {
+            let next = continuation(
+                forwarded,
+                RESPONSES_EXPAND,
+                Dialect::Responses,
+                &[("call_1".into(), "orig".into())],
+            )
+            .unwrap();
+            serde_json::from_slice(&next).unwrap()
+        };
+        let value = next(br#"{"model":"m","input":[{"role":"user","content":"q"}],"stream":true}"#);
+        let input = value["input"].as_array().unwrap();
+        assert_eq!(input.len(), 4, "question, reasoning, call, output");
+        assert_eq!(input[1]["id"], "rs_1", "stored: items go back verbatim");
+        assert_eq!(input[2]["id"], "fc_1");
+        assert_eq!(input[3]["type"], "function_call_output");
+        assert_eq!(input[3]["call_id"], "call_1");
+        assert_eq!(input[3]["output"], "orig");
+        assert_eq!(value["stream"], true);
+
+        let value = next(br#"{"model":"m","store":false,"input":[{"role":"user","content":"q"}]}"#);
+        let input = value["input"].as_array().unwrap();
+        assert_eq!(
+            input.len(),
+            3,
+            "reasoning without encrypted content is left out"
+        );
+        assert!(
+            input[1].get("id").is_none(),
+            "no id the provider never stored"
+        );
+        assert_eq!(input[1]["call_id"], "call_1");
     }
 }

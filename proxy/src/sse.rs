@@ -110,6 +110,21 @@ fn starts_expand(dialect: Dialect, data: &Value) -> bool {
                     .iter()
                     .any(|c| c["function"]["name"] == EXPAND_TOOL_NAME)
             }),
+        Dialect::Responses => {
+            data["type"] == "response.output_item.added"
+                && data["item"]["type"] == "function_call"
+                && data["item"]["name"] == EXPAND_TOOL_NAME
+        }
+    }
+}
+
+/// Whether an event opens one more unit the client indexes: an Anthropic content block or a
+/// Responses output item (OpenAI chat chunks carry no such index across rounds).
+fn opens_unit(dialect: Dialect, data: &Value) -> bool {
+    match dialect {
+        Dialect::Anthropic => data["type"] == "content_block_start",
+        Dialect::Responses => data["type"] == "response.output_item.added",
+        Dialect::OpenAi => false,
     }
 }
 
@@ -121,9 +136,22 @@ pub struct Relay {
     /// This round continues an earlier one: its opening event is dropped and its content block
     /// indices shifted past the blocks the client already has.
     continuing: bool,
-    /// Anthropic content blocks the client has seen start, across rounds.
+    /// Anthropic content blocks or Responses output items the client has seen start, across
+    /// rounds.
     blocks_sent: u64,
     offset: u64,
+    /// Responses: the next `sequence_number` the client expects, and the shift that gives a
+    /// continuation's events their place after it.
+    next_sequence: u64,
+    sequence_offset: u64,
+    /// Responses: the output items the client has seen finished, so the closing
+    /// `response.completed` of a continuation lists the whole turn, not only its last round.
+    items_sent: Vec<Value>,
+    /// How many of `items_sent` earlier rounds sent (this round's are in its own output).
+    items_before: usize,
+    /// Responses: the id the first round's `response.created` gave the client. Every later
+    /// lifecycle event carries it too: the SDKs refuse a stream whose response id changes.
+    response_id: Option<Value>,
     holding: bool,
     held: Vec<u8>,
     /// Every data event of this round, for folding the turn into a response.
@@ -137,6 +165,11 @@ impl Relay {
             continuing: false,
             blocks_sent: 0,
             offset: 0,
+            next_sequence: 0,
+            sequence_offset: 0,
+            items_sent: Vec::new(),
+            items_before: 0,
+            response_id: None,
             holding: false,
             held: Vec::new(),
             events: Vec::new(),
@@ -170,12 +203,8 @@ impl Relay {
             if self.holding {
                 self.held.extend_from_slice(&frame);
             } else {
-                if self.dialect == Dialect::Anthropic
-                    && data
-                        .as_ref()
-                        .is_some_and(|d| d["type"] == "content_block_start")
-                {
-                    self.blocks_sent += 1;
+                if let Some(data) = &data {
+                    self.note_sent(data);
                 }
                 out.extend_from_slice(&frame);
             }
@@ -186,12 +215,48 @@ impl Relay {
         Bytes::from(out)
     }
 
-    /// A continuation's frame as it must read inside the first stream: Anthropic drops the
-    /// second `message_start` and shifts block indices. The first round passes bytes as they are.
+    /// Keeps count of what the client has been sent (as the first round numbered it).
+    fn note_sent(&mut self, data: &Value) {
+        if opens_unit(self.dialect, data) {
+            self.blocks_sent += 1;
+        }
+        if self.dialect != Dialect::Responses {
+            return;
+        }
+        // `data` is the event as upstream numbered it; the client saw it shifted.
+        if let Some(sequence) = data["sequence_number"].as_u64() {
+            let shift = if self.continuing {
+                self.sequence_offset
+            } else {
+                0
+            };
+            self.next_sequence = self
+                .next_sequence
+                .max(sequence.saturating_add(shift).saturating_add(1));
+        }
+        if data["type"] == "response.created" && self.response_id.is_none() {
+            self.response_id = Some(data["response"]["id"].clone());
+        }
+        if data["type"] == "response.output_item.done" && self.items_sent.len() < MAX_INDEX {
+            self.items_sent.push(data["item"].clone());
+        }
+    }
+
+    /// A continuation's frame as it must read inside the first stream. The first round passes
+    /// bytes as they are.
     fn renumber(&self, frame: Vec<u8>, data: Option<&Value>) -> Option<Vec<u8>> {
-        if !self.continuing || self.dialect != Dialect::Anthropic {
+        if !self.continuing {
             return Some(frame);
         }
+        match self.dialect {
+            Dialect::Anthropic => self.renumber_anthropic(frame, data),
+            Dialect::Responses => self.renumber_responses(frame, data),
+            Dialect::OpenAi => Some(frame),
+        }
+    }
+
+    /// Anthropic drops the second `message_start` and shifts block indices.
+    fn renumber_anthropic(&self, frame: Vec<u8>, data: Option<&Value>) -> Option<Vec<u8>> {
         let Some(data) = data else { return Some(frame) };
         if data["type"] == "message_start" {
             return None;
@@ -202,6 +267,41 @@ impl Relay {
         let mut data = data.clone();
         data["index"] = Value::from(index + self.offset);
         let kind = data["type"].as_str().unwrap_or("message").to_owned();
+        Some(format!("event: {kind}\ndata: {data}\n\n").into_bytes())
+    }
+
+    /// Responses drops the continuation's `response.created` and `response.in_progress`, shifts
+    /// `output_index` past the items the client has and `sequence_number` past the events it
+    /// has, gives the closing response the first round's id, and puts the earlier rounds' items
+    /// in front of its `output`.
+    fn renumber_responses(&self, frame: Vec<u8>, data: Option<&Value>) -> Option<Vec<u8>> {
+        let Some(data) = data else { return Some(frame) };
+        let kind = data["type"].as_str().unwrap_or("").to_owned();
+        if matches!(kind.as_str(), "response.created" | "response.in_progress") {
+            return None;
+        }
+        let mut data = data.clone();
+        if let Some(index) = data["output_index"].as_u64() {
+            data["output_index"] = Value::from(index.saturating_add(self.offset));
+        }
+        if let Some(sequence) = data["sequence_number"].as_u64() {
+            data["sequence_number"] = Value::from(sequence.saturating_add(self.sequence_offset));
+        }
+        if let (Some(response), Some(id)) = (
+            data.get_mut("response").and_then(Value::as_object_mut),
+            &self.response_id,
+        ) {
+            response.insert("id".into(), id.clone());
+        }
+        if let Some(output) = data
+            .get_mut("response")
+            .and_then(|r| r.get_mut("output"))
+            .and_then(Value::as_array_mut)
+        {
+            let mut whole = self.items_sent[..self.items_before].to_vec();
+            whole.append(output);
+            *output = whole;
+        }
         Some(format!("event: {kind}\ndata: {data}\n\n").into_bytes())
     }
 
@@ -223,6 +323,8 @@ impl Relay {
         self.held.clear();
         self.events.clear();
         self.offset = self.blocks_sent;
+        self.sequence_offset = self.next_sequence;
+        self.items_before = self.items_sent.len();
     }
 }
 
@@ -232,6 +334,7 @@ pub fn aggregate(dialect: Dialect, frames: &[Value]) -> Value {
     match dialect {
         Dialect::Anthropic => aggregate_anthropic(frames),
         Dialect::OpenAi => aggregate_openai(frames),
+        Dialect::Responses => aggregate_responses(frames),
     }
 }
 
@@ -347,6 +450,40 @@ fn aggregate_openai(frames: &[Value]) -> Value {
     json!({ "choices": [{ "message": { "role": "assistant", "content": content, "tool_calls": calls } }] })
 }
 
+/// A Responses stream folded into `{"output": [...]}`: the closing response's own `output` when
+/// the stream got that far, else the items pieced together from their events.
+fn aggregate_responses(frames: &[Value]) -> Value {
+    let mut items: Vec<Value> = Vec::new();
+    for data in frames {
+        let kind = data["type"].as_str().unwrap_or("");
+        if matches!(kind, "response.completed" | "response.incomplete")
+            && let Some(output) = data["response"]["output"].as_array()
+        {
+            return json!({ "output": output });
+        }
+        let index = data["output_index"].as_u64().unwrap_or(0) as usize;
+        if index >= MAX_INDEX {
+            continue;
+        }
+        match kind {
+            "response.output_item.added" | "response.output_item.done" => {
+                if items.len() <= index {
+                    items.resize(index + 1, Value::Null);
+                }
+                items[index] = data["item"].clone();
+            }
+            "response.function_call_arguments.delta" => {
+                if let Some(target) = items.get_mut(index).and_then(|i| field_mut(i, "arguments")) {
+                    append(target, &data["delta"]);
+                }
+            }
+            _ => {}
+        }
+    }
+    items.retain(|item| !item.is_null());
+    json!({ "output": items })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,5 +594,112 @@ mod tests {
         let text: Value =
             serde_json::from_str(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#).unwrap();
         assert!(!starts_expand(Dialect::OpenAi, &text));
+    }
+
+    fn responses_frame(data: Value) -> Vec<u8> {
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().unwrap()
+        )
+        .into_bytes()
+    }
+
+    /// One Responses round: a text item, then (when `expand`) an expand call, sequence numbered
+    /// from 0 as a provider numbers each response.
+    fn responses_round(text: &str, expand: bool) -> Vec<Vec<u8>> {
+        let message = json!({"type": "message", "id": "msg", "role": "assistant", "status": "completed",
+                             "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        let call = json!({"type": "function_call", "id": "fc", "call_id": "call_1",
+                          "name": EXPAND_TOOL_NAME, "arguments": "", "status": "in_progress"});
+        let mut events = vec![
+            json!({"type": "response.created", "response": {"id": "r", "output": []}}),
+            json!({"type": "response.in_progress", "response": {"id": "r", "output": []}}),
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "message", "id": "msg", "role": "assistant", "content": []}}),
+            json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": text}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": message.clone()}),
+        ];
+        let mut output = vec![message];
+        if expand {
+            let mut done = call.clone();
+            done["arguments"] = json!("{\"id\":\"abc\"}");
+            events.push(
+                json!({"type": "response.output_item.added", "output_index": 1, "item": call}),
+            );
+            events.push(json!({"type": "response.function_call_arguments.delta", "output_index": 1, "delta": "{\"id\":"}));
+            events.push(json!({"type": "response.function_call_arguments.delta", "output_index": 1, "delta": "\"abc\"}"}));
+            events.push(json!({"type": "response.output_item.done", "output_index": 1, "item": done.clone()}));
+            output.push(done);
+        }
+        events.push(json!({"type": "response.completed", "response": {"id": "r", "status": "completed", "output": output}}));
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut e)| {
+                e["sequence_number"] = json!(i);
+                responses_frame(e)
+            })
+            .collect()
+    }
+
+    /// The client reads one stream: the expand call is held, the continuation's opening events
+    /// are dropped, its items and sequence numbers follow the first round's, and the closing
+    /// response lists every item the client saw.
+    #[test]
+    fn responses_rounds_read_as_one_stream() {
+        let mut relay = Relay::new(Dialect::Responses);
+        let mut first_round = responses_round("looking", true);
+        first_round[0] = responses_frame(
+            json!({"type": "response.created", "sequence_number": 0, "response": {"id": "r1", "output": []}}),
+        );
+        let first = relay.push_frames(first_round);
+        assert!(relay.holding());
+        let sent: Vec<Value> = take_frames(&mut first.to_vec())
+            .iter()
+            .filter_map(|f| frame_data(f))
+            .collect();
+        assert_eq!(sent.len(), 5, "created, in_progress and the text item");
+        let turn = relay.take_turn();
+        assert_eq!(turn["output"][1]["arguments"], "{\"id\":\"abc\"}");
+        assert_eq!(
+            turn,
+            aggregate_responses(
+                &responses_round("looking", true)
+                    .iter()
+                    .filter_map(|f| frame_data(f))
+                    .filter(|d| d["type"] != "response.completed")
+                    .collect::<Vec<_>>()
+            ),
+            "pieced together from item events when the stream stops early"
+        );
+        relay.continue_in_place();
+        let second = relay.push_frames(responses_round("found it", false));
+        let events: Vec<Value> = take_frames(&mut second.to_vec())
+            .iter()
+            .filter_map(|f| frame_data(f))
+            .collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.output_item.added",
+                "response.output_text.delta",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
+        assert!(events[..3].iter().all(|e| e["output_index"] == 1));
+        let sequences: Vec<u64> = sent
+            .iter()
+            .chain(&events)
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert!(
+            sequences.windows(2).all(|w| w[0] < w[1]),
+            "increasing: {sequences:?}"
+        );
+        assert_eq!(events[3]["response"]["id"], "r1", "the first round's id");
+        let output = events[3]["response"]["output"].as_array().unwrap();
+        let texts: Vec<&Value> = output.iter().map(|i| &i["content"][0]["text"]).collect();
+        assert_eq!(texts, ["looking", "found it"]);
     }
 }

@@ -96,6 +96,7 @@ impl Sluice {
         let path = match dialect {
             Dialect::OpenAi => "/openai/v1/chat/completions",
             Dialect::Anthropic => "/anthropic/v1/messages",
+            Dialect::Responses => "/openai/v1/responses",
         };
         let headers = [
             ("content-type", "application/json"),
@@ -648,10 +649,7 @@ async fn a_compact_rewrite_keeps_its_originals_across_a_restart() {
     let dir = temp_dir("compact");
     let store = sqlite(&dir);
     let sluice = Sluice::spawn(&store, &mock.url());
-    let provider = match dialect {
-        Dialect::OpenAi => "openai",
-        Dialect::Anthropic => "anthropic",
-    };
+    let provider = dialect.as_str();
     let turn = turns.last().unwrap();
     let headers = [("x-context-guru-session", "compact-1"), CREDENTIAL];
     let (status, rewritten) = sluice
@@ -703,6 +701,7 @@ async fn sigterm_during_a_stream_drains_it_and_keeps_the_turn() {
                 match dialect {
                     Dialect::OpenAi => "/openai/v1/chat/completions",
                     Dialect::Anthropic => "/anthropic/v1/messages",
+                    Dialect::Responses => "/openai/v1/responses",
                 },
                 &[
                     ("content-type", "application/json"),

@@ -1,5 +1,5 @@
 //! The fault and abuse suite, through the real server (hyper, the app, the upstream client):
-//! hostile request shapes in both dialects, hostile upstreams, clients that go away mid-stream.
+//! hostile request shapes in every dialect, hostile upstreams, clients that go away mid-stream.
 //!
 //! For every case: the status; the byte-identical fallback where sluice promises one (a body it
 //! cannot parse goes upstream exactly as it came); the server still answering afterwards; and,
@@ -32,17 +32,27 @@ struct Shape {
     expect: Expect,
 }
 
+/// The transcript's key: `input` for the Responses API.
+fn transcript(dialect: Dialect) -> &'static str {
+    if dialect == Dialect::Responses {
+        "input"
+    } else {
+        "messages"
+    }
+}
+
 /// A real body of the dialect, small enough to mutate freely.
 fn base(dialect: Dialect) -> Value {
     let mut value: Value = serde_json::from_slice(&compactable(dialect, false)).unwrap();
-    let messages = value["messages"].as_array().unwrap()[..4].to_vec();
-    value["messages"] = Value::Array(messages);
+    let key = transcript(dialect);
+    let messages = value[key].as_array().unwrap()[..4].to_vec();
+    value[key] = Value::Array(messages);
     value
 }
 
 fn with_messages(dialect: Dialect, messages: Value) -> Vec<u8> {
     let mut value = base(dialect);
-    value["messages"] = messages;
+    value[transcript(dialect)] = messages;
     serde_json::to_vec(&value).unwrap()
 }
 
@@ -57,6 +67,9 @@ fn tool_message(dialect: Dialect, content: Value) -> Value {
         Dialect::OpenAi => json!({"role": "tool", "tool_call_id": "c1", "content": content}),
         Dialect::Anthropic => json!({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "c1", "content": content}]}),
+        Dialect::Responses => {
+            json!({"type": "function_call_output", "call_id": "c1", "output": content})
+        }
     }
 }
 
@@ -72,6 +85,11 @@ fn expand_history(dialect: Dialect, id: &str) -> Value {
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "x1", "name": "context_guru_expand", "input": {"id": id}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x1", "content": format!("<<cg:{id}>>")}]},
+        ]),
+        Dialect::Responses => json!([
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "x1", "name": "context_guru_expand", "arguments": format!("{{\"id\":\"{id}\"}}")},
+            {"type": "function_call_output", "call_id": "x1", "output": format!("<<cg:{id}>>")},
         ]),
     }
 }
@@ -549,11 +567,11 @@ fn open_fds() -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_requests_in_both_dialects() {
+async fn hostile_requests_in_every_dialect() {
     assert!(SHAPES.len() >= 50, "{} shapes", SHAPES.len());
     let sluice = start().await;
     // Warm both pools (client and upstream) before counting descriptors.
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in crate::proxy::DIALECTS {
         assert_eq!(
             sluice
                 .chat(dialect, &[], compactable(dialect, false))
@@ -565,7 +583,7 @@ async fn hostile_requests_in_both_dialects() {
     let fds_before = open_fds();
     let mut cases = 0;
     for shape in SHAPES {
-        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        for dialect in crate::proxy::DIALECTS {
             let body = (shape.body)(dialect);
             sluice.mock.clear_recorded();
             let bypass = shape.name.starts_with("bypass");

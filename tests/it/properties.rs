@@ -138,9 +138,9 @@ proptest! {
         expand_at in 0usize..6,
         cuts in prop::collection::vec(any::<usize>(), 0..10),
         batches in prop::collection::vec(1usize..4, 0..8),
-        anthropic in any::<bool>(),
+        which in 0usize..3,
     ) {
-        let dialect = if anthropic { Dialect::Anthropic } else { Dialect::OpenAi };
+        let dialect = crate::proxy::DIALECTS[which];
         let stream = provider_stream(dialect, &texts, expand_at);
         let (reference_frames, _) = decode_chunked(&stream, &[]);
         let reference = relayed(&reference_frames, dialect, &[]);
@@ -157,6 +157,7 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
     let mut event = |name: &str, data: Value| match dialect {
         Dialect::Anthropic => out.push_str(&format!("event: {name}\ndata: {data}\n\n")),
         Dialect::OpenAi => out.push_str(&format!("data: {data}\n\n")),
+        Dialect::Responses => out.push_str(&format!("event: {name}\ndata: {data}\n\n")),
     };
     for (i, text) in texts.iter().enumerate() {
         if i == expand_at {
@@ -171,6 +172,11 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
                     json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                     {"index": 0, "id": "c", "type": "function", "function": {"name": "context_guru_expand", "arguments": ""}}]}}]}),
                 ),
+                Dialect::Responses => event(
+                    "response.output_item.added",
+                    json!({"type": "response.output_item.added", "output_index": i, "sequence_number": 2 * i,
+                    "item": {"type": "function_call", "call_id": "c", "name": "context_guru_expand", "arguments": ""}}),
+                ),
             }
         }
         match dialect {
@@ -183,11 +189,20 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
                 "chunk",
                 json!({"choices": [{"index": 0, "delta": {"content": text}}]}),
             ),
+            Dialect::Responses => event(
+                "response.output_text.delta",
+                json!({"type": "response.output_text.delta", "output_index": i, "content_index": 0,
+                "sequence_number": 2 * i + 1, "delta": text}),
+            ),
         }
     }
     match dialect {
         Dialect::Anthropic => event("message_stop", json!({"type": "message_stop"})),
         Dialect::OpenAi => out.push_str("data: [DONE]\n\n"),
+        Dialect::Responses => event(
+            "response.completed",
+            json!({"type": "response.completed", "response": {"output": []}}),
+        ),
     }
     out.into_bytes()
 }

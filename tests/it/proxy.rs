@@ -150,22 +150,31 @@ impl Sluice {
     }
 }
 
-fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
+/// A corpus run's body in `dialect`; a Responses body is converted from the chat one.
+pub(crate) fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
     let file = match dialect {
-        Dialect::OpenAi => "openai.json",
+        Dialect::OpenAi | Dialect::Responses => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
     let path = integration_tests::corpus_root()
         .join("public")
         .join(run)
         .join(file);
-    integration_tests::read_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"))
+    let body = integration_tests::read_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    match dialect {
+        Dialect::Responses => integration_tests::responses_from_chat(&body),
+        _ => body,
+    }
 }
+
+/// Every dialect sluice rewrites.
+pub(crate) const DIALECTS: [Dialect; 3] = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Responses];
 
 pub(crate) fn route(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::OpenAi => "/openai/v1/chat/completions",
         Dialect::Anthropic => "/anthropic/v1/messages",
+        Dialect::Responses => "/openai/v1/responses",
     }
 }
 
@@ -203,6 +212,13 @@ pub(crate) fn answer_text(body: &[u8], dialect: Dialect) -> String {
             .as_str()
             .unwrap_or_default()
             .to_owned(),
+        Dialect::Responses => value["output"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|item| item["type"] == "message")
+            .filter_map(|item| item["content"][0]["text"].as_str())
+            .collect(),
     }
 }
 
@@ -230,6 +246,11 @@ pub(crate) fn streamed_text(body: &[u8]) -> String {
         if let Some(t) = value["choices"][0]["delta"]["content"].as_str() {
             out.push_str(t);
         }
+        if value["type"] == "response.output_text.delta"
+            && let Some(t) = value["delta"].as_str()
+        {
+            out.push_str(t);
+        }
     }
     out
 }
@@ -237,7 +258,7 @@ pub(crate) fn streamed_text(body: &[u8]) -> String {
 #[tokio::test]
 async fn off_preset_forwards_bytes_identically_in_both_dialects() {
     let sluice = start("preset: off").await;
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in DIALECTS {
         let body = corpus("sweagent-fncall-simple", dialect);
         let reply = sluice
             .chat(dialect, &[("authorization", "Bearer k")], body.clone())
@@ -260,7 +281,7 @@ async fn off_preset_forwards_bytes_identically_in_both_dialects() {
 #[tokio::test]
 async fn compacts_and_injects_the_expand_tool_last() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in DIALECTS {
         let body = compactable(dialect, false);
         let reply = sluice.chat(dialect, &[], body.clone()).await;
         assert_eq!(reply.status, 200);
@@ -281,7 +302,7 @@ async fn compacts_and_injects_the_expand_tool_last() {
 #[tokio::test]
 async fn expand_calls_are_answered_from_the_store_without_streaming() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in DIALECTS {
         let body = compactable(dialect, false);
         // Learn the marker id the way the model would: from a first forwarded request.
         sluice.chat(dialect, &[], body.clone()).await;
@@ -314,16 +335,16 @@ async fn expand_calls_are_answered_from_the_store_without_streaming() {
         assert!(text.contains("[expand: original for id 0000000000000000 is no longer available]"));
     }
     let stats: Value = sluice.stats().await;
-    assert_eq!(stats["expand_rounds"], 2);
-    assert_eq!(stats["bounces"], 2);
-    assert_eq!(stats["expand_misses"], 2);
+    assert_eq!(stats["expand_rounds"], 3);
+    assert_eq!(stats["bounces"], 3);
+    assert_eq!(stats["expand_misses"], 3);
     assert!(stats["wasted_tokens"].as_u64().unwrap() > 0);
 }
 
 #[tokio::test]
 async fn expand_calls_are_answered_in_stream_in_both_dialects() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in DIALECTS {
         let body = compactable(dialect, true);
         let first = sluice.chat(dialect, &[], body.clone()).await;
         assert_eq!(
@@ -353,14 +374,14 @@ async fn expand_calls_are_answered_in_stream_in_both_dialects() {
         assert!(continuation.contains(&serde_json::to_string(&original).unwrap()[1..200]));
     }
     let stats: Value = sluice.stats().await;
-    assert_eq!(stats["sse_buffered"], 2);
-    assert!(stats["sse_streamed"].as_u64().unwrap() >= 4);
+    assert_eq!(stats["sse_buffered"], 3);
+    assert!(stats["sse_streamed"].as_u64().unwrap() >= 6);
 }
 
 #[tokio::test]
 async fn text_before_an_expand_call_streams_and_the_answer_continues_in_the_same_stream() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in DIALECTS {
         let body = compactable(dialect, true);
         sluice.chat(dialect, &[], body.clone()).await;
         let (id, _) = first_marker(&sluice.mock.recorded().last().unwrap().body, &body, dialect);
@@ -401,6 +422,37 @@ async fn text_before_an_expand_call_streams_and_the_answer_continues_in_the_same
             let mut deltas = event_indices(&raw, "content_block_delta");
             deltas.dedup();
             assert_eq!(deltas, vec![0, 1, 2], "deltas follow their blocks");
+        }
+        if dialect == Dialect::Responses {
+            // One response: created once, output items 0, 1, 2, sequence numbers increasing,
+            // and the closing response lists all three messages.
+            let events: Vec<Value> = raw
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            let count = |kind: &str| events.iter().filter(|e| e["type"] == kind).count();
+            assert_eq!(count("response.created"), 1, "{raw}");
+            assert_eq!(count("response.completed"), 1, "{raw}");
+            let added: Vec<u64> = events
+                .iter()
+                .filter(|e| e["type"] == "response.output_item.added")
+                .filter_map(|e| e["output_index"].as_u64())
+                .collect();
+            assert_eq!(added, vec![0, 1, 2], "{raw}");
+            let sequences: Vec<u64> = events
+                .iter()
+                .filter_map(|e| e["sequence_number"].as_u64())
+                .collect();
+            assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
+            let completed = events
+                .iter()
+                .find(|e| e["type"] == "response.completed")
+                .unwrap();
+            assert_eq!(
+                answer_text(completed["response"].to_string().as_bytes(), dialect),
+                "Let me read the full log. And once more. Here is the fix."
+            );
         }
     }
 }
@@ -906,8 +958,14 @@ async fn observe_forwards_untouched_and_projects_what_sync_saves() {
         compactable(Dialect::OpenAi, false),
         compactable(Dialect::Anthropic, false),
         corpus("swesmith-sqlfluff-sqlfluff-2", Dialect::OpenAi),
+        compactable(Dialect::Responses, false),
     ];
-    let dialects = [Dialect::OpenAi, Dialect::Anthropic, Dialect::OpenAi];
+    let dialects = [
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        Dialect::OpenAi,
+        Dialect::Responses,
+    ];
     for (body, dialect) in bodies.iter().zip(dialects) {
         observe.chat(dialect, &[], body.clone()).await;
         sync.chat(dialect, &[], body.clone()).await;
@@ -916,7 +974,7 @@ async fn observe_forwards_untouched_and_projects_what_sync_saves() {
     for (recorded, body) in observe.mock.recorded().iter().zip(&bodies) {
         assert!(recorded.body == *body);
     }
-    let stats = observed(&observe, 3).await;
+    let stats = observed(&observe, 4).await;
     let sync_stats = sync.stats().await;
     assert_eq!(stats["mode"], "observe");
     assert_eq!(stats["saved_tokens"], 0, "nothing is enforced in observe");
@@ -926,7 +984,7 @@ async fn observe_forwards_untouched_and_projects_what_sync_saves() {
             .unwrap()
             .contains("untouched")
     );
-    assert_eq!(stats["observe_hypothetical_requests"], 3);
+    assert_eq!(stats["observe_hypothetical_requests"], 4);
     assert!(sync_stats["saved_tokens"].as_u64().unwrap() > 0);
     assert_eq!(
         stats["potential_saved_tokens"], sync_stats["saved_tokens"],

@@ -456,7 +456,8 @@ impl Summarize {
             return Err("span_too_short");
         };
         let role = match cx.dialect {
-            Dialect::OpenAi => "system",
+            // A Responses input item may be a bare `{role, content}` message too.
+            Dialect::OpenAi | Dialect::Responses => "system",
             // Anthropic has no system role in `messages`; consecutive user turns are merged.
             Dialect::Anthropic => "user",
         };

@@ -61,6 +61,7 @@ fn expand_tool_is_last(out: &[u8], dialect: Dialect) {
     let name = match dialect {
         Dialect::Anthropic => &last["name"],
         Dialect::OpenAi => &last["function"]["name"],
+        Dialect::Responses => &last["name"],
     };
     assert_eq!(name, EXPAND_TOOL_NAME);
     assert_eq!(tools.len(), 2, "the agent's tool is kept");
@@ -172,4 +173,54 @@ fn a_marker_anywhere_in_the_body_asks_for_the_way_back() {
         br#"{"messages":[{"content":"<<cg:0123456789abcdef>>"}]}"#
     ));
     assert!(!carries_marker(br#"{"messages":[{"content":"<<cg"}]}"#));
+}
+
+#[test]
+fn responses_bodies_get_a_flat_tool_wherever_tools_sit() {
+    let input = r#""input":[{"role":"user","content":"run it"},{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"a long output"}]"#;
+    let tools = r#""tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}]"#;
+    for body in [
+        format!(r#"{{"model":"m","instructions":"be brief",{input},{tools}}}"#),
+        format!(r#"{{"model":"m",{tools},"instructions":"be brief",{input},"store":false}}"#),
+        format!(r#"{{{input},{tools},"instructions":"be brief"}}"#),
+    ] {
+        let parsed = wire::parse(body.as_bytes(), Dialect::Responses).unwrap();
+        let rewritten = body
+            .replace("a long output", "cut <<cg:0123456789abcdef>>")
+            .replace("be brief", "be very brief");
+        let Ok(Injected::Added(out)) = inject(&parsed, rewritten.as_bytes()) else {
+            panic!("{body}: not injected");
+        };
+        expand_tool_is_last(&out, Dialect::Responses);
+        let value: Value = serde_json::from_slice(&out).unwrap();
+        assert!(value["tools"][1].get("function").is_none(), "flat shape");
+        assert_eq!(value["tools"][1]["type"], "function");
+    }
+    for (choice, expected) in [
+        (r#""auto""#, Ok(())),
+        (r#""required""#, Ok(())),
+        (
+            r#"{"type":"function","name":"shell"}"#,
+            Err(Withheld::ToolChoiceNamed),
+        ),
+        (
+            r#"{"type":"file_search"}"#,
+            Err(Withheld::ToolChoiceUnknown),
+        ),
+    ] {
+        let body = format!(r#"{{"tool_choice":{choice},{input}}}"#);
+        let parsed = wire::parse(body.as_bytes(), Dialect::Responses).unwrap();
+        assert_eq!(reach(&parsed), expected, "{choice}");
+    }
+    for (fields, expected) in [
+        (r#""stream":true"#, Err(Withheld::StoredStream)),
+        (r#""stream":true,"store":true"#, Err(Withheld::StoredStream)),
+        (r#""stream":true,"store":false"#, Ok(())),
+        (r#""stream":false"#, Ok(())),
+        (r#""store":true"#, Ok(())),
+    ] {
+        let body = format!(r#"{{{fields},{input}}}"#);
+        let parsed = wire::parse(body.as_bytes(), Dialect::Responses).unwrap();
+        assert_eq!(reach(&parsed), expected, "{fields}");
+    }
 }

@@ -12,6 +12,7 @@
 mod anthropic;
 pub mod json;
 mod openai;
+mod responses;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -28,11 +29,14 @@ pub enum Dialect {
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// The OpenAI Responses API (`input` items, `instructions`): Codex, the Agents SDK.
+    Responses,
 }
 
 impl Dialect {
-    /// Guesses the dialect of a body for offline use, where no route says it: a top-level `system`
-    /// or any `tool_use`/`tool_result` block means Anthropic, anything else OpenAI.
+    /// Guesses the dialect of a body for offline use, where no route says it: an `input` without
+    /// `messages` means Responses, a top-level `system` or any `tool_use`/`tool_result` block
+    /// means Anthropic, anything else OpenAI chat completions.
     pub fn detect(body: &[u8]) -> Dialect {
         let Ok(text) = std::str::from_utf8(body) else {
             return Dialect::OpenAi;
@@ -40,6 +44,9 @@ impl Dialect {
         let Ok(root) = json::parse_document(text) else {
             return Dialect::OpenAi;
         };
+        if json::get(text, root, "messages").is_none() && json::get(text, root, "input").is_some() {
+            return Dialect::Responses;
+        }
         if json::get(text, root, "system").is_some() {
             return Dialect::Anthropic;
         }
@@ -53,13 +60,31 @@ impl Dialect {
         match self {
             Dialect::OpenAi => "openai",
             Dialect::Anthropic => "anthropic",
+            Dialect::Responses => "responses",
+        }
+    }
+
+    /// The key of the transcript array: `messages`, or the Responses API's `input`.
+    fn transcript_key(self) -> &'static str {
+        match self {
+            Dialect::Responses => "input",
+            Dialect::OpenAi | Dialect::Anthropic => "messages",
+        }
+    }
+
+    /// The key of the top-level system prompt, where the dialect has one.
+    fn system_key(self) -> Option<&'static str> {
+        match self {
+            Dialect::Anthropic => Some("system"),
+            Dialect::Responses => Some("instructions"),
+            Dialect::OpenAi => None,
         }
     }
 }
 
 /// A dialect name that is neither `openai` nor `anthropic`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dialect `{0}` (expected `openai` or `anthropic`)")]
+#[error("unknown dialect `{0}` (expected `openai`, `anthropic` or `responses`)")]
 pub struct UnknownDialect(pub String);
 
 impl std::str::FromStr for Dialect {
@@ -69,6 +94,7 @@ impl std::str::FromStr for Dialect {
         match s {
             "openai" => Ok(Dialect::OpenAi),
             "anthropic" => Ok(Dialect::Anthropic),
+            "responses" => Ok(Dialect::Responses),
             other => Err(UnknownDialect(other.to_owned())),
         }
     }
@@ -84,9 +110,10 @@ pub enum WireError {
     NotJson(json::JsonError),
     /// The top-level value is not an object.
     NotObject,
-    /// There is no `messages` field.
+    /// There is no `messages` field (`input` for the Responses API).
     NoMessages,
-    /// `messages` is not an array.
+    /// `messages` (or `input`) is not an array. A Responses `input` that is one string lands
+    /// here: there is nothing in it to compact.
     MessagesNotArray,
     /// A message that cannot be read, with its index and what is wrong.
     MalformedMessage { index: usize, reason: String },
@@ -98,8 +125,8 @@ impl fmt::Display for WireError {
             WireError::NotUtf8 => write!(f, "body is not valid UTF-8"),
             WireError::NotJson(err) => write!(f, "body is not JSON: {err}"),
             WireError::NotObject => write!(f, "body is not a JSON object"),
-            WireError::NoMessages => write!(f, "body has no `messages` field"),
-            WireError::MessagesNotArray => write!(f, "`messages` is not an array"),
+            WireError::NoMessages => write!(f, "body has no `messages` (or `input`) field"),
+            WireError::MessagesNotArray => write!(f, "`messages` (or `input`) is not an array"),
             WireError::MalformedMessage { index, reason } => {
                 write!(f, "messages[{index}] is malformed: {reason}")
             }
@@ -185,9 +212,12 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
     }
     // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
     let top_level = index.members(root).to_vec();
-    let system_span = json::lookup(text, &top_level, "system");
+    let system_span = dialect
+        .system_key()
+        .and_then(|key| json::lookup(text, &top_level, key));
     let tools_span = json::lookup(text, &top_level, "tools");
-    let messages_span = json::lookup(text, &top_level, "messages").ok_or(WireError::NoMessages)?;
+    let messages_span =
+        json::lookup(text, &top_level, dialect.transcript_key()).ok_or(WireError::NoMessages)?;
     if json::kind_of(text, messages_span) != json::Kind::Array {
         return Err(WireError::MessagesNotArray);
     }
@@ -206,6 +236,7 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
     match dialect {
         Dialect::OpenAi => openai::normalize(&mut parsed, &index)?,
         Dialect::Anthropic => anthropic::normalize(&mut parsed, &index)?,
+        Dialect::Responses => responses::normalize(&mut parsed, &index)?,
     }
     if let Some(tools) = tools_span {
         parsed.existing_breakpoints += index
@@ -288,12 +319,12 @@ impl<'a> ParsedBody<'a> {
         }
     }
 
-    /// Span of the `messages` array.
+    /// Span of the `messages` array (`input` for the Responses API).
     pub fn messages_span(&self) -> Span {
         self.messages_span
     }
 
-    /// Span of the top-level `system` value (Anthropic), if any.
+    /// Span of the top-level `system` value (Anthropic) or `instructions` (Responses), if any.
     pub fn system_span(&self) -> Option<Span> {
         self.system_span
     }

@@ -263,3 +263,99 @@ fn arrays_where_objects_belong_have_no_fields() {
         }
     }
 }
+
+/// A Codex-shaped Responses body: instructions, a typed and an untyped message, a reasoning item
+/// with encrypted content, a function call and its output, a free-form custom call and hosted
+/// tools.
+const RESPONSES: &str = r#"{"model":"gpt-5-codex","instructions":"You are Codex.","store":false,
+ "input":[
+  {"type":"message","role":"developer","content":[{"type":"input_text","text":"sandbox: workspace-write"}]},
+  {"role":"user","content":"fix the failing test"},
+  {"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"look first"}],"encrypted_content":"gAAAA=="},
+  {"type":"function_call","id":"fc_1","call_id":"call_1","name":"shell","arguments":"{\"command\":[\"pytest\",\"-x\"]}"},
+  {"type":"function_call_output","call_id":"call_1","output":"FAILED tests/test_a.py::test_b\n1 failed"},
+  {"type":"custom_tool_call","call_id":"call_2","name":"apply_patch","input":"*** Begin Patch\n*** End Patch"},
+  {"type":"custom_tool_call_output","call_id":"call_2","output":"Done!"},
+  {"type":"message","role":"user","content":[{"type":"input_text","text":"see"},{"type":"input_image","image_url":"data:x"}]}
+ ],
+ "tools":[{"type":"function","name":"shell","parameters":{"type":"object"}},{"type":"web_search"}],
+ "previous_response_id":null,"stream":true}"#;
+
+#[test]
+fn responses_items_normalize_one_message_each() {
+    let parsed = parse(RESPONSES.as_bytes(), Dialect::Responses).unwrap();
+    let msgs = parsed.messages();
+    let roles: Vec<_> = msgs.iter().map(|m| m.role).collect();
+    use Role::*;
+    assert_eq!(
+        roles,
+        [
+            System, System, User, Assistant, Assistant, Tool, Assistant, Tool, User
+        ]
+    );
+    assert_eq!(msgs[0].content, "You are Codex.");
+    assert!(msgs[0].rewritable);
+    assert_eq!(msgs[1].content, "sandbox: workspace-write");
+    assert!(msgs[1].rewritable, "one input_text part is rewritable");
+    assert!(!msgs[3].rewritable, "reasoning is opaque");
+    assert_eq!(msgs[4].tool_calls[0].id, "call_1");
+    assert_eq!(msgs[5].tool_name.as_deref(), Some("shell"));
+    assert_eq!(
+        msgs[5].tool_arguments.as_deref(),
+        Some(r#"{"command":["pytest","-x"]}"#)
+    );
+    assert_eq!(msgs[5].content, "FAILED tests/test_a.py::test_b\n1 failed");
+    assert_eq!(msgs[7].tool_name.as_deref(), Some("apply_patch"));
+    assert!(!msgs[8].rewritable, "text with an image is never flattened");
+    assert_eq!(Dialect::detect(RESPONSES.as_bytes()), Dialect::Responses);
+}
+
+#[test]
+fn responses_write_back_touches_only_the_rewritten_values() {
+    let parsed = parse(RESPONSES.as_bytes(), Dialect::Responses).unwrap();
+    let mut rewritten = parsed.messages().to_vec();
+    rewritten[5].content = "1 failed <<cg:abc>>".into();
+    rewritten[4].tool_calls[0].arguments = r#"{"command":["pytest"]}"#.into();
+    rewritten[3].content = "dropped".into();
+    let out = parsed.write_back(&rewritten);
+    assert_eq!(out.discarded, vec![(3, Discard::ContentNotRewritable)]);
+    let body = std::str::from_utf8(&out.body).unwrap();
+    let expected = RESPONSES
+        .replace(
+            r#""output":"FAILED tests/test_a.py::test_b\n1 failed""#,
+            r#""output":"1 failed <<cg:abc>>""#,
+        )
+        .replace(
+            r#""arguments":"{\"command\":[\"pytest\",\"-x\"]}""#,
+            r#""arguments":"{\"command\":[\"pytest\"]}""#,
+        );
+    assert_eq!(body, expected);
+}
+
+#[test]
+fn responses_bodies_without_an_item_list_are_errors() {
+    let string_input = br#"{"model":"m","input":"hello"}"#;
+    assert_eq!(
+        parse(string_input, Dialect::Responses).unwrap_err(),
+        WireError::MessagesNotArray
+    );
+    assert_eq!(
+        parse(
+            br#"{"model":"m","previous_response_id":"resp_1"}"#,
+            Dialect::Responses
+        )
+        .unwrap_err(),
+        WireError::NoMessages
+    );
+    assert!(matches!(
+        parse(
+            br#"{"input":[{"role":"robot","content":"x"}]}"#,
+            Dialect::Responses
+        ),
+        Err(WireError::MalformedMessage { index: 0, .. })
+    ));
+    assert!(matches!(
+        parse(br#"{"input":[3]}"#, Dialect::Responses),
+        Err(WireError::MalformedMessage { index: 0, .. })
+    ));
+}

@@ -1,0 +1,189 @@
+//! OpenAI Responses API bodies: `input` items become normalized messages, one item each.
+//!
+//! - `instructions`, when a string, becomes a leading `Role::System` message, rewritable in
+//!   place like Anthropic's `system`.
+//! - A `message` item (with `type` or, as the SDKs allow, without it) is a message of its role;
+//!   `developer` and `system` are both `Role::System`. Its `content` is rewritable when it is one
+//!   string or exactly one text part (`input_text`, `output_text`); images and files never are.
+//! - A `function_call` item is an assistant message with one tool call whose arguments (a
+//!   JSON-encoded string, as in chat completions) can be rewritten in place. A
+//!   `custom_tool_call` (free-form input, Codex's `apply_patch`) is a call whose input is read,
+//!   never rewritten.
+//! - A `function_call_output` or `custom_tool_call_output` item is a tool message answering
+//!   `call_id`; its `output` string is what components compact.
+//! - Every other item (`reasoning` with its encrypted content, `item_reference`, hosted tool
+//!   calls such as `web_search_call`) is an opaque assistant message with nothing rewritable, so
+//!   it leaves byte-identical and keeps its place in the transcript's order.
+
+use super::json::{self, Kind, Span};
+use super::{ArgsEncoding, ParsedBody, Slot, WireError, join_texts, malformed, string_field};
+use crate::message::{Message, Role, ToolCall};
+
+pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Result<(), WireError> {
+    let text = parsed.text;
+    if let Some(instructions) = parsed.system_span {
+        let mut message = Message::text(Role::System, String::new());
+        let mut slot = Slot::default();
+        match json::kind_of(text, instructions) {
+            Kind::String => {
+                message.content = doc
+                    .string(text, instructions)
+                    .map_err(|e| malformed(0, format!("`instructions`: {e}")))?
+                    .into_owned();
+                slot.content = Some(instructions);
+            }
+            // `null` is an SDK's "not set"; anything else is the provider's to reject.
+            _ => message.rewritable = false,
+        }
+        parsed.messages.push(message);
+        parsed.slots.push(slot);
+    }
+    for (index, span) in doc.elements(parsed.messages_span).enumerate() {
+        if json::kind_of(text, span) != Kind::Object {
+            return Err(malformed(index, "an `input` item is not an object"));
+        }
+        let fields = doc.members(span);
+        let kind = string_field(text, doc, fields, "type", index)?.map(|(k, _)| k);
+        let (message, slot) = match kind.as_deref() {
+            None | Some("message") => read_message(text, doc, fields, index)?,
+            Some("function_call") => read_call(text, doc, fields, index, true)?,
+            Some("custom_tool_call") => read_call(text, doc, fields, index, false)?,
+            Some("function_call_output" | "custom_tool_call_output") => {
+                read_output(text, doc, fields, index)?
+            }
+            Some(_) => (opaque(), Slot::default()),
+        };
+        parsed.messages.push(message);
+        parsed.slots.push(slot);
+    }
+    Ok(())
+}
+
+/// An item sluice does not read: kept in order, never rewritten.
+fn opaque() -> Message {
+    Message {
+        rewritable: false,
+        ..Message::text(Role::Assistant, String::new())
+    }
+}
+
+fn read_message(
+    text: &str,
+    doc: &json::Index,
+    fields: &[json::Entry],
+    index: usize,
+) -> Result<(Message, Slot), WireError> {
+    let (role_name, _) = string_field(text, doc, fields, "role", index)?
+        .ok_or_else(|| malformed(index, "a message item has no `role`"))?;
+    let role = match &*role_name {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        other => return Err(malformed(index, format!("unknown role `{other}`"))),
+    };
+    let mut message = Message::text(role, String::new());
+    let slot = read_text_value(text, doc, fields, "content", index, &mut message)?;
+    Ok((message, slot))
+}
+
+/// Reads `key` (a message's `content`, an output's `output`) as text: a string is rewritable in
+/// place, an array of parts only when it is exactly one text part.
+fn read_text_value(
+    text: &str,
+    doc: &json::Index,
+    fields: &[json::Entry],
+    key: &str,
+    index: usize,
+    message: &mut Message,
+) -> Result<Slot, WireError> {
+    let mut slot = Slot::default();
+    let Some(value) = json::lookup(text, fields, key) else {
+        message.rewritable = false;
+        return Ok(slot);
+    };
+    match json::kind_of(text, value) {
+        Kind::String => {
+            message.content = doc
+                .string(text, value)
+                .map_err(|e| malformed(index, e.to_string()))?
+                .into_owned();
+            slot.content = Some(value);
+        }
+        Kind::Array => {
+            let mut texts = Vec::new();
+            let mut spans: Vec<Span> = Vec::new();
+            let mut others = 0;
+            for part in doc.elements(value) {
+                if json::kind_of(text, part) != Kind::Object {
+                    others += 1;
+                    continue;
+                }
+                let part_fields = doc.members(part);
+                let is_text = string_field(text, doc, part_fields, "type", index)?
+                    .is_some_and(|(t, _)| matches!(&*t, "input_text" | "output_text" | "text"));
+                match string_field(text, doc, part_fields, "text", index)? {
+                    Some((part_text, span)) if is_text => {
+                        texts.push(part_text);
+                        spans.push(span);
+                    }
+                    _ => others += 1,
+                }
+            }
+            message.rewritable = texts.len() == 1 && others == 0;
+            message.content = join_texts(texts);
+            if message.rewritable {
+                slot.content = spans.first().copied();
+            }
+        }
+        _ => message.rewritable = false,
+    }
+    Ok(slot)
+}
+
+/// A `function_call` (`json_arguments`) or `custom_tool_call` item: one tool call.
+fn read_call(
+    text: &str,
+    doc: &json::Index,
+    fields: &[json::Entry],
+    index: usize,
+    json_arguments: bool,
+) -> Result<(Message, Slot), WireError> {
+    let field = |key: &str| -> Result<Option<(String, Span)>, WireError> {
+        Ok(string_field(text, doc, fields, key, index)?.map(|(v, s)| (v.into_owned(), s)))
+    };
+    let id = field("call_id")?.map(|(id, _)| id).unwrap_or_default();
+    let name = field("name")?.map(|(n, _)| n).unwrap_or_default();
+    let mut slot = Slot::default();
+    let arguments = if json_arguments {
+        let arguments = field("arguments")?;
+        if let Some((_, span)) = &arguments {
+            slot.args.push((*span, ArgsEncoding::JsonString));
+        }
+        arguments.map(|(a, _)| a).unwrap_or_default()
+    } else {
+        field("input")?.map(|(i, _)| i).unwrap_or_default()
+    };
+    let message = Message {
+        rewritable: false,
+        tool_calls: vec![ToolCall {
+            id,
+            name,
+            arguments,
+        }],
+        ..Message::text(Role::Assistant, String::new())
+    };
+    Ok((message, slot))
+}
+
+fn read_output(
+    text: &str,
+    doc: &json::Index,
+    fields: &[json::Entry],
+    index: usize,
+) -> Result<(Message, Slot), WireError> {
+    let mut message = Message::text(Role::Tool, String::new());
+    message.tool_call_id =
+        string_field(text, doc, fields, "call_id", index)?.map(|(id, _)| id.into_owned());
+    let slot = read_text_value(text, doc, fields, "output", index, &mut message)?;
+    Ok((message, slot))
+}
