@@ -367,7 +367,12 @@ fn wire_seeds() -> Vec<Vec<u8>> {
                 .map(|m| shorten(m.clone()))
                 .collect();
             value["messages"] = Value::Array(cut);
-            seeds.push(serde_json::to_vec(&value).expect("serializes"));
+            let seed = serde_json::to_vec(&value).expect("serializes");
+            if value.get("system").is_none() {
+                // The same conversation as Responses API `input` items.
+                seeds.push(integration_tests::responses_from_chat(&seed));
+            }
+            seeds.push(seed);
         }
     }
     seeds.extend(
@@ -376,6 +381,7 @@ fn wire_seeds() -> Vec<Vec<u8>> {
             r#"{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"<<cg:0123456789abcdef>>"}]}]}],"system":[{"type":"text","text":"s"}]}"#,
             r#"{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"\ud800"}]}"#,
             r#"{"messages":[],"messages":[{"role":"user","content":"dup"}]}"#,
+            r#"{"instructions":"i","input":[{"type":"reasoning","id":"rs","encrypted_content":"e"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"<<cg:0123456789abcdef>>"}]}],"store":false}"#,
         ]
         .map(|s| s.as_bytes().to_vec()),
     );
@@ -394,11 +400,11 @@ fn shorten(value: Value) -> Value {
     }
 }
 
-/// Parses in both dialects; a body that parses is spliced back unchanged (same bytes) and with
+/// Parses in every dialect; a body that parses is spliced back unchanged (same bytes) and with
 /// every tool output cut in half (valid JSON, every other top-level field byte-identical, and it
 /// parses again to the same number of messages).
 fn check_wire(input: &[u8]) {
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+    for dialect in crate::proxy::DIALECTS {
         let Ok(parsed) = wire::parse(input, dialect) else {
             continue;
         };
@@ -432,10 +438,15 @@ fn check_wire(input: &[u8]) {
             serde_json::from_str::<Value>(text)
                 .unwrap_or_else(|e| panic!("a spliced body is JSON ({e})"));
         }
+        let transcript = if dialect == Dialect::Responses {
+            "input"
+        } else {
+            "messages"
+        };
         assert_eq!(
-            integration_tests::top_level_fields(text, "messages"),
-            integration_tests::top_level_fields(original, "messages"),
-            "fields other than messages are byte-identical"
+            integration_tests::top_level_fields(text, transcript),
+            integration_tests::top_level_fields(original, transcript),
+            "fields other than the transcript are byte-identical"
         );
         let again = wire::parse(&spliced.body, dialect).expect("a spliced body parses again");
         assert_eq!(again.messages().len(), parsed.messages().len());
@@ -473,11 +484,18 @@ fn sse_seeds() -> Vec<Vec<u8>> {
         "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
         "data: [DONE]\n\n",
     );
+    let responses_expand = concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"r\",\"output\":[]}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"context_guru_expand\",\"arguments\":\"\"}}\n\n",
+        "event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"sequence_number\":2,\"output_index\":0,\"delta\":\"{\\\"id\\\":\\\"0123456789abcdef\\\"}\"}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"r\",\"output\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"context_guru_expand\",\"arguments\":\"{}\"}],\"usage\":{\"input_tokens\":9,\"input_tokens_details\":{\"cached_tokens\":4}}}}\n\n",
+    );
     [
         anthropic_text,
         anthropic_expand,
         openai_text,
         openai_expand,
+        responses_expand,
         "data: x\r\n\r\ndata: y\r\r",
     ]
     .iter()
@@ -516,7 +534,8 @@ pub(crate) fn relayed(frames: &[Vec<u8>], dialect: Dialect, batches: &[usize]) -
 }
 
 /// The decoder loses no byte and does not depend on chunking; the relay's first round, released,
-/// gives the client every byte in order, and one aggregation of a held turn never panics.
+/// gives the client every byte in order, and neither the fold of a held turn nor renumbering the
+/// same events as a continuation panics.
 fn check_sse(input: &[u8]) {
     let (whole, rest) = decode_chunked(input, &[]);
     let mut joined: Vec<u8> = whole.concat();
@@ -527,12 +546,14 @@ fn check_sse(input: &[u8]) {
     let (chunked, chunked_rest) = decode_chunked(input, &cuts);
     assert_eq!(chunked, whole, "framing does not depend on chunking");
     assert_eq!(chunked_rest, rest);
-    for dialect in [Dialect::Anthropic, Dialect::OpenAi] {
+    for dialect in crate::proxy::DIALECTS {
         assert_eq!(relayed(&whole, dialect, &[1, 2, 3]), whole.concat());
         let mut relay = Relay::new(dialect);
         relay.push_frames(whole.clone());
         let turn = relay.take_turn();
         let _ = proxy::expand::expand_calls(turn.to_string().as_bytes(), dialect);
+        relay.continue_in_place();
+        relay.push_frames(whole.clone());
     }
 }
 
