@@ -231,6 +231,7 @@ const KEYS: &[&str] = &[
     "observe",
     "cache",
     "count_tokens",
+    "tools",
 ];
 
 /// A preset: a named pipeline, plus tuned component blocks that apply unless the user's own
@@ -447,6 +448,7 @@ struct Layer {
     observe: Option<ObserveConfig>,
     cache: Option<CacheConfig>,
     count_tokens: Option<CountTokens>,
+    tools: Option<crate::tools::ToolRules>,
     outline: Outline,
 }
 
@@ -467,6 +469,7 @@ impl Layer {
         let (store, mode) = (values.get("store"), values.get("mode"));
         let (observe, cache) = (values.get("observe"), values.get("cache"));
         let count_tokens = values.get("count_tokens");
+        let tools = values.get("tools");
         let source = Source {
             text: text.to_owned(),
             blocks: blocks.map(|b| b.into_keys().collect()).unwrap_or_default(),
@@ -480,6 +483,7 @@ impl Layer {
             observe,
             cache,
             count_tokens,
+            tools,
             outline,
         })
     }
@@ -572,6 +576,8 @@ pub struct Config {
     pub observe: ObserveConfig,
     pub cache: CacheConfig,
     pub count_tokens: CountTokens,
+    /// `tools:` — which components may cut which tool's outputs.
+    pub tools: crate::tools::ToolRules,
     /// Accepted settings that have no effect in this build, said out loud.
     pub warnings: Vec<String>,
 }
@@ -648,6 +654,10 @@ impl Config {
                 .iter()
                 .find_map(|l| l.count_tokens)
                 .unwrap_or_default(),
+            tools: layers
+                .iter()
+                .find_map(|l| l.tools.clone())
+                .unwrap_or_default(),
             warnings: Vec::new(),
         }
     }
@@ -719,6 +729,11 @@ impl Config {
             "store.max_entries",
             "must be at least 2",
         );
+        for (path, name) in self.tools.named_components() {
+            if let Err(error) = check_name(name) {
+                errors.push(problem(&path, format!("{error}{}", outline.at(&path))));
+            }
+        }
     }
 
     /// Builds every registered component that has a block or is in the pipeline, so a bad
@@ -810,7 +825,7 @@ impl Config {
             }
         }
         if errors.is_empty() {
-            Ok(Pipeline::new(stages))
+            Ok(Pipeline::new(stages).with_tool_rules(self.tools.clone()))
         } else {
             Err(errors)
         }

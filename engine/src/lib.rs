@@ -23,6 +23,7 @@ pub mod terminal;
 #[cfg(test)]
 mod tidy;
 pub mod tokens;
+pub mod tools;
 pub mod way_back;
 pub mod wire;
 pub mod yaml;

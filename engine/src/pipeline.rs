@@ -836,6 +836,8 @@ fn reapply_frozen(
 #[derive(Debug, Default)]
 pub struct Pipeline {
     stages: Vec<Stage>,
+    /// `tools:`: outputs some components may not change (see `tools.rs`).
+    tool_rules: crate::tools::ToolRules,
 }
 
 /// Content tokens of one message: every piece of text the model reads.
@@ -859,7 +861,21 @@ fn duration_us(d: Duration) -> u64 {
 
 impl Pipeline {
     pub fn new(stages: Vec<Stage>) -> Pipeline {
-        Pipeline { stages }
+        Pipeline {
+            stages,
+            tool_rules: crate::tools::ToolRules::default(),
+        }
+    }
+
+    /// The pipeline with per-tool rules, enforced by each stage's guard.
+    pub fn with_tool_rules(mut self, rules: crate::tools::ToolRules) -> Pipeline {
+        self.tool_rules = rules;
+        self
+    }
+
+    /// The per-tool rules this pipeline enforces.
+    pub fn tool_rules(&self) -> &crate::tools::ToolRules {
+        &self.tool_rules
     }
 
     pub fn stages(&self) -> &[Stage] {
@@ -915,7 +931,7 @@ impl Pipeline {
             if !cx.offloads && stage.kind() == Kind::Offload {
                 continue;
             }
-            let component = run_stage(stage, cx, originals, messages, &mut state);
+            let component = run_stage(stage, cx, originals, messages, &mut state, &self.tool_rules);
             report.components.push(component);
         }
         report.tokens_after = state.total;
@@ -977,6 +993,7 @@ fn run_stage(
     originals: &[Message],
     messages: &mut [Message],
     state: &mut RunState,
+    tool_rules: &crate::tools::ToolRules,
 ) -> ComponentReport {
     let stage_started = cx.clock.now();
     let freeze = stage.freeze();
@@ -1004,6 +1021,9 @@ fn run_stage(
     let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
     // Written to is not changed: keep only messages that differ from their saved copy.
     saved.retain(|(i, old)| messages[*i] != *old);
+    if !tool_rules.is_empty() {
+        hold_to_tool_rules(stage.name(), tool_rules, &mut saved, &mut acx, messages);
+    }
     let new_counts: Vec<(usize, usize)> = saved
         .iter()
         .map(|(i, _)| (*i, message_tokens(&messages[*i])))
@@ -1059,6 +1079,35 @@ fn run_stage(
         }
     }
     component
+}
+
+/// Puts back every output the stage changed that its tool's rule keeps from it (`tools:`),
+/// counting each as a skip. A replay of an earlier decision is left as it is: the cached prefix
+/// keeps its bytes when a rule is added mid-session, and only new cuts are held to the rule.
+fn hold_to_tool_rules(
+    component: &str,
+    rules: &crate::tools::ToolRules,
+    saved: &mut Vec<(usize, Message)>,
+    acx: &mut ApplyCx<'_>,
+    messages: &mut [Message],
+) {
+    saved.retain(|(i, old)| {
+        let message = &messages[*i];
+        if !message.is_tool() || !is_new(acx, messages, *i) {
+            return true;
+        }
+        match rules
+            .applies(message.tool_name.as_deref())
+            .allows(component)
+        {
+            Ok(()) => true,
+            Err(reason) => {
+                messages[*i] = old.clone();
+                acx.gate(reason);
+                false
+            }
+        }
+    });
 }
 
 /// Runs the component: a frozen one first replays its earlier decisions.

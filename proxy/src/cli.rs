@@ -549,7 +549,7 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
     let body = read_body(args.body.as_deref())?;
     let dialect = args.dialect.unwrap_or_else(|| Dialect::detect(&body));
     // Parse first so bad input fails loudly here; the proxy would forward it untouched instead.
-    engine::wire::parse(&body, dialect)?;
+    let rules = tool_rules_applied(&engine::wire::parse(&body, dialect)?, &config.tools);
     let clock = Arc::new(SystemClock);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
     let turns = modes::TurnService::new(Arc::new(pipeline), store.clone(), clock);
@@ -592,14 +592,41 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
             "pipeline": turns.pipeline().names(),
             "report": report,
             "discarded": applied.discarded,
+            "tool_rules": rules,
             "stashes": stashes,
         });
         std::fs::write(path, serde_json::to_vec_pretty(&json)?)
             .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
     } else {
         eprintln!("{}", summary(report));
+        for rule in &rules {
+            eprintln!(
+                "tool rule    message {} ({}): {}",
+                rule["message"],
+                rule["tool"],
+                rule["rule"].as_str().unwrap_or_default()
+            );
+        }
     }
     Ok(())
+}
+
+/// Each tool output a `tools:` rule applies to: its message index, its tool and the rule, so a
+/// user can see why an output was or was not cut.
+fn tool_rules_applied(
+    parsed: &engine::wire::ParsedBody<'_>,
+    rules: &engine::tools::ToolRules,
+) -> Vec<serde_json::Value> {
+    parsed
+        .messages()
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.is_tool())
+        .filter_map(|(i, m)| {
+            let rule = rules.applies(m.tool_name.as_deref()).describe()?;
+            Some(serde_json::json!({ "message": i, "tool": m.tool_name, "rule": rule }))
+        })
+        .collect()
 }
 
 /// One line per component that did something, then the total.
@@ -935,7 +962,13 @@ fn init_text() -> String {
          #\n\
          # observe: {{ workers: 1, max_queue: 256 }}   # the off-path measurement pool (mode: observe)\n\
          # cache:\n\
-         #   amortize: {{ enabled: false, every_turns: 10 }}\n",
+         #   amortize: {{ enabled: false, every_turns: 10 }}\n\
+         #\n\
+         # Per-tool rules, matched on the name of the tool that produced an output (`*`, `?`):\n\
+         # tools:\n\
+         #   exclude: [read_secret]                          # never cut, by any component\n\
+         #   rules:\n\
+         #     \"apply_*\": {{ components: [format] }}        # only these may act on its outputs\n",
         default = engine::config::EMBEDDED_DEFAULT.trim_end(),
         stashes = store.session_max_stashes,
         mb = store.session_max_mb,

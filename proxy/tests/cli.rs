@@ -53,8 +53,13 @@ impl PlainBody {
             };
         }
         let bytes = integration_tests::read_corpus_file(&found).unwrap_or_else(|e| panic!("{e}"));
-        let path =
-            std::env::temp_dir().join(format!("sluice-corpus-{}-{run}-{file}", std::process::id()));
+        // Unique per call: tests run in parallel, and one's drop must not delete another's copy.
+        static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let copy = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "sluice-corpus-{}-{copy}-{run}-{file}",
+            std::process::id()
+        ));
         std::fs::write(&path, bytes).unwrap();
         Self {
             path,
@@ -663,4 +668,53 @@ fn wrap_runs_a_command_through_a_sluice_it_starts_and_stops() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "the sluice it started is stopped"
     );
+}
+
+/// `sluice compact` says which `tools:` rule applied to which output, on stderr and in the
+/// report, and an excluded tool's outputs come out as they went in.
+#[test]
+fn compact_shows_the_tool_rule_that_applied() {
+    let body = PlainBody::new(
+        "gemini3pro-miniswe-pytest-dev-pytest-6197",
+        "anthropic.json",
+    );
+    let config = config_file("tool-rules", "tools:\n  exclude: [\"b*sh\"]\n");
+    let args = [
+        "compact",
+        "--config",
+        config.to_str().unwrap(),
+        body.path.to_str().unwrap(),
+    ];
+    let out = sluice(&args, b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("tool rule    message"), "{err}");
+    assert!(err.contains("(\"bash\"): exclude: b*sh"), "{err}");
+    let outputs = |body: &[u8]| -> Vec<String> {
+        engine::wire::parse(body, engine::wire::Dialect::Anthropic)
+            .unwrap()
+            .messages()
+            .iter()
+            .filter(|m| m.is_tool())
+            .map(|m| m.content.clone())
+            .collect()
+    };
+    let input = std::fs::read(&body.path).unwrap();
+    assert_eq!(outputs(&out.stdout), outputs(&input));
+
+    let report = std::env::temp_dir().join(format!("sluice-rules-{}.json", std::process::id()));
+    let mut with_report = args.to_vec();
+    with_report.splice(1..1, ["--report", report.to_str().unwrap()]);
+    let out = sluice(&with_report, b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let rules = report["tool_rules"].as_array().unwrap();
+    assert_eq!(
+        rules.len(),
+        outputs(&input).len(),
+        "one entry per bash output"
+    );
+    assert_eq!(rules[0]["tool"], "bash");
+    assert_eq!(rules[0]["rule"], "exclude: b*sh");
 }

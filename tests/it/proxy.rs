@@ -1369,3 +1369,49 @@ async fn the_gateway_sidecar_contract() {
     .await;
     assert_eq!(broken.status, 400);
 }
+
+/// `tools:` rules hold in every dialect, matched on the tool that produced each output: an
+/// excluded tool's outputs leave byte-identical, and a rule lets only its components act.
+#[tokio::test]
+async fn tool_rules_decide_which_components_may_cut_an_output() {
+    let tool_outputs = |body: &[u8], dialect: Dialect| -> Vec<String> {
+        let parsed = wire::parse(body, dialect).unwrap();
+        parsed
+            .messages()
+            .iter()
+            .filter(|m| m.is_tool())
+            .map(|m| m.content.clone())
+            .collect()
+    };
+    let excluded = start(&format!(
+        "{}\ntools: {{exclude: [bash]}}\n",
+        engine::config::EMBEDDED_DEFAULT
+    ))
+    .await;
+    let ruled = start(&format!(
+        "{}\ntools:\n  rules:\n    \"ba?h\": {{components: [linecap]}}\n",
+        engine::config::EMBEDDED_DEFAULT
+    ))
+    .await;
+    for dialect in DIALECTS {
+        let body = compactable(dialect, false);
+        let sent = tool_outputs(&body, dialect);
+        assert!(sent.len() > 20, "{dialect:?}: a run with many bash outputs");
+
+        excluded.chat(dialect, &[], body.clone()).await;
+        let forwarded = excluded.mock.recorded().last().unwrap().body.clone();
+        assert_eq!(tool_outputs(&forwarded, dialect), sent, "{dialect:?}");
+
+        ruled.chat(dialect, &[], body.clone()).await;
+        let forwarded = ruled.mock.recorded().last().unwrap().body.clone();
+        let cut = tool_outputs(&forwarded, dialect);
+        assert_ne!(cut, sent, "{dialect:?}: linecap may still cut");
+    }
+    let stats = excluded.stats().await;
+    assert!(stats["components"]["collapse"]["gates"]["tool_excluded"].as_u64() > Some(0));
+    assert_eq!(stats["components"]["linecap"]["saved_tokens"], 0);
+    let stats = ruled.stats().await;
+    assert!(stats["components"]["collapse"]["gates"]["tool_rule"].as_u64() > Some(0));
+    assert_eq!(stats["components"]["collapse"]["saved_tokens"], 0);
+    assert!(stats["components"]["linecap"]["saved_tokens"].as_u64() > Some(0));
+}

@@ -234,10 +234,16 @@ impl Element<'_> {
         self.value["role"].as_str().unwrap_or("")
     }
 
-    /// A tool result: OpenAI `role: tool`, or an Anthropic user message carrying
-    /// `tool_result` blocks. The tail may not start on one.
+    /// A tool result: OpenAI `role: tool`, an Anthropic user message carrying `tool_result`
+    /// blocks, or any Responses item that is not a message (an output, or a call whose output
+    /// may follow, parallel calls being one item each). The tail may not start on one: what it
+    /// answers would be summarized away.
     fn is_tool_result(&self) -> bool {
-        self.role() == "tool"
+        let responses_item = self.value["type"]
+            .as_str()
+            .is_some_and(|kind| kind != "message");
+        responses_item
+            || self.role() == "tool"
             || self.value["content"]
                 .as_array()
                 .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
@@ -255,7 +261,9 @@ impl Element<'_> {
             Value::Array(blocks) => {
                 for block in blocks {
                     match block["type"].as_str() {
-                        Some("text") => out.push_str(block["text"].as_str().unwrap_or("")),
+                        Some("text" | "input_text" | "output_text") => {
+                            out.push_str(block["text"].as_str().unwrap_or(""));
+                        }
                         Some("tool_use") => out.push_str(&format!(
                             "[call {}({})]",
                             block["name"].as_str().unwrap_or("?"),
@@ -273,6 +281,24 @@ impl Element<'_> {
                     }
                     out.push('\n');
                 }
+            }
+            _ => {}
+        }
+        // Responses items that are not messages: a call, or an output (masked like the rest).
+        match self.value["type"].as_str() {
+            Some("function_call" | "custom_tool_call") => out.push_str(&format!(
+                "[call {}({})]",
+                self.value["name"].as_str().unwrap_or("?"),
+                self.value["arguments"]
+                    .as_str()
+                    .or(self.value["input"].as_str())
+                    .unwrap_or("")
+            )),
+            Some("function_call_output" | "custom_tool_call_output") if include_tools => {
+                out.push_str(&format!("[result {}]", self.value["output"]));
+            }
+            Some("function_call_output" | "custom_tool_call_output") => {
+                out.push_str("<masked_tool_output>");
             }
             _ => {}
         }

@@ -344,3 +344,33 @@ fn component_build_errors_keep_their_words() {
         "unknown mode `Observe` (expected `sync` or `observe`)"
     );
 }
+
+#[test]
+fn tool_rules_are_read_and_checked() {
+    let config = Config::parse(
+        "tools:\n  exclude: [read_secret]\n  rules:\n    \"pytest*\": {components: [collapse, linecap]}\n",
+    )
+    .unwrap();
+    assert_eq!(config.tools.exclude, ["read_secret"]);
+    assert_eq!(
+        config.tools.rules["pytest*"].components,
+        ["collapse", "linecap"]
+    );
+    assert_eq!(
+        config.build_pipeline().unwrap().tool_rules(),
+        &config.tools,
+        "the pipeline enforces what the file says"
+    );
+    let errors =
+        Config::parse("tools:\n  rules:\n    Bash: {components: [colapse]}\n").unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.to_string().contains("tools.rules.Bash.components[0]")
+                && e.to_string().contains("colapse")),
+        "{errors:?}"
+    );
+    let errors = Config::parse("tools:\n  excludes: [x]\n").unwrap_err();
+    assert!(errors[0].to_string().contains("excludes"), "{errors:?}");
+    assert!(Config::embedded().tools.is_empty());
+}

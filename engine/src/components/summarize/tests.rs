@@ -248,3 +248,27 @@ fn a_slow_summary_is_polled_on_later_turns_and_lands_when_ready() {
     assert_eq!(asks[0].0, asks[1].0, "the later turn polls the same job");
     assert!(asks[0].1 && !asks[1].1, "submitted once, then polled");
 }
+
+/// Responses items: a call or an output never starts the kept tail (what it answers would be
+/// summarized away), and both render for the summarizer like their chat equivalents.
+#[test]
+fn responses_items_are_tool_exchanges_and_render_like_chat() {
+    let element = |raw: &'static str| super::Element {
+        raw,
+        start: 0,
+        value: serde_json::from_str(raw).unwrap(),
+    };
+    let call = element(
+        r#"{"type":"function_call","call_id":"c","name":"shell","arguments":"{\"cmd\":\"ls\"}"}"#,
+    );
+    let output = element(r#"{"type":"function_call_output","call_id":"c","output":"a.py"}"#);
+    let message = element(
+        r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"go on"}]}"#,
+    );
+    assert!(call.is_tool_result() && output.is_tool_result());
+    assert!(!message.is_tool_result());
+    assert!(call.render(false).contains(r#"[call shell({"cmd":"ls"})]"#));
+    assert!(output.render(false).contains("<masked_tool_output>"));
+    assert!(output.render(true).contains("a.py"));
+    assert!(message.render(false).contains("go on"));
+}
