@@ -80,6 +80,8 @@ pub struct Mock {
     /// Anthropic cache fields (read, written) every non-streamed reply reports; `None` reports
     /// none, like a provider without prompt caching.
     cache_report: Arc<Mutex<Option<(u64, u64)>>>,
+    /// Every request gets the curious model (a gateway in between does not pass the header).
+    curious: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Mock {
@@ -114,6 +116,7 @@ impl Mock {
             script: Arc::default(),
             encoding: Arc::default(),
             cache_report: Arc::default(),
+            curious: Arc::default(),
         };
         let served = mock.clone();
         tokio::spawn(async move {
@@ -154,6 +157,12 @@ impl Mock {
         *self.cache_report.lock() = report;
     }
 
+    /// Answers every request as the curious model does (see [`curious_reply`]), header or not.
+    pub fn set_curious(&self, curious: bool) {
+        self.curious
+            .store(curious, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Forgets what was received (a long test keeps only what it checks).
     pub fn clear_recorded(&self) {
         self.recorded.lock().clear();
@@ -162,6 +171,22 @@ impl Mock {
     /// Every request received so far.
     pub fn recorded(&self) -> Vec<Recorded> {
         self.recorded.lock().clone()
+    }
+
+    /// `GET /mock/requests`: every request received so far, as `[{path, body}]` (the body
+    /// parsed when it is JSON, else as text).
+    fn recorded_json(&self) -> Value {
+        let recorded = self.recorded.lock();
+        Value::Array(
+            recorded
+                .iter()
+                .map(|r| {
+                    let body = serde_json::from_slice(&r.body)
+                        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.body).into()));
+                    json!({ "path": r.path, "body": body })
+                })
+                .collect(),
+        )
     }
 
     async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
@@ -185,6 +210,10 @@ impl Mock {
 
     async fn answer_plain(&self, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
+        if path == "/mock/requests" {
+            // For a process driven from outside (the LiteLLM check): what the provider saw.
+            return json_response(200, self.recorded_json().to_string());
+        }
         let headers = request.headers().clone();
         let body = request
             .into_body()
@@ -192,7 +221,8 @@ impl Mock {
             .await
             .map(|c| c.to_bytes())
             .unwrap_or_default();
-        let curious = headers.get("x-mock-model").is_some_and(|v| v == "curious");
+        let curious = self.curious.load(std::sync::atomic::Ordering::Relaxed)
+            || headers.get("x-mock-model").is_some_and(|v| v == "curious");
         self.recorded.lock().push(Recorded {
             path: path.clone(),
             headers,
@@ -298,10 +328,18 @@ impl Mock {
 }
 
 /// What a model that reads markers does, for a request with `x-mock-model: curious` (a process
-/// driven from outside, like the SDK check, cannot script replies): while the transcript has a `<<cg:ID>>` marker and no
-/// expand result yet, it asks for the first marker's original; once it has one, it answers
+/// driven from outside, like the SDK and LiteLLM checks, cannot script replies): while the
+/// transcript has a marker and no retrieval result yet, it asks for the first marker's original
+/// (through `context_guru_expand` and `<<cg:ID>>`, or through a gateway's `headroom_retrieve`
+/// and `hash=H` when the request declares that tool); once it has one, it answers
 /// `restored N bytes` with the length of what came back, so a client can see the round trip.
 fn curious_reply(request: &Value) -> Reply {
+    let gateway = declares_tool(request, "headroom_retrieve");
+    let (tool, needle) = if gateway {
+        ("headroom_retrieve", "hash=")
+    } else {
+        ("context_guru_expand", "<<cg:")
+    };
     let mut calls = Vec::new();
     let mut results = Vec::new();
     walk(request, &mut |object| {
@@ -313,7 +351,7 @@ fn curious_reply(request: &Value) -> Reply {
                 .get("function")
                 .is_some_and(|f| f.get("arguments").is_some())
             || object.get("type").is_some_and(|t| t == "tool_use");
-        if name.is_some_and(|n| n == "context_guru_expand") && is_call {
+        if name.is_some_and(|n| n == tool) && is_call {
             let id = object.get("call_id").or_else(|| object.get("id"));
             calls.extend(id.and_then(Value::as_str).map(str::to_owned));
         }
@@ -330,17 +368,32 @@ fn curious_reply(request: &Value) -> Reply {
         return Reply::Text(format!("restored {len} bytes"));
     }
     let text = request.to_string();
-    let Some(at) = text.find("<<cg:") else {
+    let Some(at) = text.find(needle) else {
         return Reply::Text("ok".into());
     };
-    let id: String = text[at + 5..]
+    let id: String = text[at + needle.len()..]
         .chars()
         .take_while(char::is_ascii_alphanumeric)
         .collect();
+    if gateway {
+        return Reply::Tool {
+            name: tool.into(),
+            arguments: json!({ "hash": id }),
+        };
+    }
     Reply::Expand {
         text: Some("Let me read that. ".into()),
         ids: vec![id],
     }
+}
+
+/// Whether the request declares a tool of this name (chat, Responses or Anthropic shape).
+fn declares_tool(request: &Value, name: &str) -> bool {
+    request["tools"].as_array().is_some_and(|tools| {
+        tools
+            .iter()
+            .any(|t| t["name"] == name || t["function"]["name"] == name)
+    })
 }
 
 /// Calls `visit` on every object in `value`, depth first.

@@ -1,5 +1,7 @@
-//! `sluice-mock [ADDR]`: the mock provider as a process, for the SDK script and the load harness.
-//! Prints `listening on http://ADDR` once ready, then serves until killed.
+//! `sluice-mock [ADDR] [--curious]`: the mock provider as a process, for the SDK and LiteLLM
+//! checks and the load harness. Prints `listening on http://ADDR` once ready, then serves until
+//! killed. `--curious` answers every request as a model that asks for the first marker's
+//! original (a gateway in between does not pass the per-request header).
 
 fn main() {
     let addr = std::env::args()
@@ -18,6 +20,7 @@ fn main() {
         .expect("tokio runtime");
     runtime.block_on(async {
         let mock = integration_tests::mock::Mock::start_on(addr).await;
+        mock.set_curious(std::env::args().any(|a| a == "--curious"));
         println!("listening on {}", mock.url());
         std::future::pending::<()>().await;
     });
