@@ -8,6 +8,7 @@
 pub mod access;
 pub mod admit;
 pub mod app;
+pub mod chart;
 mod chat;
 pub mod cli;
 pub mod clock;

@@ -421,65 +421,8 @@ pub fn json(reports: &[SessionReport], t: &Totals) -> String {
     serde_json::json!({ "totals": t, "sessions": reports }).to_string()
 }
 
-/// A two-panel SVG of one session: content tokens and billed cost per turn, baseline against
-/// sluice.
-pub fn svg(report: &SessionReport, prices: &Prices) -> String {
-    let (w, h, pad) = (720.0, 200.0, 36.0);
-    let series = |f: &dyn Fn(&modes::replay::TurnRecord) -> (f64, f64)| -> (Vec<f64>, Vec<f64>) {
-        report.turns.iter().map(f).unzip()
-    };
-    let tokens = series(&|t| {
-        (
-            t.baseline.content_tokens as f64,
-            t.sluice.content_tokens as f64,
-        )
-    });
-    let cost = series(&|t| (t.baseline.cost(prices), t.sluice.cost(prices)));
-    let mut out = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{}" font-family="sans-serif" font-size="12">"#,
-        2.0 * h + 20.0
-    );
-    for (panel, (title, (base, ours))) in [
-        ("content tokens per turn", tokens),
-        ("billed input cost per turn (relative)", cost),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let top = panel as f64 * (h + 20.0);
-        let max = base.iter().chain(&ours).cloned().fold(1.0_f64, f64::max);
-        let n = base.len().max(2) as f64 - 1.0;
-        let line = |values: &[f64]| -> String {
-            values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    format!(
-                        "{:.1},{:.1}",
-                        pad + (w - 2.0 * pad) * i as f64 / n,
-                        top + h - pad - (h - 2.0 * pad) * v / max
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let _ = write!(
-            out,
-            r##"<text x="{pad}" y="{:.0}">{title} (max {max:.0})</text><polyline fill="none" stroke="#999" stroke-width="2" points="{}"/><polyline fill="none" stroke="#1f6feb" stroke-width="2" points="{}"/><text x="{:.0}" y="{:.0}" fill="#999">baseline</text><text x="{:.0}" y="{:.0}" fill="#1f6feb">sluice</text>"##,
-            top + 16.0,
-            line(&base),
-            line(&ours),
-            w - 140.0,
-            top + 16.0,
-            w - 70.0,
-            top + 16.0
-        );
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
-/// Writes `report.md`, `report.json` and one chart per session under `dir`.
+/// Writes `report.md`, `report.json`, one chart per session and the corpus chart under `dir`;
+/// `report.md` links the charts.
 ///
 /// # Errors
 /// A file that cannot be written.
@@ -497,15 +440,28 @@ pub fn write_out(
     let write = |path: PathBuf, text: String| {
         std::fs::write(&path, text).map_err(|error| RunError::Io { path, error })
     };
-    write(dir.join("report.md"), markdown(reports, t))?;
-    write(dir.join("report.json"), json(reports, t))?;
-    for (i, r) in reports.iter().enumerate() {
-        let name: String = short(&r.name)
+    let named: Vec<(String, &SessionReport)> = reports
+        .iter()
+        .map(|r| (short(&r.name).to_owned(), r))
+        .collect();
+    let mut links = String::from(
+        "\n## Charts\n\n![the corpus: content saved and billed input change per session](charts/corpus.svg)\n\n",
+    );
+    write(
+        charts.join("corpus.svg"),
+        crate::chart::corpus(&named, t, prices),
+    )?;
+    for (i, (name, r)) in named.iter().enumerate() {
+        let file: String = name
             .chars()
             .map(|c| if c.is_alphanumeric() { c } else { '-' })
             .collect();
-        write(charts.join(format!("{i:03}-{name}.svg")), svg(r, prices))?;
+        let file = format!("{i:03}-{file}.svg");
+        write(charts.join(&file), crate::chart::session(r, name, prices))?;
+        let _ = writeln!(links, "- [{name}](charts/{file})");
     }
+    write(dir.join("report.md"), markdown(reports, t) + &links)?;
+    write(dir.join("report.json"), json(reports, t))?;
     Ok(())
 }
 

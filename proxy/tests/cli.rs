@@ -359,6 +359,7 @@ fn filters_list_test_and_apply() {
 fn replay_reports_in_markdown_and_json_and_writes_charts() {
     // Gzipped in the repository: replay reads `.json.gz` as it reads `.json`.
     let body = corpus_file("gemini3pro-miniswe-pytest-dev-pytest-6197", "openai.json");
+    let second = corpus_file("sweagent-fncall-simple", "openai.json");
     let out_dir = std::env::temp_dir().join(format!("sluice-replay-{}", std::process::id()));
     let out = sluice(
         &[
@@ -370,6 +371,7 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
             "--out",
             out_dir.to_str().unwrap(),
             body.to_str().unwrap(),
+            second.to_str().unwrap(),
         ],
         b"",
     );
@@ -382,8 +384,46 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
         "{md}"
     );
     assert!(out_dir.join("report.md").is_file() && out_dir.join("report.json").is_file());
-    let charts = std::fs::read_dir(out_dir.join("charts")).unwrap().count();
-    assert_eq!(charts, 1);
+    let mut charts: Vec<String> = std::fs::read_dir(out_dir.join("charts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    charts.sort();
+    assert_eq!(
+        charts.len(),
+        3,
+        "{charts:?}: one per session and the corpus"
+    );
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    for chart in &charts {
+        assert!(
+            report.contains(&format!("(charts/{chart})")),
+            "report.md links {chart}"
+        );
+        let svg = std::fs::read_to_string(out_dir.join("charts").join(chart)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        if chart == "corpus.svg" {
+            assert!(svg.contains("2 sessions") && svg.contains("billed input change (%)"));
+            assert!(
+                svg.contains("pytest-dev-pytest-6197") && svg.contains("sweagent-fncall-simple")
+            );
+            continue;
+        }
+        // A session chart explains itself: its name and figures, both axes, ticks with units.
+        assert!(
+            svg.contains("content saved") && svg.contains("% · billed input"),
+            "{chart}"
+        );
+        assert!(
+            svg.contains(">turn</text>") && svg.contains(">tokens</text>"),
+            "{chart}"
+        );
+        assert!(svg.contains(">fresh-token equivalents</text>"), "{chart}");
+        assert!(
+            svg.contains(">0</text>") && svg.contains(">1</text>"),
+            "{chart}: ticks"
+        );
+    }
     let out = sluice(
         &[
             "replay",
