@@ -18,7 +18,14 @@
 //! **Reference recall** checks fidelity: for each answer (the assistant message that followed a
 //! turn), the identifiers it mentions that appeared in earlier tool outputs (paths, symbols,
 //! error names, numbers of three or more digits), and how many the compacted request still
-//! showed, or showed behind a marker one expand away.
+//! showed (**visible recall**), or showed behind a marker one expand away (**recall**).
+//!
+//! **The way back is billed.** An identifier one expand away is not free: the model has to call
+//! `context_guru_expand`, and the expand loop makes one more upstream call. A turn whose answer
+//! used an identifier sluice had hidden is charged one **expand round**: the whole forwarded
+//! prompt read again (at the cache-read price: the turn's own call has just cached it) and the
+//! restored originals written after it, with the model's call, at the cache-write price. The
+//! **net** cost change counts those rounds; the plain cost change does not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -116,6 +123,9 @@ pub struct Recall {
     pub behind_marker: usize,
 }
 
+/// Tokens the model's expand call itself takes in the continuation (name, id, framing).
+const EXPAND_CALL_TOKENS: usize = 24;
+
 impl Recall {
     /// Share visible or one expand away (1.0 when nothing was referenced).
     pub fn share(&self) -> f64 {
@@ -123,6 +133,15 @@ impl Recall {
             1.0
         } else {
             (self.visible + self.behind_marker) as f64 / self.referenced as f64
+        }
+    }
+
+    /// Share visible in the forwarded body itself (1.0 when nothing was referenced).
+    pub fn visible_share(&self) -> f64 {
+        if self.referenced == 0 {
+            1.0
+        } else {
+            self.visible as f64 / self.referenced as f64
         }
     }
 
@@ -138,6 +157,11 @@ impl Recall {
 pub struct TurnRecord {
     pub baseline: Bill,
     pub sluice: Bill,
+    /// The expand round this turn needed (all zero when it needed none): the prompt re-read,
+    /// the originals and the call written.
+    pub expand: Bill,
+    /// 1 when the answer used an identifier only a marker's original had.
+    pub expand_rounds: usize,
     pub cold: bool,
     pub amortized: bool,
     pub flipped_messages: usize,
@@ -185,7 +209,17 @@ pub struct Totals {
     pub flips: usize,
     pub frozen_flips: u64,
     pub recall: Recall,
+    /// Identifiers the answers used that were visible or one expand away.
     pub recall_pct: f64,
+    /// Identifiers the answers used that were visible in the forwarded body itself.
+    pub visible_recall_pct: f64,
+    /// Expand rounds the answers needed, and their bill.
+    pub expand_rounds: usize,
+    pub expand: Bill,
+    pub expand_cost: f64,
+    /// Billed input change against no compaction with the expand rounds counted: the figure
+    /// to tune against.
+    pub net_cost_change_pct: f64,
 }
 
 /// Why a recorded session could not be cut into turns or replayed.
@@ -257,14 +291,16 @@ fn identifiers(text: &str) -> BTreeSet<&str> {
         .collect()
 }
 
-/// Where the identifiers of `answer` that earlier tool outputs carried are in `forwarded`.
+/// Where the identifiers of `answer` that earlier tool outputs carried are in `forwarded`, and
+/// the expand round the answer needed: the originals (each once) that held the identifiers only
+/// a marker kept.
 fn recall(
     answer: &str,
     original: &[Message],
     forwarded: &[Message],
     store: &dyn Store,
     session: &str,
-) -> Recall {
+) -> (Recall, Option<Bill>) {
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for m in original.iter().filter(|m| m.is_tool()) {
         seen.extend(identifiers(&m.content));
@@ -280,6 +316,7 @@ fn recall(
         .filter_map(|id| store.resolve(session, id))
         .collect();
     let mut r = Recall::default();
+    let mut needed: BTreeSet<usize> = BTreeSet::new();
     for id in identifiers(answer)
         .into_iter()
         .filter(|id| seen.contains(id))
@@ -287,11 +324,25 @@ fn recall(
         r.referenced += 1;
         if visible_text.contains(id) {
             r.visible += 1;
-        } else if stashed.iter().any(|s| s.contains(id)) {
+        } else if let Some(at) = stashed.iter().position(|s| s.contains(id)) {
             r.behind_marker += 1;
+            needed.insert(at);
         }
     }
-    r
+    let round = (!needed.is_empty()).then(|| {
+        let prompt: usize = forwarded.iter().map(message_tokens).sum();
+        let restored: usize = needed
+            .iter()
+            .map(|&i| engine::tokens::count(&stashed[i]) + EXPAND_CALL_TOKENS)
+            .sum();
+        Bill {
+            content_tokens: prompt + restored,
+            cache_read: prompt,
+            cache_write: restored,
+            fresh: 0,
+        }
+    });
+    (r, round)
 }
 
 /// Bills `messages` given what the previous turn forwarded.
@@ -432,21 +483,26 @@ async fn replay_on(
             0
         };
         let answer = answer_after(full_messages, incoming.len());
-        let recall = answer.map_or_else(Recall::default, |a| {
-            recall(
-                &a,
-                incoming,
-                &applied.messages,
-                store.as_ref(),
-                &applied.session,
-            )
-        });
+        let (recall, round) = answer.map_or_else(
+            || (Recall::default(), None),
+            |a| {
+                recall(
+                    &a,
+                    incoming,
+                    &applied.messages,
+                    store.as_ref(),
+                    &applied.session,
+                )
+            },
+        );
         tally(&mut report, &mut unique, k, &applied.report);
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
         report.turns.push(TurnRecord {
             baseline,
             sluice,
+            expand: round.unwrap_or_default(),
+            expand_rounds: usize::from(round.is_some()),
             cold: facts.cold,
             amortized: facts.amortized,
             flipped_messages: flipped,
@@ -562,6 +618,8 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
             t.sluice.add(&turn.sluice);
             t.flips += turn.flipped_messages;
             t.recall.add(&turn.recall);
+            t.expand.add(&turn.expand);
+            t.expand_rounds += turn.expand_rounds;
         }
     }
     t.baseline_cost = t.baseline.cost(prices);
@@ -580,6 +638,9 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     t.cost_change_pct = change(t.sluice_cost, t.baseline_cost);
     t.cache_write_change_pct = change(t.sluice.cache_write as f64, t.baseline.cache_write as f64);
     t.recall_pct = 100.0 * t.recall.share();
+    t.visible_recall_pct = 100.0 * t.recall.visible_share();
+    t.expand_cost = t.expand.cost(prices);
+    t.net_cost_change_pct = change(t.sluice_cost + t.expand_cost, t.baseline_cost);
     t
 }
 

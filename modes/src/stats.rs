@@ -190,6 +190,8 @@ pub struct Totals {
     restorations: u64,
     expand_misses: u64,
     wasted_tokens: u64,
+    /// Prompt tokens expand rounds sent upstream again (read from the provider's cache).
+    expand_reread_tokens: u64,
     upstream_errors: u64,
     turns: TurnTotals,
     /// Turns run without lossy offloads because the model could not have called the expand
@@ -340,14 +342,22 @@ impl Stats {
         }
     }
 
-    /// One expand round: how many ids were restored, how many missed, and the tokens the
-    /// restored originals cost (a premature offload: saved then paid back).
-    pub fn record_expand_round(&self, restored: u64, missed: u64, wasted_tokens: u64) {
+    /// One expand round: how many ids were restored, how many missed, the tokens the restored
+    /// originals cost (a premature offload: saved then paid back), and the prompt tokens the
+    /// round sent upstream again.
+    pub fn record_expand_round(
+        &self,
+        restored: u64,
+        missed: u64,
+        wasted_tokens: u64,
+        reread_tokens: u64,
+    ) {
         let mut t = self.totals.lock();
         t.expand_rounds += 1;
         t.restorations += restored;
         t.expand_misses += missed;
         t.wasted_tokens += wasted_tokens;
+        t.expand_reread_tokens += reread_tokens;
     }
 
     /// A turn whose lossy offloads were withheld: the model had no way to call the expand tool.
@@ -522,6 +532,17 @@ fn ratio(cumulative: u64, unique: u64) -> f64 {
     }
 }
 
+/// Content saved net of the way back's cost: restored originals at full price, re-read
+/// prompts at the cache-read price (0.1 of a fresh token). Can go below zero: a setting whose
+/// cuts are expanded often costs more than it saves, and the headline must say so.
+fn net_savings_pct(t: &Totals) -> f64 {
+    if t.live.tokens_before == 0 {
+        return 0.0;
+    }
+    let net = t.live.saved() as f64 - t.wasted_tokens as f64 - 0.1 * t.expand_reread_tokens as f64;
+    100.0 * net / t.live.tokens_before as f64
+}
+
 /// A row of [`FIELDS`]; the unlabelled shape most rows have.
 macro_rules! row {
     ($json:expr, $metric:expr, $kind:ident, $unit:expr, $help:expr, $value:expr) => {
@@ -628,6 +649,14 @@ pub static FIELDS: &[Field<Totals>] = &[
         |t| Num::Real(ratio(t.live.saved(), t.live.saved_tokens_unique))
     ),
     row!(
+        Some("net_savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "The headline: content tokens saved net of everything the way back cost (the originals expand rounds restored, and the prompt each round re-read, at the cache-read price of 0.1), over tokens_before. `sluice replay`'s net cost change is the same idea on a full cost model.",
+        |t| Num::Real(net_savings_pct(t))
+    ),
+    row!(
         Some("savings_pct"),
         None,
         Gauge,
@@ -677,6 +706,14 @@ pub static FIELDS: &[Field<Totals>] = &[
         "rounds",
         "Expand loop rounds.",
         |t| Num::Count(t.expand_rounds)
+    ),
+    row!(
+        Some("expand_reread_tokens"),
+        Some("sluice_expand_reread_tokens_total"),
+        Counter,
+        "tokens",
+        "Prompt tokens expand rounds sent upstream again.",
+        |t| Num::Count(t.expand_reread_tokens)
     ),
     row!(
         Some("expand_misses"),
@@ -983,6 +1020,26 @@ mod tests {
     }
 
     #[test]
+    fn the_net_headline_charges_the_prompt_each_round_rereads() {
+        let stats = Stats::new();
+        for _ in 0..4 {
+            stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
+        }
+        // 400 saved of 4000; one round restored 100 and re-read a 3,000-token prompt.
+        stats.record_expand_round(1, 0, 100, 3000);
+        let doc = stats.to_json("sync", None, None);
+        assert_eq!(doc["expand_reread_tokens"], 3000);
+        assert_eq!(doc["net_savings_pct"], 0.0);
+        assert_eq!(doc["savings_pct"], 100.0 * 300.0 / 4000.0);
+        stats.record_expand_round(1, 0, 0, 1000);
+        let doc = stats.to_json("sync", None, None);
+        assert_eq!(
+            doc["net_savings_pct"], -2.5,
+            "below zero when the way back costs more"
+        );
+    }
+
+    #[test]
     fn the_headline_is_net_of_what_expand_rounds_sent_back() {
         let stats = Stats::new();
         // 4 runs of 1000 tokens, 350 saved; expand rounds then re-sent 224 of them.
@@ -990,7 +1047,7 @@ mod tests {
             stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
         }
         stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
-        stats.record_expand_round(2, 0, 224);
+        stats.record_expand_round(2, 0, 224, 0);
         stats.record_way_back_withheld("tool_choice_named");
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["savings_pct_gross"], 8.75);

@@ -150,6 +150,7 @@ pub(crate) async fn chat(
         uri,
         headers,
         session: forward.session,
+        prompt_tokens: forward.report.tokens_after as u64,
     };
     access.attach(if forward.stream {
         call.stream(forward.body, response)

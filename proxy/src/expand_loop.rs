@@ -36,6 +36,8 @@ pub(crate) struct Continuation {
     pub(crate) uri: String,
     pub(crate) headers: HeaderMap,
     pub(crate) session: String,
+    /// Content tokens of the forwarded prompt, which every round sends upstream again.
+    pub(crate) prompt_tokens: u64,
 }
 
 type Sender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
@@ -63,7 +65,9 @@ impl Continuation {
             };
             results.push((call.call_id, original));
         }
-        self.app.stats.record_expand_round(restored, missed, wasted);
+        self.app
+            .stats
+            .record_expand_round(restored, missed, wasted, self.prompt_tokens);
         expand::continuation(forwarded, response, self.dialect, &results)
     }
 

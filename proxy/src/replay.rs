@@ -311,14 +311,17 @@ pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
     let _ = writeln!(out, "# sluice replay\n");
     let _ = writeln!(
         out,
-        "{} sessions, {} turns. Content tokens saved: **{:.2}%**. Billed input cost against no compaction: **{:+.2}%**. Cache writes: **{:+.2}%**. Flips: **{}** (frozen flips {}). Reference recall: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
+        "{} sessions, {} turns. **Net billed input cost against no compaction, expand rounds included: {:+.2}%** ({:+.2}% before its {} expand rounds). Content tokens saved: **{:.2}%**. Cache writes: **{:+.2}%**. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
         t.sessions,
         t.turns,
-        t.content_saved_pct,
+        t.net_cost_change_pct,
         t.cost_change_pct,
+        t.expand_rounds,
+        t.content_saved_pct,
         t.cache_write_change_pct,
         t.flips,
         t.frozen_flips,
+        t.visible_recall_pct,
         t.recall_pct,
         t.recall.visible,
         t.recall.referenced,
@@ -335,12 +338,17 @@ pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
     );
     let _ = writeln!(
         out,
-        "| sluice | {} | {} | {} | {:.0} |\n",
+        "| sluice | {} | {} | {} | {:.0} |",
         t.sluice.content_tokens, t.sluice.cache_read, t.sluice.cache_write, t.sluice_cost
     );
     let _ = writeln!(
         out,
-        "## Sessions\n\n| session | turns | cold | content saved | cost change | cache writes | flips | recall | suggested range (last turn) |\n|---|--:|--:|--:|--:|--:|--:|--:|---|"
+        "| sluice's expand rounds | {} | {} | {} | {:.0} |\n",
+        t.expand.content_tokens, t.expand.cache_read, t.expand.cache_write, t.expand_cost
+    );
+    let _ = writeln!(
+        out,
+        "## Sessions\n\n| session | turns | cold | content saved | net cost change | cost change | expand rounds | cache writes | flips | visible recall | recall | suggested range (last turn) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
     );
     let prices = Prices::default();
     for r in reports {
@@ -352,14 +360,17 @@ pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
         );
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2}% | {:+.2}% | {:+.2}% | {} | {:.1}% | {range} |",
+            "| {} | {} | {} | {:.2}% | {:+.2}% | {:+.2}% | {} | {:+.2}% | {} | {:.1}% | {:.1}% | {range} |",
             short(&r.name),
             s.turns,
             cold,
             s.content_saved_pct,
+            s.net_cost_change_pct,
             s.cost_change_pct,
+            s.expand_rounds,
             s.cache_write_change_pct,
             s.flips,
+            s.visible_recall_pct,
             s.recall_pct
         );
     }
@@ -416,9 +427,24 @@ fn short(name: &str) -> &str {
     }
 }
 
-/// The JSON report: `totals` and `sessions`.
+/// The JSON report: `totals` and `sessions`, each session with its own `totals`.
 pub fn json(reports: &[SessionReport], t: &Totals) -> String {
-    serde_json::json!({ "totals": t, "sessions": reports }).to_string()
+    let prices = Prices::default();
+    let sessions: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|r| {
+            let mut session = serde_json::to_value(r).unwrap_or_default();
+            if let Some(object) = session.as_object_mut() {
+                let own = totals(std::slice::from_ref(r), &prices);
+                object.insert(
+                    "totals".into(),
+                    serde_json::to_value(own).unwrap_or_default(),
+                );
+            }
+            session
+        })
+        .collect();
+    serde_json::json!({ "totals": t, "sessions": sessions }).to_string()
 }
 
 /// Writes `report.md`, `report.json`, one chart per session and the corpus chart under `dir`;

@@ -379,7 +379,8 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(
         md.contains("Content tokens saved")
-            && md.contains("Reference recall")
+            && md.contains("**Net billed input cost against no compaction, expand rounds included")
+            && md.contains("Visible recall")
             && md.contains("Flips: **0**"),
         "{md}"
     );
@@ -438,6 +439,19 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["totals"]["sessions"], 1);
     assert_eq!(doc["totals"]["flips"], 0);
+    for key in [
+        "cost_change_pct",
+        "net_cost_change_pct",
+        "expand_rounds",
+        "visible_recall_pct",
+        "recall_pct",
+    ] {
+        assert!(doc["totals"][key].is_number(), "totals.{key}");
+        assert!(
+            doc["sessions"][0]["totals"][key].is_number(),
+            "sessions[0].totals.{key}"
+        );
+    }
     std::fs::remove_dir_all(&out_dir).ok();
 
     let out = sluice(

@@ -229,3 +229,71 @@ fn the_report_totals_are_the_sum_of_its_items() {
     );
     assert!((t.sluice_cost - t.sluice.cost(&Prices::default())).abs() < 1e-6);
 }
+
+/// The way back is billed: the turn whose answer needs an identifier only a marker kept pays
+/// one expand round (its prompt re-read, the original written), the turns that need nothing
+/// hidden pay none, and the net figure is the cost change with those rounds counted.
+#[test]
+fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
+    let needed = "filler line of a long log that nobody needs\n".repeat(60)
+        + "Traceback (most recent call last):\n  File \"src/serializer.py\", line 88, in dump\nValueError: naive datetime 1700000123\n";
+    let outputs = [
+        needed.as_str(),
+        big("b").leak(),
+        big("c").leak(),
+        big("d").leak(),
+        big("e").leak(),
+    ];
+    let answers = [
+        "looking",
+        "b",
+        "c",
+        "d",
+        "e",
+        "the ValueError at src/serializer.py line 88 comes from 1700000123",
+    ];
+    let options = Options {
+        gap: Duration::from_secs(7200),
+        ..Options::default()
+    };
+    let masked = replay(
+        "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 1}",
+        &body(&outputs, &answers),
+        &options,
+    );
+    let rounds: Vec<usize> = masked.turns.iter().map(|t| t.expand_rounds).collect();
+    let last = masked.turns.last().unwrap();
+    assert_eq!(rounds.iter().sum::<usize>(), 1, "{rounds:?}");
+    assert_eq!(
+        last.expand_rounds, 1,
+        "the answer that needs the masked output"
+    );
+    assert_eq!(
+        last.expand.cache_read, last.sluice.content_tokens,
+        "the round re-reads the prompt it followed"
+    );
+    assert!(
+        last.expand.cache_write >= engine::tokens::count(&needed),
+        "and writes the original back: {:?}",
+        last.expand
+    );
+    for turn in &masked.turns[..masked.turns.len() - 1] {
+        assert_eq!(turn.expand, Bill::default(), "nothing hidden was needed");
+    }
+    let prices = Prices::default();
+    let t = totals(std::slice::from_ref(&masked), &prices);
+    assert_eq!(t.expand_rounds, 1);
+    assert!((t.expand_cost - last.expand.cost(&prices)).abs() < 1e-9);
+    let net = 100.0 * (t.sluice_cost + t.expand_cost - t.baseline_cost) / t.baseline_cost;
+    assert!((t.net_cost_change_pct - net).abs() < 1e-9);
+    assert!(t.net_cost_change_pct > t.cost_change_pct);
+    // Visible recall counts only what the forwarded body showed.
+    assert!(t.visible_recall_pct < t.recall_pct, "{t:?}");
+    assert!((t.recall_pct - 100.0).abs() < 1e-9);
+
+    let plain = replay("pipeline: []", &body(&outputs, &answers), &options);
+    let t = totals(std::slice::from_ref(&plain), &prices);
+    assert_eq!(t.expand_rounds, 0);
+    assert_eq!(t.net_cost_change_pct, t.cost_change_pct);
+    assert!((t.visible_recall_pct - 100.0).abs() < 1e-9);
+}
