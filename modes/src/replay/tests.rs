@@ -127,17 +127,13 @@ fn an_injected_flip_is_detected() {
     assert!(clean.turns.iter().all(|t| t.flipped_messages == 0));
 }
 
-#[test]
-fn recall_drops_when_a_needed_output_is_masked_and_recovers_behind_a_marker() {
+/// A session whose first output hides a traceback in a long log, and whose last answer names
+/// the error, the path and the number from it (the path is also in the task).
+fn traceback_session() -> (String, Vec<u8>) {
     let needed = "filler line of a long log that nobody needs\n".repeat(60)
         + "Traceback (most recent call last):\n  File \"src/serializer.py\", line 88, in dump\nValueError: naive datetime 1700000123\n";
-    let outputs = [
-        needed.as_str(),
-        big("b").leak(),
-        big("c").leak(),
-        big("d").leak(),
-        big("e").leak(),
-    ];
+    let (b, c, d, e) = (big("b"), big("c"), big("d"), big("e"));
+    let outputs = [needed.as_str(), &b, &c, &d, &e];
     let answers = [
         "looking",
         "b",
@@ -146,9 +142,16 @@ fn recall_drops_when_a_needed_output_is_masked_and_recovers_behind_a_marker() {
         "e",
         "the ValueError at src/serializer.py line 88 comes from 1700000123",
     ];
+    let session = body(&outputs, &answers);
+    (needed, session)
+}
+
+#[test]
+fn recall_drops_when_a_needed_output_is_masked_and_recovers_behind_a_marker() {
+    let (_, body) = traceback_session();
     let report = replay(
         "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 1}",
-        &body(&outputs, &answers),
+        &body,
         &Options {
             gap: Duration::from_secs(7200),
             ..Options::default()
@@ -165,11 +168,7 @@ fn recall_drops_when_a_needed_output_is_masked_and_recovers_behind_a_marker() {
         "the rest is one expand away"
     );
     assert!((last.share() - 1.0).abs() < 1e-9);
-    let plain = replay(
-        "pipeline: []",
-        &body(&outputs, &answers),
-        &Options::default(),
-    );
+    let plain = replay("pipeline: []", &body, &Options::default());
     let last = plain.turns.last().unwrap().recall;
     assert_eq!(last.visible, last.referenced);
 }
@@ -235,30 +234,14 @@ fn the_report_totals_are_the_sum_of_its_items() {
 /// hidden pay none, and the net figure is the cost change with those rounds counted.
 #[test]
 fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
-    let needed = "filler line of a long log that nobody needs\n".repeat(60)
-        + "Traceback (most recent call last):\n  File \"src/serializer.py\", line 88, in dump\nValueError: naive datetime 1700000123\n";
-    let outputs = [
-        needed.as_str(),
-        big("b").leak(),
-        big("c").leak(),
-        big("d").leak(),
-        big("e").leak(),
-    ];
-    let answers = [
-        "looking",
-        "b",
-        "c",
-        "d",
-        "e",
-        "the ValueError at src/serializer.py line 88 comes from 1700000123",
-    ];
+    let (needed, body) = traceback_session();
     let options = Options {
         gap: Duration::from_secs(7200),
         ..Options::default()
     };
     let masked = replay(
         "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 1}",
-        &body(&outputs, &answers),
+        &body,
         &options,
     );
     let rounds: Vec<usize> = masked.turns.iter().map(|t| t.expand_rounds).collect();
@@ -291,7 +274,7 @@ fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
     assert!(t.visible_recall_pct < t.recall_pct, "{t:?}");
     assert!((t.recall_pct - 100.0).abs() < 1e-9);
 
-    let plain = replay("pipeline: []", &body(&outputs, &answers), &options);
+    let plain = replay("pipeline: []", &body, &options);
     let t = totals(std::slice::from_ref(&plain), &prices);
     assert_eq!(t.expand_rounds, 0);
     assert_eq!(t.net_cost_change_pct, t.cost_change_pct);
