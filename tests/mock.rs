@@ -552,10 +552,9 @@ fn openai_chunk(delta: &Value, finish: Option<&str>) -> String {
 /// A text answer split into `pieces` deltas.
 fn text_events(anthropic: bool, text: &str, pieces: usize) -> Vec<String> {
     let size = text.len().div_ceil(pieces.max(1)).max(1);
-    let parts: Vec<String> = text
-        .as_bytes()
-        .chunks(size)
-        .map(|c| String::from_utf8_lossy(c).into_owned())
+    let parts: Vec<String> = char_chunks(text, size)
+        .into_iter()
+        .map(str::to_owned)
         .collect();
     let mut events = Vec::new();
     if anthropic {
@@ -610,7 +609,7 @@ fn stream_events(anthropic: bool, reply: &Reply) -> Vec<String> {
             let at = index + i;
             events.push(anthropic_event("content_block_start", &json!({ "type": "content_block_start", "index": at, "content_block": { "type": "tool_use", "id": id, "name": name, "input": {} } })));
             let args = args.to_string();
-            let (a, b) = args.split_at(args.len() / 2);
+            let (a, b) = args.split_at(half(&args));
             for piece in [a, b] {
                 events.push(anthropic_event("content_block_delta", &json!({ "type": "content_block_delta", "index": at, "delta": { "type": "input_json_delta", "partial_json": piece } })));
             }
@@ -696,9 +695,9 @@ fn responses_events(reply: &Reply, pieces: usize) -> Vec<String> {
             events.push(json!({ "type": "response.output_item.added", "output_index": index, "item": added }));
             events.push(json!({ "type": "response.content_part.added", "item_id": id, "output_index": index, "content_index": 0, "part": part }));
             let size = text.len().div_ceil(pieces.max(1)).max(1);
-            for piece in text.as_bytes().chunks(size) {
+            for piece in char_chunks(&text, size) {
                 events.push(json!({ "type": "response.output_text.delta", "item_id": id, "output_index": index, "content_index": 0,
-                                    "delta": String::from_utf8_lossy(piece), "logprobs": [] }));
+                                    "delta": piece, "logprobs": [] }));
             }
             events.push(json!({ "type": "response.output_text.done", "item_id": id, "output_index": index, "content_index": 0, "text": text, "logprobs": [] }));
             events.push(json!({ "type": "response.content_part.done", "item_id": id, "output_index": index, "content_index": 0, "part": item["content"][0].clone() }));
@@ -706,7 +705,7 @@ fn responses_events(reply: &Reply, pieces: usize) -> Vec<String> {
             added["arguments"] = json!("");
             let arguments = item["arguments"].as_str().unwrap_or("").to_owned();
             events.push(json!({ "type": "response.output_item.added", "output_index": index, "item": added }));
-            let (a, b) = arguments.split_at(arguments.len() / 2);
+            let (a, b) = arguments.split_at(half(&arguments));
             for piece in [a, b] {
                 events.push(json!({ "type": "response.function_call_arguments.delta", "item_id": id, "output_index": index, "delta": piece }));
             }
@@ -726,4 +725,27 @@ fn responses_events(reply: &Reply, pieces: usize) -> Vec<String> {
             format!("event: {kind}\ndata: {event}\n\n")
         })
         .collect()
+}
+
+/// The middle of `text` on a character boundary (a split inside a character would panic).
+fn half(text: &str) -> usize {
+    (text.len() / 2..=text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(text.len())
+}
+
+/// `text` in pieces of about `size` bytes, each cut on a character boundary.
+fn char_chunks(text: &str, size: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut end = size.max(1).min(rest.len());
+        while !rest.is_char_boundary(end) {
+            end += 1;
+        }
+        let (piece, tail) = rest.split_at(end);
+        pieces.push(piece);
+        rest = tail;
+    }
+    pieces
 }

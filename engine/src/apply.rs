@@ -160,11 +160,17 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         let crate::pipeline::Stage::Offload(offload) = stage else {
             continue;
         };
-        if !cx.offloads {
+        if !cx.offloads || !offload.restructures() {
             continue;
         }
-        let Some(outcome) = offload.restructure(&body, &cx) else {
-            continue;
+        // A span summary would take protected outputs with it: it is held to the same rules.
+        let protected = protected_output(parsed.messages(), pipeline, &cx, offload.name());
+        let outcome = match protected {
+            Some(reason) => Err(reason),
+            None => match offload.restructure(&body, &cx) {
+                Some(outcome) => outcome,
+                None => continue,
+            },
         };
         let Some(component) = report
             .components
@@ -193,6 +199,33 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         error: None,
         messages,
     }
+}
+
+/// Why a body-level restructure by `component` may not run: some tool output in `messages` is
+/// protected from it by a `tools:` rule or by the session's `lossless_tools`.
+fn protected_output(
+    messages: &[crate::message::Message],
+    pipeline: &Pipeline,
+    cx: &RunCx,
+    component: &str,
+) -> Option<&'static str> {
+    let rules = pipeline.tool_rules();
+    if rules.is_empty() && cx.lossless_tools.is_empty() {
+        return None;
+    }
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.is_tool())
+        .find_map(|(i, m)| {
+            let tool = m.tool_name.as_deref();
+            if let Err(reason) = rules.applies(tool).allows(component) {
+                return Some(reason);
+            }
+            tool.and_then(|t| cx.lossless_tools.get(t))
+                .filter(|from| i >= **from)
+                .map(|_| "retried_after_compaction")
+        })
 }
 
 /// The last component whose kept change touched message `index`: a discard is charged to exactly

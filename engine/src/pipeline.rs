@@ -138,6 +138,12 @@ pub trait Offload: Send + Sync {
         let _ = message;
     }
 
+    /// Whether [`Offload::restructure`] is implemented: the host checks what the body-level
+    /// rewrite may not touch (`tools:` rules) only for components that have one.
+    fn restructures(&self) -> bool {
+        false
+    }
+
     /// A body-level rewrite that changes the message count (`summarize`): runs after every
     /// component and the splice, on the body about to be forwarded. `None` (the default) for
     /// every component that works on messages; `Err` is the gate that says why it did nothing.
@@ -254,6 +260,12 @@ pub struct RunCx {
     /// expand tool (see [`crate::way_back`]): only lossless repacking runs then, so no marker
     /// can leave without its way back.
     pub offloads: bool,
+    /// Tools whose outputs this session learned not to cut lossily (the model re-ran a call
+    /// whose output had been cut, or expanded the same marker twice), each with the first
+    /// message index it applies from: offloaders' cuts on its outputs from there on are put
+    /// back, lossless repacking still runs. Outputs before that index keep whatever the
+    /// components decide for them, so the cached prefix never moves.
+    pub lossless_tools: Arc<std::collections::BTreeMap<String, usize>>,
 }
 
 impl RunCx {
@@ -275,6 +287,7 @@ impl RunCx {
             existing_breakpoints: 0,
             models: None,
             offloads: true,
+            lossless_tools: Arc::default(),
         }
     }
 
@@ -295,6 +308,16 @@ impl RunCx {
     #[must_use]
     pub fn with_offloads(mut self, offloads: bool) -> RunCx {
         self.offloads = offloads;
+        self
+    }
+
+    /// The tools the session keeps whole, each from its message index on.
+    #[must_use]
+    pub fn with_lossless_tools(
+        mut self,
+        tools: Arc<std::collections::BTreeMap<String, usize>>,
+    ) -> RunCx {
+        self.lossless_tools = tools;
         self
     }
 }
@@ -1022,7 +1045,25 @@ fn run_stage(
     // Written to is not changed: keep only messages that differ from their saved copy.
     saved.retain(|(i, old)| messages[*i] != *old);
     if !tool_rules.is_empty() {
-        hold_to_tool_rules(stage.name(), tool_rules, &mut saved, &mut acx, messages);
+        let component = stage.name();
+        hold_outputs(&mut saved, &mut acx, messages, |_, m| {
+            tool_rules.applies(m.tool_name.as_deref()).allows(component)
+        });
+    }
+    if stage.kind() == Kind::Offload && !cx.lossless_tools.is_empty() {
+        let held = |i: usize, m: &Message| {
+            m.tool_name
+                .as_ref()
+                .and_then(|tool| cx.lossless_tools.get(tool))
+                .is_some_and(|from| i >= *from)
+        };
+        hold_outputs(&mut saved, &mut acx, messages, |i, m| {
+            if held(i, m) {
+                Err("retried_after_compaction")
+            } else {
+                Ok(())
+            }
+        });
     }
     let new_counts: Vec<(usize, usize)> = saved
         .iter()
@@ -1081,29 +1122,56 @@ fn run_stage(
     component
 }
 
-/// Puts back every output the stage changed that its tool's rule keeps from it (`tools:`),
-/// counting each as a skip. A replay of an earlier decision is left as it is: the cached prefix
-/// keeps its bytes when a rule is added mid-session, and only new cuts are held to the rule.
-fn hold_to_tool_rules(
-    component: &str,
-    rules: &crate::tools::ToolRules,
+/// Puts back every tool output the stage changed that `allowed` keeps from it (a `tools:`
+/// rule, a tool the session learned to keep whole), counting each as a skip. A replay of a
+/// frozen decision is left as it is: only new decisions are held to the rule.
+fn hold_outputs(
     saved: &mut Vec<(usize, Message)>,
     acx: &mut ApplyCx<'_>,
     messages: &mut [Message],
+    allowed: impl Fn(usize, &Message) -> Result<(), &'static str>,
 ) {
-    saved.retain(|(i, old)| {
+    let mut held_calls: Vec<String> = Vec::new();
+    let mut held: Vec<usize> = Vec::new();
+    for (i, _) in saved.iter() {
         let message = &messages[*i];
         if !message.is_tool() || !is_new(acx, messages, *i) {
+            continue;
+        }
+        if let Err(reason) = allowed(*i, message) {
+            acx.gate(reason);
+            held.push(*i);
+            held_calls.extend(message.tool_call_id.clone());
+        }
+    }
+    if held.is_empty() {
+        return;
+    }
+    // A component that cuts a call and its output together (`failed_call`) is held to both:
+    // the call whose output stays whole stays whole too.
+    for (i, _) in saved.iter() {
+        let message = &messages[*i];
+        let pairs = message
+            .tool_calls
+            .iter()
+            .any(|call| held_calls.contains(&call.id));
+        if pairs && !message.is_tool() && is_new(acx, messages, *i) {
+            held.push(*i);
+        }
+    }
+    saved.retain(|(i, old)| {
+        if !held.contains(i) {
             return true;
         }
-        match rules
-            .applies(message.tool_name.as_deref())
-            .allows(component)
-        {
-            Ok(()) => true,
-            Err(reason) => {
+        // A message replayed from a freeze before the component changed it again goes back
+        // to the replay, not to the wire original: the replay is what the cached prefix holds.
+        match acx.reapplied_as.iter().find(|(j, _, _)| j == i) {
+            Some((_, _, replayed)) => {
+                messages[*i] = replayed.clone();
+                messages[*i] != *old
+            }
+            None => {
                 messages[*i] = old.clone();
-                acx.gate(reason);
                 false
             }
         }

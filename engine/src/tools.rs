@@ -17,6 +17,8 @@
 //! That order does not depend on how the YAML map was written, so two files that say the same
 //! thing behave the same. The pipeline's guard enforces the result (see `pipeline::run_stage`):
 //! a component's change to an output it may not touch is put back, and counted as a skip.
+//! Frozen decisions replay as they are; a deterministic component's earlier cut on an output a
+//! new rule protects goes back to the original once, as after any config change.
 
 use std::collections::BTreeMap;
 
@@ -116,7 +118,8 @@ fn specificity(pattern: &str) -> (bool, usize) {
 }
 
 /// `*` matches any run of characters, `?` exactly one; everything else itself. Iterative with
-/// one backtrack point, so a pattern of many stars costs linear time, not exponential.
+/// one backtrack point: at worst the pattern's length times the name's (never exponential),
+/// and tool names and patterns are short.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let pattern: Vec<char> = pattern.chars().collect();
     let name: Vec<char> = name.chars().collect();

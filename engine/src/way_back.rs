@@ -42,13 +42,14 @@ pub enum Withheld {
     ToolsNotArray,
     /// The tool could not be spliced into the rewritten body.
     Unplaced,
-    /// A streamed Responses request the provider stores (no `"store": false`). An in-stream
-    /// expand round answers with a second response, but the stream must carry the first one's
-    /// id (the SDKs check that it never changes), and a client that chains its next turn on
-    /// that id (`previous_response_id`) would continue a stored conversation that ends on an
-    /// unanswered expand call. Stateless streams (Codex) and non-streamed requests (whose reply
-    /// is the last round's, id included) keep the way back.
-    StoredStream,
+    /// A Responses request the provider stores (no `"store": false`, or a `conversation`).
+    /// Its markers would live on upstream, where a later turn that chains on it
+    /// (`previous_response_id`) carries no marker of its own and so declares no way back; an
+    /// expand round would also be stored into the conversation; and a streamed round hands the
+    /// client the first response's id (the SDKs check it never changes), whose stored
+    /// conversation ends on an unanswered expand call. Stateless requests (Codex sends
+    /// `"store": false` and the whole transcript) keep the way back.
+    StoredResponse,
 }
 
 impl Withheld {
@@ -59,7 +60,7 @@ impl Withheld {
         Withheld::ToolChoiceUnknown,
         Withheld::ToolsNotArray,
         Withheld::Unplaced,
-        Withheld::StoredStream,
+        Withheld::StoredResponse,
     ];
 
     pub fn label(self) -> &'static str {
@@ -69,7 +70,7 @@ impl Withheld {
             Withheld::ToolChoiceUnknown => "tool_choice_unknown",
             Withheld::ToolsNotArray => "tools_not_array",
             Withheld::Unplaced => "unplaced",
-            Withheld::StoredStream => "stored_stream",
+            Withheld::StoredResponse => "stored_response",
         }
     }
 }
@@ -108,8 +109,11 @@ pub fn reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
     if parsed.dialect() == Dialect::Responses {
         let is =
             |key: &str, literal: &str| parsed.field(key).is_some_and(|s| s.of(text) == literal);
-        if is("stream", "true") && !is("store", "false") {
-            return Err(Withheld::StoredStream);
+        let conversation = parsed
+            .field("conversation")
+            .is_some_and(|s| s.of(text) != "null");
+        if !is("store", "false") || conversation {
+            return Err(Withheld::StoredResponse);
         }
     }
     let Some(choice) = parsed.field("tool_choice") else {

@@ -10,6 +10,7 @@
 
 pub mod amortize;
 pub mod replay;
+pub mod retries;
 pub mod stats;
 pub mod tracker;
 pub mod turn;
@@ -39,6 +40,23 @@ pub struct SessionState {
     /// Turns since the last amortized depth re-write (the staircase of `cache.amortize`).
     #[serde(default)]
     pub turns_since_amortized: u32,
+    /// Calls whose outputs the last forwarded request carried cut, by tool and arguments (see
+    /// [`retries`]), with the id of the call that produced each.
+    #[serde(default)]
+    pub cut_calls: std::collections::BTreeMap<String, String>,
+    /// The tool behind each marker this session's cuts left.
+    #[serde(default)]
+    pub marker_tools: std::collections::BTreeMap<String, String>,
+    /// Marker ids the model expanded at least once.
+    #[serde(default)]
+    pub expanded: std::collections::BTreeSet<String>,
+    /// Tools whose outputs this session no longer cuts lossily (the model needed what was
+    /// cut), each with the first message index that applies from.
+    #[serde(default)]
+    pub lossless_tools: std::collections::BTreeMap<String, usize>,
+    /// Messages the previous request had: the calls after them are the model's new ones.
+    #[serde(default)]
+    pub seen_messages: usize,
 }
 
 /// Keeps a session's state in a store between actors (under the session's replay namespace).
@@ -111,8 +129,26 @@ pub fn run_turn<'a>(
     amortize: &AmortizeConfig,
 ) -> (Applied<'a>, TurnFacts) {
     let mut facts = begin_turn(state, parsed, cx.clock.now());
+    facts.retries = retries::detect(state, parsed.messages());
     cx.mutable_from = facts.mutable_from;
     cx.cold = facts.cold;
+    if !state.lossless_tools.is_empty() {
+        cx = cx.with_lossless_tools(retries::lossless(state));
+    }
+    let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
+    retries::remember(state, parsed.messages(), &applied.messages);
+    (applied, facts)
+}
+
+/// [`run_turn`] once the tracker has answered: the pipeline, or the staircase's two runs.
+fn run_under<'a>(
+    state: &mut SessionState,
+    parsed: &ParsedBody<'a>,
+    pipeline: &Pipeline,
+    cx: RunCx,
+    amortize: &AmortizeConfig,
+    mut facts: TurnFacts,
+) -> (Applied<'a>, TurnFacts) {
     state.turns_since_amortized = state.turns_since_amortized.saturating_add(1);
     let staircase = amortize.enabled
         && facts.known

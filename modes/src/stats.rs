@@ -192,6 +192,7 @@ pub struct Totals {
     wasted_tokens: u64,
     /// Prompt tokens expand rounds sent upstream again (read from the provider's cache).
     expand_reread_tokens: u64,
+    retries_after_compaction: u64,
     upstream_errors: u64,
     turns: TurnTotals,
     /// Turns run without lossy offloads because the model could not have called the expand
@@ -274,6 +275,14 @@ impl Stats {
         t.turns.cold_turns += u64::from(cold);
         t.turns.unknown_boundary_turns += u64::from(!known);
         t.turns.compaction_resets += u64::from(diverged);
+    }
+
+    /// Signs that a cut was needed after all: calls re-issued right after their output was cut,
+    /// and markers expanded a second time (see `retries`).
+    pub fn record_retries(&self, n: u64) {
+        if n > 0 {
+            self.totals.lock().retries_after_compaction += n;
+        }
     }
 
     /// The provider reported a cache read on a turn the predictor read cold.
@@ -706,6 +715,14 @@ pub static FIELDS: &[Field<Totals>] = &[
         "rounds",
         "Expand loop rounds.",
         |t| Num::Count(t.expand_rounds)
+    ),
+    row!(
+        Some("retries_after_compaction"),
+        Some("sluice_retries_after_compaction_total"),
+        Counter,
+        "retries",
+        "Calls the model re-issued right after their output was cut, and markers it expanded a second time; each makes that tool's outputs lossless for the rest of its session.",
+        |t| Num::Count(t.retries_after_compaction)
     ),
     row!(
         Some("expand_reread_tokens"),

@@ -90,6 +90,8 @@ pub struct TurnFacts {
     pub diverged: bool,
     /// `cache.amortize` judged a depth re-write worth its cache write on this warm turn.
     pub amortized: bool,
+    /// Calls the model re-issued right after their output was cut (see `retries`).
+    pub retries: u32,
 }
 
 /// Tokens the provider reported caching for a turn's request.
@@ -205,6 +207,7 @@ impl Tracker {
             idle,
             diverged,
             amortized: false,
+            retries: 0,
         };
         self.counts.turns += 1;
         self.counts.cold_turns += u64::from(cold);

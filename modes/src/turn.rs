@@ -224,6 +224,7 @@ impl Turn {
         match self {
             Turn::Forward(f) => {
                 record_facts(&f.facts);
+                stats.record_retries(f.facts.retries.into());
                 stats.record_run(&f.report, &f.discarded, f.added);
                 if let Some(reason) = f.withheld {
                     stats.record_way_back_withheld(reason.label());
@@ -460,6 +461,8 @@ impl TurnService {
         let cx = self.run_cx(&parsed, &session, models.as_ref(), reach.is_ok());
         let (mut applied, facts) =
             run_turn(&mut lease, &parsed, &pipeline, cx.clone(), &self.amortize);
+        // A re-run of this turn holds to the tools this turn learned to keep whole, too.
+        let cx = cx.with_lossless_tools(crate::retries::lossless(&lease));
         self.keep(&session, &lease);
         drop(lease);
         if let Some(models) = models.as_ref().filter(|m| m.pending() > 0) {

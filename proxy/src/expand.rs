@@ -235,11 +235,12 @@ pub fn continuation(
 
 /// One output item of a Responses reply as the next request's input must carry it.
 ///
-/// The documented loop feeds `response.output` back as input. A stored conversation (the API's
-/// default) resolves item ids, so items go back verbatim. With `"store": false` nothing is kept
-/// upstream: an `id` would name an item the provider never saved, so it is dropped, and a
-/// reasoning item survives only with its `encrypted_content` (the only way stateless reasoning
-/// is carried over); without it the item is left out.
+/// The documented loop feeds `response.output` back as input. A stored conversation resolves
+/// item ids, so items go back verbatim (sluice withholds its cuts on stored requests, see
+/// `way_back::Withheld::StoredResponse`, but a request may carry an older marker). With
+/// `"store": false` nothing is kept upstream: an `id` would name an item the provider never
+/// saved, so every item goes back without one, and a reasoning item survives only with its
+/// `encrypted_content` (the only way stateless reasoning is carried over).
 fn replayable_item(text: &str, item: Span, stateless: bool) -> Option<String> {
     let raw = item.of(text);
     if !stateless {
@@ -247,11 +248,13 @@ fn replayable_item(text: &str, item: Span, stateless: bool) -> Option<String> {
     }
     let mut value: serde_json::Value = serde_json::from_str(raw).ok()?;
     let object = value.as_object_mut()?;
-    if object.get("type").and_then(|t| t.as_str()) == Some("reasoning") {
-        return object
+    let reasoning = object.get("type").and_then(|t| t.as_str()) == Some("reasoning");
+    if reasoning
+        && !object
             .get("encrypted_content")
             .is_some_and(|c| c.is_string())
-            .then(|| raw.to_owned());
+    {
+        return None;
     }
     object.remove("id");
     Some(value.to_string())

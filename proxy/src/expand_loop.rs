@@ -51,6 +51,7 @@ impl Continuation {
         let mut missed = 0;
         let mut wasted = 0;
         let mut results: Vec<(String, String)> = Vec::with_capacity(calls.len());
+        self.note_expands(&calls).await;
         for call in calls {
             let original = match self.app.resolve(&self.session, &call.stash_id).await {
                 Some(original) => {
@@ -69,6 +70,20 @@ impl Continuation {
             .stats
             .record_expand_round(restored, missed, wasted, self.prompt_tokens);
         expand::continuation(forwarded, response, self.dialect, &results)
+    }
+
+    /// Tells the session which markers the model expanded: a second expand of one makes its
+    /// tool's outputs lossless for the rest of the session (`modes::retries`).
+    async fn note_expands(&self, calls: &[expand::ExpandCall]) {
+        let Some(sessions) = self.app.turns().sessions() else {
+            return;
+        };
+        let mut state = sessions.lease(&self.session).await;
+        let repeats = calls
+            .iter()
+            .filter(|call| modes::retries::note_expand(&mut state, &call.stash_id))
+            .count();
+        self.app.stats.record_retries(repeats as u64);
     }
 
     /// Sends the next request of the loop with the agent's own headers.

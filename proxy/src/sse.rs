@@ -234,7 +234,10 @@ impl Relay {
                 .next_sequence
                 .max(sequence.saturating_add(shift).saturating_add(1));
         }
-        if data["type"] == "response.created" && self.response_id.is_none() {
+        if data["type"] == "response.created"
+            && self.response_id.is_none()
+            && data["response"]["id"].is_string()
+        {
             self.response_id = Some(data["response"]["id"].clone());
         }
         if data["type"] == "response.output_item.done" && self.items_sent.len() < MAX_INDEX {
@@ -265,7 +268,7 @@ impl Relay {
             return Some(frame);
         };
         let mut data = data.clone();
-        data["index"] = Value::from(index + self.offset);
+        data["index"] = Value::from(index.saturating_add(self.offset));
         let kind = data["type"].as_str().unwrap_or("message").to_owned();
         Some(format!("event: {kind}\ndata: {data}\n\n").into_bytes())
     }

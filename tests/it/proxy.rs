@@ -1415,3 +1415,89 @@ async fn tool_rules_decide_which_components_may_cut_an_output() {
     assert_eq!(stats["components"]["collapse"]["saved_tokens"], 0);
     assert!(stats["components"]["linecap"]["saved_tokens"].as_u64() > Some(0));
 }
+
+/// Learning from retries, through the proxy: the model re-running a call whose output was cut,
+/// or expanding the same marker twice, makes that tool's outputs lossless for the session.
+#[tokio::test]
+async fn a_retried_call_makes_its_tool_lossless_for_the_session() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let session = [("x-context-guru-session", "retries-1")];
+    let first = compactable(Dialect::OpenAi, false);
+    sluice.chat(Dialect::OpenAi, &session, first.clone()).await;
+    let forwarded: Value =
+        serde_json::from_slice(&sluice.mock.recorded().last().unwrap().body).unwrap();
+    let sent: Value = serde_json::from_slice(&first).unwrap();
+    // The first output sluice cut, and the call that produced it.
+    let messages = sent["messages"].as_array().unwrap();
+    let cut = forwarded["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m["role"] == "tool" && m["content"].as_str().unwrap_or("").contains("<<cg:"))
+        .expect("the default cuts an output of this run");
+    let call_id = messages[cut]["tool_call_id"].clone();
+    let call = messages
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+        .find(|c| c["id"] == call_id)
+        .unwrap()
+        .clone();
+    assert_eq!(sluice.stats().await["retries_after_compaction"], 0);
+
+    // The model runs the same command again, and gets the same long output.
+    let mut again = sent.clone();
+    let mut retried = call.clone();
+    retried["id"] = json!("call_retry");
+    let list = again["messages"].as_array_mut().unwrap();
+    list.push(json!({"role": "assistant", "content": null, "tool_calls": [retried]}));
+    list.push(
+        json!({"role": "tool", "tool_call_id": "call_retry", "content": messages[cut]["content"]}),
+    );
+    let again = serde_json::to_vec(&again).unwrap();
+    sluice.chat(Dialect::OpenAi, &session, again.clone()).await;
+    let stats = sluice.stats().await;
+    assert_eq!(stats["retries_after_compaction"], 1);
+    let forwarded: Value =
+        serde_json::from_slice(&sluice.mock.recorded().last().unwrap().body).unwrap();
+    let last = forwarded["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["content"], messages[cut]["content"],
+        "the re-run's output reaches the model whole"
+    );
+    assert!(
+        stats["components"]
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|c| c["gates"]["retried_after_compaction"].as_u64() > Some(0)),
+        "{stats}"
+    );
+    // The cut already on the wire keeps its bytes: the cached prefix does not move.
+    assert_eq!(forwarded["messages"][cut], {
+        let first_forwarded: Value =
+            serde_json::from_slice(&sluice.mock.recorded()[0].body).unwrap();
+        first_forwarded["messages"][cut].clone()
+    });
+
+    // A marker expanded twice counts too.
+    let id = marker::marker_ids(forwarded["messages"][cut]["content"].as_str().unwrap())
+        .next()
+        .unwrap()
+        .to_owned();
+    for _ in 0..2 {
+        sluice.mock.script([
+            Reply::Expand {
+                text: None,
+                ids: vec![id.clone()],
+            },
+            Reply::Text("done".into()),
+        ]);
+        sluice.chat(Dialect::OpenAi, &session, again.clone()).await;
+    }
+    assert_eq!(sluice.stats().await["retries_after_compaction"], 2);
+}

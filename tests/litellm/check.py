@@ -66,6 +66,9 @@ for number, history in enumerate(turns, 1):
     names = [t["function"]["name"] for t in seen[0]["body"].get("tools", [])]
     check(f"turn {number}: the gateway's retrieve tool is declared", "headroom_retrieve" in names)
     answer = reply.choices[0].message.content or ""
+    if not hashes:
+        check(f"turn {number}: the retrieve round returned the original", False, "(no marker)")
+        continue
     original = get_json(f"{sluice_url}/v1/retrieve/{hashes[0]}")["original_content"]
     check(
         f"turn {number}: the retrieve round returned the original",

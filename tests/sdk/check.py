@@ -111,11 +111,11 @@ else:
     check("responses stream final response lists both rounds", final.output_text, deltas)
     check("responses expand call hidden, stream",
           any(getattr(item, "name", None) == "context_guru_expand" for item in final.output), False)
-    # A stored stream (no `store: false`) could be chained on an id that ends on an expand call:
-    # sluice cuts nothing lossy on it, so the curious model finds no marker to ask for.
+    # A stored request (no `store: false`) could be chained on by id, where its markers would
+    # have no way back: sluice cuts nothing lossy on it, so the curious model finds no marker.
     events = oc.responses.create(**dict(r_request, store=True), stream=True, extra_headers=curious)
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    check("responses stored stream: no marker without a way back", text, "ok")
+    check("responses stored request: no marker without a way back", text, "ok")
     checks += 6
 
 print(f"{checks - len(failures)} passed, {len(failures)} failed")

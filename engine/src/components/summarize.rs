@@ -141,6 +141,10 @@ impl Offload for Summarize {
         Ok(Vec::new())
     }
 
+    fn restructures(&self) -> bool {
+        true
+    }
+
     fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, &'static str>> {
         Some(self.summarize(body, cx))
     }

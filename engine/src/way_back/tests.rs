@@ -180,9 +180,9 @@ fn responses_bodies_get_a_flat_tool_wherever_tools_sit() {
     let input = r#""input":[{"role":"user","content":"run it"},{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"a long output"}]"#;
     let tools = r#""tools":[{"type":"function","name":"shell","parameters":{"type":"object"}}]"#;
     for body in [
-        format!(r#"{{"model":"m","instructions":"be brief",{input},{tools}}}"#),
+        format!(r#"{{"model":"m","store":false,"instructions":"be brief",{input},{tools}}}"#),
         format!(r#"{{"model":"m",{tools},"instructions":"be brief",{input},"store":false}}"#),
-        format!(r#"{{{input},{tools},"instructions":"be brief"}}"#),
+        format!(r#"{{{input},{tools},"instructions":"be brief","store":false}}"#),
     ] {
         let parsed = wire::parse(body.as_bytes(), Dialect::Responses).unwrap();
         let rewritten = body
@@ -208,16 +208,24 @@ fn responses_bodies_get_a_flat_tool_wherever_tools_sit() {
             Err(Withheld::ToolChoiceUnknown),
         ),
     ] {
-        let body = format!(r#"{{"tool_choice":{choice},{input}}}"#);
+        let body = format!(r#"{{"tool_choice":{choice},"store":false,{input}}}"#);
         let parsed = wire::parse(body.as_bytes(), Dialect::Responses).unwrap();
         assert_eq!(reach(&parsed), expected, "{choice}");
     }
     for (fields, expected) in [
-        (r#""stream":true"#, Err(Withheld::StoredStream)),
-        (r#""stream":true,"store":true"#, Err(Withheld::StoredStream)),
+        (r#""stream":true"#, Err(Withheld::StoredResponse)),
+        (
+            r#""stream":true,"store":true"#,
+            Err(Withheld::StoredResponse),
+        ),
+        (r#""store":true"#, Err(Withheld::StoredResponse)),
+        (r#""stream":false"#, Err(Withheld::StoredResponse)),
+        (
+            r#""store":false,"conversation":"conv_1""#,
+            Err(Withheld::StoredResponse),
+        ),
         (r#""stream":true,"store":false"#, Ok(())),
-        (r#""stream":false"#, Ok(())),
-        (r#""store":true"#, Ok(())),
+        (r#""store":false,"previous_response_id":null"#, Ok(())),
     ] {
         let body = format!(r#"{{{fields},{input}}}"#);
         let parsed = wire::parse(body.as_bytes(), Dialect::Responses).unwrap();

@@ -44,14 +44,18 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Resul
         }
         let fields = doc.members(span);
         let kind = string_field(text, doc, fields, "type", index)?.map(|(k, _)| k);
+        // An untyped item is a message when it has a role; without one it is an
+        // `item_reference` (`{"id": "msg_..."}`), which the API also accepts untyped.
+        let untyped_message = kind.is_none() && json::lookup(text, fields, "role").is_some();
         let (message, slot) = match kind.as_deref() {
-            None | Some("message") => read_message(text, doc, fields, index)?,
+            Some("message") => read_message(text, doc, fields, index)?,
+            None if untyped_message => read_message(text, doc, fields, index)?,
             Some("function_call") => read_call(text, doc, fields, index, true)?,
             Some("custom_tool_call") => read_call(text, doc, fields, index, false)?,
             Some("function_call_output" | "custom_tool_call_output") => {
                 read_output(text, doc, fields, index)?
             }
-            Some(_) => (opaque(), Slot::default()),
+            None | Some(_) => (opaque(), Slot::default()),
         };
         parsed.messages.push(message);
         parsed.slots.push(slot);

@@ -358,4 +358,12 @@ fn responses_bodies_without_an_item_list_are_errors() {
         parse(br#"{"input":[3]}"#, Dialect::Responses),
         Err(WireError::MalformedMessage { index: 0, .. })
     ));
+    // An untyped item reference is opaque, not a message without a role.
+    let reference = parse(
+        br#"{"input":[{"id":"msg_1"},{"role":"user","content":"go"}]}"#,
+        Dialect::Responses,
+    )
+    .unwrap();
+    assert!(!reference.messages()[0].rewritable);
+    assert_eq!(reference.messages()[1].content, "go");
 }

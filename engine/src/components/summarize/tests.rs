@@ -272,3 +272,20 @@ fn responses_items_are_tool_exchanges_and_render_like_chat() {
     assert!(output.render(true).contains("a.py"));
     assert!(message.render(false).contains("go on"));
 }
+
+/// A span summary is held to `tools:` rules like every other cut: with the only tool's outputs
+/// excluded, nothing is summarized and the model is never asked.
+#[test]
+fn protected_outputs_are_never_summarized_away() {
+    let h = Harness::new();
+    let input = body(&transcript(12));
+    let (output, report) = h.run("{}\ntools: {exclude: [bash]}", &input, true);
+    assert_eq!(output, input);
+    let summarize = report
+        .components
+        .iter()
+        .find(|c| c.name == "summarize")
+        .unwrap();
+    assert_eq!(summarize.gates.get("tool_excluded"), Some(&1));
+    assert!(h.host.asks.lock().is_empty());
+}
