@@ -222,7 +222,9 @@ fn protected_output(
             if let Err(reason) = rules.applies(tool).allows(component) {
                 return Some(reason);
             }
-            tool.and_then(|t| cx.lossless_tools.get(t))
+            let kind = crate::tools::output_kind(tool?, m.tool_arguments.as_deref());
+            cx.lossless_tools
+                .get(&kind)
                 .filter(|from| i >= **from)
                 .map(|_| "retried_after_compaction")
         })

@@ -260,9 +260,9 @@ pub struct RunCx {
     /// expand tool (see [`crate::way_back`]): only lossless repacking runs then, so no marker
     /// can leave without its way back.
     pub offloads: bool,
-    /// Tools whose outputs this session learned not to cut lossily (the model re-ran a call
-    /// whose output had been cut, or expanded the same marker twice), each with the first
-    /// message index it applies from: offloaders' cuts on its outputs from there on are put
+    /// Output kinds (`tools::output_kind`: a tool, or a shell tool's program) this session
+    /// learned not to cut lossily (the model re-ran a call whose output had been cut, or
+    /// expanded the same marker twice), each with the first message index it applies from: offloaders' cuts on its outputs from there on are put
     /// back, lossless repacking still runs. Outputs before that index keep whatever the
     /// components decide for them, so the cached prefix never moves.
     pub lossless_tools: Arc<std::collections::BTreeMap<String, usize>>,
@@ -1052,10 +1052,10 @@ fn run_stage(
     }
     if stage.kind() == Kind::Offload && !cx.lossless_tools.is_empty() {
         let held = |i: usize, m: &Message| {
-            m.tool_name
-                .as_ref()
-                .and_then(|tool| cx.lossless_tools.get(tool))
-                .is_some_and(|from| i >= *from)
+            m.tool_name.as_ref().is_some_and(|tool| {
+                let kind = crate::tools::output_kind(tool, m.tool_arguments.as_deref());
+                cx.lossless_tools.get(&kind).is_some_and(|from| i >= *from)
+            })
         };
         hold_outputs(&mut saved, &mut acx, messages, |i, m| {
             if held(i, m) {

@@ -211,3 +211,78 @@ mod tests {
         );
     }
 }
+
+/// What kind of output a call produces, for the session's learned `lossless_tools`: the tool,
+/// and for a shell-like tool the program its command runs (`bash:pytest`, `bash:cat`). One
+/// re-run `pytest` says nothing about `ls`, and an agent with a single shell tool would
+/// otherwise stop saving on every output after one retry.
+pub fn output_kind(tool: &str, arguments: Option<&str>) -> String {
+    let program = arguments
+        .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
+        .and_then(|args| {
+            let command = args.get("command").or_else(|| args.get("cmd"))?;
+            match command {
+                serde_json::Value::String(line) => program_of(line),
+                serde_json::Value::Array(words) => {
+                    words.iter().filter_map(|w| w.as_str()).find_map(program_of)
+                }
+                _ => None,
+            }
+        });
+    match program {
+        Some(program) => format!("{tool}:{program}"),
+        None => tool.to_owned(),
+    }
+}
+
+/// The program a command line runs: its first word that is not a `cd DIR &&` prefix or an
+/// environment assignment, without its directory.
+fn program_of(line: &str) -> Option<String> {
+    let mut words = line.split_whitespace().peekable();
+    while let Some(word) = words.next() {
+        if word == "cd" {
+            // `cd DIR && prog ...`: skip the directory and the connector.
+            words.next();
+            if words
+                .peek()
+                .is_some_and(|w| matches!(*w, "&&" | ";" | "||"))
+            {
+                words.next();
+            }
+            continue;
+        }
+        if word.contains('=') && !word.starts_with('-') {
+            continue;
+        }
+        let program = word.rsplit('/').next().unwrap_or(word);
+        return (!program.is_empty()).then(|| program.to_owned());
+    }
+    None
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::output_kind;
+
+    #[test]
+    fn shell_calls_are_told_apart_by_their_program() {
+        assert_eq!(
+            output_kind("bash", Some(r#"{"command":"pytest -x tests"}"#)),
+            "bash:pytest"
+        );
+        assert_eq!(
+            output_kind(
+                "bash",
+                Some(r#"{"command":"cd /repo && PYTHONPATH=. /usr/bin/python t.py"}"#)
+            ),
+            "bash:python"
+        );
+        assert_eq!(
+            output_kind("shell", Some(r#"{"command":["bash","-lc","ls"]}"#)),
+            "shell:bash"
+        );
+        assert_eq!(output_kind("Read", Some(r#"{"path":"a.py"}"#)), "Read");
+        assert_eq!(output_kind("bash", Some("not json")), "bash");
+        assert_eq!(output_kind("bash", None), "bash");
+    }
+}

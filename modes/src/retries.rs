@@ -7,7 +7,9 @@
 //! - the model expands the same marker a second time in a session: the cut keeps costing an
 //!   expand round.
 //!
-//! Either puts the tool into the session's `lossless_tools` with the index of the first message
+//! Either puts the output's kind (`engine::tools::output_kind`: the tool, or for a shell tool the
+//! program it ran, so one re-run `pytest` leaves `ls` alone) into the session's
+//! `lossless_tools` with the index of the first message
 //! the previous request did not have: from there on offloaders' cuts on its outputs are put
 //! back by the pipeline's guard (skip reason `retried_after_compaction`), lossless repacking
 //! still runs, and outputs before it keep what the components decide for them (so the cached
@@ -51,20 +53,22 @@ pub fn detect(state: &mut SessionState, messages: &[Message]) -> u32 {
         {
             retries += 1;
             let from = state.seen_messages;
-            state
-                .lossless_tools
-                .entry(call.name.clone())
-                .or_insert(from);
+            let kind = engine::tools::output_kind(&call.name, Some(&call.arguments));
+            state.lossless_tools.entry(kind).or_insert(from);
         }
     }
     retries
 }
 
-/// Remembers what the forwarded request cut: each cut output's call (for [`detect`]) and the
-/// tool behind each marker id (for [`note_expand`]).
+/// Remembers what the forwarded request cut: the calls behind the cut outputs it ends with (for
+/// [`detect`]) and the output kind behind each marker id (for [`note_expand`]).
 pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &[Message]) {
     let mut cut_calls = BTreeMap::new();
-    for (before, after) in original.iter().zip(forwarded) {
+    // "Right after": only the outputs the request ends with (the answers to the model's
+    // latest calls) can be retried on the next turn. An agent re-running a test after editing
+    // code, turns later, is working, not retrying.
+    let newest = original.len() - original.iter().rev().take_while(|m| m.is_tool()).count();
+    for (index, (before, after)) in original.iter().zip(forwarded).enumerate() {
         if !after.is_tool() || before.content == after.content {
             continue;
         }
@@ -76,15 +80,18 @@ pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &[Mes
             continue;
         }
         let arguments = after.tool_arguments.as_deref().unwrap_or("");
-        cut_calls.insert(call_key(tool, arguments), id.clone());
+        if index >= newest {
+            cut_calls.insert(call_key(tool, arguments), id.clone());
+        }
         if state.marker_tools.len() >= MAX_MARKERS {
             let keep: BTreeMap<String, String> = state
                 .marker_tools
                 .split_off(&middle_key(&state.marker_tools));
             state.marker_tools = keep;
         }
+        let kind = engine::tools::output_kind(tool, Some(arguments));
         for marker in ids {
-            state.marker_tools.insert(marker.to_owned(), tool.clone());
+            state.marker_tools.insert(marker.to_owned(), kind.clone());
         }
     }
     state.cut_calls = cut_calls;
@@ -155,7 +162,7 @@ mod tests {
         forwarded[2].content = "a long [cut] <<cg:0123456789abcdef>>".into();
         assert_eq!(detect(&mut state, &original), 0);
         remember(&mut state, &original, &forwarded);
-        assert_eq!(state.marker_tools["0123456789abcdef"], "bash");
+        assert_eq!(state.marker_tools["0123456789abcdef"], "bash:pytest");
 
         // The next turn: the same call with a new id is a retry; another call is not, and
         // neither is anything the previous request already held.
@@ -167,7 +174,7 @@ mod tests {
         next.push(call("c3", "read", r#"{"path":"a.py"}"#));
         assert_eq!(detect(&mut state, &next), 1);
         assert_eq!(
-            state.lossless_tools.get("bash"),
+            state.lossless_tools.get("bash:pytest"),
             Some(&3),
             "from the first new message"
         );

@@ -1422,19 +1422,29 @@ async fn tool_rules_decide_which_components_may_cut_an_output() {
 async fn a_retried_call_makes_its_tool_lossless_for_the_session() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
     let session = [("x-context-guru-session", "retries-1")];
-    let first = compactable(Dialect::OpenAi, false);
-    sluice.chat(Dialect::OpenAi, &session, first.clone()).await;
-    let forwarded: Value =
+    // Where the default first cuts an output of this run (learned on another session).
+    let whole = compactable(Dialect::OpenAi, false);
+    sluice
+        .chat(
+            Dialect::OpenAi,
+            &[("x-context-guru-session", "probe")],
+            whole.clone(),
+        )
+        .await;
+    let probe: Value =
         serde_json::from_slice(&sluice.mock.recorded().last().unwrap().body).unwrap();
-    let sent: Value = serde_json::from_slice(&first).unwrap();
-    // The first output sluice cut, and the call that produced it.
-    let messages = sent["messages"].as_array().unwrap();
-    let cut = forwarded["messages"]
+    let cut = probe["messages"]
         .as_array()
         .unwrap()
         .iter()
         .position(|m| m["role"] == "tool" && m["content"].as_str().unwrap_or("").contains("<<cg:"))
         .expect("the default cuts an output of this run");
+    // The turn that ends on that output: it is cut on arrival, the model's newest result.
+    let mut sent: Value = serde_json::from_slice(&whole).unwrap();
+    sent["messages"].as_array_mut().unwrap().truncate(cut + 1);
+    let first = serde_json::to_vec(&sent).unwrap();
+    sluice.chat(Dialect::OpenAi, &session, first.clone()).await;
+    let messages = sent["messages"].as_array().unwrap();
     let call_id = messages[cut]["tool_call_id"].clone();
     let call = messages
         .iter()
@@ -1478,11 +1488,7 @@ async fn a_retried_call_makes_its_tool_lossless_for_the_session() {
         "{stats}"
     );
     // The cut already on the wire keeps its bytes: the cached prefix does not move.
-    assert_eq!(forwarded["messages"][cut], {
-        let first_forwarded: Value =
-            serde_json::from_slice(&sluice.mock.recorded()[0].body).unwrap();
-        first_forwarded["messages"][cut].clone()
-    });
+    assert_eq!(forwarded["messages"][cut], probe["messages"][cut]);
 
     // A marker expanded twice counts too.
     let id = marker::marker_ids(forwarded["messages"][cut]["content"].as_str().unwrap())
