@@ -107,6 +107,31 @@ fn bench_run(
 /// Where a steady-state 1 MiB turn of the embedded default goes, phase by phase: what
 /// `apply_body` does in order, each measured alone so a change can be placed (the sum is close
 /// to `pipeline/embedded_default/1mb_openai/steady_state`, less the frees).
+/// The guard's per-tool rules (`tools:`), side by side with the same pipeline without them: a
+/// rule for every tool that allows every component, so each changed output is matched and
+/// nothing is held back (the figure is the check's cost, not a smaller saving).
+fn tool_rules(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pipeline/tool_rules/largest_public_anthropic");
+    let body = benches::public_bodies(Dialect::Anthropic).remove(0).1;
+    let plain = Config::embedded().build_pipeline().unwrap();
+    let ruled = Config::parse(
+        "tools:\n  exclude: [read_secret]\n  rules:\n    \"*\": {components: [format, textclean, dedup, collapse, linecap]}\n",
+    )
+    .unwrap()
+    .build_pipeline()
+    .unwrap();
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    for (name, pipeline) in [("without", &plain), ("with", &ruled)] {
+        let cx = run_cx(Dialect::Anthropic);
+        let expected = apply_body(&body, &plain, &cx).body.len();
+        assert_eq!(apply_body(&body, pipeline, &cx).body.len(), expected);
+        group.bench_function(name, |b| {
+            b.iter(|| apply_body(black_box(&body), pipeline, &cx).body.len());
+        });
+    }
+    group.finish();
+}
+
 fn default_pipeline_phases(c: &mut Criterion) {
     let mut group = c.benchmark_group("phases/embedded_default/1mb_openai");
     let pipeline = Config::embedded().build_pipeline().unwrap();
@@ -294,5 +319,5 @@ fn config() -> Criterion {
         .warm_up_time(Duration::from_secs(1))
 }
 
-criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back }
+criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, tool_rules, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back }
 criterion_main!(benches);

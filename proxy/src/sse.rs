@@ -156,6 +156,11 @@ pub struct Relay {
     held: Vec<u8>,
     /// Every data event of this round, for folding the turn into a response.
     events: Vec<Value>,
+    /// Bytes of the frames behind `events`, and of `items_sent`: both are bounded by
+    /// [`MAX_HELD_BYTES`] like the held part. A round past it is not folded (no expand round
+    /// for it: the agent gets it as it came) and later items are not copied.
+    events_bytes: usize,
+    items_bytes: usize,
 }
 
 impl Relay {
@@ -170,6 +175,8 @@ impl Relay {
             items_sent: Vec::new(),
             items_before: 0,
             response_id: None,
+            events_bytes: 0,
+            items_bytes: 0,
             holding: false,
             held: Vec::new(),
             events: Vec::new(),
@@ -191,6 +198,7 @@ impl Relay {
         let mut out = Vec::new();
         for frame in frames {
             let data = frame_data(&frame);
+            let frame_len = frame.len();
             if let Some(data) = &data
                 && !self.holding
                 && starts_expand(self.dialect, data)
@@ -209,7 +217,10 @@ impl Relay {
                 out.extend_from_slice(&frame);
             }
             if let Some(data) = data {
-                self.events.push(data);
+                self.events_bytes = self.events_bytes.saturating_add(frame_len);
+                if self.events_bytes <= MAX_HELD_BYTES {
+                    self.events.push(data);
+                }
             }
         }
         Bytes::from(out)
@@ -241,7 +252,11 @@ impl Relay {
             self.response_id = Some(data["response"]["id"].clone());
         }
         if data["type"] == "response.output_item.done" && self.items_sent.len() < MAX_INDEX {
-            self.items_sent.push(data["item"].clone());
+            let item = data["item"].clone();
+            self.items_bytes = self.items_bytes.saturating_add(item.to_string().len());
+            if self.items_bytes <= MAX_HELD_BYTES {
+                self.items_sent.push(item);
+            }
         }
     }
 
@@ -316,7 +331,12 @@ impl Relay {
 
     /// This round's whole assistant turn, in the shape of a non-streamed response.
     pub fn take_turn(&mut self) -> Value {
-        aggregate(self.dialect, &std::mem::take(&mut self.events))
+        let events = std::mem::take(&mut self.events);
+        if std::mem::take(&mut self.events_bytes) > MAX_HELD_BYTES {
+            // Not all of the round was kept: folding part of it would misstate the turn.
+            return Value::Null;
+        }
+        aggregate(self.dialect, &events)
     }
 
     /// The held turn was answered; the next upstream response continues this stream.
@@ -325,6 +345,7 @@ impl Relay {
         self.holding = false;
         self.held.clear();
         self.events.clear();
+        self.events_bytes = 0;
         self.offset = self.blocks_sent;
         self.sequence_offset = self.next_sequence;
         self.items_before = self.items_sent.len();
@@ -704,5 +725,29 @@ mod tests {
         let output = events[3]["response"]["output"].as_array().unwrap();
         let texts: Vec<&Value> = output.iter().map(|i| &i["content"][0]["text"]).collect();
         assert_eq!(texts, ["looking", "found it"]);
+    }
+
+    /// The events a round keeps for folding are bounded like the held part: a round whose
+    /// frames pass the bound is not folded (no expand round; the agent gets it as it came).
+    #[test]
+    fn a_round_past_the_bound_is_not_folded() {
+        let mut relay = Relay::new(Dialect::OpenAi);
+        let text = "x".repeat(1 << 20);
+        let frame = format!(
+            "data: {}\n\n",
+            json!({"choices": [{"delta": {"content": text}}]})
+        )
+        .into_bytes();
+        for _ in 0..(MAX_HELD_BYTES >> 20) + 1 {
+            relay.push_frames(vec![frame.clone()]);
+        }
+        assert!(relay.events.len() <= MAX_HELD_BYTES >> 20);
+        assert_eq!(relay.take_turn(), Value::Null);
+        relay.push_frames(vec![frame]);
+        assert_ne!(
+            relay.take_turn(),
+            Value::Null,
+            "the next round starts afresh"
+        );
     }
 }
