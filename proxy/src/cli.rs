@@ -706,8 +706,8 @@ fn replay(args: &ReplayArgs) -> Result<(), Failure> {
         crate::replay::write_out(dir, &reports, &totals, &options.prices)?;
     }
     let text = match args.format {
-        ReportFormat::Md => crate::replay::markdown(&reports, &totals),
-        ReportFormat::Json => crate::replay::json(&reports, &totals),
+        ReportFormat::Md => crate::replay::markdown(&reports, &totals, &options.prices),
+        ReportFormat::Json => crate::replay::json(&reports, &totals, &options.prices),
     };
     stdout_result(writeln!(std::io::stdout().lock(), "{text}"))
 }

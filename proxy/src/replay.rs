@@ -306,7 +306,7 @@ pub fn run(
 type ComponentSum<'a> = (usize, usize, usize, BTreeMap<&'a str, u64>);
 
 /// The Markdown report.
-pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
+pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# sluice replay\n");
     let _ = writeln!(
@@ -350,9 +350,8 @@ pub fn markdown(reports: &[SessionReport], t: &Totals) -> String {
         out,
         "## Sessions\n\n| session | turns | cold | content saved | net cost change | cost change | expand rounds | cache writes | flips | visible recall | recall | suggested range (last turn) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
     );
-    let prices = Prices::default();
     for r in reports {
-        let s = totals(std::slice::from_ref(r), &prices);
+        let s = totals(std::slice::from_ref(r), prices);
         let cold = r.turns.iter().filter(|t| t.cold).count();
         let range = r.suggested_range.map_or_else(
             || "none".to_owned(),
@@ -427,15 +426,15 @@ fn short(name: &str) -> &str {
     }
 }
 
-/// The JSON report: `totals` and `sessions`, each session with its own `totals`.
-pub fn json(reports: &[SessionReport], t: &Totals) -> String {
-    let prices = Prices::default();
+/// The JSON report: `totals` and `sessions`, each session with its own `totals` (billed with
+/// the same prices as the whole).
+pub fn json(reports: &[SessionReport], t: &Totals, prices: &Prices) -> String {
     let sessions: Vec<serde_json::Value> = reports
         .iter()
         .map(|r| {
             let mut session = serde_json::to_value(r).unwrap_or_default();
             if let Some(object) = session.as_object_mut() {
-                let own = totals(std::slice::from_ref(r), &prices);
+                let own = totals(std::slice::from_ref(r), prices);
                 object.insert(
                     "totals".into(),
                     serde_json::to_value(own).unwrap_or_default(),
@@ -486,8 +485,8 @@ pub fn write_out(
         write(charts.join(&file), crate::chart::session(r, name, prices))?;
         let _ = writeln!(links, "- [{name}](charts/{file})");
     }
-    write(dir.join("report.md"), markdown(reports, t) + &links)?;
-    write(dir.join("report.json"), json(reports, t))?;
+    write(dir.join("report.md"), markdown(reports, t, prices) + &links)?;
+    write(dir.join("report.json"), json(reports, t, prices))?;
     Ok(())
 }
 
