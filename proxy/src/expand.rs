@@ -173,11 +173,13 @@ pub fn continuation(
                 if i > 0 {
                     added.push(',');
                 }
-                added.push_str(r#"{"type":"tool_result","tool_use_id":"#);
-                json::encode_string(call_id, &mut added);
-                added.push_str(r#","content":"#);
-                json::encode_string(original, &mut added);
-                added.push('}');
+                push_result(
+                    &mut added,
+                    r#"{"type":"tool_result","tool_use_id":"#,
+                    call_id,
+                    "content",
+                    original,
+                );
             }
             added.push_str("]}");
         }
@@ -193,11 +195,14 @@ pub fn continuation(
                 r#"{{"role":"assistant","content":{content},"tool_calls":{tool_calls}}}"#
             ));
             for (call_id, original) in results {
-                added.push_str(r#",{"role":"tool","tool_call_id":"#);
-                json::encode_string(call_id, &mut added);
-                added.push_str(r#","content":"#);
-                json::encode_string(original, &mut added);
-                added.push('}');
+                added.push(',');
+                push_result(
+                    &mut added,
+                    r#"{"role":"tool","tool_call_id":"#,
+                    call_id,
+                    "content",
+                    original,
+                );
             }
         }
         Dialect::Responses => {
@@ -213,11 +218,13 @@ pub fn continuation(
                 if i > 0 {
                     added.push(',');
                 }
-                added.push_str(r#"{"type":"function_call_output","call_id":"#);
-                json::encode_string(call_id, &mut added);
-                added.push_str(r#","output":"#);
-                json::encode_string(original, &mut added);
-                added.push('}');
+                push_result(
+                    &mut added,
+                    r#"{"type":"function_call_output","call_id":"#,
+                    call_id,
+                    "output",
+                    original,
+                );
             }
         }
     }
@@ -231,6 +238,16 @@ pub fn continuation(
     out.extend_from_slice(added.as_bytes());
     out.extend_from_slice(&forwarded[close..]);
     Some(out)
+}
+
+/// Appends one tool result object: `head` (its opening up to the call id's key), the call id,
+/// then the original under `key`.
+fn push_result(out: &mut String, head: &str, call_id: &str, key: &str, original: &str) {
+    out.push_str(head);
+    json::encode_string(call_id, out);
+    out.push_str(&format!(r#","{key}":"#));
+    json::encode_string(original, out);
+    out.push('}');
 }
 
 /// One output item of a Responses reply as the next request's input must carry it.
