@@ -82,6 +82,8 @@ pub struct Mock {
     cache_report: Arc<Mutex<Option<(u64, u64)>>>,
     /// Every request gets the curious model (a gateway in between does not pass the header).
     curious: Arc<std::sync::atomic::AtomicBool>,
+    /// The provider's prompt cache, simulated, behind every reply's usage fields.
+    prompt_cache: Arc<Mutex<PromptCache>>,
 }
 
 impl std::fmt::Debug for Mock {
@@ -117,6 +119,7 @@ impl Mock {
             encoding: Arc::default(),
             cache_report: Arc::default(),
             curious: Arc::default(),
+            prompt_cache: Arc::default(),
         };
         let served = mock.clone();
         tokio::spawn(async move {
@@ -155,6 +158,12 @@ impl Mock {
     /// Sets the cache report of every later non-streamed Anthropic reply.
     pub fn set_cache_report(&self, report: Option<(u64, u64)>) {
         *self.cache_report.lock() = report;
+    }
+
+    /// Whether replies report prompt caching (on by default). Off, the usage carries no cache
+    /// fields, like a provider without prompt caching.
+    pub fn set_prompt_caching(&self, on: bool) {
+        self.prompt_cache.lock().off = !on;
     }
 
     /// Answers every request as the curious model does (see [`curious_reply`]), header or not.
@@ -238,6 +247,14 @@ impl Mock {
         }
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let stream = request["stream"] == true;
+        let dialect = if anthropic {
+            Api::Anthropic
+        } else if responses {
+            Api::Responses
+        } else {
+            Api::Chat
+        };
+        let prompt = self.prompt_cache.lock().bill(dialect, &request);
         let mut reply = self
             .script
             .lock()
@@ -306,6 +323,8 @@ impl Mock {
                 } else {
                     stream_events(anthropic, &reply)
                 };
+                let include_usage = request["stream_options"]["include_usage"] == true;
+                let events = with_usage(events, dialect, prompt.with_output(&reply), include_usage);
                 sse_response(futures_stream(
                     events
                         .into_iter()
@@ -314,9 +333,14 @@ impl Mock {
                     Duration::ZERO,
                 ))
             }
-            reply if responses => json_response(200, responses_whole(&reply).to_string()),
+            reply if responses => {
+                let mut whole = responses_whole(&reply);
+                whole["usage"] = prompt.with_output(&reply).json(dialect);
+                json_response(200, whole.to_string())
+            }
             reply => {
                 let mut whole = whole_response(anthropic, &reply);
+                whole["usage"] = prompt.with_output(&reply).json(dialect);
                 if let (true, Some((read, written))) = (anthropic, *self.cache_report.lock()) {
                     whole["usage"]["cache_read_input_tokens"] = json!(read);
                     whole["usage"]["cache_creation_input_tokens"] = json!(written);
@@ -748,4 +772,214 @@ fn char_chunks(text: &str, size: usize) -> Vec<&str> {
         rest = tail;
     }
     pieces
+}
+
+/// Which API a request came to, for its usage fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Anthropic,
+    Chat,
+    Responses,
+}
+
+/// The provider's prompt cache, simulated so replies carry the usage a real provider would
+/// report: input counted at about four bytes a token, a cache read for the longest prefix an
+/// earlier prompt shared (Anthropic: up to the request's last `cache_control`, only when it has
+/// one, at least 1,024 tokens; OpenAI: automatic from 1,024 tokens, in steps of 128), the rest
+/// of the cacheable part written (Anthropic) or billed fresh.
+#[derive(Debug, Default)]
+struct PromptCache {
+    prompts: VecDeque<Vec<u8>>,
+    /// No prompt caching: no cache fields at all.
+    off: bool,
+}
+
+/// Prompts remembered; the oldest is forgotten first.
+const CACHED_PROMPTS: usize = 64;
+const MIN_CACHED_TOKENS: usize = 1024;
+
+/// What one request is billed, in tokens.
+#[derive(Debug, Clone, Copy, Default)]
+struct Billed {
+    /// Every input token, cached or not.
+    input: usize,
+    read: usize,
+    written: usize,
+    output: usize,
+    /// The provider caches prompts (else no cache fields are reported).
+    caching: bool,
+}
+
+fn token_estimate(bytes: usize) -> usize {
+    bytes.div_ceil(4)
+}
+
+impl PromptCache {
+    fn bill(&mut self, api: Api, request: &Value) -> Billed {
+        // The prompt as the provider caches it: tools, system, then the conversation.
+        let conversation = match api {
+            Api::Responses => &request["input"],
+            Api::Anthropic | Api::Chat => &request["messages"],
+        };
+        let system = match api {
+            Api::Responses => &request["instructions"],
+            _ => &request["system"],
+        };
+        let prompt = serde_json::to_vec(&json!([request["tools"], system, conversation]))
+            .unwrap_or_default();
+        if self.off {
+            return Billed {
+                input: token_estimate(prompt.len()),
+                ..Billed::default()
+            };
+        }
+        let cacheable = match api {
+            Api::Anthropic => find_last(&prompt, b"\"cache_control\"").unwrap_or(0),
+            Api::Chat | Api::Responses => prompt.len(),
+        };
+        let shared = self
+            .prompts
+            .iter()
+            .map(|earlier| common_prefix(earlier, &prompt[..cacheable]))
+            .max()
+            .unwrap_or(0);
+        let mut read = token_estimate(shared);
+        if read < MIN_CACHED_TOKENS {
+            read = 0;
+        }
+        if api != Api::Anthropic {
+            read -= read % 128;
+        }
+        let cacheable_tokens = token_estimate(cacheable);
+        let written = match api {
+            Api::Anthropic if cacheable_tokens >= MIN_CACHED_TOKENS => cacheable_tokens - read,
+            _ => 0,
+        };
+        let known = self.prompts.iter().any(|p| p[..] == prompt[..cacheable]);
+        if cacheable_tokens >= MIN_CACHED_TOKENS && !known {
+            if self.prompts.len() == CACHED_PROMPTS {
+                self.prompts.pop_front();
+            }
+            self.prompts.push_back(prompt[..cacheable].to_vec());
+        }
+        Billed {
+            input: token_estimate(prompt.len()).max(read + written),
+            read,
+            written,
+            output: 0,
+            caching: !self.off,
+        }
+    }
+}
+
+/// The length of the bytes `a` and `b` start with in common: 4 KiB slices compared whole
+/// (memcmp), then bytes, so a long shared transcript costs microseconds, not milliseconds.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const STEP: usize = 4096;
+    let n = a.len().min(b.len());
+    let mut at = 0;
+    while at + STEP <= n && a[at..at + STEP] == b[at..at + STEP] {
+        at += STEP;
+    }
+    at + a[at..n]
+        .iter()
+        .zip(&b[at..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}
+
+impl Billed {
+    fn with_output(mut self, reply: &Reply) -> Billed {
+        let text = reply_text(reply).map_or(0, |t| t.len());
+        let calls: usize = calls(reply)
+            .iter()
+            .map(|(_, name, args)| name.len() + args.to_string().len())
+            .sum();
+        self.output = token_estimate(text + calls).max(1);
+        self
+    }
+
+    /// The `usage` object in `api`'s shape.
+    fn json(&self, api: Api) -> Value {
+        if !self.caching {
+            return match api {
+                Api::Anthropic => {
+                    json!({ "input_tokens": self.input, "output_tokens": self.output })
+                }
+                Api::Chat => json!({ "prompt_tokens": self.input, "completion_tokens": self.output,
+                                      "total_tokens": self.input + self.output }),
+                Api::Responses => json!({ "input_tokens": self.input, "output_tokens": self.output,
+                                           "total_tokens": self.input + self.output }),
+            };
+        }
+        match api {
+            Api::Anthropic => json!({
+                "input_tokens": self.input - self.read - self.written,
+                "cache_creation_input_tokens": self.written,
+                "cache_read_input_tokens": self.read,
+                "output_tokens": self.output,
+            }),
+            Api::Chat => json!({
+                "prompt_tokens": self.input,
+                "completion_tokens": self.output,
+                "total_tokens": self.input + self.output,
+                "prompt_tokens_details": { "cached_tokens": self.read, "audio_tokens": 0 },
+                "completion_tokens_details": { "reasoning_tokens": 0, "audio_tokens": 0 },
+            }),
+            Api::Responses => json!({
+                "input_tokens": self.input,
+                "input_tokens_details": { "cached_tokens": self.read },
+                "output_tokens": self.output,
+                "output_tokens_details": { "reasoning_tokens": 0 },
+                "total_tokens": self.input + self.output,
+            }),
+        }
+    }
+}
+
+/// `events` with the usage a provider streams: Anthropic's `message_start` (input and cache)
+/// and `message_delta` (output); the Responses API's response objects; for chat completions a
+/// last chunk with `usage` and no choices, only when the request asked for it
+/// (`stream_options.include_usage`).
+fn with_usage(events: Vec<String>, api: Api, billed: Billed, include_usage: bool) -> Vec<String> {
+    let mut out = Vec::with_capacity(events.len() + 1);
+    for event in events {
+        let Some(at) = event.find("data: {") else {
+            if api == Api::Chat && include_usage && event.starts_with("data: [DONE]") {
+                let chunk = json!({ "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1,
+                                    "model": "mock", "choices": [], "usage": billed.json(api) });
+                out.push(format!("data: {chunk}\n\n"));
+            }
+            out.push(event);
+            continue;
+        };
+        let Ok(mut data) = serde_json::from_str::<Value>(event[at + 6..].trim_end()) else {
+            out.push(event);
+            continue;
+        };
+        let usage = billed.json(api);
+        match (api, data["type"].as_str()) {
+            (Api::Anthropic, Some("message_start")) => {
+                let mut start = usage;
+                start["output_tokens"] = json!(1);
+                data["message"]["usage"] = start;
+            }
+            (Api::Anthropic, Some("message_delta")) => {
+                data["usage"] = json!({ "output_tokens": billed.output });
+            }
+            (Api::Responses, _) if data["response"].is_object() => {
+                data["response"]["usage"] = usage;
+            }
+            _ => {
+                out.push(event);
+                continue;
+            }
+        }
+        out.push(format!("{}data: {data}\n\n", &event[..at]));
+    }
+    out
 }

@@ -18,6 +18,9 @@ const STATEFUL: &str =
 async fn replay_computes_the_bodies_the_proxy_forwards() {
     for yaml in [engine::config::EMBEDDED_DEFAULT, STATEFUL] {
         let sluice = start(yaml).await;
+        // Replay bills with its own cost model and never hands the tracker a provider report;
+        // so that both see the same facts, this provider reports no caching.
+        sluice.mock.set_prompt_caching(false);
         let config = Config::parse(yaml).unwrap();
         let pipeline = Arc::new(config.build_pipeline().unwrap());
         let (mut sessions, mut turns_checked) = (0, 0);
