@@ -157,6 +157,8 @@ pub mod process {
 
     /// Starts `sluice serve` on a free loopback port with `--store STORE`, both upstreams at
     /// `upstream`, `extra` arguments and warnings-only logs; returns its URL once it listens.
+    /// The dashboard is off (`--no-dashboard`) unless `extra` asks for it: a harness measures
+    /// one thing at a time, and `load.sh dashboard` measures the dashboard.
     ///
     /// # Panics
     /// When the binary cannot be started.
@@ -182,6 +184,11 @@ pub mod process {
                 upstream,
             ])
             .args(extra)
+            .args(if extra.iter().any(|a| a.starts_with("--dashboard")) {
+                &[][..]
+            } else {
+                &["--no-dashboard"][..]
+            })
             .env("SLUICE_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()

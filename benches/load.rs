@@ -7,6 +7,10 @@
 //!
 //! The mock and the load generator share this process and the machine's two cores with sluice,
 //! so throughput is a relative figure: both arms pay the same overhead.
+//!
+//! `load.sh dashboard` measures the dashboard's capture instead: two sluices on the same mock,
+//! one with `--no-dashboard` and one with the dashboard on a file and content capture open,
+//! requests alternating between them; it reports both arms' latency and the difference.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -67,6 +71,10 @@ fn with_stream(body: &[u8]) -> Bytes {
 /// A memory store: this harness never touches the user's state directory, and the stores are
 /// compared side by side in `stores.rs`.
 fn start_sluice(binary: &str, port: u16, upstream: &str) -> Child {
+    start_sluice_with(binary, port, upstream, &["--no-dashboard"])
+}
+
+fn start_sluice_with(binary: &str, port: u16, upstream: &str, extra: &[&str]) -> Child {
     Command::new(binary)
         .args([
             "serve",
@@ -75,6 +83,7 @@ fn start_sluice(binary: &str, port: u16, upstream: &str) -> Child {
             "--store",
             "memory",
         ])
+        .args(extra)
         .args([
             "--anthropic-upstream",
             upstream,
@@ -117,43 +126,165 @@ async fn throughput(client: &HttpClient, url: String, bodies: Arc<Vec<Bytes>>) -
     done.load(Ordering::Relaxed) as f64 / THROUGHPUT_WINDOW.as_secs_f64()
 }
 
+/// The public final requests of at most `MAX_BODY` in `dialect`.
+fn measured_bodies(dialect: Dialect) -> Vec<Bytes> {
+    benches::public_bodies(dialect)
+        .into_iter()
+        .filter(|(_, b)| b.len() <= MAX_BODY)
+        .map(|(_, b)| Bytes::from(b))
+        .collect()
+}
+
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    probe.local_addr().expect("addr").port()
+}
+
+async fn wait_ready(client: &HttpClient, url: &str) {
+    for _ in 0..100 {
+        let request = http::Request::get(format!("{url}/healthz"))
+            .body(Full::new(Bytes::new()))
+            .expect("req");
+        if client.request(request).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The dashboard's cost on the request path: the same bodies through a sluice without it and
+/// one with it (a file, content capture on), alternating, in one run.
+async fn compare_dashboard(binary: &str, mock: &Mock, client: &HttpClient) {
+    let db = std::env::temp_dir().join(format!("sluice-load-dashboard-{}.db", std::process::id()));
+    let db_arg = db.display().to_string();
+    let (off_port, on_port) = (free_port(), free_port());
+    let mut off = start_sluice_with(binary, off_port, &mock.url(), &["--no-dashboard"]);
+    let mut on = start_sluice_with(
+        binary,
+        on_port,
+        &mock.url(),
+        &[
+            "--dashboard",
+            "--dashboard-db",
+            &db_arg,
+            "--dashboard-content",
+        ],
+    );
+    let (off_url, on_url) = (
+        format!("http://127.0.0.1:{off_port}"),
+        format!("http://127.0.0.1:{on_port}"),
+    );
+    wait_ready(client, &off_url).await;
+    wait_ready(client, &on_url).await;
+    println!(
+        "| dialect | bodies | without p50 | with p50 | difference p50 | without p99 | with p99 | difference p99 |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let bodies = measured_bodies(dialect);
+        let (a, b) = (
+            format!("{off_url}{}", route(dialect)),
+            format!("{on_url}{}", route(dialect)),
+        );
+        for body in &bodies {
+            post(client, &a, body.clone()).await;
+            post(client, &b, body.clone()).await;
+        }
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS * 2 {
+            for body in &bodies {
+                if round % 2 == 0 {
+                    without.push(ms(post(client, &a, body.clone()).await));
+                    with.push(ms(post(client, &b, body.clone()).await));
+                } else {
+                    with.push(ms(post(client, &b, body.clone()).await));
+                    without.push(ms(post(client, &a, body.clone()).await));
+                }
+            }
+        }
+        without.sort_by(f64::total_cmp);
+        with.sort_by(f64::total_cmp);
+        let (w50, d50, w99, d99) = (
+            percentile(&without, 50.0),
+            percentile(&with, 50.0),
+            percentile(&without, 99.0),
+            percentile(&with, 99.0),
+        );
+        println!(
+            "| {} | {} | {w50:.3} ms | {d50:.3} ms | {:+.3} ms | {w99:.3} ms | {d99:.3} ms | {:+.3} ms |",
+            dialect.as_str(),
+            bodies.len(),
+            d50 - w50,
+            d99 - w99,
+        );
+    }
+    let overview = client
+        .request(
+            http::Request::get(format!("{on_url}/dashboard/api/overview"))
+                .body(Full::new(Bytes::new()))
+                .expect("req"),
+        )
+        .await
+        .expect("overview");
+    let overview: serde_json::Value = serde_json::from_slice(
+        &overview
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes(),
+    )
+    .unwrap_or_default();
+    println!();
+    println!(
+        "dashboard rows: {} captured, {} dropped, {} write errors",
+        overview["capture"]["captured"],
+        overview["capture"]["dropped"],
+        overview["capture"]["write_errors"]
+    );
+    for child in [&mut off, &mut on] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{db_arg}{suffix}"));
+    }
+}
+
 fn main() {
     let binary = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
+    if std::env::args().nth(2).as_deref() == Some("dashboard") {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let mock = Mock::start().await;
+            let client: HttpClient =
+                Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+            compare_dashboard(&binary, &mock, &client).await;
+        });
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async move {
         let mock = Mock::start().await;
-        let port = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-            probe.local_addr().expect("addr").port()
-        };
+        let port = free_port();
         let mut sluice = start_sluice(&binary, port, &mock.url());
         let sluice_url = format!("http://127.0.0.1:{port}");
         let client: HttpClient = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-        for _ in 0..100 {
-            let ready = client
-                .request(http::Request::get(format!("{sluice_url}/healthz")).body(Full::new(Bytes::new())).expect("req"))
-                .await
-                .is_ok();
-            if ready {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_ready(&client, &sluice_url).await;
 
         println!("| dialect | bodies | direct p50 | sluice p50 | added p50 | direct p99 | sluice p99 | added p99 | TTFB direct p50 | TTFB sluice p50 |");
         println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
         let mut all_bodies = Vec::new();
         for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
-            let bodies: Vec<Bytes> = benches::public_bodies(dialect)
-                .into_iter()
-                .filter(|(_, b)| b.len() <= MAX_BODY)
-                .map(|(_, b)| Bytes::from(b))
-                .collect();
+            let bodies = measured_bodies(dialect);
             // One unmeasured pass first: a live agent re-sends its transcript every turn, so every
             // message but the newest has been seen (and its token count cached) before. The cost
             // of a first sight is measured by the engine bench (`first_sight`).

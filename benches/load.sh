@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p proxy --bin sluice && cargo build --release --quiet -p benches --bin load
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-"$target_dir/release/load" "$target_dir/release/sluice"
+# `bash benches/load.sh dashboard`: the dashboard's capture, on and off, side by side.
+"$target_dir/release/load" "$target_dir/release/sluice" "$@"

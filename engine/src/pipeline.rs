@@ -584,6 +584,19 @@ pub enum Revert {
     CachedPrefix,
 }
 
+impl Revert {
+    /// How the dashboard and logs name it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Revert::Panicked(_) => "panicked",
+            Revert::Failed(_) => "failed",
+            Revert::NoStashKey => "no_stash_key",
+            Revert::Grew => "grew",
+            Revert::CachedPrefix => "cached_prefix",
+        }
+    }
+}
+
 /// Freeze lookups by one component on one request (`frozen_*` in `/stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct FrozenCounts {

@@ -154,6 +154,8 @@ pub struct Forward {
     pub expandable: bool,
     /// The body asks for a streamed response.
     pub stream: bool,
+    /// The body's `model`, when it names one.
+    pub model: Option<String>,
     /// The normalized messages as forwarded.
     pub messages: Vec<Message>,
     pub facts: TurnFacts,
@@ -186,6 +188,7 @@ impl Forward {
             session,
             expandable: false,
             stream: is_stream(parsed),
+            model: model_of(parsed),
             messages: parsed.messages().to_vec(),
             facts,
             report: RunReport {
@@ -199,6 +202,10 @@ impl Forward {
             flushed: Flush::done(),
         }
     }
+}
+
+fn model_of(parsed: &ParsedBody<'_>) -> Option<String> {
+    serde_json::from_str(parsed.field("model")?.of(parsed.text())).ok()
 }
 
 fn is_stream(parsed: &ParsedBody<'_>) -> bool {
@@ -770,6 +777,7 @@ impl<'a> Settled<'a> {
             session,
             expandable,
             stream: is_stream(parsed),
+            model: model_of(parsed),
             messages: self.applied.messages,
             facts,
             report: self.applied.report,

@@ -114,6 +114,10 @@ pub fn route_label(path: &str) -> &str {
     }
     if path.starts_with("/v1/retrieve/") {
         "/v1/retrieve/{hash}"
+    } else if path.starts_with("/dashboard/api/requests/") {
+        "/dashboard/api/requests/{id}"
+    } else if let Some((_, route, ..)) = crate::dashboard::ROUTES.iter().find(|r| r.1 == path) {
+        route
     } else if path.starts_with("/openai/deployments/") {
         "/openai/deployments/{name}/..."
     } else if path.starts_with("/anthropic/") {

@@ -28,6 +28,7 @@ use modes::{SessionState, StorePersist};
 
 use crate::chat::{FLUSH_WAIT, chat, relay, send};
 use crate::clock::SystemClock;
+use crate::dashboard_stats::{DASHBOARD_FIELDS, DashboardView};
 use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::respond::{self as h, Body, ProxyError};
 use crate::store_stats::{STORE_FIELDS, StoreView};
@@ -57,6 +58,8 @@ pub struct Settings {
     /// Keys the credential scope of session keys (`SLUICE_SCOPE_SECRET`); replicas sharing a
     /// store must share it.
     pub scope_secret: Vec<u8>,
+    /// The dashboard store, when `--dashboard` is on.
+    pub dashboard: Option<Arc<actors::dashboard::Dashboard>>,
 }
 
 impl Default for Settings {
@@ -71,6 +74,7 @@ impl Default for Settings {
             admission: crate::admit::Admission::default(),
             sandbox: llm::Isolation::InProcess,
             scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
+            dashboard: None,
         }
     }
 }
@@ -271,7 +275,7 @@ impl App {
     }
 
     /// `sqlite:PATH`, a redacted Redis URL, `memory` or `off`.
-    fn store_backend(&self) -> String {
+    pub(crate) fn store_backend(&self) -> String {
         match &self.durable {
             Some(durable) => durable.describe(),
             None if self.store().persists() => "memory".to_owned(),
@@ -367,7 +371,12 @@ impl App {
             .expect("the turn service of the running mode has session actors")
     }
 
-    fn mode(&self) -> &'static str {
+    /// The dashboard store, when it is on.
+    pub fn dashboard(&self) -> Option<&Arc<actors::dashboard::Dashboard>> {
+        self.settings.dashboard.as_ref()
+    }
+
+    pub(crate) fn mode(&self) -> &'static str {
         match self.config.mode {
             engine::config::Mode::Sync => "sync",
             engine::config::Mode::Observe => "observe",
@@ -386,6 +395,18 @@ pub async fn handle(
     let method = request.method().clone();
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
+        (method, dash) if dash.starts_with("/dashboard") => {
+            match crate::dashboard::route(method, dash) {
+                Some(&(_, _, audience, _)) => {
+                    crate::dashboard::handle(&app, peer, &request, audience).await
+                }
+                None => ProxyError::NotFound {
+                    method: method.clone(),
+                    path: path.clone(),
+                }
+                .into_response(),
+            }
+        }
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
         (&Method::GET, "/stats" | "/metrics" | "/expand")
         | (&Method::POST, "/compact" | "/v1/compress")
@@ -403,6 +424,8 @@ pub async fn handle(
             if let Some(object) = stats.as_object_mut() {
                 table::write_json(LLM_FIELDS, &llm, object);
                 table::write_json(STORE_FIELDS, &app.store_view(), object);
+                let dashboard = DashboardView::of(app.dashboard().map(|d| &**d));
+                table::write_json(DASHBOARD_FIELDS, &dashboard, object);
                 object.insert("store_backend".into(), app.store_backend().into());
                 object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
                 object.insert(
@@ -417,6 +440,8 @@ pub async fn handle(
             let llm = LlmView::new(app.llm.counts(), &app.stats);
             table::write_prometheus(LLM_FIELDS, &llm, &mut text);
             table::write_prometheus(STORE_FIELDS, &app.store_view(), &mut text);
+            let dashboard = DashboardView::of(app.dashboard().map(|d| &**d));
+            table::write_prometheus(DASHBOARD_FIELDS, &dashboard, &mut text);
             write_build_info(&mut text, app.started.elapsed());
             h::text(StatusCode::OK, text)
         }

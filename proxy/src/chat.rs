@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use actors::dashboard::ReplyUsage;
 use actors::sessions::Sessions;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -25,11 +26,12 @@ use parking_lot::Mutex;
 
 use crate::access::Access;
 use crate::app::{App, read_body, upstream_uri};
+use crate::capture::Capture;
 use crate::decode::{Decoder, Encoding};
 use crate::expand_loop::Continuation;
 use crate::respond::{Body, BoxError, ProxyError};
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
-use crate::usage::UsageScanner;
+use crate::usage::{UsageScanner, cache_report};
 
 /// The scheme and host of an upstream URI, for logs: the path, the query and any credentials
 /// in the authority (`https://user:key@host`) stay out.
@@ -66,9 +68,10 @@ pub(crate) async fn chat(
     // it asks for it uncompressed whatever the agent accepts; see `decode.rs` for an upstream
     // that compresses all the same.
     headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    let capture = Capture::start(app.dashboard(), dialect, app.mode(), &headers);
     if let Some(observer) = app.observer() {
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
-        let meet = observe(app, observer, dialect, &headers, &body);
+        let meet = observe(app, observer, dialect, &headers, &body, capture.clone());
         app.stats.record_passthrough(false);
         let sent = Untouched {
             method: parts.method,
@@ -77,7 +80,13 @@ pub(crate) async fn chat(
             body,
         };
         return sent
-            .forward(app, access, "observe", Some(Report::Observed(meet)))
+            .forward(
+                app,
+                access,
+                "observe",
+                Some(Report::Observed(meet)),
+                capture,
+            )
             .await;
     }
     let models = RequestModels {
@@ -109,13 +118,21 @@ pub(crate) async fn chat(
                 body,
             };
             // A bypassed turn was recorded by the tracker: its cache report belongs there.
+            if let Some(capture) = &capture {
+                capture.untouched(reason.label(), session.as_deref());
+            }
             let report = session.map(Report::Live);
-            return sent.forward(app, access, reason.label(), report).await;
+            return sent
+                .forward(app, access, reason.label(), report, capture)
+                .await;
         }
     };
     access.turn(&forward.report, forward.added);
     access.bytes_out = forward.body.len();
     access.expandable = forward.expandable;
+    if let Some(capture) = &capture {
+        capture.turn(&mut forward, &body, dialect);
+    }
     let sent = timed_send(
         app,
         &mut access,
@@ -127,8 +144,17 @@ pub(crate) async fn chat(
     .await;
     let response = match sent {
         Ok(response) => response,
-        Err(err) => return access.attach(ProxyError::Upstream(err).into_response()),
+        Err(err) => {
+            let response = ProxyError::Upstream(err).into_response();
+            if let Some(capture) = &capture {
+                capture.answered(response.status().as_u16(), access.upstream);
+            }
+            return access.attach(response);
+        }
     };
+    if let Some(capture) = &capture {
+        capture.answered(response.status().as_u16(), access.upstream);
+    }
     // The turn's writes reach the state store while the upstream thinks; the reply waits for
     // them, so the agent's next turn (on any replica, or after a restart) finds them. A store
     // that does not acknowledge in time is counted there; the reply goes regardless.
@@ -142,6 +168,7 @@ pub(crate) async fn chat(
             app,
             Report::Live(forward.session),
             response,
+            capture,
         ));
     }
     let call = Continuation {
@@ -151,6 +178,7 @@ pub(crate) async fn chat(
         headers,
         session: forward.session,
         prompt_tokens: forward.report.tokens_after as u64,
+        capture,
     };
     access.attach(if forward.stream {
         call.stream(forward.body, response)
@@ -176,6 +204,7 @@ impl Untouched<'_> {
         mut access: Access,
         why: &'static str,
         report: Option<Report>,
+        capture: Option<Capture>,
     ) -> Response<Body> {
         access.untouched = Some(why);
         access.bytes_out = self.body.len();
@@ -188,11 +217,15 @@ impl Untouched<'_> {
             self.body,
         )
         .await;
-        access.attach(match (sent, report) {
-            (Ok(response), None) => relay(response),
-            (Ok(response), Some(report)) => relay_reporting(app, report, response),
+        let response = match (sent, report) {
+            (Ok(response), None) => relay_counted(response, capture.clone()),
+            (Ok(response), Some(report)) => relay_reporting(app, report, response, capture.clone()),
             (Err(err), _) => ProxyError::Upstream(err).into_response(),
-        })
+        };
+        if let Some(capture) = &capture {
+            capture.answered(response.status().as_u16(), access.upstream);
+        }
+        access.attach(response)
     }
 }
 
@@ -236,6 +269,33 @@ pub(crate) fn relay(response: Response<Incoming>) -> Response<Body> {
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
 }
 
+/// A reply to a body sluice could not read, relayed as it came; the dashboard reads its usage
+/// when it is not compressed.
+fn relay_counted(response: Response<Incoming>, capture: Option<Capture>) -> Response<Body> {
+    let Some(capture) = capture else {
+        return relay(response);
+    };
+    if response
+        .headers()
+        .contains_key(http::header::CONTENT_ENCODING)
+    {
+        return relay(response);
+    }
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let mut scanner = UsageScanner::new(move |usage| capture.usage(usage));
+    let body = body
+        .map_err(|e| Box::new(e) as BoxError)
+        .map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                scanner.scan(data);
+            }
+            frame
+        })
+        .boxed();
+    Response::from_parts(parts, body)
+}
+
 /// Where a reply's cache report goes.
 enum Report {
     /// The session's tracker, known now.
@@ -245,9 +305,15 @@ enum Report {
 }
 
 /// Relays `response` and, once its body is done, hands the provider's cache report for this
-/// turn to the session's tracker. A compressed reply is decoded on the way (sluice asked for
-/// identity); one it cannot decode goes through as it came, unread.
-fn relay_reporting(app: &Arc<App>, to: Report, response: Response<Incoming>) -> Response<Body> {
+/// turn to the session's tracker and its usage to the dashboard. A compressed reply is decoded
+/// on the way (sluice asked for identity); one it cannot decode goes through as it came,
+/// unread.
+fn relay_reporting(
+    app: &Arc<App>,
+    to: Report,
+    response: Response<Incoming>,
+    capture: Option<Capture>,
+) -> Response<Body> {
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let decoder = match Encoding::take(&mut parts.headers) {
@@ -258,9 +324,17 @@ fn relay_reporting(app: &Arc<App>, to: Report, response: Response<Incoming>) -> 
         }
     };
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
-    let mut scanner = UsageScanner::new(move |usage| match to {
-        Report::Live(session) => apply_usage(&sessions, &stats, &session, usage),
-        Report::Observed(meet) => meet.usage(usage, &sessions, &stats),
+    let mut scanner = UsageScanner::new(move |usage: ReplyUsage| {
+        if let Some(capture) = capture {
+            capture.usage(usage);
+        }
+        let Some(cache) = cache_report(&usage) else {
+            return;
+        };
+        match to {
+            Report::Live(session) => apply_usage(&sessions, &stats, &session, cache),
+            Report::Observed(meet) => meet.usage(cache, &sessions, &stats),
+        }
     });
     let body = match decoder {
         None => body
@@ -281,7 +355,7 @@ fn relay_reporting(app: &Arc<App>, to: Report, response: Response<Incoming>) -> 
 /// stream ends and it is dropped.
 fn decoding<F>(body: Incoming, decoder: Box<Decoder>, scanner: UsageScanner<F>) -> Body
 where
-    F: FnOnce(CacheUsage) + Send + Sync + 'static,
+    F: FnOnce(ReplyUsage) + Send + Sync + 'static,
 {
     let stream =
         futures::stream::unfold(Some((body, Some(decoder), scanner)), |state| async move {
@@ -323,14 +397,23 @@ where
     BodyExt::boxed(StreamBody::new(stream))
 }
 
-/// A scanner that hands the cache report it finds to `session`'s tracker when dropped (the
-/// expand loop scans its first reply with it: that reply's report describes the turn).
+/// A scanner that hands the cache report it finds to `session`'s tracker, and the usage to the
+/// dashboard, when dropped (the expand loop scans its first reply with it: that reply's report
+/// describes the turn).
 pub(crate) fn live_report(
     app: &App,
     session: String,
-) -> UsageScanner<impl FnOnce(CacheUsage) + Send + use<>> {
+    capture: Option<Capture>,
+) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
-    UsageScanner::new(move |usage| apply_usage(&sessions, &stats, &session, usage))
+    UsageScanner::new(move |usage: ReplyUsage| {
+        if let Some(capture) = capture {
+            capture.usage(usage);
+        }
+        if let Some(cache) = cache_report(&usage) {
+            apply_usage(&sessions, &stats, &session, cache);
+        }
+    })
 }
 
 /// The provider's cache report for a session's latest turn, to its tracker.
@@ -392,6 +475,7 @@ fn observe(
     dialect: Dialect,
     headers: &HeaderMap,
     body: &Bytes,
+    capture: Option<Capture>,
 ) -> Arc<Meet> {
     let meet = Arc::new(Meet::default());
     let key = {
@@ -412,6 +496,9 @@ fn observe(
         };
         let turn = runtime.block_on(shadow.run(input));
         turn.record_projection(&stats);
+        if let (Some(capture), Turn::Forward(forward)) = (&capture, &turn) {
+            capture.projection(forward);
+        }
         if let (Some(session), Some(sessions)) = (turn.session(), shadow.sessions()) {
             meet_job.session(session, sessions, &stats);
         }

@@ -229,6 +229,33 @@ struct ServeArgs {
     /// a filter does can take down) or `in-process` (trusted programs only, logged at start).
     #[arg(long, env = "SLUICE_SANDBOX", value_enum, default_value_t = SandboxArg::Child)]
     sandbox: SandboxArg,
+    #[command(flatten)]
+    dashboard: DashboardArgs,
+}
+
+/// The dashboard (`/dashboard/`): what happened per request, session and component.
+#[derive(Debug, Clone, Args)]
+struct DashboardArgs {
+    /// Capture every request for the dashboard (on by default when the state store is a file).
+    #[arg(long, env = "SLUICE_DASHBOARD", conflicts_with = "no_dashboard")]
+    dashboard: bool,
+    /// No dashboard, whatever the store.
+    #[arg(long)]
+    no_dashboard: bool,
+    /// The dashboard's SQLite file (default: beside the state store, `state.dashboard.db`), or
+    /// `:memory:`.
+    #[arg(long, env = "SLUICE_DASHBOARD_DB")]
+    dashboard_db: Option<PathBuf>,
+    /// Also keep the text of the messages sluice changed (redacted, 16 KiB each, 24 a request).
+    /// Off by default; a caller opts out with `x-context-guru-capture: off`.
+    #[arg(long, env = "SLUICE_DASHBOARD_CONTENT")]
+    dashboard_content: bool,
+    /// Hours a request's row is kept (0: no age limit).
+    #[arg(long, env = "SLUICE_DASHBOARD_RETENTION_HOURS", default_value_t = 168)]
+    dashboard_retention_hours: u64,
+    /// MiB the rows may use before the oldest are deleted (0: no limit).
+    #[arg(long, env = "SLUICE_DASHBOARD_MAX_MB", default_value_t = 512)]
+    dashboard_max_mb: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -263,22 +290,88 @@ enum SandboxArg {
 
 /// The store `serve` keeps state in: `--store` / `SLUICE_STORE`, else `store.backend`, else
 /// nothing kept when `store.enabled` is false, else SQLite under the user's state directory.
-fn state_store(
+fn store_spec(
     flag: Option<actors::store::StoreSpec>,
     config: &config::StoreConfig,
-) -> Result<crate::app::StateStore, Failure> {
-    use crate::app::StateStore;
-    use actors::store::{DurableLimits, DurableStore, StoreSpec};
-    use std::time::Duration;
-
-    let spec = match (flag, &config.backend) {
+) -> Result<actors::store::StoreSpec, Failure> {
+    use actors::store::StoreSpec;
+    Ok(match (flag, &config.backend) {
         (Some(spec), _) => spec,
         (None, _) if !config.enabled => StoreSpec::Off,
         (None, Some(backend)) => backend
             .parse()
             .map_err(|e| Failure(format!("store.backend: {e}")))?,
         (None, None) => StoreSpec::Sqlite(actors::store::sqlite::default_path()),
+    })
+}
+
+/// The dashboard `serve` captures into: on by default when the state store is a file (its own
+/// file beside it), else only with `--dashboard`; `--no-dashboard` turns it off.
+fn dashboard(
+    args: &DashboardArgs,
+    spec: &actors::store::StoreSpec,
+) -> Result<Option<Arc<actors::dashboard::Dashboard>>, Failure> {
+    use actors::dashboard::{Dashboard, DashboardOptions, beside};
+    use actors::store::StoreSpec;
+    let on_disk = match spec {
+        StoreSpec::Sqlite(path) => Some(path.as_path()),
+        _ => None,
     };
+    let wanted = if args.no_dashboard {
+        false
+    } else {
+        args.dashboard || on_disk.is_some()
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let path = match (&args.dashboard_db, on_disk) {
+        (Some(path), _) if path.as_os_str() == ":memory:" => None,
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(state)) => Some(beside(state)),
+        (None, None) => Some(beside(&actors::store::sqlite::default_path())),
+    };
+    let hours = |h: u64| (h > 0).then(|| std::time::Duration::from_secs(h * 3600));
+    let options = DashboardOptions {
+        path: path.clone(),
+        retention: hours(args.dashboard_retention_hours),
+        max_bytes: (args.dashboard_max_mb > 0).then_some(args.dashboard_max_mb << 20),
+        content: args.dashboard_content,
+        ..DashboardOptions::default()
+    };
+    // History must never stop sluice from starting: a file that cannot be opened (a read-only
+    // directory, say) leaves the dashboard in memory for this run, said out loud.
+    let mut shown = path
+        .as_deref()
+        .map_or_else(|| ":memory:".into(), |p| p.display().to_string());
+    let dashboard = match Dashboard::open(options.clone()) {
+        Ok(dashboard) => dashboard,
+        Err(error) => {
+            shown = ":memory:".into();
+            tracing::warn!(%error, "the dashboard's file cannot be used; keeping this run's rows in memory");
+            Dashboard::open(DashboardOptions {
+                path: None,
+                ..options
+            })
+            .map_err(|e| Failure(format!("dashboard: {e}")))?
+        }
+    };
+    tracing::info!(
+        db = %shown,
+        content = args.dashboard_content,
+        "dashboard at /dashboard/"
+    );
+    Ok(Some(Arc::new(dashboard)))
+}
+
+fn state_store(
+    spec: actors::store::StoreSpec,
+    config: &config::StoreConfig,
+) -> Result<crate::app::StateStore, Failure> {
+    use crate::app::StateStore;
+    use actors::store::{DurableLimits, DurableStore, StoreSpec};
+    use std::time::Duration;
+
     tracing::info!(store = %spec, "state store");
     let limits = DurableLimits {
         ttl: Duration::from_secs(config.ttl_seconds),
@@ -466,7 +559,9 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let state = state_store(args.store.clone(), &config.store)?;
+        let spec = store_spec(args.store.clone(), &config.store)?;
+        let dashboard = dashboard(&args.dashboard, &spec)?;
+        let state = state_store(spec, &config.store)?;
         let timeouts = Timeouts {
             connect: Duration::from_secs(args.connect_timeout),
             first_byte: Duration::from_secs(args.first_byte_timeout),
@@ -494,6 +589,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
                     || modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
                     String::into_bytes,
                 ),
+            dashboard,
         };
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), state)

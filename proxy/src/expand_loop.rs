@@ -38,6 +38,8 @@ pub(crate) struct Continuation {
     pub(crate) session: String,
     /// Content tokens of the forwarded prompt, which every round sends upstream again.
     pub(crate) prompt_tokens: u64,
+    /// The request's dashboard event, which counts the rounds.
+    pub(crate) capture: Option<crate::capture::Capture>,
 }
 
 type Sender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
@@ -69,6 +71,9 @@ impl Continuation {
         self.app
             .stats
             .record_expand_round(restored, missed, wasted, self.prompt_tokens);
+        if let Some(capture) = &self.capture {
+            capture.expand_round(wasted);
+        }
         expand::continuation(forwarded, response, self.dialect, &results)
     }
 
@@ -135,7 +140,7 @@ impl Continuation {
             };
             if round == 0 {
                 // The first reply's cache report describes this turn; later rounds re-send it.
-                live_report(&self.app, self.session.clone()).scan(&bytes);
+                live_report(&self.app, self.session.clone(), self.capture.clone()).scan(&bytes);
             }
             // Out of rounds: this reply goes to the agent as it is, like the streamed path's.
             let next = if parts.status.is_success() && round < MAX_EXPAND_ROUNDS {
@@ -203,7 +208,8 @@ impl Continuation {
         let mut relay = sse::Relay::new(self.dialect);
         for round in 0..=MAX_EXPAND_ROUNDS {
             // The first reply's cache report describes this turn; later rounds re-send it.
-            let mut report = (round == 0).then(|| live_report(&self.app, self.session.clone()));
+            let mut report = (round == 0)
+                .then(|| live_report(&self.app, self.session.clone(), self.capture.clone()));
             let mut scan = |data: &[u8]| {
                 if let Some(report) = report.as_mut() {
                     report.scan(data);

@@ -8,13 +8,18 @@
 pub mod access;
 pub mod admit;
 pub mod app;
+mod capture;
 pub mod chart;
 mod chat;
 pub mod cli;
 pub mod clock;
+pub mod dashboard;
+pub mod dashboard_stats;
 pub mod decode;
 pub mod expand;
 mod expand_loop;
+#[cfg(test)]
+mod generated;
 pub mod llm_stats;
 pub mod replay;
 pub mod respond;

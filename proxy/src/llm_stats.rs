@@ -164,48 +164,24 @@ pub static LLM_FIELDS: &[Field<LlmView>] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generated::splice;
     use modes::stats::FIELDS;
     use modes::stats::table::markdown;
-
-    /// Replaces the text between `<!-- generated: NAME -->` and `<!-- end: NAME -->`.
-    fn splice(doc: &str, name: &str, table: &str) -> String {
-        let (open, close) = (
-            format!("<!-- generated: {name} -->\n"),
-            format!("<!-- end: {name} -->"),
-        );
-        let start = doc
-            .find(&open)
-            .expect("the generated block's opening marker")
-            + open.len();
-        let end = doc
-            .find(&close)
-            .expect("the generated block's closing marker");
-        format!("{}{table}{}", &doc[..start], &doc[end..])
-    }
 
     /// `docs/stats.md` lists every `/stats` key and `/metrics` series exactly as the tables
     /// define them. `SLUICE_BLESS=1 cargo test -p proxy stats_doc` rewrites it.
     #[test]
     fn stats_doc_matches_the_tables() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/stats.md");
-        let doc = std::fs::read_to_string(&path).expect("docs/stats.md");
-        let want = splice(
-            &splice(
-                &splice(&doc, "fields", &markdown(FIELDS)),
-                "llm",
-                &markdown(LLM_FIELDS),
-            ),
-            "store",
-            &markdown(crate::store_stats::STORE_FIELDS),
-        );
-        if std::env::var_os("SLUICE_BLESS").is_some() {
-            std::fs::write(&path, &want).expect("write docs/stats.md");
-        } else {
-            assert!(
-                doc == want,
-                "docs/stats.md is stale: run SLUICE_BLESS=1 cargo test -p proxy stats_doc"
-            );
-        }
+        crate::generated::check_doc("stats.md", "stats_doc", |doc| {
+            let doc = splice(doc, "fields", &markdown(FIELDS));
+            let doc = splice(&doc, "llm", &markdown(LLM_FIELDS));
+            let doc = splice(&doc, "store", &markdown(crate::store_stats::STORE_FIELDS));
+            splice(
+                &doc,
+                "dashboard",
+                &markdown(crate::dashboard_stats::DASHBOARD_FIELDS),
+            )
+        });
     }
 
     #[test]

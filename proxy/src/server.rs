@@ -120,6 +120,10 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // The dashboard's live feeds never end by themselves; they must not hold the drain.
+    if let Some(dashboard) = app.dashboard() {
+        dashboard.close_live();
+    }
     if tokio::time::timeout(drain, graceful.shutdown())
         .await
         .is_err()

@@ -14,14 +14,15 @@ pub struct StoreView {
     pub durable: DurableStats,
 }
 
-const fn row(
+/// A row with a `/stats` key and an unlabelled series (the store's and the dashboard's tables).
+pub(crate) const fn row<S>(
     json: &'static str,
     metric: &'static str,
     kind: Kind,
     unit: &'static str,
     help: &'static str,
-    value: fn(&StoreView) -> Num,
-) -> Field<StoreView> {
+    value: fn(&S) -> Num,
+) -> Field<S> {
     Field {
         json: Some(json),
         metric: Some(metric),
@@ -33,7 +34,7 @@ const fn row(
     }
 }
 
-fn count(n: impl TryInto<u64>) -> Num {
+pub(crate) fn count(n: impl TryInto<u64>) -> Num {
     Num::Count(n.try_into().unwrap_or(u64::MAX))
 }
 

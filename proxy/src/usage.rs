@@ -2,31 +2,45 @@
 //!
 //! The tracker checks its cold prediction against what the provider says it cached
 //! (`cache_read_input_tokens` / `cache_creation_input_tokens` from Anthropic,
-//! `prompt_tokens_details.cached_tokens` from OpenAI). The numbers sit in the JSON body or in
-//! SSE events; rather than parse either, each chunk is scanned for the three field names as it
-//! is relayed, and the largest value of each is reported once, when the body is dropped.
+//! `prompt_tokens_details.cached_tokens` from OpenAI), and the dashboard prices the request from
+//! the input and output counts beside them. The numbers sit in the JSON body or in SSE events;
+//! rather than parse either, each chunk is scanned for the field names as it is relayed, and the
+//! largest value of each is reported once, when the body is dropped (a streamed count grows, so
+//! the largest is the last).
 
+use actors::dashboard::ReplyUsage;
 use memchr::memmem;
 use modes::CacheUsage;
 
 const READ_FIELDS: [&[u8]; 2] = [b"\"cache_read_input_tokens\"", b"\"cached_tokens\""];
 const WRITE_FIELD: &[u8] = b"\"cache_creation_input_tokens\"";
+/// Anthropic and Responses `input_tokens`, chat completions' `prompt_tokens`.
+const INPUT_FIELDS: [&[u8]; 2] = [b"\"input_tokens\"", b"\"prompt_tokens\""];
+const OUTPUT_FIELDS: [&[u8]; 2] = [b"\"output_tokens\"", b"\"completion_tokens\""];
 /// Bytes kept from the end of one chunk, so a field split across two chunks is still found.
 const CARRY: usize = 96;
 
-/// Scans chunks for cache usage and hands the result to `report` when dropped.
-pub struct UsageScanner<F: FnOnce(CacheUsage)> {
-    read: Option<u64>,
-    written: Option<u64>,
+/// The provider's cache report in `usage`, when it made one: a reply without a cache read
+/// count (an error body, a cut stream) says nothing about the cache.
+pub fn cache_report(usage: &ReplyUsage) -> Option<CacheUsage> {
+    Some(CacheUsage {
+        read: usage.cache_read?,
+        written: usage.cache_write,
+    })
+}
+
+/// Scans chunks for usage and hands what it found to `report` when dropped (always, with
+/// `None` for what the reply never said).
+pub struct UsageScanner<F: FnOnce(ReplyUsage)> {
+    found: ReplyUsage,
     carry: Vec<u8>,
     report: Option<F>,
 }
 
-impl<F: FnOnce(CacheUsage)> UsageScanner<F> {
+impl<F: FnOnce(ReplyUsage)> UsageScanner<F> {
     pub fn new(report: F) -> UsageScanner<F> {
         UsageScanner {
-            read: None,
-            written: None,
+            found: ReplyUsage::default(),
             carry: Vec::new(),
             report: Some(report),
         }
@@ -43,25 +57,27 @@ impl<F: FnOnce(CacheUsage)> UsageScanner<F> {
     }
 
     fn scan_slice(&mut self, bytes: &[u8]) {
-        for field in READ_FIELDS {
-            for value in values(bytes, field) {
-                self.read = Some(self.read.map_or(value, |r| r.max(value)));
+        let found = &mut self.found;
+        let slots: [(&[&[u8]], &mut Option<u64>); 4] = [
+            (&READ_FIELDS, &mut found.cache_read),
+            (&[WRITE_FIELD], &mut found.cache_write),
+            (&INPUT_FIELDS, &mut found.input),
+            (&OUTPUT_FIELDS, &mut found.output),
+        ];
+        for (fields, slot) in slots {
+            for field in fields {
+                for value in values(bytes, field) {
+                    *slot = Some(slot.map_or(value, |v| v.max(value)));
+                }
             }
-        }
-        for value in values(bytes, WRITE_FIELD) {
-            self.written = Some(self.written.map_or(value, |w| w.max(value)));
         }
     }
 }
 
-impl<F: FnOnce(CacheUsage)> Drop for UsageScanner<F> {
+impl<F: FnOnce(ReplyUsage)> Drop for UsageScanner<F> {
     fn drop(&mut self) {
-        // No report at all (an error body, a cut stream) says nothing about the cache.
-        if let (Some(read), Some(report)) = (self.read, self.report.take()) {
-            report(CacheUsage {
-                read,
-                written: self.written,
-            });
+        if let Some(report) = self.report.take() {
+            report(self.found);
         }
     }
 }
@@ -88,7 +104,7 @@ mod tests {
 
     use super::*;
 
-    fn scan(chunks: &[&[u8]]) -> Option<CacheUsage> {
+    fn scan_usage(chunks: &[&[u8]]) -> ReplyUsage {
         let seen = Arc::new(Mutex::new(None));
         let sink = seen.clone();
         let mut scanner = UsageScanner::new(move |u| *sink.lock().unwrap() = Some(u));
@@ -96,7 +112,30 @@ mod tests {
             scanner.scan(c);
         }
         drop(scanner);
-        *seen.lock().unwrap()
+        let usage = seen.lock().unwrap().take();
+        usage.expect("reported on drop")
+    }
+
+    fn scan(chunks: &[&[u8]]) -> Option<CacheUsage> {
+        cache_report(&scan_usage(chunks))
+    }
+
+    #[test]
+    fn reads_input_and_output_counts_as_a_stream_grows_them() {
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":300,\"cache_read_input_tokens\":48211,\"output_tokens\":1}}}\n\n";
+        let delta = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":417}}\n\n";
+        assert_eq!(
+            scan_usage(&[start, delta]),
+            ReplyUsage {
+                input: Some(12),
+                output: Some(417),
+                cache_read: Some(48211),
+                cache_write: Some(300),
+            }
+        );
+        let chat = br#"{"usage":{"prompt_tokens":2006,"completion_tokens":55,"completion_tokens_details":{"reasoning_tokens":0},"prompt_tokens_details":{"cached_tokens":1920}}}"#;
+        let usage = scan_usage(&[chat]);
+        assert_eq!((usage.input, usage.output), (Some(2006), Some(55)));
     }
 
     #[test]

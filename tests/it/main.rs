@@ -2,6 +2,7 @@
 
 mod abuse;
 mod corpus;
+mod dashboard;
 mod docs;
 mod fuzz;
 mod llm;

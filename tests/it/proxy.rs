@@ -105,7 +105,12 @@ pub(crate) struct Reply_ {
     pub(crate) body: Bytes,
 }
 
-async fn call(method: &str, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply_ {
+pub(crate) async fn call(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Reply_ {
     let mut request = http::Request::builder().method(method).uri(url);
     for (k, v) in headers {
         request = request.header(*k, *v);

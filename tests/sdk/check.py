@@ -15,6 +15,8 @@ import sys
 import anthropic
 import openai
 
+from responses_form import responses_request
+
 url = os.environ["SLUICE_URL"]
 corpus = os.environ["SLUICE_CORPUS_RUN"]
 
@@ -33,29 +35,6 @@ a_body = corpus_body("anthropic.json")
 o_body = corpus_body("openai.json")
 observe = os.environ.get("SLUICE_MODE") == "observe"
 
-
-def responses_request(chat):
-    """The Responses API request of a chat-completions conversation, as an agent would send it."""
-    instructions = None
-    items = []
-    for i, m in enumerate(chat["messages"]):
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(p.get("text", "") for p in content)
-        if m["role"] == "system" and i == 0:
-            instructions = content
-        elif m["role"] == "tool":
-            items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": content or ""})
-        else:
-            if content:
-                kind = "output_text" if m["role"] == "assistant" else "input_text"
-                items.append({"type": "message", "role": m["role"], "content": [{"type": kind, "text": content}]})
-            for call in m.get("tool_calls") or []:
-                items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
-                              "arguments": call["function"]["arguments"]})
-    tools = [{"type": "function", "name": t["function"]["name"], "description": t["function"].get("description", ""),
-              "parameters": t["function"].get("parameters", {})} for t in chat.get("tools") or []]
-    return dict(model="mock", instructions=instructions, input=items, tools=tools, store=False)
 
 failures = []
 

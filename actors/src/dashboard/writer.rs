@@ -1,0 +1,411 @@
+//! The dashboard's writer thread: everything that costs, off the request path.
+//!
+//! It takes the events waiting (up to [`BATCH`], or whatever arrived within [`LINGER`]) and
+//! writes them in one transaction: the row priced, its components, and, when both switches
+//! allowed it, the changed messages' text before and after, redacted, capped and gzipped. After
+//! the commit it publishes each row's summary to the live hub. Retention runs every
+//! [`SWEEP_EVERY`]: rows past the age bound, then the oldest rows while the file is over its
+//! size bound.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use parking_lot::Mutex;
+use rusqlite::{Connection, params};
+
+use super::hub::Hub;
+use super::prices::{self, Billed, Work};
+use super::{Counts, Event, redact, schema};
+
+/// Events written in one transaction at most.
+pub(super) const BATCH: usize = 128;
+/// How long a batch waits for more events after its first.
+pub(super) const LINGER: Duration = Duration::from_millis(250);
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// Captured text per message, bytes (cut on a character boundary).
+pub const CONTENT_CAP: usize = 16 << 10;
+/// Messages whose text is captured per request.
+pub const CONTENT_MESSAGES: usize = 24;
+
+pub(super) struct Writer {
+    pub(super) conn: Arc<Mutex<Connection>>,
+    pub(super) key: Vec<u8>,
+    pub(super) counts: Arc<Counts>,
+    pub(super) hub: Arc<Hub>,
+    pub(super) retention: Option<Duration>,
+    pub(super) max_bytes: Option<u64>,
+}
+
+impl Writer {
+    pub(super) fn run(self, events: &Receiver<Event>) {
+        let mut swept = Instant::now();
+        self.sweep();
+        loop {
+            let first = match events.recv_timeout(SWEEP_EVERY) {
+                Ok(event) => event,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.sweep();
+                    swept = Instant::now();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = vec![first];
+            let until = Instant::now() + LINGER;
+            while batch.len() < BATCH {
+                match events.recv_deadline(until) {
+                    Ok(event) => batch.push(event),
+                    Err(_) => break,
+                }
+            }
+            self.write(batch);
+            if swept.elapsed() >= SWEEP_EVERY {
+                self.sweep();
+                swept = Instant::now();
+            }
+        }
+    }
+
+    fn write(&self, batch: Vec<Event>) {
+        let n = batch.len() as u64;
+        let rows: Vec<Prepared> = batch.into_iter().map(|e| self.prepare(e)).collect();
+        let stored = {
+            let mut conn = self.conn.lock();
+            insert(&mut conn, &rows)
+        };
+        match stored {
+            Ok(ids) => {
+                self.counts.captured.fetch_add(n, Ordering::Relaxed);
+                for (id, row) in ids.into_iter().zip(&rows) {
+                    let evicted = self.hub.publish((id, summary(id, row).into()));
+                    self.counts
+                        .subscribers_evicted
+                        .fetch_add(evicted, Ordering::Relaxed);
+                }
+            }
+            Err(error) => {
+                self.counts.write_errors.fetch_add(n, Ordering::Relaxed);
+                tracing::warn!(%error, events = n, "dashboard write failed; those rows are lost");
+            }
+        }
+    }
+
+    /// Everything derived from an event: its session hash, prices and content.
+    fn prepare(&self, event: Event) -> Prepared {
+        let session = event
+            .session
+            .as_deref()
+            .map(|s| session_label(&self.key, s));
+        let fresh = fresh_input(&event);
+        let priced = event
+            .model
+            .as_deref()
+            .and_then(prices::price)
+            .and_then(|price| {
+                let fresh = fresh?;
+                let billed = Billed {
+                    fresh,
+                    cache_read: event.usage.cache_read.unwrap_or(0),
+                    cache_write: event.usage.cache_write.unwrap_or(0),
+                    output: event.usage.output.unwrap_or(0),
+                };
+                let work = Work {
+                    saved_tokens: event.tokens_before.saturating_sub(event.tokens_after),
+                    prompt_tokens: event.tokens_after,
+                    expand_rounds: event.expand_rounds,
+                    expand_tokens: event.expand_tokens,
+                };
+                let mut priced = prices::priced(&price, &billed, &work);
+                if event.projected {
+                    // Observe mode: nothing was cut, so the bill is the baseline; the saving is
+                    // what sync would have made.
+                    priced.baseline = priced.cost;
+                }
+                Some(priced)
+            });
+        let content = event
+            .content
+            .as_ref()
+            .map(|source| content_rows(source, &event.components))
+            .unwrap_or_default();
+        Prepared {
+            session,
+            fresh,
+            priced,
+            content,
+            event,
+        }
+    }
+
+    fn sweep(&self) {
+        let conn = self.conn.lock();
+        let deleted = sweep(&conn, self.retention, self.max_bytes);
+        match deleted {
+            Ok(n) => {
+                self.counts.evicted_rows.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(error) => tracing::warn!(%error, "dashboard retention failed"),
+        }
+    }
+}
+
+/// An event with what the writer derived from it.
+struct Prepared {
+    session: Option<String>,
+    fresh: Option<u64>,
+    priced: Option<prices::Priced>,
+    content: Vec<ContentRow>,
+    event: Event,
+}
+
+struct ContentRow {
+    message: usize,
+    role: &'static str,
+    components: String,
+    tool: Option<String>,
+    before_tokens: usize,
+    after_tokens: usize,
+    before_gz: Vec<u8>,
+    after_gz: Vec<u8>,
+}
+
+/// The session's label: a keyed hash, stable for this file, not reversible by guessing.
+fn session_label(key: &[u8], session: &str) -> String {
+    engine::session::credential_scope(key, Some(session.as_bytes()))
+        .trim_start_matches('k')
+        .trim_end_matches(':')
+        .to_owned()
+}
+
+/// Input billed at the full price: Anthropic reports it apart; OpenAI's prompt tokens include
+/// the cached ones.
+fn fresh_input(event: &Event) -> Option<u64> {
+    let input = event.usage.input?;
+    Some(match event.dialect {
+        Some(engine::wire::Dialect::Anthropic) => input,
+        _ => input.saturating_sub(event.usage.cache_read.unwrap_or(0)),
+    })
+}
+
+/// The changed messages' text before and after, redacted, capped and gzipped.
+fn content_rows(
+    source: &super::ContentSource,
+    components: &[super::ComponentEvent],
+) -> Vec<ContentRow> {
+    let Ok(parsed) = engine::wire::parse(&source.original, source.dialect) else {
+        return Vec::new();
+    };
+    let before = parsed.messages();
+    let mut rows = Vec::new();
+    for (index, (old, new)) in before.iter().zip(&source.forwarded).enumerate() {
+        if rows.len() == CONTENT_MESSAGES {
+            break;
+        }
+        if old.content == new.content {
+            continue;
+        }
+        rows.push(ContentRow {
+            message: index,
+            role: old.role.as_str(),
+            components: components
+                .iter()
+                .filter(|c| c.changed.contains(&index))
+                .map(|c| c.name)
+                .collect::<Vec<_>>()
+                .join(","),
+            tool: new.tool_name.clone(),
+            before_tokens: engine::tokens::count(&old.content),
+            after_tokens: engine::tokens::count(&new.content),
+            before_gz: gzip(&capped(&redact::redact(&old.content))),
+            after_gz: gzip(&capped(&redact::redact(&new.content))),
+        });
+    }
+    rows
+}
+
+fn capped(text: &str) -> String {
+    if text.len() <= CONTENT_CAP {
+        return text.to_owned();
+    }
+    let mut end = CONTENT_CAP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n… [{} more bytes not captured]",
+        &text[..end],
+        text.len() - end
+    )
+}
+
+fn gzip(text: &str) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let _ = encoder.write_all(text.as_bytes());
+    encoder.finish().unwrap_or_default()
+}
+
+fn insert(conn: &mut Connection, rows: &[Prepared]) -> rusqlite::Result<Vec<u64>> {
+    let tx = conn.transaction()?;
+    let mut ids = Vec::with_capacity(rows.len());
+    {
+        let mut request = tx.prepare_cached(INSERT_REQUEST)?;
+        let mut component = tx.prepare_cached(INSERT_COMPONENT)?;
+        let mut content = tx.prepare_cached(INSERT_CONTENT)?;
+        for row in rows {
+            let e = &row.event;
+            let p = row.priced;
+            let acted: Vec<&str> = e
+                .components
+                .iter()
+                .filter(|c| c.acted)
+                .map(|c| c.name)
+                .collect();
+            request.execute(params![
+                e.ts_ms as i64,
+                row.session,
+                e.dialect.map_or("", engine::wire::Dialect::as_str),
+                e.model,
+                e.mode,
+                e.status,
+                e.stream,
+                e.untouched,
+                e.messages,
+                e.tokens_before as i64,
+                e.tokens_after as i64,
+                e.tokens_before.saturating_sub(e.tokens_after) as i64,
+                e.projected,
+                acted.join(","),
+                row.fresh.map(|v| v as i64),
+                e.usage.cache_read.map(|v| v as i64),
+                e.usage.cache_write.map(|v| v as i64),
+                e.usage.output.map(|v| v as i64),
+                e.expand_rounds,
+                e.expand_tokens as i64,
+                e.added_us as i64,
+                e.upstream_ms.map(|v| v as i64),
+                p.map(|p| p.cost),
+                p.map(|p| p.baseline),
+                p.map(|p| p.saved),
+                p.map(|p| p.expand_cost),
+                p.map(|p| p.net),
+                !row.content.is_empty(),
+                e.capture_blocked_by,
+            ])?;
+            let id = tx.last_insert_rowid();
+            for (seq, c) in e.components.iter().enumerate() {
+                let gates = (!c.gates.is_empty()).then(|| {
+                    serde_json::Value::Object(
+                        c.gates
+                            .iter()
+                            .map(|(gate, n)| ((*gate).to_owned(), (*n).into()))
+                            .collect(),
+                    )
+                    .to_string()
+                });
+                component.execute(params![
+                    id,
+                    seq as i64,
+                    c.name,
+                    c.kind,
+                    c.acted,
+                    c.mutated,
+                    c.reverted,
+                    c.saved_tokens as i64,
+                    c.duration_us as i64,
+                    gates,
+                ])?;
+            }
+            for (seq, c) in row.content.iter().enumerate() {
+                content.execute(params![
+                    id,
+                    seq as i64,
+                    c.message as i64,
+                    c.role,
+                    c.tool,
+                    c.components,
+                    c.before_tokens as i64,
+                    c.after_tokens as i64,
+                    c.before_gz,
+                    c.after_gz,
+                ])?;
+            }
+            ids.push(id as u64);
+        }
+    }
+    tx.commit()?;
+    Ok(ids)
+}
+
+const INSERT_REQUEST: &str = "INSERT INTO requests (
+    ts, session, route, model, mode, status, stream, untouched, messages,
+    tokens_before, tokens_after, saved_tokens, projected, acted,
+    fresh_input, cache_read, cache_write, output_tokens, expand_rounds, expand_tokens,
+    added_us, upstream_ms, cost_usd, baseline_cost_usd, saved_usd, expand_cost_usd,
+    net_saved_usd, content_captured, capture_blocked_by
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
+          ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)";
+
+const INSERT_COMPONENT: &str = "INSERT INTO request_components (
+    request_id, seq, component, kind, acted, mutated, reverted, saved_tokens, duration_us, gates
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
+const INSERT_CONTENT: &str = "INSERT INTO request_content (
+    request_id, seq, message, role, tool, components, before_tokens, after_tokens, before_gz,
+    after_gz
+) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+
+/// The live feed's row: a summary, never content.
+fn summary(id: u64, row: &Prepared) -> String {
+    let e = &row.event;
+    serde_json::json!({
+        "id": id,
+        "ts": e.ts_ms,
+        "session": row.session,
+        "route": e.dialect.map_or("", engine::wire::Dialect::as_str),
+        "model": e.model,
+        "mode": e.mode,
+        "status": e.status,
+        "tokens_before": e.tokens_before,
+        "tokens_after": e.tokens_after,
+        "saved_tokens": e.tokens_before.saturating_sub(e.tokens_after),
+        "expand_rounds": e.expand_rounds,
+        "cost_usd": row.priced.map(|p| p.cost),
+        "net_saved_usd": row.priced.map(|p| p.net),
+    })
+    .to_string()
+}
+
+/// Deletes rows past the age bound, then the oldest while the rows are over the size bound.
+/// Returns the rows deleted.
+pub(super) fn sweep(
+    conn: &Connection,
+    retention: Option<Duration>,
+    max_bytes: Option<u64>,
+) -> rusqlite::Result<u64> {
+    let mut deleted = 0;
+    if let Some(age) = retention {
+        let cutoff = super::now_ms().saturating_sub(age.as_millis() as u64);
+        deleted += conn.execute("DELETE FROM requests WHERE ts < ?1", [cutoff as i64])? as u64;
+    }
+    if let Some(max) = max_bytes {
+        // Delete a tenth of the rows at a time until under the bound (deleted pages are reused
+        // by later rows; the file itself does not shrink).
+        for _ in 0..10 {
+            if schema::used_bytes(conn)? <= max {
+                break;
+            }
+            let rows: i64 = conn.query_row("SELECT count(*) FROM requests", [], |r| r.get(0))?;
+            if rows == 0 {
+                break;
+            }
+            deleted += conn.execute(
+                "DELETE FROM requests WHERE id IN (SELECT id FROM requests ORDER BY id LIMIT ?1)",
+                [(rows / 10).max(1)],
+            )? as u64;
+        }
+    }
+    Ok(deleted)
+}

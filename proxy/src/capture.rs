@@ -1,0 +1,177 @@
+//! One request's dashboard event, filled in as the request goes and sent when it is done.
+//!
+//! A [`Capture`] is cheap to clone; every part of the request that learns something holds one
+//! (the relay learns the provider's usage when the reply ends, the expand loop its rounds,
+//! observe mode's shadow run the projection). When the last clone is dropped the event goes to
+//! the dashboard with one non-blocking send, so the request path never waits for it and a
+//! request cut short is still recorded with what was known.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actors::dashboard::{ComponentEvent, ContentSource, Dashboard, Event, ReplyUsage};
+use bytes::Bytes;
+use engine::pipeline::{Kind, RunReport};
+use engine::wire::Dialect;
+use http::HeaderMap;
+use parking_lot::Mutex;
+
+/// The caller's own switch for content capture: `x-context-guru-capture: off` keeps this
+/// request's message text out of the dashboard even when the operator allows it. (Every
+/// `x-context-guru-*` header stays at sluice: none goes upstream.)
+pub const CONSENT_HEADER: &str = "x-context-guru-capture";
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct Capture {
+    pending: Arc<Pending>,
+}
+
+struct Pending {
+    dashboard: Arc<Dashboard>,
+    event: Mutex<Event>,
+    /// Content may be kept for this request (both switches open).
+    content: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.dashboard.record(std::mem::take(self.event.get_mut()));
+    }
+}
+
+impl Capture {
+    /// A request starting now, or `None` without a dashboard.
+    pub fn start(
+        dashboard: Option<&Arc<Dashboard>>,
+        dialect: Dialect,
+        mode: &'static str,
+        headers: &HeaderMap,
+    ) -> Option<Capture> {
+        let dashboard = dashboard?.clone();
+        let declined = headers
+            .get(CONSENT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "off" | "no" | "false" | "0"
+                )
+            });
+        let blocked = if !dashboard.content_enabled() {
+            Some("operator")
+        } else if declined {
+            Some("tenant")
+        } else {
+            None
+        };
+        let event = Event {
+            ts_ms: actors::dashboard::now_ms(),
+            dialect: Some(dialect),
+            mode,
+            capture_blocked_by: blocked,
+            ..Event::default()
+        };
+        Some(Capture {
+            pending: Arc::new(Pending {
+                dashboard,
+                event: Mutex::new(event),
+                content: blocked.is_none(),
+            }),
+        })
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Event)) {
+        f(&mut self.pending.event.lock());
+    }
+
+    /// The turn's outcome: what the pipeline did, and the content it changed when allowed (the
+    /// forwarded messages are moved into the event then, not copied: nothing after the turn
+    /// reads them).
+    pub fn turn(&self, forward: &mut modes::turn::Forward, original: &Bytes, dialect: Dialect) {
+        let messages = forward.messages.len() as u32;
+        let content =
+            (self.pending.content && forward.report.saved_tokens() > 0).then(|| ContentSource {
+                dialect,
+                original: original.clone(),
+                forwarded: std::mem::take(&mut forward.messages),
+            });
+        self.with(|e| {
+            e.session = Some(forward.session.clone());
+            e.model = forward.model.clone();
+            e.stream = forward.stream;
+            e.messages = messages;
+            e.added_us = forward.added.as_micros() as u64;
+            e.content = content;
+            report_into(e, &forward.report);
+        });
+    }
+
+    /// Observe mode's shadow run: what sync would have done, nothing cut.
+    pub fn projection(&self, forward: &modes::turn::Forward) {
+        self.with(|e| {
+            e.session = Some(forward.session.clone());
+            e.model = forward.model.clone();
+            e.stream = forward.stream;
+            e.messages = forward.messages.len() as u32;
+            e.projected = true;
+            report_into(e, &forward.report);
+        });
+    }
+
+    /// A request forwarded as it came, and why.
+    pub fn untouched(&self, why: &'static str, session: Option<&str>) {
+        self.with(|e| {
+            e.untouched = Some(why);
+            if e.session.is_none() {
+                e.session = session.map(str::to_owned);
+            }
+        });
+    }
+
+    /// The upstream's answer head (or sluice's own status when it could not be reached).
+    pub fn answered(&self, status: u16, upstream: Option<Duration>) {
+        self.with(|e| {
+            e.status = status;
+            e.upstream_ms = upstream.map(|d| d.as_millis() as u64);
+        });
+    }
+
+    /// What the provider reported when its reply ended.
+    pub fn usage(&self, usage: ReplyUsage) {
+        self.with(|e| e.usage = usage);
+    }
+
+    /// One expand round, restoring `tokens` of originals.
+    pub fn expand_round(&self, tokens: u64) {
+        self.with(|e| {
+            e.expand_rounds += 1;
+            e.expand_tokens += tokens;
+        });
+    }
+}
+
+fn report_into(e: &mut Event, report: &RunReport) {
+    e.tokens_before = report.tokens_before as u64;
+    // Observe mode forwarded everything: the projection's `tokens_after` is what sync would
+    // have sent, kept so the saving reads as projected.
+    e.tokens_after = report.tokens_after as u64;
+    e.components = report
+        .components
+        .iter()
+        .map(|c| ComponentEvent {
+            name: c.name,
+            kind: match c.kind {
+                Kind::Reformat => "reformat",
+                Kind::Offload => "offload",
+            },
+            acted: c.acted,
+            mutated: c.mutated,
+            reverted: c.reverted.as_ref().map(engine::pipeline::Revert::label),
+            saved_tokens: c.saved_tokens as u64,
+            duration_us: c.duration_us,
+            gates: c.gates.iter().map(|(gate, n)| (*gate, *n)).collect(),
+            changed: c.changed.clone(),
+        })
+        .collect();
+}

@@ -1,0 +1,557 @@
+//! The dashboard's routes: the page, its API under `/dashboard/api/`, and the live feed.
+//!
+//! [`ROUTES`] is the one table of what is mounted and who it answers: aggregates are open to
+//! whoever reaches the port (as the reference serves them); message content and the effective
+//! config answer loopback and `--trusted` networks only (with the admin token when one is set),
+//! and everyone else gets `content_visible: false` or 403. A test walks the table.
+//!
+//! Reads run on the blocking pool (SQLite is synchronous); the page is three files embedded in
+//! the binary, served with a Content-Security-Policy that allows nothing outside this origin.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actors::dashboard::query::{self, Filter};
+use actors::dashboard::{Dashboard, Subscription};
+use bytes::Bytes;
+use futures::StreamExt;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+
+use crate::app::App;
+use crate::respond::{self as h, Body, BoxError, ProxyError};
+
+/// Who a route answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// Anyone who reaches the port: aggregates and the page.
+    Open,
+    /// Open, but message content only for trusted callers.
+    OpenWithContent,
+    /// Loopback and trusted networks only.
+    Trusted,
+}
+
+/// Every dashboard route: method, path (a trailing `*` takes one more segment), audience, and
+/// what it serves.
+pub const ROUTES: &[(&str, &str, Audience, &str)] = &[
+    (
+        "GET",
+        "/dashboard",
+        Audience::Open,
+        "redirect to /dashboard/",
+    ),
+    ("GET", "/dashboard/", Audience::Open, "the page"),
+    (
+        "GET",
+        "/dashboard/app.js",
+        Audience::Open,
+        "the page's script",
+    ),
+    (
+        "GET",
+        "/dashboard/app.css",
+        Audience::Open,
+        "the page's styles",
+    ),
+    (
+        "GET",
+        "/dashboard/api/overview",
+        Audience::Open,
+        "totals for the window, and the capture's own counters",
+    ),
+    (
+        "GET",
+        "/dashboard/api/series",
+        Audience::Open,
+        "time buckets (`bucket_ms`) computed in SQL",
+    ),
+    (
+        "GET",
+        "/dashboard/api/sessions",
+        Audience::Open,
+        "sessions, most recent first, keyset pages",
+    ),
+    (
+        "GET",
+        "/dashboard/api/requests",
+        Audience::Open,
+        "requests, newest first, filters and keyset pages",
+    ),
+    (
+        "GET",
+        "/dashboard/api/requests/*",
+        Audience::OpenWithContent,
+        "one request: component decisions, skip reasons, content",
+    ),
+    (
+        "GET",
+        "/dashboard/api/components",
+        Audience::Open,
+        "per component: runs, acts, reverts, saved, why not",
+    ),
+    (
+        "GET",
+        "/dashboard/api/cost",
+        Audience::Open,
+        "money by model, net beside every cost",
+    ),
+    (
+        "GET",
+        "/dashboard/api/config",
+        Audience::Trusted,
+        "the effective config, allowlisted and redacted",
+    ),
+    (
+        "GET",
+        "/dashboard/api/events",
+        Audience::Open,
+        "live summary rows (SSE), never content",
+    ),
+];
+
+const INDEX: &str = include_str!("dashboard/index.html");
+const SCRIPT: &str = include_str!("dashboard/app.js");
+const STYLES: &str = include_str!("dashboard/app.css");
+
+/// Nothing outside this origin: no CDN, no inline script, no framing, no form posts.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+    connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The route in [`ROUTES`] that `path` is, if any.
+pub fn route(
+    method: &Method,
+    path: &str,
+) -> Option<&'static (&'static str, &'static str, Audience, &'static str)> {
+    ROUTES.iter().find(|(m, pattern, ..)| {
+        *m == method.as_str()
+            && match pattern.strip_suffix('*') {
+                Some(prefix) => path
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| !rest.is_empty() && !rest.contains('/')),
+                None => path == *pattern,
+            }
+    })
+}
+
+/// Answers a dashboard route (`route` found it in [`ROUTES`]).
+pub(crate) async fn handle(
+    app: &Arc<App>,
+    peer: SocketAddr,
+    request: &Request<Incoming>,
+    audience: Audience,
+) -> Response<Body> {
+    let Some(dashboard) = app.dashboard().cloned() else {
+        return ProxyError::NotFound {
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+        }
+        .into_response();
+    };
+    let trusted = app
+        .settings()
+        .admission
+        .check(peer.ip(), request.headers())
+        .is_ok();
+    if audience == Audience::Trusted && !trusted {
+        return secured(
+            ProxyError::Forbidden(
+                "the dashboard's config answers loopback and trusted networks only",
+            )
+            .into_response(),
+        );
+    }
+    let path = request.uri().path();
+    let query = request.uri().query().unwrap_or("");
+    let response = match path {
+        "/dashboard" => Response::builder()
+            .status(StatusCode::MOVED_PERMANENTLY)
+            .header(LOCATION, "/dashboard/")
+            .body(h::full(Bytes::new()))
+            .unwrap_or_else(|_| h::text(StatusCode::OK, "")),
+        "/dashboard/" => asset("text/html; charset=utf-8", INDEX),
+        "/dashboard/app.js" => asset("text/javascript; charset=utf-8", SCRIPT),
+        "/dashboard/app.css" => asset("text/css; charset=utf-8", STYLES),
+        "/dashboard/api/events" => events(&dashboard, request.headers(), query),
+        "/dashboard/api/config" => api_json(config_view(app)),
+        api => match read(dashboard, api, query, trusted).await {
+            Ok(Some(value)) => api_json(value),
+            Ok(None) => h::json(StatusCode::NOT_FOUND, r#"{"error":"no such request"}"#),
+            Err(response) => response,
+        },
+    };
+    secured(response)
+}
+
+/// A read of the store, off the async threads.
+async fn read(
+    dashboard: Arc<Dashboard>,
+    path: &str,
+    query: &str,
+    trusted: bool,
+) -> Result<Option<serde_json::Value>, Response<Body>> {
+    let params = Params::parse(query).map_err(bad_request)?;
+    let filter = params.filter();
+    let path = path.to_owned();
+    let read = tokio::task::spawn_blocking(move || {
+        dashboard.read(|c| {
+            Ok(match path.as_str() {
+                "/dashboard/api/overview" => {
+                    let mut overview = query::overview(c, &filter)?;
+                    overview["capture"] = capture_counts(&dashboard);
+                    Some(overview)
+                }
+                "/dashboard/api/series" => Some(query::series(
+                    c,
+                    &filter,
+                    params.number("bucket_ms").unwrap_or(60_000),
+                )?),
+                "/dashboard/api/sessions" => Some(query::sessions(
+                    c,
+                    &filter,
+                    params.number("before"),
+                    params.number("limit").map(|l| l as u32),
+                )?),
+                "/dashboard/api/requests" => Some(query::requests(
+                    c,
+                    &filter,
+                    params.number("before"),
+                    params.number("limit").map(|l| l as u32),
+                )?),
+                "/dashboard/api/components" => Some(query::components(c, &filter)?),
+                "/dashboard/api/cost" => Some(query::cost(c, &filter)?),
+                one => match one
+                    .strip_prefix("/dashboard/api/requests/")
+                    .and_then(|id| id.parse::<u64>().ok())
+                {
+                    Some(id) => query::request(c, id, trusted)?,
+                    None => None,
+                },
+            })
+        })
+    })
+    .await;
+    match read {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "dashboard read failed");
+            Err(h::json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"error":"the dashboard store could not be read"}"#,
+            ))
+        }
+        Err(_) => Err(h::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"error":"the dashboard read was cancelled"}"#,
+        )),
+    }
+}
+
+fn capture_counts(dashboard: &Dashboard) -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = dashboard.counts();
+    serde_json::json!({
+        "captured": c.captured.load(Relaxed),
+        "dropped": c.dropped.load(Relaxed),
+        "write_errors": c.write_errors.load(Relaxed),
+        "evicted_rows": c.evicted_rows.load(Relaxed),
+        "subscribers": dashboard.subscribers(),
+        "subscribers_evicted": c.subscribers_evicted.load(Relaxed),
+        "content_enabled": dashboard.content_enabled(),
+    })
+}
+
+/// The effective config, allowlisted and scrubbed (`actors::dashboard::redact::config_view`).
+fn config_view(app: &App) -> serde_json::Value {
+    let config = &app.config;
+    let raw = serde_json::json!({
+        "mode": app.mode(),
+        "preset": config.preset,
+        "pipeline": config.pipeline,
+        "count_tokens": format!("{:?}", config.count_tokens).to_ascii_lowercase(),
+        "store": { "backend": app.store_backend() },
+        "tools": {
+            "exclude": config.tools.exclude,
+            "rules": config.tools.rules.iter()
+                .map(|(tool, rule)| (tool.clone(), rule.components.clone().into()))
+                .collect::<serde_json::Map<String, serde_json::Value>>(),
+        },
+    });
+    actors::dashboard::redact::config_view(&raw)
+}
+
+fn asset(content_type: &'static str, text: &'static str) -> Response<Body> {
+    let mut response = h::text(StatusCode::OK, text);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn api_json(value: serde_json::Value) -> Response<Body> {
+    let mut response = h::json(StatusCode::OK, value.to_string());
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn bad_request(why: &'static str) -> Response<Body> {
+    ProxyError::BadRequest(why).into_response()
+}
+
+/// The headers every dashboard response carries.
+fn secured(mut response: Response<Body>) -> Response<Body> {
+    let headers = response.headers_mut();
+    headers.insert("content-security-policy", HeaderValue::from_static(CSP));
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// A query string's parameters, percent-decoded.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn parse(query: &str) -> Result<Params, &'static str> {
+        let mut pairs = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            pairs.push((decode(key)?, decode(value)?));
+        }
+        Ok(Params(pairs))
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn number(&self, key: &str) -> Option<u64> {
+        self.get(key)?.parse().ok()
+    }
+
+    fn filter(&self) -> Filter {
+        let text = |key| self.get(key).map(str::to_owned);
+        Filter {
+            since: self.number("since"),
+            until: self.number("until"),
+            session: text("session"),
+            model: text("model"),
+            route: text("route"),
+            mode: text("mode"),
+            component: text("component"),
+            status: text("status"),
+        }
+    }
+}
+
+fn decode(text: &str) -> Result<String, &'static str> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or("a query parameter has a bad %-escape")?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| "a query parameter is not UTF-8")
+}
+
+/// How often an idle live feed sends a comment, so proxies and the page know it is alive.
+const KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// The live feed: rows since `Last-Event-ID` from the ring, then each new row as it is stored.
+fn events(dashboard: &Dashboard, headers: &HeaderMap, query: &str) -> Response<Body> {
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            Params::parse(query)
+                .ok()?
+                .get("last_event_id")
+                .map(str::to_owned)
+        })
+        .and_then(|v| v.trim().parse().ok());
+    let subscription = match dashboard.subscribe(last) {
+        Ok(subscription) => subscription,
+        Err(full) => {
+            let mut response = h::text(StatusCode::TOO_MANY_REQUESTS, full.to_string());
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static("5"));
+            return response;
+        }
+    };
+    let mut response = Response::new(sse_body(subscription));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+fn frame(id: u64, data: &str) -> Bytes {
+    Bytes::from(format!("id: {id}\nevent: request\ndata: {data}\n\n"))
+}
+
+fn sse_body(subscription: Subscription) -> Body {
+    let Subscription { replay, .. } = &subscription;
+    let first: Vec<Bytes> = std::iter::once(Bytes::from_static(b"retry: 3000\n\n"))
+        .chain(replay.iter().map(|(id, data)| frame(*id, data)))
+        .collect();
+    let head = futures::stream::iter(first.into_iter().map(|b| Ok::<_, BoxError>(Frame::data(b))));
+    let live = futures::stream::unfold(subscription, |mut sub| async move {
+        tokio::select! {
+            row = sub.next() => {
+                let (id, data) = row?;
+                Some((Ok::<_, BoxError>(Frame::data(frame(id, &data))), sub))
+            }
+            () = tokio::time::sleep(KEEPALIVE) => {
+                Some((Ok(Frame::data(Bytes::from_static(b": keepalive\n\n"))), sub))
+            }
+        }
+    });
+    BodyExt::boxed(StreamBody::new(head.chain(live)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_and_config_are_the_only_routes_beyond_aggregates() {
+        for (method, path, audience, what) in ROUTES {
+            let serves_content = what.contains("content") && !what.contains("never content");
+            let serves_config = what.contains("config");
+            match audience {
+                Audience::Open => assert!(
+                    !serves_content && !serves_config,
+                    "{method} {path} is open but serves {what}"
+                ),
+                Audience::OpenWithContent => assert!(serves_content, "{path}"),
+                Audience::Trusted => assert!(serves_config || serves_content, "{path}"),
+            }
+        }
+        assert_eq!(
+            route(&Method::GET, "/dashboard/api/requests/42").map(|r| r.2),
+            Some(Audience::OpenWithContent)
+        );
+        assert!(route(&Method::GET, "/dashboard/api/requests/42/x").is_none());
+        assert!(route(&Method::POST, "/dashboard/api/overview").is_none());
+        assert_eq!(
+            route(&Method::GET, "/dashboard/api/config").map(|r| r.2),
+            Some(Audience::Trusted)
+        );
+    }
+
+    #[test]
+    fn the_page_fetches_nothing_off_origin_and_names_only_real_routes() {
+        for text in [INDEX, SCRIPT, STYLES] {
+            // The SVG namespace is a name, never fetched.
+            let text = text.replace("'http://www.w3.org/2000/svg'", "");
+            for off in ["http://", "https://", "//cdn", "@import"] {
+                assert!(!text.contains(off), "{off} in an embedded asset");
+            }
+        }
+        assert!(
+            !INDEX.contains("<script>") && !INDEX.contains("style="),
+            "nothing inline"
+        );
+        // Every API path the script calls is mounted.
+        for (at, _) in SCRIPT.match_indices("'/dashboard/api/") {
+            let path: String = SCRIPT[at + 1..]
+                .chars()
+                .take_while(|c| *c != '\'' && *c != '?')
+                .collect();
+            let probe = if path.ends_with('/') {
+                format!("{path}1")
+            } else {
+                path.clone()
+            };
+            assert!(
+                route(&Method::GET, &probe).is_some(),
+                "{path} is not mounted"
+            );
+        }
+    }
+
+    /// `docs/dashboard.md`'s route, price and redaction tables are rendered from the code's.
+    /// `SLUICE_BLESS=1 cargo test -p proxy dashboard_doc` rewrites them.
+    #[test]
+    fn dashboard_doc_matches_the_tables() {
+        use actors::dashboard::{prices::PRICES, redact::PATTERNS};
+        let audience = |a: Audience| match a {
+            Audience::Open => "anyone who reaches the port",
+            Audience::OpenWithContent => "anyone; content only to loopback and `--trusted`",
+            Audience::Trusted => "loopback and `--trusted` only",
+        };
+        let routes: String = std::iter::once("| route | who | what |\n|---|---|---|\n".to_owned())
+            .chain(ROUTES.iter().map(|(method, path, who, what)| {
+                format!(
+                    "| `{method} {}` | {} | {what} |\n",
+                    path.replace('*', "{id}"),
+                    audience(*who)
+                )
+            }))
+            .collect();
+        let prices: String = std::iter::once(
+            "| model prefix | input | output | cache read | cache write |\n|---|--:|--:|--:|--:|\n"
+                .to_owned(),
+        )
+        .chain(PRICES.iter().map(|(prefix, p)| {
+            format!(
+                "| `{prefix}` | {:.3} | {:.3} | {:.4} | {:.4} |\n",
+                p.input, p.output, p.cache_read, p.cache_write
+            )
+        }))
+        .collect();
+        let patterns: String = PATTERNS
+            .iter()
+            .map(|(name, _)| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+            + "\n";
+        crate::generated::check_doc("dashboard.md", "dashboard_doc", |doc| {
+            let doc = crate::generated::splice(doc, "routes", &routes);
+            let doc = crate::generated::splice(&doc, "prices", &prices);
+            crate::generated::splice(&doc, "redaction", &patterns)
+        });
+    }
+
+    #[test]
+    fn query_parameters_decode_and_bad_ones_are_refused() {
+        let p = Params::parse("model=claude%2Dsonnet&since=10&status=&q=a+b").unwrap();
+        assert_eq!(p.get("model"), Some("claude-sonnet"));
+        assert_eq!(p.number("since"), Some(10));
+        assert_eq!(p.get("status"), None);
+        assert_eq!(p.get("q"), Some("a b"));
+        assert!(Params::parse("x=%zz").is_err());
+        assert!(Params::parse("x=%ff").is_err());
+    }
+}

@@ -1,0 +1,221 @@
+"""The dashboard in a real browser, over the Chrome DevTools Protocol.
+
+Run by tests/dashboard/run.sh with a headless chromium (DEVTOOLS_PORT) and a sluice whose
+upstreams are the mock (SLUICE_URL). It opens /dashboard/, checks the counters start at zero,
+sends real corpus conversations through sluice in all three dialects, and waits for the page's
+counters to change on their own (the live feed). Then it opens the Requests tab, one request's
+drill-down with its component decisions and captured content, and saves a screenshot.
+
+It fails if the page logs a console error, throws, reports a CSP violation or any other
+browser error, or fetches anything outside sluice's origin.
+"""
+import base64
+import gzip
+import json
+import os
+import sys
+import time
+import urllib.request
+
+import websocket
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sdk"))
+from responses_form import responses_request  # noqa: E402
+
+sluice = os.environ["SLUICE_URL"]
+devtools = os.environ["DEVTOOLS_PORT"]
+corpus = os.environ["SLUICE_CORPUS_ROOT"]
+screenshot = os.environ["SLUICE_SCREENSHOT"]
+spread = float(os.environ.get("SLUICE_SPREAD_SECONDS", "0"))
+
+RUNS = [
+    "gemini3pro-miniswe-pytest-dev-pytest-6197",
+    "sweagent-gpt4-pydicom1458",
+    "swesmith-arrow-py-arrow-0",
+    "taubench-airline-gpt4o-task2-trial1",
+]
+
+
+class Page:
+    """One browser tab: commands, and every event kept for the checks."""
+
+    def __init__(self):
+        request = urllib.request.Request(f"http://127.0.0.1:{devtools}/json/new?about:blank", method="PUT")
+        target = json.load(urllib.request.urlopen(request, timeout=10))
+        self.ws = websocket.create_connection(target["webSocketDebuggerUrl"], timeout=30, suppress_origin=True)
+        self.next_id = 0
+        self.events = []
+
+    def send(self, method, **params):
+        self.next_id += 1
+        mine = self.next_id
+        self.ws.send(json.dumps({"id": mine, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv())
+            if message.get("id") == mine:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            self.events.append(message)
+
+    def pump(self, seconds):
+        """Collects events for a while (the page works on its own)."""
+        self.ws.settimeout(0.1)
+        end = time.time() + seconds
+        while time.time() < end:
+            try:
+                self.events.append(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                pass
+        self.ws.settimeout(30)
+
+    def js(self, expression):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression, what, timeout=15):
+        end = time.time() + timeout
+        while time.time() < end:
+            value = self.js(expression)
+            if value:
+                return value
+            self.pump(0.2)
+        raise AssertionError(f"timed out waiting for {what}: {expression}")
+
+
+def corpus_body(run, name):
+    with gzip.open(os.path.join(corpus, run, name + ".gz"), "rb") as f:
+        return json.load(f)
+
+
+def cached(body):
+    """An Anthropic body with the breakpoints Claude Code sets: on the system prompt and on the
+    newest message, so the provider caches the transcript and reads it back next turn."""
+    body = json.loads(json.dumps(body))
+    system = body.get("system")
+    if isinstance(system, str):
+        body["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+    last = body["messages"][-1]
+    if isinstance(last["content"], str):
+        last["content"] = [{"type": "text", "text": last["content"]}]
+    if last["content"]:
+        last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return body
+
+
+def post(path, body, headers):
+    request = urllib.request.Request(sluice + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"content-type": "application/json", **headers})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+        return response.status
+
+
+def traffic():
+    """Each run as an agent sends it: turn after turn, the transcript growing, in three dialects."""
+    sent = 0
+    calls = []
+    for run in RUNS:
+        chat = corpus_body(run, "openai.json")
+        messages = corpus_body(run, "anthropic.json")
+        for turns in (0.6, 0.8, 1.0):
+            n = max(2, int(len(chat["messages"]) * turns))
+            o = dict(chat, messages=chat["messages"][:n])
+            calls.append(("/openai/v1/chat/completions", o, {"authorization": "Bearer sk-test-openai"}))
+            m = max(2, int(len(messages["messages"]) * turns))
+            if messages["messages"][m - 1]["role"] != "user":
+                m -= 1
+            a = cached(dict(messages, messages=messages["messages"][:m]))
+            calls.append(("/anthropic/v1/messages", a, {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}))
+        calls.append(("/openai/v1/responses", responses_request(chat, chat.get("model", "gpt-4o")),
+                      {"authorization": "Bearer sk-test-openai"}))
+    for path, body, headers in calls:
+        assert post(path, body, headers) == 200, path
+        sent += 1
+        if spread:
+            time.sleep(spread / len(calls))
+    return sent
+
+
+def main():
+    page = Page()
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        page.send(f"{domain}.enable")
+    page.send("Emulation.setDeviceMetricsOverride", width=1440, height=1000, deviceScaleFactor=1, mobile=False)
+    page.send("Page.navigate", url=sluice + "/dashboard/")
+    page.wait_for("document.readyState === 'complete'", "the page to load")
+    start = page.wait_for("(document.querySelector('[data-testid=value-requests]') || {}).textContent", "the first tile")
+    assert start == "0", f"a fresh store shows no requests, got {start!r}"
+    page.wait_for("document.querySelector('[data-testid=live]').textContent.includes('live')", "the live feed")
+
+    sent = traffic()
+    # No reload: the live feed makes the page refresh itself.
+    shown = page.wait_for(
+        f"(() => {{ const t = document.querySelector('[data-testid=value-requests]').textContent;"
+        f" return Number(t.replace(/,/g, '')) === {sent} ? t : null; }})()",
+        f"the requests tile to reach {sent}")
+    print(f"ok: the requests tile went from 0 to {shown} as traffic flowed")
+    saved = page.js("document.querySelector('[data-testid=value-saved]').textContent")
+    assert saved.endswith("tok") and not saved.startswith("0 "), saved
+    net = page.js("document.querySelector('[data-testid=value-net]').textContent")
+    assert net.startswith("$") or net.startswith("−$"), net
+    print(f"ok: content saved {saved}, net saved {net}")
+    assert page.js("document.querySelectorAll('#chart-tokens polyline, #chart-tokens circle').length") > 0, "a chart"
+
+    page.js("document.querySelector('[data-testid=tab-requests]').click()")
+    rows = page.wait_for("document.querySelectorAll('[data-testid=request-row]').length", "request rows")
+    assert rows == min(sent, 50), rows
+    page.js("document.querySelector('[data-testid=request-row]').click()")
+    decisions = page.wait_for(
+        "document.querySelector('.drawer.open') && document.querySelectorAll('[data-testid=components-detail] tbody tr').length",
+        "the request's component decisions")
+    assert decisions >= 3, decisions
+    drawer = page.js("document.querySelector('[data-testid=drawer]').innerText")
+    for expected in ("Components, in pipeline order", "Provider usage", "Net saved"):
+        assert expected in drawer, f"{expected!r} not in {drawer!r}"
+    print(f"ok: the drill-down lists {decisions} component decisions")
+    page.pump(0.5)
+    shot = page.send("Page.captureScreenshot", format="png")
+    detail = screenshot.replace(".png", "-request.png")
+    with open(detail, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    print(f"ok: screenshot of the drill-down saved to {detail}")
+    # The overview as an operator first sees it, for the README.
+    page.js("document.querySelector('#drawer-close').click()")
+    page.js("document.querySelector('[data-testid=tab-overview]').click()")
+    if spread:
+        # Spread traffic reads best over the last hour, a point a minute.
+        page.js("(() => { const w = document.querySelector('#window'); w.value = '3600000';"
+                " w.dispatchEvent(new Event('change')); })()")
+    page.pump(1.0)
+    shot = page.send("Page.captureScreenshot", format="png")
+    with open(screenshot, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    print(f"ok: screenshot of the overview saved to {screenshot}")
+
+    page.pump(0.5)
+    failures = []
+    for event in page.events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            failures.append(f"console {params['type']}: {params.get('args')}")
+        elif method == "Runtime.exceptionThrown":
+            failures.append(f"exception: {params.get('exceptionDetails', {}).get('text')}")
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+            failures.append(f"browser error: {params['entry'].get('text')} {params['entry'].get('url', '')}")
+        elif method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            if not (url.startswith(sluice + "/") or url.startswith("data:")):
+                failures.append(f"off-origin fetch: {url}")
+    fetched = sum(1 for e in page.events if e.get("method") == "Network.requestWillBeSent")
+    assert fetched > 5, "the checks saw the page's requests"
+    if failures:
+        print("\n".join(failures), file=sys.stderr)
+        sys.exit(1)
+    print(f"ok: {fetched} fetches, all same-origin; no console error, exception or CSP violation")
+
+
+if __name__ == "__main__":
+    main()
