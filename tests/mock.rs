@@ -783,13 +783,15 @@ enum Api {
 }
 
 /// The provider's prompt cache, simulated so replies carry the usage a real provider would
-/// report: input counted at about four bytes a token, a cache read for the longest prefix an
-/// earlier prompt shared (Anthropic: up to the request's last `cache_control`, only when it has
-/// one, at least 1,024 tokens; OpenAI: automatic from 1,024 tokens, in steps of 128), the rest
-/// of the cacheable part written (Anthropic) or billed fresh.
+/// report: input counted at about four bytes a token, a cache read for the longest run of
+/// leading blocks (tools, system, each message) an earlier prompt shared (Anthropic: up to the
+/// request's last `cache_control`, only when it has one, at least 1,024 tokens; OpenAI:
+/// automatic from 1,024 tokens, in steps of 128), the rest of the cacheable part written
+/// (Anthropic) or billed fresh.
 #[derive(Debug, Default)]
 struct PromptCache {
-    prompts: VecDeque<Vec<u8>>,
+    /// Earlier prompts, as the keys of their cacheable blocks.
+    prompts: VecDeque<Vec<u64>>,
     /// No prompt caching: no cache fields at all.
     off: bool,
 }
@@ -816,80 +818,110 @@ fn token_estimate(bytes: usize) -> usize {
 
 impl PromptCache {
     fn bill(&mut self, api: Api, request: &Value) -> Billed {
-        // The prompt as the provider caches it: tools, system, then the conversation.
-        let conversation = match api {
-            Api::Responses => &request["input"],
-            Api::Anthropic | Api::Chat => &request["messages"],
-        };
-        let system = match api {
-            Api::Responses => &request["instructions"],
-            _ => &request["system"],
-        };
-        let prompt = serde_json::to_vec(&json!([request["tools"], system, conversation]))
-            .unwrap_or_default();
+        let units = prompt_units(api, request);
+        let total: usize = units.iter().map(|u| u.tokens).sum();
         if self.off {
             return Billed {
-                input: token_estimate(prompt.len()),
+                input: total,
                 ..Billed::default()
             };
         }
+        // Anthropic caches up to the last block with a breakpoint; OpenAI all of it.
         let cacheable = match api {
-            Api::Anthropic => find_last(&prompt, b"\"cache_control\"").unwrap_or(0),
-            Api::Chat | Api::Responses => prompt.len(),
+            Api::Anthropic => units
+                .iter()
+                .rposition(|u| u.breakpoint)
+                .map_or(0, |i| i + 1),
+            Api::Chat | Api::Responses => units.len(),
         };
+        let keys: Vec<u64> = units[..cacheable].iter().map(|u| u.key).collect();
         let shared = self
             .prompts
             .iter()
-            .map(|earlier| common_prefix(earlier, &prompt[..cacheable]))
+            .map(|earlier| {
+                earlier
+                    .iter()
+                    .zip(&keys)
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
             .max()
             .unwrap_or(0);
-        let mut read = token_estimate(shared);
+        let tokens = |n: usize| units[..n].iter().map(|u| u.tokens).sum::<usize>();
+        let mut read = tokens(shared);
         if read < MIN_CACHED_TOKENS {
             read = 0;
         }
         if api != Api::Anthropic {
             read -= read % 128;
         }
-        let cacheable_tokens = token_estimate(cacheable);
+        let cacheable_tokens = tokens(cacheable);
         let written = match api {
             Api::Anthropic if cacheable_tokens >= MIN_CACHED_TOKENS => cacheable_tokens - read,
             _ => 0,
         };
-        let known = self.prompts.iter().any(|p| p[..] == prompt[..cacheable]);
-        if cacheable_tokens >= MIN_CACHED_TOKENS && !known {
+        if cacheable_tokens >= MIN_CACHED_TOKENS && !self.prompts.contains(&keys) {
             if self.prompts.len() == CACHED_PROMPTS {
                 self.prompts.pop_front();
             }
-            self.prompts.push_back(prompt[..cacheable].to_vec());
+            self.prompts.push_back(keys);
         }
         Billed {
-            input: token_estimate(prompt.len()).max(read + written),
+            input: total.max(read + written),
             read,
             written,
             output: 0,
-            caching: !self.off,
+            caching: true,
         }
     }
 }
 
-/// The length of the bytes `a` and `b` start with in common: 4 KiB slices compared whole
-/// (memcmp), then bytes, so a long shared transcript costs microseconds, not milliseconds.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    const STEP: usize = 4096;
-    let n = a.len().min(b.len());
-    let mut at = 0;
-    while at + STEP <= n && a[at..at + STEP] == b[at..at + STEP] {
-        at += STEP;
-    }
-    at + a[at..n]
-        .iter()
-        .zip(&b[at..n])
-        .take_while(|(x, y)| x == y)
-        .count()
+/// One cacheable block of a prompt: the tools, the system prompt, or a message.
+struct Unit {
+    /// A hash of its content without `cache_control` (moving a breakpoint changes no content).
+    key: u64,
+    tokens: usize,
+    breakpoint: bool,
 }
 
-fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).rposition(|w| w == needle)
+/// The prompt as the provider caches it: tools, system, then the conversation, in blocks.
+fn prompt_units(api: Api, request: &Value) -> Vec<Unit> {
+    let (system, conversation) = match api {
+        Api::Responses => (&request["instructions"], &request["input"]),
+        Api::Anthropic | Api::Chat => (&request["system"], &request["messages"]),
+    };
+    let blocks = [&request["tools"], system]
+        .into_iter()
+        .chain(conversation.as_array().into_iter().flatten());
+    blocks
+        .filter(|block| !block.is_null())
+        .map(|block| {
+            let text = block.to_string();
+            let breakpoint = text.contains("\"cache_control\"");
+            let key = {
+                use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+                let mut plain = block.clone();
+                strip_cache_control(&mut plain);
+                BuildHasherDefault::<DefaultHasher>::default().hash_one(plain.to_string())
+            };
+            Unit {
+                key,
+                tokens: token_estimate(text.len()),
+                breakpoint,
+            }
+        })
+        .collect()
+}
+
+fn strip_cache_control(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            object.remove("cache_control");
+            object.values_mut().for_each(strip_cache_control);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_cache_control),
+        _ => {}
+    }
 }
 
 impl Billed {

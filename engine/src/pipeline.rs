@@ -1064,14 +1064,17 @@ fn run_stage(
         });
     }
     if stage.kind() == Kind::Offload && !cx.lossless_tools.is_empty() {
-        let held = |i: usize, m: &Message| {
+        let every = cx.lossless_tools.get(crate::tools::EVERY_TOOL);
+        let retried = |i: usize, m: &Message| {
             m.tool_name.as_ref().is_some_and(|tool| {
                 let kind = crate::tools::output_kind(tool, m.tool_arguments.as_deref());
                 cx.lossless_tools.get(&kind).is_some_and(|from| i >= *from)
             })
         };
         hold_outputs(&mut saved, &mut acx, messages, |i, m| {
-            if held(i, m) {
+            if m.is_tool() && every.is_some_and(|from| i >= *from) {
+                Err("cost_guard")
+            } else if retried(i, m) {
                 Err("retried_after_compaction")
             } else {
                 Ok(())

@@ -212,6 +212,10 @@ mod tests {
     }
 }
 
+/// The `lossless_tools` entry that holds every tool output (a session whose cost guard backed
+/// off): offloaders' cuts from its index on are put back with skip reason `cost_guard`.
+pub const EVERY_TOOL: &str = "*";
+
 /// What kind of output a call produces, for the session's learned `lossless_tools`: the tool,
 /// and for a shell-like tool the program its command runs (`bash:pytest`, `bash:cat`). One
 /// re-run `pytest` says nothing about `ls`, and an agent with a single shell tool would

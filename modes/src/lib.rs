@@ -9,6 +9,7 @@
 //! would have: a projection without it would overstate savings.
 
 pub mod amortize;
+pub mod guard;
 pub mod replay;
 pub mod retries;
 pub mod stats;
@@ -57,6 +58,10 @@ pub struct SessionState {
     /// Messages the previous request had: the calls after them are the model's new ones.
     #[serde(default)]
     pub seen_messages: usize,
+    /// Whether compaction is paying for this session, from the provider's reports (see
+    /// [`guard`]).
+    #[serde(default)]
+    pub guard: guard::CostGuard,
 }
 
 /// Keeps a session's state in a store between actors (under the session's replay namespace).
@@ -137,6 +142,14 @@ pub fn run_turn<'a>(
     }
     let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
     retries::remember(state, parsed.messages(), &applied.messages);
+    let changed = matches!(applied.body, std::borrow::Cow::Owned(_));
+    let warm = facts.known && !facts.cold;
+    state.guard.turn(guard::work(
+        &applied.report,
+        facts.mutable_from,
+        warm,
+        changed,
+    ));
     (applied, facts)
 }
 

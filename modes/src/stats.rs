@@ -198,6 +198,8 @@ pub struct Totals {
     /// Turns run without lossy offloads because the model could not have called the expand
     /// tool, by reason (`engine::way_back::Withheld` labels).
     way_back_withheld: BTreeMap<&'static str, u64>,
+    /// Sessions whose cost guard backed off to lossless components, by reason.
+    cost_guard_backoffs: BTreeMap<&'static str, u64>,
     /// Responses the expand loop could not read (an encoding sluice cannot decode, a body over
     /// the bound): relayed untouched, by reason.
     expand_unread: BTreeMap<&'static str, u64>,
@@ -379,6 +381,16 @@ impl Stats {
             .or_default() += 1;
     }
 
+    /// A session's cost guard backed off (`cache_misses`, `expand_rounds`).
+    pub fn record_cost_guard_backoff(&self, reason: &'static str) {
+        *self
+            .totals
+            .lock()
+            .cost_guard_backoffs
+            .entry(reason)
+            .or_default() += 1;
+    }
+
     /// A response the expand loop could not read, relayed untouched.
     pub fn record_expand_unread(&self, reason: &'static str) {
         *self.totals.lock().expand_unread.entry(reason).or_default() += 1;
@@ -438,6 +450,7 @@ impl Stats {
             ("sessions", json!(sessions.unwrap_or_default())),
             ("way_back_withheld", json!(t.way_back_withheld)),
             ("expand_unread", json!(t.expand_unread)),
+            ("cost_guard_backoffs", json!(t.cost_guard_backoffs)),
         ] {
             object.insert(key.to_owned(), value);
         }
@@ -462,6 +475,12 @@ impl Stats {
                 "Responses the expand loop could not read, relayed untouched.",
                 "reason",
                 &t.expand_unread,
+            ),
+            (
+                "cg_cost_guard_backoffs_total",
+                "Sessions whose rewrites cost more than they saved, by the provider's reports, backed off to lossless components.",
+                "reason",
+                &t.cost_guard_backoffs,
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");

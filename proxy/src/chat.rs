@@ -430,6 +430,13 @@ fn apply_usage(
         if state.tracker.counts.cold_mispredicted > before {
             stats.record_cold_mispredicted();
         }
+        let billed = modes::guard::Billed {
+            read: usage.read,
+            written: usage.written,
+        };
+        if let Some(why) = modes::guard::settle(state, billed) {
+            stats.record_cost_guard_backoff(why.label());
+        }
     });
 }
 

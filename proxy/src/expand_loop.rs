@@ -53,8 +53,7 @@ impl Continuation {
         let mut missed = 0;
         let mut wasted = 0;
         let mut results: Vec<(String, String)> = Vec::with_capacity(calls.len());
-        self.note_expands(&calls).await;
-        for call in calls {
+        for call in &calls {
             let original = match self.app.resolve(&self.session, &call.stash_id).await {
                 Some(original) => {
                     restored += 1;
@@ -66,8 +65,9 @@ impl Continuation {
                     marker::expired_placeholder(&call.stash_id)
                 }
             };
-            results.push((call.call_id, original));
+            results.push((call.call_id.clone(), original));
         }
+        self.note_round(&calls, wasted).await;
         self.app
             .stats
             .record_expand_round(restored, missed, wasted, self.prompt_tokens);
@@ -77,9 +77,10 @@ impl Continuation {
         expand::continuation(forwarded, response, self.dialect, &results)
     }
 
-    /// Tells the session which markers the model expanded: a second expand of one makes its
-    /// tool's outputs lossless for the rest of the session (`modes::retries`).
-    async fn note_expands(&self, calls: &[expand::ExpandCall]) {
+    /// Tells the session about a round: which markers the model expanded (a second expand of
+    /// one makes its tool's outputs lossless for the rest of the session, `modes::retries`),
+    /// and what the round cost its cost guard (`modes::guard`).
+    async fn note_round(&self, calls: &[expand::ExpandCall], restored_tokens: u64) {
         let Some(sessions) = self.app.turns().sessions() else {
             return;
         };
@@ -89,6 +90,11 @@ impl Continuation {
             .filter(|call| modes::retries::note_expand(&mut state, &call.stash_id))
             .count();
         self.app.stats.record_retries(repeats as u64);
+        if let Some(why) =
+            modes::guard::expand_round(&mut state, self.prompt_tokens, restored_tokens)
+        {
+            self.app.stats.record_cost_guard_backoff(why.label());
+        }
     }
 
     /// Sends the next request of the loop with the agent's own headers.

@@ -1512,3 +1512,122 @@ async fn a_retried_call_makes_its_tool_lossless_for_the_session() {
     }
     assert_eq!(sluice.stats().await["retries_after_compaction"], 2);
 }
+
+/// Turns of the compactable corpus run as Claude Code sends them: each ends on a user message,
+/// with the breakpoint on its last block; the last `n` such turns from the first one that
+/// carries the default's first cut (so sluice changes every turn).
+fn breakpointed_turns(n: usize) -> Vec<Value> {
+    let whole: Value = serde_json::from_slice(&compactable(Dialect::Anthropic, false)).unwrap();
+    let messages = whole["messages"].as_array().unwrap();
+    let ends: Vec<usize> = (1..messages.len())
+        .filter(|&i| messages[i]["role"] == "user")
+        .collect();
+    ends[ends.len() - n..]
+        .iter()
+        .map(|&end| {
+            let mut turn = whole.clone();
+            let list = turn["messages"].as_array_mut().unwrap();
+            list.truncate(end + 1);
+            let last = list.last_mut().unwrap();
+            if last["content"].is_string() {
+                last["content"] = json!([{"type": "text", "text": last["content"]}]);
+            }
+            if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
+                block["cache_control"] = json!({"type": "ephemeral"});
+            }
+            turn
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let turns = breakpointed_turns(4);
+    // The provider never reads back what it cached: every turn writes the whole prompt again.
+    sluice.mock.set_cache_report(Some((0, 60_000)));
+    let session = [("x-context-guru-session", "guard-dear")];
+    for turn in &turns[..3] {
+        let reply = sluice
+            .chat(
+                Dialect::Anthropic,
+                &session,
+                serde_json::to_vec(turn).unwrap(),
+            )
+            .await;
+        assert_eq!(reply.status, 200);
+    }
+    let stats = sluice.stats().await;
+    assert_eq!(stats["cost_guard_backoffs"]["cache_misses"], 1, "{stats}");
+    let metrics = sluice.get("/metrics").await.body;
+    assert!(
+        String::from_utf8_lossy(&metrics)
+            .contains("cg_cost_guard_backoffs_total{reason=\"cache_misses\"} 1"),
+        "/metrics counts it"
+    );
+
+    // A new long output after the back-off reaches the model whole.
+    let last = serde_json::to_vec(&turns[3]).unwrap();
+    let (_, original) = {
+        sluice
+            .chat(
+                Dialect::Anthropic,
+                &[("x-context-guru-session", "guard-probe")],
+                last.clone(),
+            )
+            .await;
+        first_marker(
+            &sluice.mock.recorded().last().unwrap().body,
+            &last,
+            Dialect::Anthropic,
+        )
+    };
+    let mut fresh = turns[3].clone();
+    let list = fresh["messages"].as_array_mut().unwrap();
+    list.push(json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_guard", "name": "bash", "input": {"command": "cat again.log"}}]}));
+    list.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_guard", "content": original.clone(),
+         "cache_control": {"type": "ephemeral"}}]}));
+    let fresh = serde_json::to_vec(&fresh).unwrap();
+    sluice
+        .chat(Dialect::Anthropic, &session, fresh.clone())
+        .await;
+    let forwarded = sluice.mock.recorded().last().unwrap().body.clone();
+    let parsed = wire::parse(&forwarded, Dialect::Anthropic).unwrap();
+    assert_eq!(
+        parsed.messages().last().unwrap().content,
+        original,
+        "the newest output goes whole"
+    );
+    let stats = sluice.stats().await;
+    assert!(
+        stats["components"]
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|c| c["gates"]["cost_guard"].as_u64() > Some(0)),
+        "{stats}"
+    );
+    // The same session on another sluice, with a provider that reads its cache back, does not.
+    let saving = start(engine::config::EMBEDDED_DEFAULT).await;
+    let mut read = 0;
+    for turn in &turns {
+        let reply = saving
+            .chat(
+                Dialect::Anthropic,
+                &session,
+                serde_json::to_vec(turn).unwrap(),
+            )
+            .await;
+        let reply: Value = serde_json::from_slice(&reply.body).unwrap();
+        read = reply["usage"]["cache_read_input_tokens"].as_u64().unwrap();
+    }
+    assert!(
+        read > 10_000,
+        "the provider read the transcript back: {read}"
+    );
+    let stats = saving.stats().await;
+    assert_eq!(stats["cost_guard_backoffs"], json!({}), "{stats}");
+    assert_eq!(stats["tracked_turns"], 4);
+}
