@@ -153,12 +153,17 @@ impl CostGuard {
 /// back off, makes every tool output from the next new message on lossless.
 pub fn settle(state: &mut SessionState, billed: Billed) -> Option<BackOff> {
     let why = state.guard.settle(billed)?;
+    hold_every_output(state);
+    Some(why)
+}
+
+/// From the next new message on, every tool output is lossless.
+fn hold_every_output(state: &mut SessionState) {
     let from = state.seen_messages;
     state
         .lossless_tools
         .entry(engine::tools::EVERY_TOOL.to_owned())
         .or_insert(from);
-    Some(why)
 }
 
 /// An expand round the session's model asked for. Returns the back-off it decided, if any
@@ -170,11 +175,7 @@ pub fn expand_round(
 ) -> Option<BackOff> {
     state.guard.expand_round(prompt_tokens, restored_tokens);
     let why = state.guard.judge()?;
-    let from = state.seen_messages;
-    state
-        .lossless_tools
-        .entry(engine::tools::EVERY_TOOL.to_owned())
-        .or_insert(from);
+    hold_every_output(state);
     Some(why)
 }
 
