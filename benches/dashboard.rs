@@ -69,6 +69,7 @@ fn event(i: u64, now: u64) -> Event {
             output: Some(400),
             cache_read: Some(before * 8 / 10),
             cache_write: Some(before / 10),
+            model: None,
         },
         ..Event::default()
     }

@@ -8,6 +8,11 @@
 //! The mock and the load generator share this process and the machine's two cores with sluice,
 //! so throughput is a relative figure: both arms pay the same overhead.
 //!
+//! `load.sh turns` sends the largest public sessions turn by turn, as an agent does (each turn
+//! re-sends the transcript with the newest messages first seen), alternating with direct, under
+//! one session id each: the added latency a live agent sees, first sight of every new output
+//! included.
+//!
 //! `load.sh dashboard` measures the dashboard's capture instead: two sluices on the same mock,
 //! one with `--no-dashboard` and one with the dashboard on a file and content capture open,
 //! requests alternating between them; it reports both arms' latency and the difference.
@@ -251,11 +256,80 @@ async fn compare_dashboard(binary: &str, mock: &Mock, client: &HttpClient) {
     }
 }
 
+/// Sessions sent by `load.sh turns`: the largest of each dialect.
+const LARGEST_SESSIONS: usize = 4;
+
+/// The largest public sessions turn by turn, through sluice and direct, alternating.
+async fn turn_by_turn(binary: &str, mock: &Mock, client: &HttpClient) {
+    let port = free_port();
+    let mut sluice = start_sluice(binary, port, &mock.url());
+    let url = format!("http://127.0.0.1:{port}");
+    wait_ready(client, &url).await;
+    println!(
+        "| dialect | sessions | turns | largest turn | direct p50 | added p50 | direct p99 | added p99 | added max |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let (mut direct, mut via) = (Vec::new(), Vec::new());
+        let (mut turns, mut largest) = (0, 0);
+        for (round, (name, body)) in benches::public_bodies(dialect)
+            .into_iter()
+            .take(LARGEST_SESSIONS)
+            .enumerate()
+        {
+            let session = format!("turns-{name}-{}", std::process::id());
+            for turn in integration_tests::session_turns(&body) {
+                largest = largest.max(turn.len());
+                turns += 1;
+                let turn = Bytes::from(turn);
+                let d_url = format!("{}{}", mock.url(), direct_route(dialect));
+                let s_url = format!("{url}{}", route(dialect));
+                let headers = [("x-context-guru-session", session.as_str())];
+                if round % 2 == 0 {
+                    direct.push(ms(post(client, &d_url, turn.clone()).await));
+                    via.push(ms(benches::http_load::post_with(
+                        client, &s_url, &headers, turn,
+                    )
+                    .await));
+                } else {
+                    via.push(ms(benches::http_load::post_with(
+                        client,
+                        &s_url,
+                        &headers,
+                        turn.clone(),
+                    )
+                    .await));
+                    direct.push(ms(post(client, &d_url, turn).await));
+                }
+            }
+        }
+        direct.sort_by(f64::total_cmp);
+        via.sort_by(f64::total_cmp);
+        let (d50, s50, d99, s99) = (
+            percentile(&direct, 50.0),
+            percentile(&via, 50.0),
+            percentile(&direct, 99.0),
+            percentile(&via, 99.0),
+        );
+        println!(
+            "| {} | {LARGEST_SESSIONS} | {turns} | {} KB | {d50:.3} ms | {:.3} ms | {d99:.3} ms | {:.3} ms | {:.3} ms |",
+            dialect.as_str(),
+            largest / 1024,
+            s50 - d50,
+            s99 - d99,
+            via.last().copied().unwrap_or(0.0) - direct.last().copied().unwrap_or(0.0),
+        );
+    }
+    let _ = sluice.kill();
+    let _ = sluice.wait();
+}
+
 fn main() {
     let binary = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
-    if std::env::args().nth(2).as_deref() == Some("dashboard") {
+    let mode = std::env::args().nth(2);
+    if let Some(mode @ ("turns" | "dashboard")) = mode.as_deref() {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -264,7 +338,11 @@ fn main() {
             let mock = Mock::start().await;
             let client: HttpClient =
                 Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-            compare_dashboard(&binary, &mock, &client).await;
+            if mode == "turns" {
+                turn_by_turn(&binary, &mock, &client).await;
+            } else {
+                compare_dashboard(&binary, &mock, &client).await;
+            }
         });
         return;
     }

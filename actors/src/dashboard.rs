@@ -34,6 +34,10 @@ pub use hub::Subscription;
 
 /// Events waiting for the writer; beyond it a request's event is dropped and counted.
 pub const QUEUE: usize = 4096;
+/// Bytes of request bodies held for content capture at once (from the turn until the writer
+/// has read them); past it a request's content is not captured (`capture_blocked_by:
+/// "budget"`), its row still is.
+pub const CONTENT_BUDGET: u64 = 256 << 20;
 
 /// Where and how the dashboard keeps its rows.
 #[derive(Debug, Clone)]
@@ -85,11 +89,13 @@ pub enum DashboardError {
     },
     #[error("dashboard query: {0}")]
     Query(#[from] rusqlite::Error),
+    #[error("{0} is not a dashboard file (another program's, or the state store's)")]
+    NotADashboard(String),
 }
 
 /// One request, as the host saw it. Plain values only: everything derived (prices, hashes,
 /// redaction, content diffs) happens on the writer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Event {
     /// Epoch milliseconds at the request's start.
     pub ts_ms: u64,
@@ -99,6 +105,8 @@ pub struct Event {
     pub model: Option<String>,
     /// `sync` or `observe`.
     pub mode: &'static str,
+    /// The status the client got: the upstream's, sluice's own when it answered, or 499 when
+    /// the client went away before an answer.
     pub status: u16,
     pub stream: bool,
     /// Why the body went upstream as it came, when it did.
@@ -141,8 +149,10 @@ pub struct ComponentEvent {
 }
 
 /// The provider's usage as read off the reply; `None` where the reply did not say.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplyUsage {
+    /// The model the reply names (a request that named none, like Azure's, is priced by it).
+    pub model: Option<String>,
     /// Anthropic `input_tokens`; OpenAI `prompt_tokens` / Responses `input_tokens`, which
     /// include the cached part.
     pub input: Option<u64>,
@@ -153,11 +163,26 @@ pub struct ReplyUsage {
 
 /// The request's own bytes and what went upstream: the writer reads the changed messages'
 /// before and after text from them, off the request path.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ContentSource {
     pub dialect: Dialect,
     pub original: Bytes,
     pub forwarded: Vec<engine::message::Message>,
+    /// Its share of [`CONTENT_BUDGET`], given back when the writer is done with it.
+    pub hold: ContentHold,
+}
+
+/// Bytes counted against [`CONTENT_BUDGET`] while a [`ContentSource`] lives.
+#[derive(Debug)]
+pub struct ContentHold {
+    bytes: u64,
+    held: Arc<AtomicU64>,
+}
+
+impl Drop for ContentHold {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// Counters about the dashboard itself (`/stats` `dashboard_*`).
@@ -167,6 +192,8 @@ pub struct Counts {
     pub captured: AtomicU64,
     /// Events dropped because the writer's queue was full.
     pub dropped: AtomicU64,
+    /// Bytes of request bodies held for content capture now.
+    pub content_held: Arc<AtomicU64>,
     /// Events lost to a failed write.
     pub write_errors: AtomicU64,
     /// Rows deleted by retention (age or size).
@@ -246,6 +273,27 @@ impl Dashboard {
                 self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Counts `bytes` of a request body against [`CONTENT_BUDGET`]; `None` when they do not fit.
+    pub fn hold_content(&self, bytes: usize) -> Option<ContentHold> {
+        let bytes = bytes as u64;
+        let held = &self.counts.content_held;
+        let mut now = held.load(Ordering::Relaxed);
+        loop {
+            if now.saturating_add(bytes) > CONTENT_BUDGET {
+                return None;
+            }
+            match held.compare_exchange_weak(now, now + bytes, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(actual) => now = actual,
+            }
+        }
+        Some(ContentHold {
+            bytes,
+            held: held.clone(),
+        })
     }
 
     /// Whether the operator allows message content to be captured.

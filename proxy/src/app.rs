@@ -60,6 +60,9 @@ pub struct Settings {
     pub scope_secret: Vec<u8>,
     /// The dashboard store, when `--dashboard` is on.
     pub dashboard: Option<Arc<actors::dashboard::Dashboard>>,
+    /// Host names the dashboard's content answers besides IP literals and `localhost`
+    /// (`--dashboard-host`).
+    pub dashboard_hosts: Vec<String>,
 }
 
 impl Default for Settings {
@@ -75,6 +78,7 @@ impl Default for Settings {
             sandbox: llm::Isolation::InProcess,
             scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
             dashboard: None,
+            dashboard_hosts: Vec::new(),
         }
     }
 }

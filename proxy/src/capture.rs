@@ -69,6 +69,8 @@ impl Capture {
             ts_ms: actors::dashboard::now_ms(),
             dialect: Some(dialect),
             mode,
+            // Until an answer is known: the client went away first (nginx's "client closed").
+            status: 499,
             capture_blocked_by: blocked,
             ..Event::default()
         };
@@ -90,13 +92,21 @@ impl Capture {
     /// reads them).
     pub fn turn(&self, forward: &mut modes::turn::Forward, original: &Bytes, dialect: Dialect) {
         let messages = forward.messages.len() as u32;
-        let content =
-            (self.pending.content && forward.report.saved_tokens() > 0).then(|| ContentSource {
-                dialect,
-                original: original.clone(),
-                forwarded: std::mem::take(&mut forward.messages),
-            });
+        let wanted = self.pending.content && forward.report.saved_tokens() > 0;
+        let hold = wanted
+            .then(|| self.pending.dashboard.hold_content(original.len()))
+            .flatten();
+        let over_budget = wanted && hold.is_none();
+        let content = hold.map(|hold| ContentSource {
+            dialect,
+            original: original.clone(),
+            forwarded: std::mem::take(&mut forward.messages),
+            hold,
+        });
         self.with(|e| {
+            if over_budget {
+                e.capture_blocked_by = Some("budget");
+            }
             e.session = Some(forward.session.clone());
             e.model = forward.model.clone();
             e.stream = forward.stream;
@@ -115,6 +125,8 @@ impl Capture {
             e.stream = forward.stream;
             e.messages = forward.messages.len() as u32;
             e.projected = true;
+            // Nothing was changed on the wire, so there is no text before and after to keep.
+            e.capture_blocked_by.get_or_insert("observe");
             report_into(e, &forward.report);
         });
     }
@@ -137,9 +149,15 @@ impl Capture {
         });
     }
 
-    /// What the provider reported when its reply ended.
+    /// What the provider reported when its reply ended (its model names the row when the
+    /// request did not).
     pub fn usage(&self, usage: ReplyUsage) {
-        self.with(|e| e.usage = usage);
+        self.with(|e| {
+            if e.model.is_none() {
+                e.model.clone_from(&usage.model);
+            }
+            e.usage = usage;
+        });
     }
 
     /// One expand round, restoring `tokens` of originals.

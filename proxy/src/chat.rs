@@ -325,10 +325,11 @@ fn relay_reporting(
     };
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
     let mut scanner = UsageScanner::new(move |usage: ReplyUsage| {
+        let cache = cache_report(&usage);
         if let Some(capture) = capture {
             capture.usage(usage);
         }
-        let Some(cache) = cache_report(&usage) else {
+        let Some(cache) = cache else {
             return;
         };
         match to {
@@ -407,10 +408,11 @@ pub(crate) fn live_report(
 ) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
     UsageScanner::new(move |usage: ReplyUsage| {
+        let cache = cache_report(&usage);
         if let Some(capture) = capture {
             capture.usage(usage);
         }
-        if let Some(cache) = cache_report(&usage) {
+        if let Some(cache) = cache {
             apply_usage(&sessions, &stats, &session, cache);
         }
     })

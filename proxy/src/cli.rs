@@ -256,6 +256,14 @@ struct DashboardArgs {
     /// MiB the rows may use before the oldest are deleted (0: no limit).
     #[arg(long, env = "SLUICE_DASHBOARD_MAX_MB", default_value_t = 512)]
     dashboard_max_mb: u64,
+    /// A host name the dashboard's content and config answer to besides IP literals and
+    /// `localhost` (repeat, or comma-separate): the name an operator's browser uses.
+    #[arg(
+        long = "dashboard-host",
+        env = "SLUICE_DASHBOARD_HOSTS",
+        value_delimiter = ','
+    )]
+    dashboard_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -325,17 +333,26 @@ fn dashboard(
     if !wanted {
         return Ok(None);
     }
+    if let (Some(db), Some(state)) = (&args.dashboard_db, on_disk)
+        && db == state
+    {
+        return Err(Failure(
+            "--dashboard-db names the state store's own file; give the dashboard a file of its own"
+                .into(),
+        ));
+    }
     let path = match (&args.dashboard_db, on_disk) {
         (Some(path), _) if path.as_os_str() == ":memory:" => None,
         (Some(path), _) => Some(path.clone()),
         (None, Some(state)) => Some(beside(state)),
         (None, None) => Some(beside(&actors::store::sqlite::default_path())),
     };
-    let hours = |h: u64| (h > 0).then(|| std::time::Duration::from_secs(h * 3600));
+    let hours = |h: u64| (h > 0).then(|| std::time::Duration::from_secs(h.saturating_mul(3600)));
     let options = DashboardOptions {
         path: path.clone(),
         retention: hours(args.dashboard_retention_hours),
-        max_bytes: (args.dashboard_max_mb > 0).then_some(args.dashboard_max_mb << 20),
+        max_bytes: (args.dashboard_max_mb > 0)
+            .then_some(args.dashboard_max_mb.saturating_mul(1 << 20)),
         content: args.dashboard_content,
         ..DashboardOptions::default()
     };
@@ -590,6 +607,7 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
                     String::into_bytes,
                 ),
             dashboard,
+            dashboard_hosts: args.dashboard.dashboard_hosts.clone(),
         };
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), state)

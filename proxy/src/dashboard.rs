@@ -155,7 +155,8 @@ pub(crate) async fn handle(
         .settings()
         .admission
         .check(peer.ip(), request.headers())
-        .is_ok();
+        .is_ok()
+        && host_is_ours(request.headers(), &app.settings().dashboard_hosts);
     if audience == Audience::Trusted && !trusted {
         return secured(
             ProxyError::Forbidden(
@@ -186,6 +187,43 @@ pub(crate) async fn handle(
     secured(response)
 }
 
+/// Whether the request named this server by a name it answers to: an IP literal, `localhost`,
+/// or a name in `--dashboard-host`. A browser page on another site that re-points its own name
+/// at 127.0.0.1 (DNS rebinding) reaches the port from loopback, but sends its own name here,
+/// so content and config stay out of its reach.
+fn host_is_ours(headers: &HeaderMap, allowed: &[String]) -> bool {
+    let Some(host) = headers
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+    else {
+        // HTTP/2 carries the authority in the URI instead; hyper leaves no Host then.
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// Reads running at once; more wait up to [`READ_WAIT`] for a turn, then get 429, rather than
+/// park threads on the reader.
+const READS_AT_ONCE: usize = 2;
+const READ_WAIT: Duration = Duration::from_secs(5);
+
+fn read_permits() -> &'static tokio::sync::Semaphore {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    PERMITS.get_or_init(|| tokio::sync::Semaphore::new(READS_AT_ONCE))
+}
+
 /// A read of the store, off the async threads.
 async fn read(
     dashboard: Arc<Dashboard>,
@@ -196,7 +234,20 @@ async fn read(
     let params = Params::parse(query).map_err(bad_request)?;
     let filter = params.filter();
     let path = path.to_owned();
+    // A read cannot be cancelled once it runs, and an open route must not pile them up on
+    // blocking threads: reads wait their turn here (a page asks for three at once), briefly.
+    let waited = tokio::time::timeout(READ_WAIT, read_permits().acquire()).await;
+    let Ok(Ok(permit)) = waited else {
+        let mut busy = h::json(
+            StatusCode::TOO_MANY_REQUESTS,
+            r#"{"error":"the dashboard is answering other reads; try again"}"#,
+        );
+        busy.headers_mut()
+            .insert("retry-after", HeaderValue::from_static("1"));
+        return Err(busy);
+    };
     let read = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         dashboard.read(|c| {
             Ok(match path.as_str() {
                 "/dashboard/api/overview" => {

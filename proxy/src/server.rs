@@ -133,6 +133,10 @@ pub async fn serve(
             "Drain timed out; closing remaining connections."
         );
     }
+    // The requests have ended: the last rows go to the dashboard's file before the process does.
+    if let Some(dashboard) = app.dashboard().cloned() {
+        let _ = tokio::task::spawn_blocking(move || dashboard.close()).await;
+    }
 }
 
 /// When a connection last started or finished a request or wrote a byte, and how many of its

@@ -17,6 +17,9 @@ const WRITE_FIELD: &[u8] = b"\"cache_creation_input_tokens\"";
 /// Anthropic and Responses `input_tokens`, chat completions' `prompt_tokens`.
 const INPUT_FIELDS: [&[u8]; 2] = [b"\"input_tokens\"", b"\"prompt_tokens\""];
 const OUTPUT_FIELDS: [&[u8]; 2] = [b"\"output_tokens\"", b"\"completion_tokens\""];
+const MODEL_FIELD: &[u8] = b"\"model\"";
+/// Model names longer than this are not model names.
+const MAX_MODEL: usize = 120;
 /// Bytes kept from the end of one chunk, so a field split across two chunks is still found.
 const CARRY: usize = 96;
 
@@ -71,15 +74,34 @@ impl<F: FnOnce(ReplyUsage)> UsageScanner<F> {
                 }
             }
         }
+        if self.found.model.is_none() {
+            self.found.model = model(bytes);
+        }
     }
 }
 
 impl<F: FnOnce(ReplyUsage)> Drop for UsageScanner<F> {
     fn drop(&mut self) {
         if let Some(report) = self.report.take() {
-            report(self.found);
+            report(std::mem::take(&mut self.found));
         }
     }
+}
+
+/// The first complete `"model": "NAME"` in `bytes` (providers name the model near the start of
+/// a reply, and every stream's first event carries it).
+fn model(bytes: &[u8]) -> Option<String> {
+    memmem::find_iter(bytes, MODEL_FIELD).find_map(|at| {
+        let rest = &bytes[at + MODEL_FIELD.len()..];
+        let rest = rest
+            .trim_ascii_start()
+            .strip_prefix(b":")?
+            .trim_ascii_start();
+        let rest = rest.strip_prefix(b"\"")?;
+        let end = rest.iter().take(MAX_MODEL).position(|b| *b == b'"')?;
+        let name = std::str::from_utf8(&rest[..end]).ok()?;
+        (!name.is_empty() && !name.contains('\\')).then(|| name.to_owned())
+    })
 }
 
 /// Every complete number following `"field":` in `bytes`.
@@ -131,11 +153,18 @@ mod tests {
                 output: Some(417),
                 cache_read: Some(48211),
                 cache_write: Some(300),
+                model: None,
             }
         );
         let chat = br#"{"usage":{"prompt_tokens":2006,"completion_tokens":55,"completion_tokens_details":{"reasoning_tokens":0},"prompt_tokens_details":{"cached_tokens":1920}}}"#;
         let usage = scan_usage(&[chat]);
         assert_eq!((usage.input, usage.output), (Some(2006), Some(55)));
+        let azure = br#"{"id":"chatcmpl-1","object":"chat.completion","model": "gpt-4o-2024-08-06","choices":[]}"#;
+        let (a, b) = azure.split_at(50);
+        assert_eq!(
+            scan_usage(&[a, b]).model.as_deref(),
+            Some("gpt-4o-2024-08-06")
+        );
     }
 
     #[test]

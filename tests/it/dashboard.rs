@@ -216,6 +216,16 @@ async fn content_needs_both_switches_and_a_trusted_caller() {
     let (status, config) = api(&sluice, "/dashboard/api/config", &bearer).await;
     assert_eq!(status, 200);
     assert_eq!(config["mode"], "sync");
+    // A page on another site that re-points its own name at sluice (DNS rebinding) reaches it
+    // from loopback, with the right token even, but names itself in Host: nothing for it.
+    let rebound = [bearer[0], ("host", "attacker.example:4000")];
+    let (_, detail) = api(&sluice, &path, &rebound).await;
+    assert_eq!(detail["content_visible"], false);
+    let (status, _) = api(&sluice, "/dashboard/api/config", &rebound).await;
+    assert_eq!(status, 403);
+    let named = [bearer[0], ("host", "localhost:4000")];
+    let (_, detail) = api(&sluice, &path, &named).await;
+    assert_eq!(detail["content_visible"], true);
 }
 
 #[tokio::test]

@@ -13,8 +13,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-/// Rows a subscriber may have unread.
-pub const BUFFER: usize = 64;
+/// Rows a subscriber may have unread: at least a whole batch of the writer's, which publishes
+/// one batch's rows back to back.
+pub const BUFFER: usize = 256;
 /// Rows kept for a reconnecting subscriber.
 pub const RING: usize = 256;
 /// How long a subscriber may leave rows unread before it is evicted.
@@ -34,6 +35,8 @@ struct Subscriber {
     tx: mpsc::Sender<Row>,
     /// Milliseconds since the hub started when the subscriber last took a row.
     read_at: Arc<AtomicU64>,
+    /// Set when the hub evicts it: its stream ends at once, without writing what it had left.
+    evicted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Default)]
@@ -54,14 +57,19 @@ pub struct Subscription {
     pub replay: Vec<Row>,
     rx: mpsc::Receiver<Row>,
     read_at: Arc<AtomicU64>,
+    evicted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Subscription {
-    /// The next live row; `None` when evicted or the hub closed.
+    /// The next live row; `None` when evicted (at once, whatever it had left unread) or the
+    /// hub closed.
     pub async fn next(&mut self) -> Option<Row> {
+        if self.evicted.load(Ordering::Relaxed) {
+            return None;
+        }
         let row = self.rx.recv().await;
         self.read_at.store(clock_ms(), Ordering::Relaxed);
-        row
+        row.filter(|_| !self.evicted.load(Ordering::Relaxed))
     }
 }
 
@@ -77,11 +85,14 @@ fn clock_ms() -> u64 {
 impl Hub {
     pub(super) fn subscribe(&self, last_event_id: Option<u64>) -> Result<Subscription, Full> {
         let mut inner = self.inner.lock();
+        // A page that went away frees its slot now, not at the next row.
+        inner.subscribers.retain(|s| !s.tx.is_closed());
         if inner.subscribers.len() >= MAX_SUBSCRIBERS {
             return Err(Full);
         }
         let (tx, rx) = mpsc::channel(BUFFER);
         let read_at = Arc::new(AtomicU64::new(clock_ms()));
+        let evicted = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let replay = match last_event_id {
             Some(last) => inner
                 .ring
@@ -95,12 +106,14 @@ impl Hub {
             inner.subscribers.push(Subscriber {
                 tx,
                 read_at: read_at.clone(),
+                evicted: evicted.clone(),
             });
         }
         Ok(Subscription {
             replay,
             rx,
             read_at,
+            evicted,
         })
     }
 
@@ -113,8 +126,12 @@ impl Hub {
             inner.ring.pop_front();
         }
         inner.ring.push_back(row.clone());
-        let before = inner.subscribers.len();
+        let mut evicted = 0;
         inner.subscribers.retain(|s| {
+            if s.tx.is_closed() {
+                // Gone on its own: not an eviction.
+                return false;
+            }
             let unread = s.tx.max_capacity() - s.tx.capacity();
             if unread == 0 {
                 // Caught up: the clock for its next row starts now, not at its last read (which
@@ -124,9 +141,14 @@ impl Hub {
             let stale = unread > 0
                 && now.saturating_sub(s.read_at.load(Ordering::Relaxed))
                     > WRITE_TIMEOUT.as_millis() as u64;
-            !stale && s.tx.try_send(row.clone()).is_ok()
+            let kept = !stale && s.tx.try_send(row.clone()).is_ok();
+            if !kept {
+                s.evicted.store(true, Ordering::Relaxed);
+                evicted += 1;
+            }
+            kept
         });
-        (before - inner.subscribers.len()) as u64
+        evicted
     }
 
     pub(super) fn len(&self) -> usize {
@@ -177,12 +199,8 @@ mod tests {
         }
         assert_eq!(evicted, 1, "the hung subscriber, once");
         assert_eq!(hub.len(), 1);
-        // The hung one reads what it had, then its stream ends.
-        let mut got = 0;
-        while hung.next().await.is_some() {
-            got += 1;
-        }
-        assert_eq!(got, BUFFER);
+        // The evicted one's stream ends at once, rows left unread or not.
+        assert!(hung.next().await.is_none());
         for id in 0..1000 {
             hub.publish(row(id));
             let _ = reader.next().await;
@@ -198,5 +216,10 @@ mod tests {
             .collect();
         assert!(hub.subscribe(None).is_err());
         drop(subs);
+        assert!(
+            hub.subscribe(None).is_ok(),
+            "pages that went away free their slots"
+        );
+        assert_eq!(hub.publish(row(1)), 0, "leaving is not an eviction");
     }
 }

@@ -46,6 +46,13 @@ const fn openai(input: f64, cached: f64, output: f64) -> Price {
 
 /// Model-name prefixes and their prices (list prices, December 2026), longest match wins.
 pub const PRICES: &[(&str, Price)] = &[
+    // Longer names first where a family's short name is a prefix of another model's.
+    ("o3-pro", openai(20.0, 20.0, 80.0)),
+    ("o3-mini", openai(1.1, 0.55, 4.4)),
+    ("gpt-5-pro", openai(15.0, 15.0, 120.0)),
+    ("gpt-4.5", openai(75.0, 37.5, 150.0)),
+    ("gpt-4o-audio", openai(2.5, 2.5, 10.0)),
+    ("gpt-4o-realtime", openai(5.0, 2.5, 20.0)),
     ("claude-opus-4-5", anthropic(5.0, 25.0)),
     ("claude-opus-4", anthropic(15.0, 75.0)),
     ("claude-sonnet-4", anthropic(3.0, 15.0)),
@@ -72,9 +79,13 @@ pub const PRICES: &[(&str, Price)] = &[
     ("gemini-2.5-flash", openai(0.3, 0.03, 2.5)),
 ];
 
-/// The price of `model` (a provider prefix like `anthropic/` is skipped).
+/// The price of `model`. A provider prefix is skipped: `anthropic/` (a gateway), and Bedrock's
+/// `anthropic.` or `us.anthropic.` (a region).
 pub fn price(model: &str) -> Option<Price> {
     let name = model.rsplit('/').next().unwrap_or(model);
+    let name = name
+        .find("anthropic.")
+        .map_or(name, |at| &name[at + "anthropic.".len()..]);
     PRICES
         .iter()
         .filter(|(prefix, _)| name.starts_with(prefix))
@@ -157,6 +168,12 @@ mod tests {
         );
         assert_eq!(price("openai/gpt-4o"), Some(openai(2.5, 1.25, 10.0)));
         assert_eq!(price("mock-model"), None);
+        assert_eq!(price("o3-mini-2025-01-31"), Some(openai(1.1, 0.55, 4.4)));
+        assert_eq!(price("gpt-4.5-preview"), Some(openai(75.0, 37.5, 150.0)));
+        assert_eq!(
+            price("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+            Some(anthropic(3.0, 15.0))
+        );
     }
 
     #[test]

@@ -128,9 +128,19 @@ pub fn overview(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
     })
 }
 
+/// Points a series returns at most: a narrower bucket over a wide window is widened.
+pub const MAX_POINTS: u64 = 2_000;
+
 /// Buckets of `bucket_ms` over the window, computed in SQL.
 pub fn series(conn: &Connection, filter: &Filter, bucket_ms: u64) -> rusqlite::Result<Value> {
-    let bucket = bucket_ms.max(1000) as i64;
+    let span = filter
+        .until
+        .unwrap_or_else(super::now_ms)
+        .saturating_sub(filter.since.unwrap_or(0));
+    let bucket = bucket_ms
+        .max(1000)
+        .max(span / MAX_POINTS)
+        .min(i64::MAX as u64 / 2) as i64;
     let (clause, mut params) = filter.clause();
     params.push(Sql::Integer(bucket));
     let b = params.len();

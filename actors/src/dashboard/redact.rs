@@ -2,8 +2,8 @@
 //!
 //! Message content is arbitrary agent output, so it cannot be allowlisted: it is scrubbed by
 //! pattern, which is best effort (a denylist cannot be proven complete). That is why content
-//! capture also sits behind two switches that are off unless opened (the operator's
-//! `--dashboard-content`, and the caller's own `x-context-guru-capture: off`). Request headers
+//! capture also sits behind two switches: the operator's `--dashboard-content` (off unless
+//! opened) and the caller's (on once the operator's is; `x-context-guru-capture: off` closes it). Request headers
 //! are never captured at all, and config is served through an allowlist ([`config_view`]).
 //!
 //! One table, [`PATTERNS`]: a name and a regex. Where the regex has a `secret` group only that
@@ -71,7 +71,7 @@ pub const PATTERNS: &[(&str, &str)] = &[
     ),
     (
         "url_password",
-        r"\b[a-z][a-z0-9+.-]*://[^\s:/@]+:(?P<secret>[^\s@/]+)@",
+        r"\b[a-z][a-z0-9+.-]*://[^\s:/@]*:(?P<secret>[^\s@/]+)@",
     ),
     (
         "assignment",
@@ -305,6 +305,10 @@ mod tests {
             "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",
         ),
         ("password: correct-horse-battery", "correct-horse-battery"),
+        (
+            "REDIS_URL=redis://:s3cr3tpass@cache.internal:6379/0",
+            "s3cr3tpass",
+        ),
     ];
 
     #[test]

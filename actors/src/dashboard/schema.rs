@@ -14,11 +14,14 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use super::DashboardError;
 
 pub(super) const VERSION: i64 = 1;
+/// `PRAGMA application_id` of a dashboard file ("sdsh"): a file of another kind (the state
+/// store's, say) is never taken for one, nor moved aside as an old one.
+const APPLICATION_ID: i64 = 0x7364_7368;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     ts INTEGER NOT NULL,
     session TEXT,
     route TEXT NOT NULL,
@@ -100,6 +103,17 @@ pub(super) fn open(path: Option<&Path>) -> Result<Connections, DashboardError> {
     let found: i64 = writer
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| opening(&shown, e))?;
+    let kind: i64 = writer
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| opening(&shown, e))?;
+    let tables: i64 = writer
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(|e| opening(&shown, e))?;
+    // A file with tables that does not say it is a dashboard's (the state store's, or another
+    // program's) is not ours to write or move aside.
+    if tables > 0 && kind != APPLICATION_ID && (kind != 0 || found == VERSION) {
+        return Err(DashboardError::NotADashboard(shown));
+    }
     let writer = if found != 0 && found != VERSION {
         drop(writer);
         let aside = format!("{shown}.v{found}.bak");
@@ -107,6 +121,9 @@ pub(super) fn open(path: Option<&Path>) -> Result<Connections, DashboardError> {
             path: aside.clone(),
             source,
         })?;
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::rename(format!("{shown}{suffix}"), format!("{aside}{suffix}"));
+        }
         tracing::warn!(old = found, moved_to = %aside, "dashboard schema changed: started a fresh file");
         Connection::open(path).map_err(|e| opening(&shown, e))?
     } else {
@@ -133,6 +150,7 @@ fn prepare(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(2))?;
     conn.execute_batch(SCHEMA)?;
     conn.pragma_update(None, "user_version", VERSION)?;
+    conn.pragma_update(None, "application_id", APPLICATION_ID)?;
     Ok(())
 }
 

@@ -46,6 +46,7 @@ fn event(ts_ms: u64, session: &str, saved: u64) -> Event {
             output: Some(200),
             cache_read: Some(8_000),
             cache_write: Some(1_000),
+            model: None,
         },
         ..Event::default()
     }
@@ -175,6 +176,7 @@ fn content_is_captured_redacted_and_only_for_changed_messages() {
         dialect: Dialect::Anthropic,
         original: Bytes::from_static(original),
         forwarded,
+        hold: dash.hold_content(original.len()).unwrap(),
     });
     dash.record(e);
     dash.flush();
@@ -279,6 +281,43 @@ fn retention_deletes_old_rows_and_keeps_the_file_under_its_bound() {
     );
     drop(dash);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_state_stores_file_is_never_taken_for_a_dashboard() {
+    let dir = std::env::temp_dir().join(format!("sluice-dash-s-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE sessions (session TEXT); PRAGMA user_version = 1;")
+            .unwrap();
+    }
+    let refused = Dashboard::open(DashboardOptions {
+        path: Some(path.clone()),
+        ..DashboardOptions::default()
+    });
+    assert!(matches!(refused, Err(DashboardError::NotADashboard(_))));
+    assert!(
+        path.exists() && !dir.join("state.db.v1.bak").exists(),
+        "left where it was"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn content_is_held_within_its_budget() {
+    let dash = open(DashboardOptions::default());
+    let big = dash.hold_content(CONTENT_BUDGET as usize - 10).unwrap();
+    assert!(dash.hold_content(11).is_none(), "over the budget");
+    let small = dash.hold_content(10).unwrap();
+    drop(big);
+    assert!(
+        dash.hold_content(1 << 20).is_some(),
+        "given back when dropped"
+    );
+    drop(small);
 }
 
 #[test]
