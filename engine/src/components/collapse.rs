@@ -12,6 +12,13 @@
 //! skips anything already carrying a marker. If the store refuses the stash the output is left
 //! alone.
 //!
+//! What the next turn is likely to need can stay in view (issue #22): up to `keep_lines` lines
+//! (off by default) from the omitted middle, in order and numbered, are kept below the marker. A line is kept
+//! when it reads as a failure (`error`, `failed`, `traceback`, `exception`, `panicked`,
+//! `assert`, `fatal`) or names a term of the call that produced the output (a searched pattern,
+//! a path, a test name: words of four or more characters in its arguments). Both come from the
+//! message itself, so the cut is still a function of the message alone.
+//!
 //! Cache safety: whether and how it collapses a message depends on that message alone, so every
 //! turn re-derives the same bytes at any depth ([`Freeze::Stateless`]). The reference tail-gates
 //! and freezes it because its threshold could follow the model's context window (`max_frac`);
@@ -44,6 +51,11 @@ pub struct CollapseConfig {
     pub tail_lines: usize,
     /// Defaults to `true`. Accepted for compatibility: collapse acts at any depth already.
     pub cold_cache: bool,
+    /// Defaults to `0` (none). Lines of the omitted middle kept in view when they read as a
+    /// failure or name a term of the call that produced the output. Off by default: on the
+    /// public corpus every setting tried raised visible recall a little and cost more net than
+    /// the expand rounds it saved (`docs/performance.md`).
+    pub keep_lines: usize,
     /// Defaults to `full` (the only mode).
     pub marker_mode: MarkerMode,
 }
@@ -56,6 +68,7 @@ impl Default for CollapseConfig {
             head_lines: 20,
             tail_lines: 20,
             cold_cache: true,
+            keep_lines: 0,
             marker_mode: MarkerMode::Full,
         }
     }
@@ -116,6 +129,13 @@ impl Offload for Collapse {
                 cx.gate("too_few_lines");
                 continue;
             };
+            let kept = salient_lines(
+                &message.content,
+                self.config.head_lines,
+                omitted,
+                &call_terms(message.tool_arguments.as_deref().unwrap_or("")),
+                self.config.keep_lines,
+            );
             // Owned: the message is written below. Both ends are a few dozen lines.
             let (head, tail) = (head.to_owned(), tail.to_owned());
             let key = offload_with(messages, index, cx, |marker| {
@@ -124,9 +144,17 @@ impl Offload for Collapse {
                     out.push_str(&head);
                     out.push('\n');
                 }
-                out.push_str(&format!(
-                    "... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"
-                ));
+                match kept.len() {
+                    0 => out.push_str(&format!(
+                        "... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"
+                    )),
+                    n => out.push_str(&format!(
+                        "... ({omitted} lines omitted, {n} of them kept below) {marker}{HINT_FULL_OUTPUT}"
+                    )),
+                }
+                for (number, line) in &kept {
+                    out.push_str(&format!("\n[line {number}] {line}"));
+                }
                 if !tail.is_empty() {
                     out.push('\n');
                     out.push_str(&tail);
@@ -137,6 +165,84 @@ impl Offload for Collapse {
         }
         Ok(keys)
     }
+}
+
+/// Longest kept line, in bytes (cut on a character boundary): a kept line is a pointer into
+/// the output, not a copy of a minified blob.
+const KEPT_LINE_BYTES: usize = 240;
+
+/// Words that name nothing in particular (commands and flags every call has).
+const COMMON_TERMS: &[&str] = &[
+    "bash", "command", "grep", "find", "python", "python3", "pytest", "true", "false", "null",
+    "echo", "head", "tail", "sed", "awk", "xargs", "sort", "path", "file", "name", "args", "input",
+    "type", "text", "view", "with", "from", "this", "that", "cd", "home", "root", "testbed", "usr",
+];
+
+/// The terms of a call's arguments worth finding in its output: words of four or more
+/// characters (identifiers, path parts, test names), common ones left out, at most 16.
+fn call_terms(arguments: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in arguments.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+        if word.len() >= 4
+            && !word.bytes().all(|b| b.is_ascii_digit())
+            && !COMMON_TERMS.contains(&word.to_ascii_lowercase().as_str())
+            && !terms.iter().any(|t| t == word)
+        {
+            terms.push(word.to_owned());
+        }
+        if terms.len() == 16 {
+            break;
+        }
+    }
+    terms
+}
+
+/// Whether a line reads as a failure.
+fn reads_as_failure(line: &str) -> bool {
+    const MARKS: [&str; 8] = [
+        "error",
+        "failed",
+        "failure",
+        "traceback",
+        "exception",
+        "panicked",
+        "assert",
+        "fatal",
+    ];
+    let lower = line.to_ascii_lowercase();
+    MARKS.iter().any(|mark| lower.contains(mark))
+}
+
+/// Up to `limit` lines of the `omitted` lines after the first `head`, with their 1-based
+/// numbers, that read as a failure or name one of `terms`.
+fn salient_lines(
+    text: &str,
+    head: usize,
+    omitted: usize,
+    terms: &[String],
+    limit: usize,
+) -> Vec<(usize, String)> {
+    if limit == 0 {
+        return Vec::new();
+    }
+    text.split('\n')
+        .enumerate()
+        .skip(head)
+        .take(omitted)
+        .filter(|(_, line)| {
+            !line.trim().is_empty()
+                && (reads_as_failure(line) || terms.iter().any(|t| line.contains(t.as_str())))
+        })
+        .take(limit)
+        .map(|(i, line)| {
+            let mut end = line.len().min(KEPT_LINE_BYTES);
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut = if end < line.len() { " …" } else { "" };
+            (i + 1, format!("{}{cut}", &line[..end]))
+        })
+        .collect()
 }
 
 /// The first `head` and last `tail` lines of `text` (`'\n'`-separated, as `str::split` cuts
@@ -223,6 +329,29 @@ mod tests {
         assert!(lines[20].ends_with("[full output: call context_guru_expand]"));
         assert_eq!(lines[21..], log.lines().skip(580).collect::<Vec<_>>()[..]);
         out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn failures_and_the_calls_terms_stay_in_view() {
+        let mut lines: Vec<String> = (0..600).map(|i| format!("ok line {i}")).collect();
+        lines[300] = "tests/test_config.py::test_parse_config FAILED".into();
+        lines[400] = "src/loader.py:88: parse_config(path)".into();
+        lines[450] = "plain line".into();
+        let log = lines.join("\n");
+        let mut messages = tool_messages(&[&log]);
+        messages[1].tool_arguments = Some(r#"{"command":"pytest -k parse_config"}"#.into());
+        let out = check("collapse", "keep_lines: 12", messages);
+        let after = &out.messages[1].content;
+        assert!(
+            after.contains("(560 lines omitted, 2 of them kept below) <<cg:"),
+            "{after}"
+        );
+        assert!(after.contains("\n[line 301] tests/test_config.py::test_parse_config FAILED\n"));
+        assert!(after.contains("\n[line 401] src/loader.py:88: parse_config(path)\n"));
+        assert!(!after.contains("plain line"));
+        out.assert_stashes_resolve();
+        let none = check("collapse", "", tool_messages(&[&log]));
+        assert!(!none.messages[1].content.contains("[line "));
     }
 
     #[test]
