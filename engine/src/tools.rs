@@ -214,7 +214,8 @@ mod tests {
 
 /// The `lossless_tools` entry that holds every tool output (a session whose cost guard backed
 /// off): offloaders' cuts from its index on are put back with skip reason `cost_guard`.
-pub const EVERY_TOOL: &str = "*";
+/// (Not a name a tool can have: it starts with a NUL.)
+pub const EVERY_TOOL: &str = "\u{0}every tool";
 
 /// What kind of output a call produces, for the session's learned `lossless_tools`: the tool,
 /// and for a shell-like tool the program its command runs (`bash:pytest`, `bash:cat`). One

@@ -1,27 +1,33 @@
 //! The cost guard (issue #22): per session, whether compaction is paying, judged from what the
 //! provider reports, and a back-off to lossless components when it is not.
 //!
-//! Each turn leaves a pending entry: the content tokens its rewrite removed (split into those
-//! on messages new to the provider's cache, at or past the tracker's boundary, and those
-//! already in it), whether the turn read warm, and whether sluice changed anything. When the
-//! provider's usage arrives (`cache_read_input_tokens`, `cache_creation_input_tokens`,
+//! Each turn leaves a numbered pending entry: the content tokens its rewrite removed (split into
+//! those on messages new to the provider's cache, at or past the tracker's boundary, and those
+//! already in it; all new on a turn that did not read warm), whether the turn read warm, and
+//! whether sluice re-wrote part of the cached prefix (`cache.amortize`'s depth re-write: by
+//! design the only way sluice changes bytes the provider cached). When the provider's usage for
+//! that same request arrives (`cache_read_input_tokens`, `cache_creation_input_tokens`,
 //! `cached_tokens`), the entry is settled into a ledger in input-token equivalents (fresh input
-//! 1, cache read 0.1, cache write 1.25, so no model's list price is needed):
+//! 1, cache read 0.1, cache write 1.25, so no model's list price is needed); a report for
+//! another turn (a bypassed one, or one that arrives after the next turn began) settles nothing:
 //! - **saved**: removed tokens already cached would have been read (0.1 each); newly removed
 //!   ones would have been written (1.25, or 1 where the provider bills no writes). A floor:
 //!   later turns' re-reads are not counted.
-//! - **missed**: on a warm turn sluice changed, the provider should read back at least what the
-//!   previous turn cached (read plus written). Whatever it read less was paid again, at the
-//!   write price instead of the read price: that is what a rewrite in the cached prefix costs
-//!   (an amortized depth re-write, a changed decision), measured rather than predicted.
+//! - **missed**: on a warm turn that re-wrote part of the cached prefix, on a transcript that did
+//!   not diverge, the provider should read back at least what the previous report said was
+//!   cached (read plus written). Whatever it read less was paid again, at the write price
+//!   instead of the read price: what the re-write cost, measured rather than predicted. A miss
+//!   sluice did not cause (an eviction, a model switch, the agent compacting its history) is
+//!   not counted.
 //! - **expand**: each expand round re-reads the forwarded prompt (0.1 a token) and writes the
 //!   originals it brings back (1.25).
 //!
 //! After [`MIN_TURNS`] settled turns, a session whose costs (missed plus expand) exceed what it
 //! saved, by at least [`MIN_LOSS`], backs off: from the next new message on, every tool output
-//! is lossless (the `*` entry of `lossless_tools`; offloaders' cuts there are put back with skip
-//! reason `cost_guard`, lossless repacking still runs), so nothing already forwarded changes and
-//! the cached prefix never moves because of it. The reason is the larger cost: `cache_misses` or
+//! is lossless (the `EVERY_TOOL` entry of `lossless_tools`, from the session's frontier: the most
+//! messages any of its requests had; offloaders' cuts there are put back with skip reason
+//! `cost_guard`, lossless repacking still runs), so nothing already forwarded changes and the
+//! cached prefix never moves because of it. (`summarize` keeps its own checkpoints.) The reason is the larger cost: `cache_misses` or
 //! `expand_rounds`. A backed-off session stays backed off.
 
 use serde::{Deserialize, Serialize};
@@ -60,17 +66,21 @@ impl BackOff {
 /// A turn waiting for its provider report.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct Pending {
+    /// The turn's number: only the report for this request settles it.
+    seq: u64,
     /// Removed tokens on messages the provider has cached already.
     saved_cached: u64,
     /// Removed tokens on messages new to its cache.
     saved_new: u64,
     warm: bool,
-    changed: bool,
+    rewrote_prefix: bool,
 }
 
 /// One session's ledger (see the module docs), saved with the session.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CostGuard {
+    /// The number the next turn gets.
+    next_turn: u64,
     pending: Option<Pending>,
     /// What the previous settled turn left cached (read plus written).
     last_cached: Option<u64>,
@@ -88,8 +98,9 @@ pub struct TurnWork {
     pub saved_new: u64,
     /// The turn read warm (an earlier turn on record, the cache not provably cold).
     pub warm: bool,
-    /// sluice forwarded different bytes than it received.
-    pub changed: bool,
+    /// sluice re-wrote part of the cached prefix on purpose (an amortized depth re-write), on a
+    /// transcript that extends the previous one.
+    pub rewrote_prefix: bool,
 }
 
 /// What the provider reported for a turn's request.
@@ -101,27 +112,36 @@ pub struct Billed {
 }
 
 impl CostGuard {
-    /// Records a turn; the next provider report settles it.
-    pub fn turn(&mut self, work: TurnWork) {
+    /// Records a turn; the provider's report for the same request settles it. Returns the
+    /// turn's number, which that report must carry.
+    pub fn turn(&mut self, work: TurnWork) -> Option<u64> {
+        let seq = self.next_turn;
+        self.next_turn += 1;
         self.pending = Some(Pending {
+            seq,
             saved_cached: work.saved_cached,
             saved_new: work.saved_new,
             warm: work.warm,
-            changed: work.changed,
+            rewrote_prefix: work.rewrote_prefix,
         });
+        Some(seq)
     }
 
-    /// Settles the pending turn with the provider's report. Returns the back-off when this
-    /// report is the one that decided it.
-    pub fn settle(&mut self, billed: Billed) -> Option<BackOff> {
-        let pending = self.pending.take()?;
+    /// Settles turn `seq` with the provider's report for it (nothing when another turn is
+    /// pending). Returns the back-off when this report is the one that decided it.
+    pub fn settle(&mut self, seq: u64, billed: Billed) -> Option<BackOff> {
+        let previous = self
+            .last_cached
+            .replace(billed.read + billed.written.unwrap_or(0));
+        let pending = self.pending.take_if(|p| p.seq == seq)?;
         let write = if billed.written.is_some() { WRITE } else { 1.0 };
         self.saved += pending.saved_cached as f64 * READ + pending.saved_new as f64 * write;
-        if let (true, true, Some(expected)) = (pending.warm, pending.changed, self.last_cached) {
+        if let (true, true, Some(expected)) = (pending.warm, pending.rewrote_prefix, previous)
+            && billed.read > 0
+        {
             let short = expected.saturating_sub(billed.read);
             self.missed += short as f64 * (write - READ);
         }
-        self.last_cached = Some(billed.read + billed.written.unwrap_or(0));
         self.settled_turns += 1;
         self.judge()
     }
@@ -149,17 +169,18 @@ impl CostGuard {
     }
 }
 
-/// Settles `state`'s pending turn with the provider's report and, when the guard decides to
+/// Settles turn `seq` of `state` with the provider's report and, when the guard decides to
 /// back off, makes every tool output from the next new message on lossless.
-pub fn settle(state: &mut SessionState, billed: Billed) -> Option<BackOff> {
-    let why = state.guard.settle(billed)?;
+pub fn settle(state: &mut SessionState, seq: u64, billed: Billed) -> Option<BackOff> {
+    let why = state.guard.settle(seq, billed)?;
     hold_every_output(state);
     Some(why)
 }
 
-/// From the next new message on, every tool output is lossless.
+/// From the session's frontier on (the most messages any of its requests had), every tool
+/// output is lossless: nothing a longer transcript already forwarded can change.
 fn hold_every_output(state: &mut SessionState) {
-    let from = state.seen_messages;
+    let from = state.frontier.max(state.seen_messages);
     state
         .lossless_tools
         .entry(engine::tools::EVERY_TOOL.to_owned())
@@ -179,26 +200,23 @@ pub fn expand_round(
     Some(why)
 }
 
-/// What a turn did, from its run: removed tokens split at the tracker's boundary.
-pub fn work(
-    report: &engine::pipeline::RunReport,
-    mutable_from: usize,
-    warm: bool,
-    changed: bool,
-) -> TurnWork {
+/// What a turn did, from its run and the tracker's facts: removed tokens split at the
+/// boundary (all new on a turn that did not read warm: nothing was cached for it).
+pub fn work(report: &engine::pipeline::RunReport, facts: &crate::tracker::TurnFacts) -> TurnWork {
+    let warm = facts.known && !facts.cold;
     let (mut cached, mut new) = (0u64, 0u64);
     for saving in report.components.iter().flat_map(|c| &c.savings) {
-        if saving.index >= mutable_from {
-            new += saving.saved_tokens as u64;
-        } else {
+        if warm && saving.index < facts.mutable_from {
             cached += saving.saved_tokens as u64;
+        } else {
+            new += saving.saved_tokens as u64;
         }
     }
     TurnWork {
         saved_cached: cached,
         saved_new: new,
         warm,
-        changed,
+        rewrote_prefix: facts.amortized && !facts.diverged,
     }
 }
 
@@ -211,37 +229,32 @@ mod tests {
             saved_cached: 0,
             saved_new,
             warm: true,
-            changed: true,
+            rewrote_prefix: true,
+        }
+    }
+
+    /// Records `work` and settles it with `billed`, as one request and its report.
+    fn round(guard: &mut CostGuard, work: TurnWork, billed: Billed) -> Option<BackOff> {
+        let seq = guard.turn(work).unwrap();
+        guard.settle(seq, billed)
+    }
+
+    fn billed(read: u64, written: u64) -> Billed {
+        Billed {
+            read,
+            written: Some(written),
         }
     }
 
     #[test]
-    fn a_session_whose_cache_keeps_missing_backs_off() {
+    fn a_depth_rewrite_that_the_cache_pays_for_again_backs_off() {
         let mut guard = CostGuard::default();
-        // Each turn removes 500 new tokens (625 saved), but the provider reads back nothing of
-        // the 50,000 it cached the turn before: 50,000 × 1.15 lost per turn.
-        guard.turn(warm(500));
+        // The first report: 50,000 cached. Then each amortized re-write saves 500 new tokens
+        // (625) but the provider reads back only 1,000 of what it had: 49,000 × 1.15 per turn.
+        assert_eq!(round(&mut guard, warm(500), billed(0, 50_000)), None);
+        assert_eq!(round(&mut guard, warm(500), billed(1_000, 49_500)), None);
         assert_eq!(
-            guard.settle(Billed {
-                read: 0,
-                written: Some(50_000)
-            }),
-            None
-        );
-        guard.turn(warm(500));
-        assert_eq!(
-            guard.settle(Billed {
-                read: 0,
-                written: Some(50_000)
-            }),
-            None
-        );
-        guard.turn(warm(500));
-        assert_eq!(
-            guard.settle(Billed {
-                read: 0,
-                written: Some(50_000)
-            }),
+            round(&mut guard, warm(500), billed(1_000, 49_500)),
             Some(BackOff::CacheMisses)
         );
         assert!(guard.missed > guard.saved);
@@ -252,16 +265,8 @@ mod tests {
         let mut guard = CostGuard::default();
         let mut cached = 10_000;
         for _ in 0..20 {
-            guard.turn(warm(800));
-            let written = 1_200;
-            assert_eq!(
-                guard.settle(Billed {
-                    read: cached,
-                    written: Some(written)
-                }),
-                None
-            );
-            cached += written;
+            assert_eq!(round(&mut guard, warm(800), billed(cached, 1_200)), None);
+            cached += 1_200;
         }
         assert_eq!(guard.missed, 0.0);
         assert!(guard.saved > 0.0 && guard.backed_off.is_none());
@@ -272,11 +277,7 @@ mod tests {
         let mut guard = CostGuard::default();
         let mut cached = 10_000;
         for _ in 0..3 {
-            guard.turn(warm(200));
-            guard.settle(Billed {
-                read: cached,
-                written: Some(1_000),
-            });
+            round(&mut guard, warm(200), billed(cached, 1_000));
             cached += 1_000;
             // Every turn the model expands: the whole 40,000-token prompt is read again.
             guard.expand_round(40_000, 300);
@@ -286,47 +287,57 @@ mod tests {
     }
 
     #[test]
-    fn cold_turns_and_untouched_turns_are_not_misses() {
+    fn misses_sluice_did_not_cause_are_not_counted() {
         let mut guard = CostGuard::default();
+        round(&mut guard, warm(0), billed(0, 60_000));
         for work in [
+            // A cold turn: nothing was cached for it.
             TurnWork {
                 warm: false,
                 ..warm(0)
             },
+            // A warm turn that re-wrote nothing cached: an eviction, a model switch.
             TurnWork {
-                changed: false,
+                rewrote_prefix: false,
                 ..warm(0)
             },
         ] {
-            guard.turn(work);
-            guard.settle(Billed {
-                read: 0,
-                written: Some(60_000),
-            });
+            round(&mut guard, work, billed(5, 60_000));
         }
-        assert_eq!(
-            guard.missed, 0.0,
-            "a cold cache and an untouched turn are not sluice's"
-        );
+        // A report that read nothing at all is a cache gone, not a re-write.
+        round(&mut guard, warm(0), billed(0, 60_000));
+        assert_eq!(guard.missed, 0.0);
     }
 
     #[test]
-    fn backing_off_keeps_what_was_forwarded_and_cuts_nothing_new() {
+    fn only_its_own_report_settles_a_turn() {
+        let mut guard = CostGuard::default();
+        let first = guard.turn(warm(100)).unwrap();
+        let second = guard.turn(warm(100)).unwrap();
+        // The first request's report arrives after the second turn began: it settles nothing,
+        // but it is what the provider cached.
+        assert_eq!(guard.settle(first, billed(0, 10_000)), None);
+        assert_eq!(guard.settled_turns, 0);
+        guard.settle(second, billed(10_000, 500));
+        assert_eq!(guard.settled_turns, 1);
+        assert_eq!(guard.missed, 0.0);
+    }
+
+    #[test]
+    fn backing_off_holds_from_the_frontier() {
         let mut state = SessionState {
-            seen_messages: 42,
+            seen_messages: 12,
+            frontier: 42,
             ..SessionState::default()
         };
-        for _ in 0..3 {
-            state.guard.turn(warm(10));
-            settle(
-                &mut state,
-                Billed {
-                    read: 0,
-                    written: Some(30_000),
-                },
-            );
+        let mut result = None;
+        for _ in 0..4 {
+            state.guard.expand_round(50_000, 1_000);
+            let seq = state.guard.turn(warm(10)).unwrap();
+            result = result.or(settle(&mut state, seq, billed(1_000, 500)));
         }
-        assert_eq!(state.guard.backed_off, Some(BackOff::CacheMisses));
+        assert_eq!(result, Some(BackOff::ExpandRounds));
+        // A shorter request came last (a sub-agent): the hold starts past the longest one.
         assert_eq!(
             state.lossless_tools.get(engine::tools::EVERY_TOOL),
             Some(&42)

@@ -58,6 +58,11 @@ pub struct SessionState {
     /// Messages the previous request had: the calls after them are the model's new ones.
     #[serde(default)]
     pub seen_messages: usize,
+    /// The most messages any request of the session had. What the session learns applies from
+    /// here on: a shorter request in between (a sub-agent under the same session, a resend)
+    /// must not pull it back over outputs a longer transcript already forwarded cut.
+    #[serde(default)]
+    pub frontier: usize,
     /// Whether compaction is paying for this session, from the provider's reports (see
     /// [`guard`]).
     #[serde(default)]
@@ -142,14 +147,8 @@ pub fn run_turn<'a>(
     }
     let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
     retries::remember(state, parsed.messages(), &applied.messages);
-    let changed = matches!(applied.body, std::borrow::Cow::Owned(_));
-    let warm = facts.known && !facts.cold;
-    state.guard.turn(guard::work(
-        &applied.report,
-        facts.mutable_from,
-        warm,
-        changed,
-    ));
+    let mut facts = facts;
+    facts.ledger_turn = state.guard.turn(guard::work(&applied.report, &facts));
     (applied, facts)
 }
 

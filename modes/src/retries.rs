@@ -52,7 +52,7 @@ pub fn detect(state: &mut SessionState, messages: &[Message]) -> u32 {
             .is_some_and(|earlier| *earlier != call.id)
         {
             retries += 1;
-            let from = state.seen_messages;
+            let from = state.frontier.max(state.seen_messages);
             let kind = engine::tools::output_kind(&call.name, Some(&call.arguments));
             state.lossless_tools.entry(kind).or_insert(from);
         }
@@ -96,6 +96,7 @@ pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &[Mes
     }
     state.cut_calls = cut_calls;
     state.seen_messages = original.len();
+    state.frontier = state.frontier.max(original.len());
 }
 
 /// Any key from the middle of the map, so about half is dropped when it is full.
@@ -116,7 +117,7 @@ pub fn note_expand(state: &mut SessionState, id: &str) -> bool {
     if let Some(tool) = state.marker_tools.get(id).cloned() {
         // The turn that carried the marker has run: its request's length is the first index
         // the next turn adds.
-        let from = state.seen_messages;
+        let from = state.frontier;
         state.lossless_tools.entry(tool).or_insert(from);
     }
     true

@@ -92,6 +92,9 @@ pub struct TurnFacts {
     pub amortized: bool,
     /// Calls the model re-issued right after their output was cut (see `retries`).
     pub retries: u32,
+    /// The cost guard's number for this turn: the provider's report for this request settles
+    /// it, and no other turn's (see `guard`).
+    pub ledger_turn: Option<u64>,
 }
 
 /// Tokens the provider reported caching for a turn's request.
@@ -208,6 +211,7 @@ impl Tracker {
             diverged,
             amortized: false,
             retries: 0,
+            ledger_turn: None,
         };
         self.counts.turns += 1;
         self.counts.cold_turns += u64::from(cold);

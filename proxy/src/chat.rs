@@ -121,7 +121,8 @@ pub(crate) async fn chat(
             if let Some(capture) = &capture {
                 capture.untouched(reason.label(), session.as_deref());
             }
-            let report = session.map(Report::Live);
+            // It settles no cost-guard turn: it ran none.
+            let report = session.map(|s| Report::Live(s, None));
             return sent
                 .forward(app, access, reason.label(), report, capture)
                 .await;
@@ -166,7 +167,7 @@ pub(crate) async fn chat(
         }
         return access.attach(relay_reporting(
             app,
-            Report::Live(forward.session),
+            Report::Live(forward.session, forward.facts.ledger_turn),
             response,
             capture,
         ));
@@ -178,6 +179,7 @@ pub(crate) async fn chat(
         headers,
         session: forward.session,
         prompt_tokens: forward.report.tokens_after as u64,
+        ledger_turn: forward.facts.ledger_turn,
         capture,
     };
     access.attach(if forward.stream {
@@ -298,8 +300,8 @@ fn relay_counted(response: Response<Incoming>, capture: Option<Capture>) -> Resp
 
 /// Where a reply's cache report goes.
 enum Report {
-    /// The session's tracker, known now.
-    Live(String),
+    /// The session's tracker, known now, and the cost guard's turn this reply settles.
+    Live(String, Option<u64>),
     /// Observe mode's shadow tracker, once the shadow run has named the session.
     Observed(Arc<Meet>),
 }
@@ -333,7 +335,7 @@ fn relay_reporting(
             return;
         };
         match to {
-            Report::Live(session) => apply_usage(&sessions, &stats, &session, cache),
+            Report::Live(session, turn) => apply_usage(&sessions, &stats, &session, cache, turn),
             Report::Observed(meet) => meet.usage(cache, &sessions, &stats),
         }
     });
@@ -404,6 +406,7 @@ where
 pub(crate) fn live_report(
     app: &App,
     session: String,
+    ledger_turn: Option<u64>,
     capture: Option<Capture>,
 ) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
@@ -413,17 +416,19 @@ pub(crate) fn live_report(
             capture.usage(usage);
         }
         if let Some(cache) = cache {
-            apply_usage(&sessions, &stats, &session, cache);
+            apply_usage(&sessions, &stats, &session, cache, ledger_turn);
         }
     })
 }
 
-/// The provider's cache report for a session's latest turn, to its tracker.
+/// The provider's cache report for a session's latest turn, to its tracker, and to its cost
+/// guard for `ledger_turn` (the turn that sent this request, when one ran the pipeline).
 fn apply_usage(
     sessions: &Sessions<SessionState>,
     stats: &Arc<Stats>,
     session: &str,
     usage: CacheUsage,
+    ledger_turn: Option<u64>,
 ) {
     let stats = stats.clone();
     sessions.apply(session, move |state: &mut SessionState| {
@@ -436,7 +441,9 @@ fn apply_usage(
             read: usage.read,
             written: usage.written,
         };
-        if let Some(why) = modes::guard::settle(state, billed) {
+        if let Some(turn) = ledger_turn
+            && let Some(why) = modes::guard::settle(state, turn, billed)
+        {
             stats.record_cost_guard_backoff(why.label());
         }
     });
@@ -458,7 +465,8 @@ impl Meet {
             state.1.take()
         };
         if let Some(usage) = usage {
-            apply_usage(sessions, stats, session, usage);
+            // Observe's shadow ledger would judge untouched traffic: it settles nothing.
+            apply_usage(sessions, stats, session, usage, None);
         }
     }
 
@@ -472,7 +480,7 @@ impl Meet {
             state.0.clone()
         };
         if let Some(session) = session {
-            apply_usage(sessions, stats, &session, usage);
+            apply_usage(sessions, stats, &session, usage, None);
         }
     }
 }

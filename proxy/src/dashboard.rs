@@ -156,11 +156,15 @@ pub(crate) async fn handle(
         .admission
         .check(peer.ip(), request.headers())
         .is_ok()
-        && host_is_ours(request.headers(), &app.settings().dashboard_hosts);
+        && host_is_ours(
+            request.uri(),
+            request.headers(),
+            &app.settings().dashboard_hosts,
+        );
     if audience == Audience::Trusted && !trusted {
         return secured(
             ProxyError::Forbidden(
-                "the dashboard's config answers loopback and trusted networks only",
+                "the dashboard's config answers loopback and trusted networks, named by an address, localhost or a --dashboard-host name",
             )
             .into_response(),
         );
@@ -191,14 +195,19 @@ pub(crate) async fn handle(
 /// or a name in `--dashboard-host`. A browser page on another site that re-points its own name
 /// at 127.0.0.1 (DNS rebinding) reaches the port from loopback, but sends its own name here,
 /// so content and config stay out of its reach.
-fn host_is_ours(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(host) = headers
-        .get(http::header::HOST)
-        .and_then(|v| v.to_str().ok())
-    else {
-        // HTTP/2 carries the authority in the URI instead; hyper leaves no Host then.
+fn host_is_ours(uri: &http::Uri, headers: &HeaderMap, allowed: &[String]) -> bool {
+    // HTTP/2 (and an absolute-form request) carries the authority in the URI.
+    let host = uri.authority().map(|a| a.as_str().to_owned()).or_else(|| {
+        headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    });
+    let Some(host) = host else {
+        // HTTP/1.0 without Host: no browser sends that.
         return true;
     };
+    let host = host.as_str();
     let name = match host.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),
         None => host.rsplit_once(':').map_or(host, |(name, port)| {
@@ -209,9 +218,14 @@ fn host_is_ours(headers: &HeaderMap, allowed: &[String]) -> bool {
             }
         }),
     };
+    let name = name.strip_suffix('.').unwrap_or(name);
     name.parse::<std::net::IpAddr>().is_ok()
         || name.eq_ignore_ascii_case("localhost")
-        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+        || allowed.iter().any(|a| {
+            let a = a.trim();
+            let a = a.rsplit_once(':').map_or(a, |(name, _)| name);
+            a.eq_ignore_ascii_case(name)
+        })
 }
 
 /// Reads running at once; more wait up to [`READ_WAIT`] for a turn, then get 429, rather than
@@ -593,6 +607,38 @@ mod tests {
             let doc = crate::generated::splice(&doc, "prices", &prices);
             crate::generated::splice(&doc, "redaction", &patterns)
         });
+    }
+
+    #[test]
+    fn content_answers_only_a_host_that_names_sluice() {
+        let ours = |host: &str, allowed: &[&str]| {
+            let mut headers = HeaderMap::new();
+            headers.insert(http::header::HOST, HeaderValue::from_str(host).unwrap());
+            let allowed: Vec<String> = allowed.iter().map(|a| (*a).to_owned()).collect();
+            host_is_ours(&http::Uri::from_static("/dashboard/"), &headers, &allowed)
+        };
+        for host in [
+            "127.0.0.1:4000",
+            "[::1]:4000",
+            "localhost",
+            "LOCALHOST.:4000",
+            "10.0.0.7",
+        ] {
+            assert!(ours(host, &[]), "{host}");
+        }
+        for host in [
+            "attacker.example:4000",
+            "localhost.attacker.example",
+            "127.0.0.1.nip.io",
+        ] {
+            assert!(!ours(host, &[]), "{host}");
+        }
+        assert!(ours("sluice.internal:4000", &[" sluice.internal:4000"]));
+        // HTTP/2: the authority is in the URI, and it wins over any Host header.
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::HOST, HeaderValue::from_static("localhost"));
+        let h2 = http::Uri::from_static("http://attacker.example:4000/dashboard/");
+        assert!(!host_is_ours(&h2, &headers, &[]));
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub(crate) struct Continuation {
     pub(crate) session: String,
     /// Content tokens of the forwarded prompt, which every round sends upstream again.
     pub(crate) prompt_tokens: u64,
+    /// The cost guard's turn the first reply's report settles.
+    pub(crate) ledger_turn: Option<u64>,
     /// The request's dashboard event, which counts the rounds.
     pub(crate) capture: Option<crate::capture::Capture>,
 }
@@ -146,7 +148,13 @@ impl Continuation {
             };
             if round == 0 {
                 // The first reply's cache report describes this turn; later rounds re-send it.
-                live_report(&self.app, self.session.clone(), self.capture.clone()).scan(&bytes);
+                live_report(
+                    &self.app,
+                    self.session.clone(),
+                    self.ledger_turn,
+                    self.capture.clone(),
+                )
+                .scan(&bytes);
             }
             // Out of rounds: this reply goes to the agent as it is, like the streamed path's.
             let next = if parts.status.is_success() && round < MAX_EXPAND_ROUNDS {
@@ -214,8 +222,14 @@ impl Continuation {
         let mut relay = sse::Relay::new(self.dialect);
         for round in 0..=MAX_EXPAND_ROUNDS {
             // The first reply's cache report describes this turn; later rounds re-send it.
-            let mut report = (round == 0)
-                .then(|| live_report(&self.app, self.session.clone(), self.capture.clone()));
+            let mut report = (round == 0).then(|| {
+                live_report(
+                    &self.app,
+                    self.session.clone(),
+                    self.ledger_turn,
+                    self.capture.clone(),
+                )
+            });
             let mut scan = |data: &[u8]| {
                 if let Some(report) = report.as_mut() {
                     report.scan(data);

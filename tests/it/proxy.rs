@@ -1544,8 +1544,10 @@ fn breakpointed_turns(n: usize) -> Vec<Value> {
 async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
     let turns = breakpointed_turns(4);
-    // The provider never reads back what it cached: every turn writes the whole prompt again.
-    sluice.mock.set_cache_report(Some((0, 60_000)));
+    // A model that expands a marker every turn: each round re-reads the whole prompt and
+    // writes an original back, which the cuts do not make up for. The mock provider's cache
+    // reports the usage that settles each turn.
+    sluice.mock.set_curious(true);
     let session = [("x-context-guru-session", "guard-dear")];
     for turn in &turns[..3] {
         let reply = sluice
@@ -1556,13 +1558,17 @@ async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
             )
             .await;
         assert_eq!(reply.status, 200);
+        // The report reaches the session's actor after the reply's body ends.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    sluice.mock.set_curious(false);
     let stats = sluice.stats().await;
-    assert_eq!(stats["cost_guard_backoffs"]["cache_misses"], 1, "{stats}");
+    assert_eq!(stats["expand_rounds"], 3, "{stats}");
+    assert_eq!(stats["cost_guard_backoffs"]["expand_rounds"], 1, "{stats}");
     let metrics = sluice.get("/metrics").await.body;
     assert!(
         String::from_utf8_lossy(&metrics)
-            .contains("cg_cost_guard_backoffs_total{reason=\"cache_misses\"} 1"),
+            .contains("cg_cost_guard_backoffs_total{reason=\"expand_rounds\"} 1"),
         "/metrics counts it"
     );
 
@@ -1609,7 +1615,8 @@ async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
             .any(|c| c["gates"]["cost_guard"].as_u64() > Some(0)),
         "{stats}"
     );
-    // The same session on another sluice, with a provider that reads its cache back, does not.
+    // The same turns on another sluice, with a model that works from what it was shown, save
+    // and never back off; the provider reads the transcript back from its cache.
     let saving = start(engine::config::EMBEDDED_DEFAULT).await;
     let mut read = 0;
     for turn in &turns {

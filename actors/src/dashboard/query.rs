@@ -133,10 +133,19 @@ pub const MAX_POINTS: u64 = 2_000;
 
 /// Buckets of `bucket_ms` over the window, computed in SQL.
 pub fn series(conn: &Connection, filter: &Filter, bucket_ms: u64) -> rusqlite::Result<Value> {
+    // Without a start, the window starts at the oldest row kept (not at 1970).
+    let since = match filter.since {
+        Some(since) => since,
+        None => conn
+            .query_row("SELECT min(ts) FROM requests", [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })?
+            .map_or(0, |ts| ts.max(0) as u64),
+    };
     let span = filter
         .until
         .unwrap_or_else(super::now_ms)
-        .saturating_sub(filter.since.unwrap_or(0));
+        .saturating_sub(since);
     let bucket = bucket_ms
         .max(1000)
         .max(span / MAX_POINTS)

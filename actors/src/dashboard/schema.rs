@@ -13,7 +13,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use super::DashboardError;
 
-pub(super) const VERSION: i64 = 1;
+pub(super) const VERSION: i64 = 2;
 /// `PRAGMA application_id` of a dashboard file ("sdsh"): a file of another kind (the state
 /// store's, say) is never taken for one, nor moved aside as an old one.
 const APPLICATION_ID: i64 = 0x7364_7368;
@@ -110,11 +110,13 @@ pub(super) fn open(path: Option<&Path>) -> Result<Connections, DashboardError> {
         .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
         .map_err(|e| opening(&shown, e))?;
     // A file with tables that does not say it is a dashboard's (the state store's, or another
-    // program's) is not ours to write or move aside.
-    if tables > 0 && kind != APPLICATION_ID && (kind != 0 || found == VERSION) {
+    // program's) is not ours to write or move aside; a dashboard from before the file said so
+    // is known by its tables.
+    let ours = kind == APPLICATION_ID || (kind == 0 && looks_like_a_dashboard(&writer));
+    if tables > 0 && !ours {
         return Err(DashboardError::NotADashboard(shown));
     }
-    let writer = if found != 0 && found != VERSION {
+    let writer = if tables > 0 && found != VERSION {
         drop(writer);
         let aside = format!("{shown}.v{found}.bak");
         std::fs::rename(path, &aside).map_err(|source| DashboardError::Directory {
@@ -139,6 +141,15 @@ pub(super) fn open(path: Option<&Path>) -> Result<Connections, DashboardError> {
         .busy_timeout(std::time::Duration::from_secs(2))
         .map_err(|e| opening(&shown, e))?;
     Ok((Arc::new(Mutex::new(writer)), Arc::new(Mutex::new(reader))))
+}
+
+/// A dashboard file of version 1, which did not set `application_id` yet.
+fn looks_like_a_dashboard(conn: &Connection) -> bool {
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap_or(0);
+    count(
+        "SELECT count(*) FROM sqlite_master WHERE name IN ('requests', 'request_components', 'request_content')",
+    ) == 3
+        && count("SELECT count(*) FROM meta WHERE key = 'session_key'") == 1
 }
 
 fn prepare(conn: &Connection) -> rusqlite::Result<()> {

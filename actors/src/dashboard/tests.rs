@@ -321,15 +321,37 @@ fn content_is_held_within_its_budget() {
 }
 
 #[test]
-fn a_file_of_another_schema_is_moved_aside() {
+fn a_dashboard_of_another_schema_is_moved_aside_and_other_files_are_not() {
     let dir = std::env::temp_dir().join(format!("sluice-dash-v-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let other = dir.join("other.db");
+    {
+        let conn = rusqlite::Connection::open(&other).unwrap();
+        conn.execute_batch("CREATE TABLE requests (x); PRAGMA user_version = 99;")
+            .unwrap();
+    }
+    assert!(matches!(
+        Dashboard::open(DashboardOptions {
+            path: Some(other.clone()),
+            ..DashboardOptions::default()
+        }),
+        Err(DashboardError::NotADashboard(_))
+    ));
+    assert!(other.exists(), "another program's file stays where it is");
+    // A dashboard of the first version (no application id yet) is known by its tables.
     let path = dir.join("d.db");
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("CREATE TABLE requests (x); PRAGMA user_version = 99;")
-            .unwrap();
+        conn.execute_batch(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             INSERT INTO meta VALUES ('session_key', 'k');
+             CREATE TABLE requests (id INTEGER PRIMARY KEY);
+             CREATE TABLE request_components (x);
+             CREATE TABLE request_content (x);
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
     }
     let dash = open(DashboardOptions {
         path: Some(path.clone()),
@@ -338,7 +360,7 @@ fn a_file_of_another_schema_is_moved_aside() {
     dash.record(event(now_ms(), "a", 1));
     dash.flush();
     assert_eq!(dash.counts().captured.load(Ordering::Relaxed), 1);
-    assert!(dir.join("d.db.v99.bak").exists());
+    assert!(dir.join("d.db.v1.bak").exists());
     drop(dash);
     let _ = std::fs::remove_dir_all(&dir);
 }
