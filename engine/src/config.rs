@@ -358,14 +358,20 @@ pub const PRESETS: &[Preset] = &[
             "dedup",
             "failed_run",
             "mask",
+            "collapse",
+            "linecap",
             "extract",
             "extract_llm",
             "cachesplit",
         ],
-        description: "long agentic sessions: age-based masking is the biggest lever",
-        // The newest three outputs reach the model byte for byte: mask keeps them, and these
-        // keep their hands off them too (the preset's promise, measured in docs/components.md).
-        tuned: "components:\n  format: {keep_recent: 3}\n  textclean: {keep_recent: 3}\n  searchfold: {keep_recent: 3}\n  dedup: {keep_recent: 3}\n  failed_run: {keep_recent: 3}\n  extract: {keep_recent: 3}\n  extract_llm: {keep_recent: 3}\n",
+        description: "long agentic sessions: compacts each output on arrival, masks by age on cold turns",
+        // Chosen by the sweep in docs/performance.md ("Choosing the presets", issue #22). On warm
+        // traffic a change is free only the turn an output first appears, so collapse and
+        // linecap act on arrival (a failing call's output stays whole: the model reads it next).
+        // mask, failed_run and the extractors make depth decisions, which a warm turn's cached
+        // prefix holds back; they act on cold turns. mask runs before collapse so a cold turn
+        // masks an old output whole rather than leaving its collapsed head and tail.
+        tuned: "components:\n  failed_run: {keep_recent: 3}\n  extract: {keep_recent: 3}\n  extract_llm: {keep_recent: 3}\n",
     },
     Preset {
         name: "general",
@@ -384,7 +390,10 @@ pub const PRESETS: &[Preset] = &[
             "cachesplit",
         ],
         description: "everything deterministic plus the cheap-model extractor",
-        tuned: "",
+        // Measured in docs/performance.md ("Choosing the presets"): extracting on arrival hid
+        // what the next turns used (92 expand rounds against 36), so the extractors wait for a
+        // cold turn, as in `agent`.
+        tuned: "components:\n  extract: {keep_recent: 3}\n  extract_llm: {keep_recent: 3}\n",
     },
     Preset {
         name: "triage",

@@ -78,6 +78,10 @@ pub struct Options {
     /// Keep each turn's forwarded body in [`SessionReport::bodies`] (the parity test compares
     /// them with what the proxy forwards).
     pub keep_bodies: bool,
+    /// Tell the session about each billed expand round, as the proxy's expand loop does when
+    /// the model expands (true). The parity test turns it off: its mock model never expands,
+    /// so the proxy's sessions never hear of a round.
+    pub learn_from_rounds: bool,
 }
 
 impl Default for Options {
@@ -87,6 +91,7 @@ impl Default for Options {
             prices: Prices::default(),
             cold_detection: true,
             keep_bodies: false,
+            learn_from_rounds: true,
         }
     }
 }
@@ -291,6 +296,12 @@ fn identifiers(text: &str) -> BTreeSet<&str> {
         .collect()
 }
 
+/// The expand round an answer needed: what it is billed, and the markers it expanded.
+struct Round {
+    bill: Bill,
+    markers: Vec<String>,
+}
+
 /// Where the identifiers of `answer` that earlier tool outputs carried are in `forwarded`, and
 /// the expand round the answer needed: the originals (each once) that held the identifiers only
 /// a marker kept.
@@ -300,7 +311,7 @@ fn recall(
     forwarded: &[Message],
     store: &dyn Store,
     session: &str,
-) -> (Recall, Option<Bill>) {
+) -> (Recall, Option<Round>) {
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for m in original.iter().filter(|m| m.is_tool()) {
         seen.extend(identifiers(&m.content));
@@ -310,10 +321,10 @@ fn recall(
         .map(|m| m.content.as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    let stashed: Vec<Arc<str>> = forwarded
+    let stashed: Vec<(&str, Arc<str>)> = forwarded
         .iter()
         .flat_map(|m| marker::marker_ids(&m.content))
-        .filter_map(|id| store.resolve(session, id))
+        .filter_map(|id| Some((id, store.resolve(session, id)?)))
         .collect();
     let mut r = Recall::default();
     let mut needed: BTreeSet<usize> = BTreeSet::new();
@@ -324,7 +335,7 @@ fn recall(
         r.referenced += 1;
         if visible_text.contains(id) {
             r.visible += 1;
-        } else if let Some(at) = stashed.iter().position(|s| s.contains(id)) {
+        } else if let Some(at) = stashed.iter().position(|(_, s)| s.contains(id)) {
             r.behind_marker += 1;
             needed.insert(at);
         }
@@ -333,13 +344,16 @@ fn recall(
         let prompt: usize = forwarded.iter().map(message_tokens).sum();
         let restored: usize = needed
             .iter()
-            .map(|&i| engine::tokens::count(&stashed[i]) + EXPAND_CALL_TOKENS)
+            .map(|&i| engine::tokens::count(&stashed[i].1) + EXPAND_CALL_TOKENS)
             .sum();
-        Bill {
-            content_tokens: prompt + restored,
-            cache_read: prompt,
-            cache_write: restored,
-            fresh: 0,
+        Round {
+            bill: Bill {
+                content_tokens: prompt + restored,
+                cache_read: prompt,
+                cache_write: restored,
+                fresh: 0,
+            },
+            markers: needed.iter().map(|&i| stashed[i].0.to_owned()).collect(),
         }
     });
     (r, round)
@@ -495,14 +509,17 @@ async fn replay_on(
                 )
             },
         );
+        if let Some(round) = round.as_ref().filter(|_| options.learn_from_rounds) {
+            note_round(&service, &applied.session, &round.markers).await;
+        }
         tally(&mut report, &mut unique, k, &applied.report);
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
         report.turns.push(TurnRecord {
             baseline,
             sluice,
-            expand: round.unwrap_or_default(),
             expand_rounds: usize::from(round.is_some()),
+            expand: round.map(|r| r.bill).unwrap_or_default(),
             cold: facts.cold,
             amortized: facts.amortized,
             flipped_messages: flipped,
@@ -516,6 +533,18 @@ async fn replay_on(
     }
     keep_largest(&mut report.largest);
     Ok(report)
+}
+
+/// Tells the session which markers an expand round restored, as the proxy's expand loop does:
+/// a marker expanded a second time makes its tool's later outputs lossless
+/// (`crate::retries::note_expand`), so the replayed session learns what a live one would.
+async fn note_round(service: &TurnService, session: &str, markers: &[String]) {
+    if let Some(sessions) = service.sessions() {
+        let mut state = sessions.lease(session).await;
+        for id in markers {
+            crate::retries::note_expand(&mut state, id);
+        }
+    }
 }
 
 /// The proxy's turn service on a simulated clock and a store of its own.

@@ -39,6 +39,9 @@ async fn replay_computes_the_bodies_the_proxy_forwards() {
             let turns = turns_of(&body.bytes).unwrap();
             let options = Options {
                 keep_bodies: true,
+                // The mock model never expands, so the proxy's sessions never learn from a
+                // round; replay must not either.
+                learn_from_rounds: false,
                 ..Options::default()
             };
             let (config, pipeline, replayed_name, replayed_turns) = (

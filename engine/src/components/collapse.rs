@@ -19,6 +19,9 @@
 //! a path, a test name: words of four or more characters in its arguments). Both come from the
 //! message itself, so the cut is still a function of the message alone.
 //!
+//! A failing call's output stays whole up to `keep_failures` tokens (8,000): the model is about
+//! to debug it, and the identifiers it needs are usually in the middle collapse would cut.
+//!
 //! Cache safety: whether and how it collapses a message depends on that message alone, so every
 //! turn re-derives the same bytes at any depth ([`Freeze::Stateless`]). The reference tail-gates
 //! and freezes it because its threshold could follow the model's context window (`max_frac`);
@@ -31,6 +34,7 @@ use serde::Deserialize;
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
+use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
@@ -58,6 +62,13 @@ pub struct CollapseConfig {
     pub keep_lines: usize,
     /// Defaults to `full` (the only mode).
     pub marker_mode: MarkerMode,
+    /// Defaults to `8000`; `0` turns it off. An output that reports a failure (the tool result
+    /// is marked as an error, or its first line is a non-zero exit status) and is at most this
+    /// many tokens is left whole: it is what the model reads next, and on the public corpus
+    /// cutting one cost more in expand rounds than it saved (`docs/performance.md`, "Choosing
+    /// the presets"). Longer failing outputs are still collapsed, since re-sending a build log
+    /// of tens of thousands of tokens every turn costs more than a round.
+    pub keep_failures: usize,
 }
 
 impl Default for CollapseConfig {
@@ -70,6 +81,7 @@ impl Default for CollapseConfig {
             cold_cache: true,
             keep_lines: 0,
             marker_mode: MarkerMode::Full,
+            keep_failures: 8000,
         }
     }
 }
@@ -119,6 +131,10 @@ impl Offload for Collapse {
             }
             if cx.tokens(index) <= self.config.max_tokens {
                 cx.gate("below_max_tokens");
+                continue;
+            }
+            if cx.tokens(index) <= self.config.keep_failures && reports_failure(message) {
+                cx.gate("failure_in_view");
                 continue;
             }
             let Some((head, omitted, tail)) = head_and_tail(
@@ -195,6 +211,32 @@ fn call_terms(arguments: &str) -> Vec<String> {
         }
     }
     terms
+}
+
+/// Whether a tool output reports that its call failed: the dialect's error flag (Anthropic's
+/// `is_error`, which Claude Code sets on a failing command), or a first line that is a non-zero
+/// exit status as agents write it (`<returncode>1</returncode>`, `Exit code 2`,
+/// `exit status: 1`). Only the first line: a log that mentions an exit code in passing is not
+/// a failed call.
+fn reports_failure(message: &Message) -> bool {
+    if message.is_error {
+        return true;
+    }
+    let first = message.content.lines().next().unwrap_or("").trim();
+    let status = if let Some(rest) = first.strip_prefix("<returncode>") {
+        rest.strip_suffix("</returncode>")
+    } else {
+        let lower = first.to_ascii_lowercase();
+        ["exit code", "exit status", "exited with code"]
+            .iter()
+            .find_map(|label| lower.strip_prefix(label))
+            .map(|rest| first[first.len() - rest.len()..].trim_start_matches([':', ' ']))
+    };
+    status.is_some_and(|code| {
+        !code.is_empty()
+            && code.bytes().all(|b| b.is_ascii_digit())
+            && code.bytes().any(|b| b != b'0')
+    })
 }
 
 /// Whether a line reads as a failure.
@@ -352,6 +394,49 @@ mod tests {
         out.assert_stashes_resolve();
         let none = check("collapse", "", tool_messages(&[&log]));
         assert!(!none.messages[1].content.contains("[line "));
+    }
+
+    #[test]
+    fn a_failing_calls_output_stays_whole_up_to_keep_failures() {
+        // mini-swe-agent's status line, Claude Code's error flag and a plain `Exit code`.
+        let returncode = format!("<returncode>1</returncode>\n{}", big_log(200));
+        let exit_code = format!("Exit code 2\n{}", big_log(200));
+        let mut flagged = tool_messages(&[&big_log(200)]);
+        flagged[1].is_error = true;
+        for messages in [
+            tool_messages(&[&returncode]),
+            tool_messages(&[&exit_code]),
+            flagged,
+        ] {
+            let before = messages[1].content.clone();
+            let out = check("collapse", "", messages);
+            assert!(out.messages[1].content == before, "left whole");
+            assert_eq!(
+                out.report.components[0].gates.get("failure_in_view"),
+                Some(&1)
+            );
+        }
+        // A passing call, a log that only mentions an exit code, and the switch off: collapsed.
+        let passing = format!("<returncode>0</returncode>\n{}", big_log(200));
+        let mention = format!("{}\nexit code 1", big_log(200));
+        for (config, text) in [
+            ("", &passing),
+            ("", &mention),
+            ("keep_failures: 0", &returncode),
+        ] {
+            let out = check("collapse", config, tool_messages(&[text]));
+            assert!(
+                out.messages[1].content.contains("lines omitted) <<cg:"),
+                "{config} {text:.40}"
+            );
+        }
+        // Past the limit a failing output is collapsed too.
+        let out = check(
+            "collapse",
+            "keep_failures: 2100",
+            tool_messages(&[&returncode]),
+        );
+        assert!(out.messages[1].content.contains("lines omitted) <<cg:"));
     }
 
     #[test]

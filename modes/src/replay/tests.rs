@@ -4,11 +4,17 @@ use super::*;
 use serde_json::json;
 
 fn body(outputs: &[&str], answers: &[&str]) -> Vec<u8> {
+    let commands = vec!["cat src/serializer.py"; outputs.len()];
+    body_of(outputs, &commands, answers)
+}
+
+/// A session whose `i`th call runs `commands[i]`.
+fn body_of(outputs: &[&str], commands: &[&str], answers: &[&str]) -> Vec<u8> {
     let mut messages =
         vec![json!({"role": "user", "content": "fix the failing test in src/serializer.py"})];
     for (i, out) in outputs.iter().enumerate() {
         messages.push(json!({"role": "assistant", "content": answers.get(i).copied().unwrap_or("looking"), "tool_calls": [{
-            "id": format!("c{i}"), "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"cat src/serializer.py\"}"}}]}));
+            "id": format!("c{i}"), "type": "function", "function": {"name": "bash", "arguments": json!({"command": commands[i]}).to_string()}}]}));
         messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": *out}));
     }
     messages
@@ -279,4 +285,48 @@ fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
     assert_eq!(t.expand_rounds, 0);
     assert_eq!(t.net_cost_change_pct, t.cost_change_pct);
     assert!((t.visible_recall_pct - 100.0).abs() < 1e-9);
+}
+
+/// A long `cat` output with two facts in the middle that collapse cuts.
+fn long_read(tag: &str) -> String {
+    let mut lines: Vec<String> = (0..400)
+        .map(|i| format!("line {i} of the {tag} listing, nothing to see"))
+        .collect();
+    lines[200] = format!("ValueError raised in {tag}_handler");
+    lines[201] = format!("offending timestamp 1700000{}", tag.len());
+    lines.join("\n")
+}
+
+#[test]
+fn an_expand_round_teaches_the_session_as_the_proxy_would() {
+    // The answers after the first output need two facts collapse hid from it, one per turn:
+    // two rounds expand the same marker, which the expand loop tells the session, so the next
+    // long `cat` output is left whole.
+    let (first, later) = (long_read("alpha"), long_read("omega"));
+    let outputs = [first.as_str(), "ok", "ok", later.as_str()];
+    let answers = [
+        "looking",
+        "the ValueError comes from alpha_handler",
+        "and the timestamp is 17000005",
+        "d",
+        "done",
+    ];
+    // Each call reads another file: none re-issues an earlier one, so no retry is detected.
+    let commands = ["cat alpha.log", "ls", "pwd", "cat omega.log"];
+    let report = replay(
+        "pipeline: [collapse]",
+        &body_of(&outputs, &commands, &answers),
+        &Options::default(),
+    );
+    let rounds: Vec<usize> = report.turns.iter().map(|t| t.expand_rounds).collect();
+    assert_eq!(rounds, [0, 1, 1, 0, 0], "the same marker, expanded twice");
+    let collapse = &report.components["collapse"];
+    assert_eq!(collapse.gates.get("retried_after_compaction"), Some(&1));
+    let last = report.turns.last().unwrap();
+    assert_eq!(
+        last.sluice.content_tokens,
+        last.baseline.content_tokens - report.turns[3].baseline.content_tokens
+            + report.turns[3].sluice.content_tokens,
+        "the new output goes whole; only the first stays collapsed"
+    );
 }

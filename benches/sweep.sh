@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Sweeps configs over the public corpus with `sluice replay` (30 s between turns) and prints one
+# Markdown row per config: net and gross billed input change, expand rounds, cache writes,
+# content saved, flips, visible recall and recall. The table in docs/performance.md ("Choosing
+# the presets") came from it.
+#
+# Usage: [SWEEP_GAP=SECONDS] bash benches/sweep.sh (collapse | presets | LABEL=YAML ...)
+#   A YAML is a config document layered on the embedded default, e.g.
+#   'b4000=components: {collapse: {max_tokens: 4000}}'; `preset:NAME` runs that preset.
+#   `collapse` and `presets` are the two grids docs/performance.md records.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+keep3="{keep_recent: 3}"
+case "${1:-}" in
+collapse)
+    set --
+    for kf in 0 8000; do
+        for mt in 1500 2000 3000; do
+            for hl in 10 20; do
+                set -- "$@" "keep_failures $kf, max_tokens $mt, head/tail $hl=components: {collapse: {keep_failures: $kf, max_tokens: $mt, head_lines: $hl, tail_lines: $hl}}"
+            done
+        done
+    done
+    ;;
+presets)
+    # The `agent` and `general` rows as they were before issue #22 chose them, beside today's.
+    set -- "embedded default=components: {}" \
+        "agent=preset:agent" \
+        "agent before #22=pipeline: [format, textclean, searchfold, dedup, failed_run, mask, extract, extract_llm, cachesplit]
+components: {format: $keep3, textclean: $keep3, searchfold: $keep3, dedup: $keep3, failed_run: $keep3, extract: $keep3, extract_llm: $keep3}" \
+        "general=preset:general" \
+        "general before #22=preset: general
+components: {extract: {keep_recent: 0}, extract_llm: {keep_recent: 0}}" \
+        "balanced=preset:balanced" "coding=preset:coding" "coding, extract on cold turns=preset: coding
+components: {extract: $keep3}"
+    ;;
+esac
+cargo build -q --release --bin sluice
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+echo "| config | net billed input | before expand rounds | expand rounds | cache writes | content saved | flips | visible recall | recall |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+for spec in "$@"; do
+    label="${spec%%=*}"
+    yaml="${spec#*=}"
+    if [[ "$yaml" == preset:* ]]; then
+        args=(--preset "${yaml#preset:}")
+    else
+        printf '%s\n' "$yaml" >"$tmp/config.yaml"
+        args=(--config "$tmp/config.yaml")
+    fi
+    target/release/sluice replay tests/corpus/public "${args[@]}" --gap "${SWEEP_GAP:-30}" --format json >"$tmp/out.json"
+    python3 - "$label" "$tmp/out.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[2]))["totals"]
+print(f"| {sys.argv[1]} | {t['net_cost_change_pct']:+.2f}% | {t['cost_change_pct']:+.2f}% | {t['expand_rounds']} "
+      f"| {t['cache_write_change_pct']:+.2f}% | {t['content_saved_pct']:.2f}% | {t['flips']} "
+      f"| {t['visible_recall_pct']:.2f}% | {t['recall_pct']:.2f}% |")
+PY
+done
