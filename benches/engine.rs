@@ -319,5 +319,37 @@ fn config() -> Criterion {
         .warm_up_time(Duration::from_secs(1))
 }
 
-criterion_group! { name = benches; config = config(); targets = parse_and_noop_write_back, default_pipeline, tool_rules, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back }
+/// The exact o200k count of a new tool output, as the request path pays it the turn the output
+/// first appears: the tokenizer crate's own `count`, sluice's count with this thread's piece
+/// counts empty (a process that has counted nothing), and with them warm (a process that has
+/// seen other outputs). The output is the largest tool output of the largest public OpenAI run.
+fn first_sight_count(c: &mut Criterion) {
+    let mut group = c.benchmark_group("tokens/largest_public_tool_output");
+    let body = benches::public_bodies(Dialect::OpenAi).remove(0).1;
+    let parsed = wire::parse(&body, Dialect::OpenAi).unwrap();
+    let text = parsed
+        .messages()
+        .iter()
+        .filter(|m| m.is_tool())
+        .map(|m| m.content.clone())
+        .max_by_key(String::len)
+        .unwrap();
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("bpe_openai_count", |b| {
+        b.iter(|| bpe_openai::o200k_base().count(black_box(text.as_str())));
+    });
+    group.bench_function("count_uncached/pieces_empty", |b| {
+        b.iter_batched(
+            engine::tokens::clear_memo,
+            |()| engine::tokens::count_uncached(black_box(&text)),
+            BatchSize::PerIteration,
+        );
+    });
+    group.bench_function("count_uncached/pieces_warm", |b| {
+        b.iter(|| engine::tokens::count_uncached(black_box(&text)));
+    });
+    group.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = first_sight_count, parse_and_noop_write_back, default_pipeline, tool_rules, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back }
 criterion_main!(benches);

@@ -49,17 +49,78 @@ pub fn count_hashed(text: &str, key: u64) -> usize {
     n
 }
 
-/// Empties the memo. For benches that measure a first sight of every message.
+/// Builds the tokenizer's tables now. They are built on first use, which takes about 40 ms on
+/// the machines in `docs/performance.md`: a server calls this before it listens, so that cost
+/// is not added to the first request a client sends (it was the slowest turn of every run of
+/// `benches/load.sh turns`).
+pub fn warm_up() {
+    count_uncached("warm up");
+}
+
+/// Empties the memo, and this thread's piece counts. For benches that measure a first sight of
+/// every message in a process that has counted nothing before.
 pub fn clear_memo() {
     memo().lock().clear();
+    PIECES.with_borrow_mut(|pieces| pieces.counts.clear());
 }
 
 /// Counts without touching the memo.
+///
+/// The same count as `bpe_openai`'s `Tokenizer::count` (o200k does not normalize, so a text is
+/// its pre-tokenizer's pieces, each encoded alone), with one difference in cost: that function
+/// sets up a fresh encoder, two heap allocations, for every piece, and a piece is mostly one
+/// word. Short pieces repeat endlessly in tool output (`self`, ` =`, `\n    `), so their counts
+/// are remembered per thread, and a piece seen before costs a hash and a compare. This is what a
+/// long output pays the first turn it appears, on the request path (issue #22).
 pub fn count_uncached(text: &str) -> usize {
     if text.is_empty() {
         return 0;
     }
-    bpe_openai::o200k_base().count(text)
+    let tokenizer = bpe_openai::o200k_base();
+    PIECES.with_borrow_mut(|pieces| {
+        tokenizer
+            .split(text)
+            .map(|piece| pieces.count(piece, |p| tokenizer.bpe.count(p.as_bytes())))
+            .sum()
+    })
+}
+
+thread_local! {
+    static PIECES: std::cell::RefCell<PieceCounts> = std::cell::RefCell::new(PieceCounts::default());
+}
+
+/// Token counts of short pre-tokenizer pieces, keyed by [`content_hash`] and checked against
+/// the piece itself, so a hash collision costs a count, never a wrong one.
+#[derive(Default)]
+struct PieceCounts {
+    counts: HashMap<u64, (Box<str>, u32), IdentityBuild>,
+}
+
+impl PieceCounts {
+    /// Pieces longer than this are counted directly: they are rare, and remembering them would
+    /// fill the map with one-off strings.
+    const MAX_PIECE_BYTES: usize = 24;
+    /// The map is cleared past this many pieces (about 3 MiB per thread at most).
+    const MAX_PIECES: usize = 65_536;
+
+    fn count(&mut self, piece: &str, encode: impl FnOnce(&str) -> usize) -> usize {
+        if piece.len() > Self::MAX_PIECE_BYTES {
+            return encode(piece);
+        }
+        let key = content_hash(piece);
+        if let Some((known, n)) = self.counts.get(&key)
+            && **known == *piece
+        {
+            return *n as usize;
+        }
+        let n = encode(piece);
+        if self.counts.len() >= Self::MAX_PIECES {
+            self.counts.clear();
+        }
+        self.counts
+            .insert(key, (piece.into(), u32::try_from(n).unwrap_or(u32::MAX)));
+        n
+    }
 }
 
 /// A stable 64-bit hash of `text`, the same in every process (no random seed). Nothing
@@ -207,6 +268,29 @@ mod tests {
         );
         assert_ne!(content_hash("ab"), content_hash("ba"));
         assert_ne!(content_hash(""), content_hash("\0"));
+    }
+
+    #[test]
+    fn piecewise_counts_equal_the_tokenizers_on_varied_text() {
+        let tokenizer = bpe_openai::o200k_base();
+        let texts = [
+            "def dump(value):\n    return value.isoformat()  # naive datetime\n".repeat(40),
+            "tests/test_config.py::test_parse_config FAILED\n".repeat(30),
+            "日本語のテキスト、絵文字 🚀🚀 and ASCII   spaces\t\ttabs\r\n".repeat(25),
+            "x".repeat(5_000),
+            "=".repeat(300) + &" ".repeat(300) + "\n\n\n",
+            (0..2000).map(|i| format!("{i:x} ")).collect(),
+        ];
+        // Twice: the second pass is served from the piece counts.
+        for _ in 0..2 {
+            for text in &texts {
+                assert_eq!(
+                    count_uncached(text),
+                    tokenizer.count(text.as_str()),
+                    "{text:.40}"
+                );
+            }
+        }
     }
 
     #[test]

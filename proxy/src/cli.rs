@@ -612,6 +612,8 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), state)
             .map_err(|errs| config_failure(Path::new("config"), &errs))?;
+        // Before listening: the first request should not pay for building tables.
+        engine::tokens::warm_up();
         let (listener, local) = crate::server::bind(args.listen)
             .await
             .map_err(|e| Failure(format!("listen on {}: {e}", args.listen)))?;
