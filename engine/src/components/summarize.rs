@@ -328,8 +328,17 @@ impl Summarize {
             .as_ref()
             .map(|c| tokens_of(&elements[c.covered..tail]));
         let fresh_needed = since_checkpoint.is_none_or(|t| t >= self.config.resummarize_tokens);
-        if !fresh_needed && let Some(c) = &checkpoint {
+        // A session whose cost guard backed off (`modes::guard`) keeps what it forwarded: the
+        // checkpoint it has still serves, byte for byte, and no new one rolls forward, since a
+        // new summary re-writes everything after the head.
+        let backed_off = cx.lossless_tools.contains_key(crate::tools::EVERY_TOOL);
+        if (!fresh_needed || backed_off)
+            && let Some(c) = &checkpoint
+        {
             return use_checkpoint(c);
+        }
+        if backed_off {
+            return Err("cost_guard");
         }
         if tokens_of(&elements[head..tail]) < self.config.min_tokens {
             return Err("below_min_tokens");

@@ -75,6 +75,17 @@ impl Harness {
         body: &[u8],
         with_model: bool,
     ) -> (Vec<u8>, crate::pipeline::RunReport) {
+        self.run_with(block, body, with_model, Arc::default())
+    }
+
+    /// [`Harness::run`] for a session holding `lossless` tools (its cost guard's back-off).
+    fn run_with(
+        &self,
+        block: &str,
+        body: &[u8],
+        with_model: bool,
+        lossless: Arc<std::collections::BTreeMap<String, usize>>,
+    ) -> (Vec<u8>, crate::pipeline::RunReport) {
         let yaml = format!("pipeline: [summarize]\ncomponents:\n  summarize: {block}\n");
         let pipeline = Config::parse(&yaml).unwrap().build_pipeline().unwrap();
         let models: Option<Arc<dyn Models>> = if with_model {
@@ -88,7 +99,8 @@ impl Harness {
             self.store.clone(),
             Arc::new(ManualClock::new()),
         )
-        .with_models(models);
+        .with_models(models)
+        .with_lossless_tools(lossless);
         let applied = apply_body(body, &pipeline, &cx);
         (applied.body.into_owned(), applied.report)
     }
@@ -168,6 +180,38 @@ fn the_checkpoint_is_reused_until_the_tail_grows_past_the_threshold() {
     let (third, _) = h.run("{resummarize_tokens: 1000}", &body(&messages), true);
     assert_eq!(h.host.asks.lock().len(), 2, "rolled forward");
     assert_ne!(elements(&third)[2], elements(&first)[2]);
+}
+
+#[test]
+fn a_session_that_backed_off_keeps_its_checkpoint_and_rolls_no_new_one() {
+    let backed_off = Arc::new(std::collections::BTreeMap::from([(
+        crate::tools::EVERY_TOOL.to_owned(),
+        0,
+    )]));
+    // No checkpoint yet: nothing is summarized, and the model is not asked.
+    let fresh = Harness::new();
+    let input = body(&transcript(12));
+    let (output, report) = fresh.run_with("{}", &input, true, backed_off.clone());
+    assert_eq!(output, input);
+    assert_eq!(report.components[0].gates.get("cost_guard"), Some(&1));
+    assert!(fresh.host.asks.lock().is_empty());
+
+    // A checkpoint from before the back-off keeps serving, byte for byte, even past the point
+    // where it would roll forward.
+    let h = Harness::new();
+    let mut messages = transcript(12);
+    let (first, _) = h.run("{}", &body(&messages), true);
+    let more = transcript(12);
+    messages.extend(more[2..more.len() - 1].iter().cloned());
+    messages.push(json!({"role": "user", "content": "status?"}));
+    let (later, _) = h.run_with(
+        "{resummarize_tokens: 1000}",
+        &body(&messages),
+        true,
+        backed_off,
+    );
+    assert_eq!(h.host.asks.lock().len(), 1, "no new summary");
+    assert_eq!(elements(&later)[2], elements(&first)[2]);
 }
 
 #[test]
