@@ -6,6 +6,7 @@
 #   off     -> sluice --preset off                                       -> the canned upstream
 #   default -> sluice on its embedded default                           -> the canned upstream
 # in rounds, interleaved. Needs Debian's nginx and wrk. Figures go to docs/performance.md.
+# Usage: [HOP_SECS=N] [HOP_SESSIONS=64] bash benches/hop.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "install nginx and wrk (apt-get install nginx-light wrk)" >&2; exit 1; }
@@ -79,8 +80,13 @@ rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 nginx_rss_kib() { local t=0; for p in $(pgrep -f "nginx: worker" ); do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
 idle_off=$(rss_kib $off_pid); idle_default=$(rss_kib $default_pid); idle_nginx=$(nginx_rss_kib)
 
+# HOP_SESSIONS=64: the requests carry 64 session ids in turn (64 agents); otherwise none, so
+# sluice derives one session from the body and every request is a turn of that one session,
+# which its lease runs one at a time.
+script=post.lua
+[ "${HOP_SESSIONS:-1}" = 64 ] && script=sessions.lua
 run() { # arm url -> "rps p50_ms"
-    HOP_BODY="$work/body.json" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s benches/hop/post.lua "$2" 2>/dev/null \
+    HOP_BODY="$work/body.json" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s "benches/hop/$script" "$2" 2>/dev/null \
         | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000} p50=v} END {printf "%s %s\n", rps, p50}'
 }
 declare -A rps p50
