@@ -321,8 +321,9 @@ fn config() -> Criterion {
 
 /// The exact o200k count of a new tool output, as the request path pays it the turn the output
 /// first appears: the tokenizer crate's own `count`, sluice's count with this thread's piece
-/// counts empty (a process that has counted nothing), and with them warm (a process that has
-/// seen other outputs). The output is the largest tool output of the largest public OpenAI run.
+/// counts empty (a process that has counted nothing), and with them warm from counting this
+/// output before (the best case). The output is the largest tool output of the largest public
+/// OpenAI run.
 fn first_sight_count(c: &mut Criterion) {
     let mut group = c.benchmark_group("tokens/largest_public_tool_output");
     let body = benches::public_bodies(Dialect::OpenAi).remove(0).1;

@@ -84,7 +84,11 @@ idle_off=$(rss_kib $off_pid); idle_default=$(rss_kib $default_pid); idle_nginx=$
 # sluice derives one session from the body and every request is a turn of that one session,
 # which its lease runs one at a time.
 script=post.lua
-[ "${HOP_SESSIONS:-1}" = 64 ] && script=sessions.lua
+case "${HOP_SESSIONS:-1}" in
+    1) ;;
+    64) script=sessions.lua ;;
+    *) echo "HOP_SESSIONS is 1 or 64" >&2; exit 2 ;;
+esac
 run() { # arm url -> "rps p50_ms"
     HOP_BODY="$work/body.json" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s "benches/hop/$script" "$2" 2>/dev/null \
         | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000} p50=v} END {printf "%s %s\n", rps, p50}'

@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep3="{keep_recent: 3}"
+[ $# -gt 0 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 case "${1:-}" in
 collapse)
     set --

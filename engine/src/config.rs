@@ -246,7 +246,10 @@ pub struct Preset {
 }
 
 /// Every preset, with the reference's names and orders (lossless repackers first, `linecap` last
-/// among offloaders, `cachesplit` last of all).
+/// among offloaders, `cachesplit` last of all). One exception: `agent` (issue #22) runs
+/// `collapse` and `linecap` before the extractors, because on warm traffic only the arrival
+/// turn's cuts are free and the extractors wait for cold turns anyway; an output collapsed on
+/// arrival carries a marker, so the extractors leave it alone.
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "off",

@@ -49,7 +49,7 @@ pub fn count_hashed(text: &str, key: u64) -> usize {
     n
 }
 
-/// Builds the tokenizer's tables now. They are built on first use, which takes about 40 ms on
+/// Builds the tokenizer's tables now. They are built on first use, which takes 40–50 ms on
 /// the machines in `docs/performance.md`: a server calls this before it listens, so that cost
 /// is not added to the first request a client sends (it was the slowest turn of every run of
 /// `benches/load.sh turns`).
@@ -70,7 +70,7 @@ pub fn clear_memo() {
 /// its pre-tokenizer's pieces, each encoded alone), with one difference in cost: that function
 /// sets up a fresh encoder, two heap allocations, for every piece, and a piece is mostly one
 /// word. Short pieces repeat endlessly in tool output (`self`, ` =`, `\n    `), so their counts
-/// are remembered per thread, and a piece seen before costs a hash and a compare. This is what a
+/// are remembered per thread (up to 57,344), and a piece seen before costs a hash and a compare. This is what a
 /// long output pays the first turn it appears, on the request path (issue #22).
 pub fn count_uncached(text: &str) -> usize {
     if text.is_empty() {
@@ -100,8 +100,9 @@ impl PieceCounts {
     /// Pieces longer than this are counted directly: they are rare, and remembering them would
     /// fill the map with one-off strings.
     const MAX_PIECE_BYTES: usize = 24;
-    /// The map is cleared past this many pieces (about 3 MiB per thread at most).
-    const MAX_PIECES: usize = 65_536;
+    /// The map is cleared past this many pieces: 7/8 of 65,536 buckets, so the table never
+    /// grows past them (2 MiB of entries plus the pieces' strings, about 4 MiB per thread).
+    const MAX_PIECES: usize = 57_344;
 
     fn count(&mut self, piece: &str, encode: impl FnOnce(&str) -> usize) -> usize {
         if piece.len() > Self::MAX_PIECE_BYTES {

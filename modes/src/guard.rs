@@ -27,7 +27,8 @@
 //! is lossless (the `EVERY_TOOL` entry of `lossless_tools`, from the session's frontier: the most
 //! messages any of its requests had; offloaders' cuts there are put back with skip reason
 //! `cost_guard`, lossless repacking still runs), so nothing already forwarded changes and the
-//! cached prefix never moves because of it. (`summarize` keeps serving the checkpoint it has and rolls no new one.) The reason is the larger cost: `cache_misses` or
+//! cached prefix never moves because of it. (`summarize` keeps serving the checkpoint it has and
+//! rolls no new one.) The reason is the larger cost: `cache_misses` or
 //! `expand_rounds`. A backed-off session stays backed off.
 
 use serde::{Deserialize, Serialize};

@@ -537,7 +537,9 @@ async fn replay_on(
 
 /// Tells the session which markers an expand round restored, as the proxy's expand loop does:
 /// a marker expanded a second time makes its tool's later outputs lossless
-/// (`crate::retries::note_expand`), so the replayed session learns what a live one would.
+/// (`crate::retries::note_expand`), so the replayed session learns what a live one would. The
+/// loop also charges the round to the cost guard (`guard::expand_round`); replay leaves that
+/// out, since its sessions never receive a provider report that would settle a turn.
 async fn note_round(service: &TurnService, session: &str, markers: &[String]) {
     if let Some(sessions) = service.sessions() {
         let mut state = sessions.lease(session).await;

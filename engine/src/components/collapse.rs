@@ -230,7 +230,8 @@ fn reports_failure(message: &Message) -> bool {
         ["exit code", "exit status", "exited with code"]
             .iter()
             .find_map(|label| lower.strip_prefix(label))
-            .map(|rest| first[first.len() - rest.len()..].trim_start_matches([':', ' ']))
+            // An ASCII label keeps its byte length when lowered, so `first` splits at the same place.
+            .map(|rest| first[lower.len() - rest.len()..].trim_start_matches([':', ' ']))
     };
     status.is_some_and(|code| {
         !code.is_empty()
@@ -401,11 +402,15 @@ mod tests {
         // mini-swe-agent's status line, Claude Code's error flag and a plain `Exit code`.
         let returncode = format!("<returncode>1</returncode>\n{}", big_log(200));
         let exit_code = format!("Exit code 2\n{}", big_log(200));
+        let exit_status = format!("exit status: 1\n{}", big_log(200));
+        let exited = format!("EXITED WITH CODE 127\n{}", big_log(200));
         let mut flagged = tool_messages(&[&big_log(200)]);
         flagged[1].is_error = true;
         for messages in [
             tool_messages(&[&returncode]),
             tool_messages(&[&exit_code]),
+            tool_messages(&[&exit_status]),
+            tool_messages(&[&exited]),
             flagged,
         ] {
             let before = messages[1].content.clone();
@@ -419,9 +424,13 @@ mod tests {
         // A passing call, a log that only mentions an exit code, and the switch off: collapsed.
         let passing = format!("<returncode>0</returncode>\n{}", big_log(200));
         let mention = format!("{}\nexit code 1", big_log(200));
+        let zero = format!("Exit code 0\n{}", big_log(200));
+        let not_a_number = format!("exit code: née 1\n{}", big_log(200));
         for (config, text) in [
             ("", &passing),
             ("", &mention),
+            ("", &zero),
+            ("", &not_a_number),
             ("keep_failures: 0", &returncode),
         ] {
             let out = check("collapse", config, tool_messages(&[text]));

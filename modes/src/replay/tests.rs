@@ -288,12 +288,12 @@ fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
 }
 
 /// A long `cat` output with two facts in the middle that collapse cuts.
-fn long_read(tag: &str) -> String {
+fn long_read(tag: &str, stamp: u64) -> String {
     let mut lines: Vec<String> = (0..400)
         .map(|i| format!("line {i} of the {tag} listing, nothing to see"))
         .collect();
     lines[200] = format!("ValueError raised in {tag}_handler");
-    lines[201] = format!("offending timestamp 1700000{}", tag.len());
+    lines[201] = format!("offending timestamp {stamp}");
     lines.join("\n")
 }
 
@@ -302,12 +302,15 @@ fn an_expand_round_teaches_the_session_as_the_proxy_would() {
     // The answers after the first output need two facts collapse hid from it, one per turn:
     // two rounds expand the same marker, which the expand loop tells the session, so the next
     // long `cat` output is left whole.
-    let (first, later) = (long_read("alpha"), long_read("omega"));
+    let (first, later) = (
+        long_read("alpha", 1_700_000_005),
+        long_read("omega", 1_700_000_009),
+    );
     let outputs = [first.as_str(), "ok", "ok", later.as_str()];
     let answers = [
         "looking",
         "the ValueError comes from alpha_handler",
-        "and the timestamp is 17000005",
+        "and the timestamp is 1700000005",
         "d",
         "done",
     ];
