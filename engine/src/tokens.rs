@@ -70,8 +70,9 @@ pub fn clear_memo() {
 /// its pre-tokenizer's pieces, each encoded alone), with one difference in cost: that function
 /// sets up a fresh encoder, two heap allocations, for every piece, and a piece is mostly one
 /// word. Short pieces repeat endlessly in tool output (`self`, ` =`, `\n    `), so their counts
-/// are remembered per thread (up to 57,344), and a piece seen before costs a hash and a compare. This is what a
-/// long output pays the first turn it appears, on the request path (issue #22).
+/// are remembered per thread (up to 57,344), and a piece seen before costs a hash and a
+/// compare. This is what a long output pays the first turn it appears, on the request path
+/// (issue #22).
 pub fn count_uncached(text: &str) -> usize {
     if text.is_empty() {
         return 0;
