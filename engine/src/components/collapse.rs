@@ -230,7 +230,8 @@ fn reports_failure(message: &Message) -> bool {
         ["exit code", "exit status", "exited with code"]
             .iter()
             .find_map(|label| lower.strip_prefix(label))
-            // An ASCII label keeps its byte length when lowered, so `first` splits at the same place.
+            // An ASCII label keeps its byte length when lowered, so `first` splits at the
+            // same place.
             .map(|rest| first[lower.len() - rest.len()..].trim_start_matches([':', ' ']))
     };
     status.is_some_and(|code| {
