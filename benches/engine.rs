@@ -115,7 +115,7 @@ fn tool_rules(c: &mut Criterion) {
     let body = benches::public_bodies(Dialect::Anthropic).remove(0).1;
     let plain = Config::embedded().build_pipeline().unwrap();
     let ruled = Config::parse(
-        "tools:\n  exclude: [read_secret]\n  rules:\n    \"*\": {components: [format, textclean, dedup, collapse, linecap]}\n",
+        "tools:\n  exclude: [read_secret]\n  rules:\n    \"*\": {components: [format, textclean, dedup, delta, collapse, linecap]}\n",
     )
     .unwrap()
     .build_pipeline()

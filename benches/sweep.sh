@@ -4,10 +4,10 @@
 # content saved, flips, visible recall and recall. The table in docs/performance.md ("Choosing
 # the presets") came from it.
 #
-# Usage: [SWEEP_GAP=SECONDS] bash benches/sweep.sh (collapse | presets | LABEL=YAML ...)
+# Usage: [SWEEP_GAP=SECONDS] bash benches/sweep.sh (collapse | delta | presets | LABEL=YAML ...)
 #   A YAML is a config document layered on the embedded default, e.g.
 #   'b4000=components: {collapse: {max_tokens: 4000}}'; `preset:NAME` runs that preset.
-#   `collapse` and `presets` are the two grids docs/performance.md records.
+#   `collapse`, `delta` and `presets` are the grids docs/performance.md records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep3="{keep_recent: 3}"
@@ -20,6 +20,18 @@ collapse)
             for hl in 10 20; do
                 set -- "$@" "keep_failures $kf, max_tokens $mt, head/tail $hl=components: {collapse: {keep_failures: $kf, max_tokens: $mt, head_lines: $hl, tail_lines: $hl}}"
             done
+        done
+    done
+    ;;
+delta)
+    # Where `delta` sits and how far back it looks, on the embedded default's pipeline.
+    set -- "without delta=pipeline: [format, textclean, dedup, collapse, linecap]"
+    for order in "dedup, delta, collapse, linecap" "dedup, collapse, linecap, delta"; do
+        set -- "$@" "[$order]=pipeline: [format, textclean, $order]"
+    done
+    for w in 8 30 60 200; do
+        for share in 0.5 0.8; do
+            set -- "$@" "window $w, max_diff_share $share=components: {delta: {window: $w, max_diff_share: $share}}"
         done
     done
     ;;

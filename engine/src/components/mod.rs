@@ -11,6 +11,7 @@ pub mod cachesplit;
 pub mod cmdfilter;
 pub(crate) mod collapse;
 mod dedup;
+mod delta;
 mod extract;
 mod extract_llm;
 mod failed_call;
@@ -124,6 +125,7 @@ pub const ALL: &[&dyn ComponentFactory] = &[
     &cmdfilter::Factory,
     &collapse::Factory,
     &dedup::Factory,
+    &delta::Factory,
     &extract::Factory,
     &extract_llm::Factory,
     &failed_call::Factory,

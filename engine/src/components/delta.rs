@@ -1,0 +1,585 @@
+//! `delta`: shows a tool output that mostly repeats an earlier one as its changed lines
+//! (Offload).
+//!
+//! Before: a test run, then the same run after a fix, 40 lines each, three of them different.
+//! After: the first run verbatim, then
+//! ```text
+//! [repeats the output of call_7 except for the lines below (a diff against it: - that
+//! output, + this one)] <<cg:44ab…>> [full output: call context_guru_expand]
+//! @@ -31,3 +31,3 @@
+//! -FAILED tests/test_io.py::test_read - AssertionError
+//! ...
+//! ```
+//!
+//! Agents re-run the same command after each edit and re-read a file they just changed, and
+//! each copy arrives whole. On a warm session a change is free only the turn an output first
+//! appears (issue #22), and this one takes almost nothing from the model: the earlier output is
+//! in view, and so is every line that changed. A re-run that differs in a timing line costs a
+//! few dozen tokens instead of the whole log. On the public corpus outputs like that carried
+//! about a tenth of what the sessions were billed (`docs/performance.md`).
+//!
+//! The earlier output (the **base**) is one of the `window` tool outputs before it, whole (no
+//! marker) when this component runs, sharing at least `min_shared` of the new output's lines;
+//! the one sharing most wins, the nearest on a tie. Exact copies are `dedup`'s. The way back is
+//! the usual one: the new output's original is stashed behind the marker.
+//!
+//! Cache safety: whether and how it rewrites an output depends on that output and the ones
+//! before it, as they reach this stage, so every turn re-derives the same bytes
+//! ([`Freeze::Stateless`], like `dedup`). A depth decision of a stage before it (a cold turn's
+//! `mask`) can take a base away; the outputs that used it then change on that cold turn, and
+//! stay as they are after, since the frozen decision replays.
+//!
+//! Cost: every turn re-derives every decision, so each is remembered by the content hashes of
+//! the output and its window; a turn costs a lookup per output. Remembered diffs are confirmed
+//! against the texts they were computed from, so a hash collision can never hand one session a
+//! diff of another's outputs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Deserialize;
+use similar::{Algorithm, ChangeTag, TextDiff};
+
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use crate::components::ComponentSource;
+use crate::marker::{self, HINT_FULL_OUTPUT};
+use crate::message::Message;
+#[cfg(doc)]
+use crate::pipeline::Freeze;
+use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::tokens;
+
+/// `components.delta`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeltaConfig {
+    /// Defaults to `200`. Smaller outputs cost less than the header and the diff's own lines.
+    pub min_tokens: usize,
+    /// Defaults to `60`. How many earlier tool outputs are candidate bases. Agents come back to
+    /// a file or a test run many calls later: on the public corpus 8 caught about half of what
+    /// 60 does, and more than 60 adds nothing (`docs/performance.md`).
+    pub window: usize,
+    /// Defaults to `0.5`. The share of the new output's lines the base must also have.
+    pub min_shared: f64,
+    /// Defaults to `0.5`. The diff may be at most this share of the new output's bytes: beyond
+    /// it the reader works harder for a small saving (0.8 saved 0.2 points more on the public
+    /// corpus; a diff most of an output long is a different output).
+    pub max_diff_share: f64,
+    /// Defaults to `3000`. Outputs (and bases) with more lines are left alone: bounds the diff's
+    /// worst case, which is quadratic in lines.
+    pub max_lines: usize,
+    /// Defaults to `full` (the only mode).
+    pub marker_mode: MarkerMode,
+}
+
+impl Default for DeltaConfig {
+    fn default() -> DeltaConfig {
+        DeltaConfig {
+            min_tokens: 200,
+            window: 60,
+            min_shared: 0.5,
+            max_diff_share: 0.5,
+            max_lines: 3000,
+            marker_mode: MarkerMode::Full,
+        }
+    }
+}
+
+pub(super) struct Factory;
+
+impl ComponentFactory for Factory {
+    fn name(&self) -> &'static str {
+        "delta"
+    }
+
+    fn summary(&self) -> &'static str {
+        "shows an output that mostly repeats an earlier one as a diff against it (recoverable)"
+    }
+
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+        let config: DeltaConfig = decode(source)?;
+        for (key, value) in [
+            ("min_shared", config.min_shared),
+            ("max_diff_share", config.max_diff_share),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(BuildError::invalid(
+                    key,
+                    format!("must be between 0 and 1, got {value}"),
+                ));
+            }
+        }
+        if config.window == 0 {
+            return Err(BuildError::invalid("window", "must be at least 1"));
+        }
+        Ok(Stage::Offload(Box::new(Delta {
+            config,
+            memo: Mutex::default(),
+        })))
+    }
+}
+
+struct Delta {
+    config: DeltaConfig,
+    memo: Mutex<Memo>,
+}
+
+/// A diff found: how many candidate bases back its base was, and the hunks.
+#[derive(Clone)]
+struct Found {
+    back: usize,
+    hunks: Arc<str>,
+    /// The texts it was computed from, to confirm a hit.
+    output: Arc<str>,
+    base: Arc<str>,
+}
+
+/// Decisions by key (see [`key`]), bounded like `PureMemo`.
+#[derive(Default)]
+struct Memo {
+    /// Keys that had no delta, with the gate that said so. A collision here can only skip a
+    /// delta.
+    none: HashMap<u64, &'static str, tokens::IdentityBuild>,
+    found: HashMap<u64, Found, tokens::IdentityBuild>,
+    found_bytes: usize,
+}
+
+impl Memo {
+    const NONE_MAX: usize = 1 << 16;
+    const FOUND_BYTES: usize = 16 << 20;
+
+    fn remember(&mut self, key: u64, found: Result<Found, &'static str>) {
+        match found {
+            Err(gate) => {
+                if self.none.len() >= Self::NONE_MAX {
+                    self.none.clear();
+                }
+                self.none.insert(key, gate);
+            }
+            Ok(found) => {
+                let bytes = found.hunks.len() + found.output.len() + found.base.len();
+                if self.found_bytes + bytes > Self::FOUND_BYTES {
+                    self.found.clear();
+                    self.found_bytes = 0;
+                }
+                self.found_bytes += bytes;
+                self.found.insert(key, found);
+            }
+        }
+    }
+}
+
+/// What the decision for one output needs: its candidate bases, nearest first.
+struct Candidates {
+    /// Indices of the window's earlier tool outputs that can be a base, nearest first.
+    bases: Vec<usize>,
+}
+
+impl Offload for Delta {
+    fn name(&self) -> &'static str {
+        "delta"
+    }
+
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError> {
+        // Each output's hash once per run: a base is looked at by up to `window` later outputs.
+        let hashes: Vec<Option<u64>> = (0..messages.len())
+            .map(|i| {
+                let m = &messages[i];
+                (m.is_tool() && m.rewritable).then(|| cx.content_hash(i, &m.content))
+            })
+            .collect();
+        // Decided on the transcript as this stage found it, then written: a base is always an
+        // output shown whole, never one this stage has just turned into a diff.
+        let mut decided: Vec<(usize, usize, Arc<str>)> = Vec::new();
+        let mut earlier: Vec<usize> = Vec::new();
+        for index in 0..messages.len() {
+            let message = &messages[index];
+            if !message.is_tool() {
+                continue;
+            }
+            let candidates = Candidates {
+                bases: earlier
+                    .iter()
+                    .rev()
+                    .take(self.config.window)
+                    .copied()
+                    .collect(),
+            };
+            if offload_candidate(message, cx) {
+                earlier.push(index);
+            } else {
+                continue;
+            }
+            if cx.tokens(index) < self.config.min_tokens {
+                cx.gate("below_min_tokens");
+                continue;
+            }
+            if candidates.bases.is_empty() {
+                cx.gate("no_similar_earlier_output");
+                continue;
+            }
+            let key = key(index, &candidates, messages, &hashes);
+            match self.decide(key, index, &candidates, messages, cx) {
+                Some((base, hunks)) => decided.push((index, base, hunks)),
+                None => continue,
+            }
+        }
+        let mut keys = Vec::new();
+        for (index, base, hunks) in decided {
+            let named = base_name(&messages[base], index - base);
+            let key = offload_with(messages, index, cx, |marker| {
+                format!(
+                    "[repeats the output of {named} except for the lines below (a diff against it: - that output, + this one)] {marker}{HINT_FULL_OUTPUT}\n{hunks}"
+                )
+            });
+            keys.extend(key);
+        }
+        Ok(keys)
+    }
+}
+
+impl Delta {
+    /// The base and hunks for `messages[index]`, remembered by `key`. Records the gate when
+    /// there is none.
+    fn decide(
+        &self,
+        key: u64,
+        index: usize,
+        candidates: &Candidates,
+        messages: &Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Option<(usize, Arc<str>)> {
+        let output = messages[index].content.as_str();
+        let remembered = {
+            let memo = self.memo.lock();
+            if let Some(&gate) = memo.none.get(&key) {
+                cx.gate(gate);
+                return None;
+            }
+            memo.found.get(&key).cloned()
+        };
+        if let Some(found) = remembered {
+            let base = candidates.bases.get(found.back).copied();
+            if let Some(base) = base
+                && *found.output == *output
+                && *found.base == *messages[base].content
+            {
+                return Some((base, found.hunks));
+            }
+        }
+        // Every outcome is remembered, refusals too: a diff that came out too large costs as
+        // much to find again as one that was kept.
+        let found = self.compute(output, candidates, messages);
+        let decided = match &found {
+            Ok(found) => Ok((candidates.bases[found.back], found.hunks.clone())),
+            Err(gate) => Err(*gate),
+        };
+        self.memo.lock().remember(key, found);
+        match decided {
+            Ok(decided) => Some(decided),
+            Err(gate) => {
+                cx.gate(gate);
+                None
+            }
+        }
+    }
+
+    /// Picks the base sharing most lines with `output` and renders the diff against it.
+    fn compute(
+        &self,
+        output: &str,
+        candidates: &Candidates,
+        messages: &Transcript<'_>,
+    ) -> Result<Found, &'static str> {
+        let lines: Vec<&str> = output.lines().collect();
+        if lines.len() > self.config.max_lines {
+            return Err("too_many_lines");
+        }
+        let mut needed: HashMap<&str, usize> = HashMap::new();
+        for line in &lines {
+            *needed.entry(line).or_default() += 1;
+        }
+        // Fewer shared lines than this never qualify, so a base with fewer lines is skipped
+        // before it is counted.
+        let least = (self.config.min_shared * lines.len() as f64)
+            .ceil()
+            .max(1.0) as usize;
+        let mut best: Option<(usize, usize)> = None;
+        for (back, &base) in candidates.bases.iter().enumerate() {
+            let text = &messages[base].content;
+            let base_lines = text.lines().count();
+            if base_lines > self.config.max_lines || base_lines < least {
+                continue;
+            }
+            let shared = shared_lines(&needed, text);
+            if best.is_none_or(|(_, most)| shared > most) {
+                best = Some((back, shared));
+            }
+        }
+        let Some((back, shared)) = best else {
+            return Err("no_similar_earlier_output");
+        };
+        if shared < least {
+            return Err("no_similar_earlier_output");
+        }
+        let base = messages[candidates.bases[back]].content.as_str();
+        let hunks = hunks(base, output);
+        if hunks.is_empty() {
+            // Equal but for line endings: not this component's case.
+            return Err("no_similar_earlier_output");
+        }
+        if hunks.len() as f64 > self.config.max_diff_share * output.len() as f64 {
+            return Err("diff_too_large");
+        }
+        Ok(Found {
+            back,
+            hunks: hunks.into(),
+            output: output.into(),
+            base: base.into(),
+        })
+    }
+}
+
+/// A key for the decision on `messages[index]`: its content and each candidate base's, in
+/// order. The tool names are in too, since the header names the base's call.
+fn key(
+    index: usize,
+    candidates: &Candidates,
+    messages: &Transcript<'_>,
+    hashes: &[Option<u64>],
+) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut key = hashes[index].unwrap_or(0);
+    for &base in &candidates.bases {
+        let hash = hashes[base].unwrap_or(0);
+        key = (key.rotate_left(5) ^ hash).wrapping_mul(K);
+    }
+    key ^ (candidates.bases.len() as u64)
+        .wrapping_mul(K)
+        .rotate_left(17)
+        ^ (messages[index].content.len() as u64)
+}
+
+/// Lines of `base` that `needed` (the new output's lines, counted) also has, as a multiset.
+fn shared_lines(needed: &HashMap<&str, usize>, base: &str) -> usize {
+    let mut have: HashMap<&str, usize> = HashMap::new();
+    for line in base.lines().filter(|l| needed.contains_key(l)) {
+        *have.entry(line).or_default() += 1;
+    }
+    have.iter().map(|(line, n)| (*n).min(needed[line])).sum()
+}
+
+/// The changed lines of `output` against `base`, as unified-diff hunks without context lines:
+/// `@@ -a,b +c,d @@`, then `-` lines of the base and `+` lines of the output. Empty when no
+/// line differs.
+fn hunks(base: &str, output: &str) -> String {
+    // Myers without a deadline: a deadline would make the result depend on the machine's speed,
+    // and a decision must come out the same on every turn and every replica.
+    // Both end in a newline, so a last line compares equal to the same line elsewhere.
+    let terminated = |t: &str| match t.ends_with('\n') {
+        true => t.to_owned(),
+        false => format!("{t}\n"),
+    };
+    let (base, output) = (terminated(base), terminated(output));
+    let diff = TextDiff::configure()
+        .algorithm(Algorithm::Myers)
+        .diff_lines(&base, &output);
+    let mut out = String::new();
+    for group in diff.grouped_ops(0) {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
+            continue;
+        };
+        let (old, new) = (
+            first.old_range().start..last.old_range().end,
+            first.new_range().start..last.new_range().end,
+        );
+        out.push_str(&format!(
+            "@@ -{} +{} @@\n",
+            span(old.start, old.len()),
+            span(new.start, new.len())
+        ));
+        for op in &group {
+            for change in diff.iter_changes(op) {
+                let tag = match change.tag() {
+                    ChangeTag::Delete => '-',
+                    ChangeTag::Insert => '+',
+                    ChangeTag::Equal => continue,
+                };
+                out.push(tag);
+                let value = change.value();
+                out.push_str(value.strip_suffix('\n').unwrap_or(value));
+                out.push('\n');
+            }
+        }
+    }
+    // The marker syntax of the outputs stays inert: a diff line never names a stash.
+    out.truncate(out.trim_end_matches('\n').len());
+    out.replace(marker::MARKER_PREFIX, "<< cg:")
+}
+
+/// A unified-diff range: 1-based start, and the count when it is not one.
+fn span(start: usize, len: usize) -> String {
+    match len {
+        // An empty range names the line before it, as `diff -U0` does.
+        0 => format!("{start},0"),
+        1 => format!("{}", start + 1),
+        n => format!("{},{n}", start + 1),
+    }
+}
+
+/// How the header names the base: by its call id when it has one (the model sees the id on
+/// its own call), else by position.
+fn base_name(base: &Message, back: usize) -> String {
+    match base.tool_call_id.as_deref() {
+        Some(id) if !id.is_empty() && id.len() <= 64 => format!("call {id}"),
+        _ => format!("the tool output {back} messages earlier"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::components::testing::{check, tool_messages};
+
+    fn run(n: usize, failing: &[usize]) -> String {
+        let mut out = String::from("============ test session starts ============\n");
+        for i in 0..n {
+            let verdict = if failing.contains(&i) {
+                "FAILED"
+            } else {
+                "PASSED"
+            };
+            out.push_str(&format!(
+                "tests/test_module_{i:02}.py::test_behaviour_number_{i} {verdict} [{:3}%]\n",
+                (i + 1) * 100 / n
+            ));
+        }
+        out.push_str(&format!(
+            "======= {} failed, {} passed in 0.42s =======",
+            failing.len(),
+            n - failing.len()
+        ));
+        out
+    }
+
+    #[test]
+    fn a_re_run_is_shown_as_its_changed_lines() {
+        let first = run(40, &[7, 21]);
+        let second = run(40, &[21]);
+        let out = check("delta", "", tool_messages(&[&first, &second]));
+        let contents: Vec<&str> = out.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents[1], first, "the base stays verbatim");
+        let delta = contents[2];
+        assert!(delta.starts_with("[repeats the output of "), "{delta}");
+        assert!(delta.contains("<<cg:"), "{delta}");
+        assert!(
+            delta.contains("-tests/test_module_07.py::test_behaviour_number_7 FAILED [ 20%]")
+                && delta
+                    .contains("+tests/test_module_07.py::test_behaviour_number_7 PASSED [ 20%]"),
+            "{delta}"
+        );
+        assert!(
+            delta.contains("+======= 1 failed, 39 passed in 0.42s ======="),
+            "{delta}"
+        );
+        assert!(
+            !delta.contains("test_behaviour_number_30 "),
+            "unchanged lines are not repeated: {delta}"
+        );
+        let c = &out.report.components[0];
+        assert!(
+            c.saved_tokens > crate::tokens::count(&second) / 2,
+            "most of the re-run is saved: {c:?}"
+        );
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn the_hunk_headers_place_every_change() {
+        let base = "a\nb\nc\nd\ne";
+        let output = "a\nB\nc\ne\nf";
+        assert_eq!(
+            super::hunks(base, output),
+            "@@ -2 +2 @@\n-b\n+B\n@@ -4 +3,0 @@\n-d\n@@ -5,0 +5 @@\n+f"
+        );
+    }
+
+    #[test]
+    fn unrelated_small_and_identical_outputs_are_left_alone() {
+        let first = run(40, &[7]);
+        let unrelated: String = (0..40)
+            .map(|i| format!("drwxr-xr-x  2 root root 4096 Dec  2 10:12 directory_{i}\n"))
+            .collect();
+        let out = check("delta", "", tool_messages(&[&first, &unrelated, &first]));
+        assert_eq!(out.messages[2].content, unrelated);
+        assert_eq!(out.messages[3].content, first, "an exact copy is dedup's");
+        assert!(!out.report.components[0].mutated);
+        let small = check("delta", "", tool_messages(&["ok\nfine", "ok\nfiner"]));
+        assert_eq!(
+            small.report.components[0].gates.get("below_min_tokens"),
+            Some(&2)
+        );
+    }
+
+    #[test]
+    fn a_base_outside_the_window_is_not_used() {
+        let first = run(40, &[7]);
+        let second = run(40, &[8]);
+        let filler: Vec<String> = (0..3)
+            .map(|k| format!("unrelated output {k}\n").repeat(60))
+            .collect();
+        let mut outputs: Vec<&str> = vec![&first];
+        outputs.extend(filler.iter().map(String::as_str));
+        outputs.push(&second);
+        let near = check("delta", "window: 4", tool_messages(&outputs));
+        assert_eq!(near.messages[1].content, first);
+        assert!(near.messages[5].content.starts_with("[repeats"));
+        let far = check("delta", "window: 3", tool_messages(&outputs));
+        assert_eq!(far.messages[5].content, second);
+    }
+
+    #[test]
+    fn a_remembered_decision_is_the_same_decision() {
+        // One pipeline, run twice: the second run is answered from the memo.
+        let pipeline = crate::config::Config::parse("pipeline: [delta]\n")
+            .unwrap()
+            .build_pipeline()
+            .unwrap();
+        let (first, second) = (run(60, &[3]), run(60, &[4]));
+        let (cx, _store) = crate::components::testing::run_cx("test");
+        let runs: Vec<_> = (0..2)
+            .map(|_| {
+                let mut messages = tool_messages(&[&first, &second]);
+                let report = pipeline.run(&mut messages, &cx);
+                (
+                    messages[2].content.clone(),
+                    report.components[0].saved_tokens,
+                )
+            })
+            .collect();
+        assert!(runs[0].0.starts_with("[repeats"), "{}", runs[0].0);
+        assert_eq!(runs[0], runs[1]);
+        // A different base under the same window position is not answered from the memo.
+        let third = run(60, &[9]);
+        let mut messages = tool_messages(&[&third, &second]);
+        pipeline.run(&mut messages, &cx);
+        assert!(
+            messages[2].content.contains("-tests/test_module_09.py"),
+            "{}",
+            messages[2].content
+        );
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused() {
+        for block in ["min_shared: 1.5", "max_diff_share: -0.1", "window: 0"] {
+            let yaml = format!("pipeline: [delta]\ncomponents:\n  delta: {{{block}}}\n");
+            let err = format!("{:?}", crate::config::Config::parse(&yaml).unwrap_err());
+            assert!(err.contains("components.delta"), "{block}: {err}");
+        }
+    }
+}
