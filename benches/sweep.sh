@@ -24,7 +24,9 @@ collapse)
     done
     ;;
 delta)
-    # Where `delta` sits and how far back it looks, on the embedded default's pipeline.
+    # Where `delta` sits and how far back it looks, on the embedded default's pipeline. Ahead
+    # of collapse and linecap is measured for the record only: there a later stage can cut the
+    # base a diff points into, so the presets never put it there.
     set -- "without delta=pipeline: [format, textclean, dedup, collapse, linecap]"
     for order in "dedup, delta, collapse, linecap" "dedup, collapse, linecap, delta"; do
         set -- "$@" "[$order]=pipeline: [format, textclean, $order]"
@@ -42,8 +44,7 @@ presets)
         "agent before #22=pipeline: [format, textclean, searchfold, dedup, failed_run, mask, extract, extract_llm, cachesplit]
 components: {format: $keep3, textclean: $keep3, searchfold: $keep3, dedup: $keep3, failed_run: $keep3, extract: $keep3, extract_llm: $keep3}" \
         "general=preset:general" \
-        "general before #22=preset: general
-components: {extract: {keep_recent: 0}, extract_llm: {keep_recent: 0}}" \
+        "general before #22=pipeline: [format, textclean, searchfold, dedup, failed_run, cmdfilter, mask, extract, extract_llm, collapse, linecap, cachesplit]" \
         "balanced=preset:balanced" "coding=preset:coding" "coding, extract on cold turns=preset: coding
 components: {extract: $keep3}"
     ;;

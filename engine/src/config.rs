@@ -270,10 +270,10 @@ pub const PRESETS: &[Preset] = &[
             "textclean",
             "searchfold",
             "dedup",
-            "delta",
             "failed_run",
             "cmdfilter",
             "linecap",
+            "delta",
             "cachesplit",
         ],
         description: "lossless repacking plus safe, recoverable offloads",
@@ -304,11 +304,11 @@ pub const PRESETS: &[Preset] = &[
             "textclean",
             "searchfold",
             "dedup",
-            "delta",
             "skeleton",
             "cmdfilter",
             "extract",
             "linecap",
+            "delta",
             "cachesplit",
         ],
         description: "coding agents: code shape for older file reads, command filters, extraction",
@@ -363,11 +363,11 @@ pub const PRESETS: &[Preset] = &[
             "dedup",
             "failed_run",
             "mask",
-            "delta",
             "collapse",
             "linecap",
             "extract",
             "extract_llm",
+            "delta",
             "cachesplit",
         ],
         description: "long agentic sessions: compacts each output on arrival, masks by age on cold turns",
@@ -377,8 +377,7 @@ pub const PRESETS: &[Preset] = &[
         // mask, failed_run and the extractors make depth decisions, which a warm turn's cached
         // prefix holds back; they act on cold turns. mask runs before collapse so a cold turn
         // masks an old output whole rather than leaving its collapsed head and tail. delta runs
-        // after mask, so a diff's base is an output the model still sees (before it: cold
-        // −29.64% against −32.14%).
+        // after every stage that can cut an output, so a diff's base is forwarded whole.
         tuned: "components:\n  failed_run: {keep_recent: 3}\n  extract: {keep_recent: 3}\n  extract_llm: {keep_recent: 3}\n",
     },
     Preset {
@@ -389,21 +388,20 @@ pub const PRESETS: &[Preset] = &[
             "searchfold",
             "dedup",
             "failed_run",
-            "mask",
-            "delta",
             "cmdfilter",
+            "mask",
             "extract",
             "extract_llm",
             "collapse",
             "linecap",
+            "delta",
             "cachesplit",
         ],
         description: "everything deterministic plus the cheap-model extractor",
         // Measured in docs/performance.md ("Choosing the presets"): extracting on arrival hid
         // what the next turns used (92 expand rounds against 36), so the extractors wait for a
-        // cold turn, as in `agent`. delta runs after mask (a base the model still sees) and
-        // before cmdfilter, whose lossy filtering would otherwise take most bases away: warm
-        // −10.47% against −9.06% after it.
+        // cold turn, as in `agent`. delta runs after every stage that can cut an output, so a
+        // diff's base is forwarded whole.
         tuned: "components:\n  extract: {keep_recent: 3}\n  extract_llm: {keep_recent: 3}\n",
     },
     Preset {

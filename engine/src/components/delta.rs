@@ -4,10 +4,11 @@
 //! Before: a test run, then the same run after a fix, 40 lines each, three of them different.
 //! After: the first run verbatim, then
 //! ```text
-//! [repeats the output of call_7 except for the lines below (a diff against it: - that
+//! [repeats the output of call toolu_01… except for the lines below (a diff against it: - that
 //! output, + this one)] <<cg:44ab…>> [full output: call context_guru_expand]
-//! @@ -31,3 +31,3 @@
+//! @@ -31 +31 @@
 //! -FAILED tests/test_io.py::test_read - AssertionError
+//! +PASSED tests/test_io.py::test_read
 //! ...
 //! ```
 //!
@@ -15,35 +16,41 @@
 //! each copy arrives whole. On a warm session a change is free only the turn an output first
 //! appears (issue #22), and this one takes almost nothing from the model: the earlier output is
 //! in view, and so is every line that changed. A re-run that differs in a timing line costs a
-//! few dozen tokens instead of the whole log. On the public corpus outputs like that carried
-//! about a tenth of what the sessions were billed (`docs/performance.md`).
+//! few dozen tokens instead of the whole log.
 //!
-//! The earlier output (the **base**) is one of the `window` tool outputs before it, whole (no
-//! marker) when this component runs, sharing at least `min_shared` of the new output's lines;
-//! the one sharing most wins, the nearest on a tie. Exact copies are `dedup`'s. The way back is
-//! the usual one: the new output's original is stashed behind the marker.
+//! The earlier output (the **base**) is one of the `window` tool outputs before it that no stage
+//! has cut (it carries no marker), sharing at least `min_shared` of the new output's lines; the
+//! one sharing most wins, the nearest on a tie. An output this stage turns into a diff is no base
+//! for a later one. Exact copies are `dedup`'s. The way back is the usual one: the new output's
+//! original is stashed behind the marker.
+//!
+//! **Placement:** last among the offloaders of a pipeline (the presets put it there). Then an
+//! output with no marker when it runs is forwarded as it is, so a base is always in view whole.
+//! Run earlier, a later stage could cut the base the diff points into.
 //!
 //! Cache safety: whether and how it rewrites an output depends on that output and the ones
 //! before it, as they reach this stage, so every turn re-derives the same bytes
-//! ([`Freeze::Stateless`], like `dedup`). A depth decision of a stage before it (a cold turn's
-//! `mask`) can take a base away; the outputs that used it then change on that cold turn, and
-//! stay as they are after, since the frozen decision replays.
+//! ([`Freeze::Stateless`], like `dedup`). When an earlier stage changes a base (a cold turn's
+//! `mask`, a late model result), the outputs after it change too; the provider writes
+//! everything after the first changed message to its cache again anyway, so that costs no
+//! cache write of its own.
 //!
 //! Cost: every turn re-derives every decision, so each is remembered by the content hashes of
 //! the output and its window; a turn costs a lookup per output. Remembered diffs are confirmed
 //! against the texts they were computed from, so a hash collision can never hand one session a
-//! diff of another's outputs.
+//! diff of another's outputs. A remembered refusal is not confirmed: a collision there can only
+//! leave an output whole.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::Deserialize;
-use similar::{Algorithm, ChangeTag, TextDiff};
+use similar::{Algorithm, DiffTag};
 
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
-use crate::marker::{self, HINT_FULL_OUTPUT};
+use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
@@ -58,7 +65,7 @@ pub struct DeltaConfig {
     pub min_tokens: usize,
     /// Defaults to `60`. How many earlier tool outputs are candidate bases. Agents come back to
     /// a file or a test run many calls later: on the public corpus 8 caught about half of what
-    /// 60 does, and more than 60 adds nothing (`docs/performance.md`).
+    /// 60 does, and 200 added 0.04 points (`docs/performance.md`).
     pub window: usize,
     /// Defaults to `0.5`. The share of the new output's lines the base must also have.
     pub min_shared: f64,
@@ -159,6 +166,10 @@ impl Memo {
             }
             Ok(found) => {
                 let bytes = found.hunks.len() + found.output.len() + found.base.len();
+                if bytes > Self::FOUND_BYTES {
+                    // Found again next turn rather than emptying the memo for one entry.
+                    return;
+                }
                 if self.found_bytes + bytes > Self::FOUND_BYTES {
                     self.found.clear();
                     self.found_bytes = 0;
@@ -210,23 +221,25 @@ impl Offload for Delta {
                     .copied()
                     .collect(),
             };
-            if offload_candidate(message, cx) {
-                earlier.push(index);
-            } else {
+            if !offload_candidate(message, cx) {
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            let decision = if cx.tokens(index) < self.config.min_tokens {
                 cx.gate("below_min_tokens");
-                continue;
-            }
-            if candidates.bases.is_empty() {
+                None
+            } else if candidates.bases.is_empty() {
                 cx.gate("no_similar_earlier_output");
-                continue;
-            }
-            let key = key(index, &candidates, messages, &hashes);
-            match self.decide(key, index, &candidates, messages, cx) {
+                None
+            } else {
+                let key = key(index, &candidates, messages, &hashes);
+                self.decide(key, index, &candidates, messages, cx)
+            };
+            // An output that goes as a diff is no base for a later one: the model would have to
+            // apply two diffs. Excluded on the decision, not on whether its stash succeeds, so
+            // the bases (and every later decision) are a function of the transcript alone.
+            match decision {
                 Some((base, hunks)) => decided.push((index, base, hunks)),
-                None => continue,
+                None => earlier.push(index),
             }
         }
         let mut keys = Vec::new();
@@ -330,7 +343,7 @@ impl Delta {
         let base = messages[candidates.bases[back]].content.as_str();
         let hunks = hunks(base, output);
         if hunks.is_empty() {
-            // Equal but for line endings: not this component's case.
+            // The same lines, with other line endings: nothing to show.
             return Err("no_similar_earlier_output");
         }
         if hunks.len() as f64 > self.config.max_diff_share * output.len() as f64 {
@@ -346,7 +359,8 @@ impl Delta {
 }
 
 /// A key for the decision on `messages[index]`: its content and each candidate base's, in
-/// order. The tool names are in too, since the header names the base's call.
+/// order. The header's call id is read from the transcript when the diff is written, so it is
+/// not part of the key.
 fn key(
     index: usize,
     candidates: &Candidates,
@@ -375,51 +389,40 @@ fn shared_lines(needed: &HashMap<&str, usize>, base: &str) -> usize {
 }
 
 /// The changed lines of `output` against `base`, as unified-diff hunks without context lines:
-/// `@@ -a,b +c,d @@`, then `-` lines of the base and `+` lines of the output. Empty when no
-/// line differs.
+/// `@@ -a,b +c,d @@`, then `-` lines of the base and `+` lines of the output. Lines compare
+/// without their terminators (`\n` or `\r\n`), so a missing final newline or a CRLF copy is no
+/// change. Empty when no line differs.
 fn hunks(base: &str, output: &str) -> String {
+    let (old, new): (Vec<&str>, Vec<&str>) = (base.lines().collect(), output.lines().collect());
     // Myers without a deadline: a deadline would make the result depend on the machine's speed,
     // and a decision must come out the same on every turn and every replica.
-    // Both end in a newline, so a last line compares equal to the same line elsewhere.
-    let terminated = |t: &str| match t.ends_with('\n') {
-        true => t.to_owned(),
-        false => format!("{t}\n"),
-    };
-    let (base, output) = (terminated(base), terminated(output));
-    let diff = TextDiff::configure()
-        .algorithm(Algorithm::Myers)
-        .diff_lines(&base, &output);
+    let ops = similar::capture_diff_slices(Algorithm::Myers, &old, &new);
     let mut out = String::new();
-    for group in diff.grouped_ops(0) {
+    for group in similar::group_diff_ops(ops, 0) {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
             continue;
         };
-        let (old, new) = (
-            first.old_range().start..last.old_range().end,
-            first.new_range().start..last.new_range().end,
-        );
+        let (from, to) = (first.old_range().start, first.new_range().start);
+        let (old_len, new_len) = (last.old_range().end - from, last.new_range().end - to);
         out.push_str(&format!(
             "@@ -{} +{} @@\n",
-            span(old.start, old.len()),
-            span(new.start, new.len())
+            span(from, old_len),
+            span(to, new_len)
         ));
         for op in &group {
-            for change in diff.iter_changes(op) {
-                let tag = match change.tag() {
-                    ChangeTag::Delete => '-',
-                    ChangeTag::Insert => '+',
-                    ChangeTag::Equal => continue,
-                };
-                out.push(tag);
-                let value = change.value();
-                out.push_str(value.strip_suffix('\n').unwrap_or(value));
-                out.push('\n');
+            if op.tag() == DiffTag::Equal {
+                continue;
+            }
+            for line in &old[op.old_range()] {
+                out.push_str(&format!("-{line}\n"));
+            }
+            for line in &new[op.new_range()] {
+                out.push_str(&format!("+{line}\n"));
             }
         }
     }
-    // The marker syntax of the outputs stays inert: a diff line never names a stash.
     out.truncate(out.trim_end_matches('\n').len());
-    out.replace(marker::MARKER_PREFIX, "<< cg:")
+    out
 }
 
 /// A unified-diff range: 1-based start, and the count when it is not one.
@@ -572,6 +575,118 @@ mod tests {
             "{}",
             messages[2].content
         );
+    }
+
+    #[test]
+    fn a_diff_is_never_the_base_of_another() {
+        // Three runs: the third shares most with the second, but the second goes as a diff, so
+        // the third is diffed against the first, which the model sees whole.
+        let (first, second, third) = (run(40, &[7, 21]), run(40, &[21]), run(40, &[]));
+        let out = check("delta", "", tool_messages(&[&first, &second, &third]));
+        assert_eq!(out.messages[1].content, first);
+        for k in [2, 3] {
+            assert!(
+                out.messages[k]
+                    .content
+                    .starts_with("[repeats the output of call call_0 "),
+                "{}",
+                out.messages[k].content
+            );
+        }
+        out.assert_stashes_resolve();
+    }
+
+    #[test]
+    fn line_endings_are_not_changes() {
+        let first = run(40, &[7]);
+        let crlf = run(40, &[8]).replace('\n', "\r\n") + "\r\n";
+        let out = check("delta", "", tool_messages(&[&first, &crlf]));
+        let delta = &out.messages[2].content;
+        assert!(delta.starts_with("[repeats"), "{delta}");
+        assert!(!delta.contains('\r'), "{delta:?}");
+        // Lines 8 and 9 (verdicts 7 and 8) changed; the last line, without a newline in the
+        // base and with one here, did not.
+        assert_eq!(delta.matches("\n@@ ").count(), 1, "{delta}");
+        assert!(delta.contains("\n@@ -9,2 +9,2 @@\n"), "{delta}");
+    }
+
+    #[test]
+    fn a_diff_too_large_for_its_output_is_refused() {
+        let first = run(40, &[]);
+        // Every third verdict changes: two thirds of the lines are shared, but each changed
+        // line is in the diff twice, so the diff is most of the output's length.
+        let third: Vec<usize> = (0..40).step_by(3).collect();
+        let second = run(40, &third);
+        let out = check("delta", "", tool_messages(&[&first, &second]));
+        assert_eq!(out.messages[2].content, second);
+        assert_eq!(
+            out.report.components[0].gates.get("diff_too_large"),
+            Some(&1)
+        );
+        let loose = check(
+            "delta",
+            "max_diff_share: 1.0",
+            tool_messages(&[&first, &second]),
+        );
+        assert!(loose.messages[2].content.starts_with("[repeats"));
+    }
+
+    #[test]
+    fn a_base_without_a_call_id_is_named_by_position() {
+        let (first, second) = (run(40, &[1]), run(40, &[2]));
+        let mut messages = tool_messages(&[&first, &second]);
+        messages[1].tool_call_id = None;
+        let out = check("delta", "", messages);
+        assert!(
+            out.messages[2]
+                .content
+                .starts_with("[repeats the output of the tool output 1 messages earlier "),
+            "{}",
+            out.messages[2].content
+        );
+    }
+
+    #[test]
+    fn a_growing_transcript_keeps_every_earlier_decision_byte_for_byte() {
+        let pipeline = crate::config::Config::parse("pipeline: [delta]\n")
+            .unwrap()
+            .build_pipeline()
+            .unwrap();
+        let (cx, _store) = crate::components::testing::run_cx("test");
+        let runs: Vec<String> = (0..6).map(|k| run(50, &[k, 10 + k])).collect();
+        let mut before: Vec<crate::message::Message> = Vec::new();
+        for turn in 1..=runs.len() {
+            let outputs: Vec<&str> = runs[..turn].iter().map(String::as_str).collect();
+            let mut messages = tool_messages(&outputs);
+            pipeline.run(&mut messages, &cx);
+            assert_eq!(messages[..before.len()], before[..], "turn {turn}");
+            before = messages;
+        }
+        assert!(
+            before[2..]
+                .iter()
+                .all(|m| m.content.starts_with("[repeats"))
+        );
+    }
+
+    #[test]
+    fn every_preset_runs_it_after_every_stage_that_can_cut_a_base() {
+        use crate::pipeline::Kind;
+        for preset in crate::config::PRESETS {
+            let Some(at) = preset.pipeline.iter().position(|n| *n == "delta") else {
+                continue;
+            };
+            let pipeline = crate::config::Config::parse(&format!("preset: {}\n", preset.name))
+                .unwrap()
+                .build_pipeline()
+                .unwrap();
+            let later: Vec<_> = pipeline.stages()[at + 1..]
+                .iter()
+                .filter(|s| s.kind() == Kind::Offload)
+                .map(|s| s.name())
+                .collect();
+            assert!(later.is_empty(), "{}: {later:?} after delta", preset.name);
+        }
     }
 
     #[test]
