@@ -429,12 +429,6 @@ impl<'a> ApplyCx<'a> {
             .filter(|c| !marker::contains_marker(c))
     }
 
-    /// `tokens::content_hash` of message `index` as the agent sent it (every original is
-    /// hashed once per run), for a component that works from [`Self::wire_original`].
-    pub fn wire_original_hash(&self, index: usize) -> Option<u64> {
-        self.hashes.get(index).copied()
-    }
-
     pub fn dialect(&self) -> Dialect {
         self.run.dialect
     }

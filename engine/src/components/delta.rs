@@ -24,10 +24,6 @@
 //! for a later one. Exact copies are `dedup`'s. The way back is the usual one: the new output's
 //! original is stashed behind the marker.
 //!
-//! An output an earlier stage cut (`collapse`'s head and tail, `extract`'s lines) is diffed from
-//! its original, and goes as the diff when that is fewer tokens than the cut: it then shows
-//! every line, where the cut hid some. A cut output is never a base.
-//!
 //! **Placement:** last among the offloaders of a pipeline (the presets put it there). Then an
 //! output with no marker when it runs is forwarded as it is, so a base is always in view whole.
 //! Run earlier, a later stage could cut the base the diff points into.
@@ -52,9 +48,9 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use similar::{Algorithm, DiffTag};
 
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with, text_tool_output};
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
-use crate::marker::{self, HINT_FULL_OUTPUT};
+use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
@@ -225,23 +221,9 @@ impl Offload for Delta {
                     .copied()
                     .collect(),
             };
-            if !text_tool_output(message, cx) {
+            if !offload_candidate(message, cx) {
                 continue;
             }
-            // An output an earlier stage cut (collapse kept its head and tail): its original as a
-            // diff against a base in view may show all of it in fewer tokens than the cut.
-            let cut = marker::contains_marker(&message.content);
-            let (text, hash) = if cut {
-                match cx.wire_original(index) {
-                    Some(original) => (original, cx.wire_original_hash(index)),
-                    None => {
-                        cx.gate("marker_or_kept_verbatim");
-                        continue;
-                    }
-                }
-            } else {
-                (message.content.as_str(), hashes[index])
-            };
             let decision = if cx.tokens(index) < self.config.min_tokens {
                 cx.gate("below_min_tokens");
                 None
@@ -249,17 +231,15 @@ impl Offload for Delta {
                 cx.gate("no_similar_earlier_output");
                 None
             } else {
-                let key = key(hash, text.len(), &candidates, &hashes);
-                self.decide(key, text, &candidates, messages, cx)
+                let key = key(index, &candidates, messages, &hashes);
+                self.decide(key, index, &candidates, messages, cx)
             };
-            // A base is an output forwarded whole: not one an earlier stage cut, and not one that
-            // goes as a diff (the model would have to apply two). Excluded on the decision, not on
-            // whether its stash succeeds, so the bases (and every later decision) are a function
-            // of the transcript alone.
+            // An output that goes as a diff is no base for a later one: the model would have to
+            // apply two diffs. Excluded on the decision, not on whether its stash succeeds, so
+            // the bases (and every later decision) are a function of the transcript alone.
             match decision {
                 Some((base, hunks)) => decided.push((index, base, hunks)),
-                None if !cut => earlier.push(index),
-                None => {}
+                None => earlier.push(index),
             }
         }
         let mut keys = Vec::new();
@@ -277,16 +257,17 @@ impl Offload for Delta {
 }
 
 impl Delta {
-    /// The base and hunks for `output` (a tool output's text, or the original of one an earlier
-    /// stage cut), remembered by `key`. Records the gate when there is none.
+    /// The base and hunks for `messages[index]`, remembered by `key`. Records the gate when
+    /// there is none.
     fn decide(
         &self,
         key: u64,
-        output: &str,
+        index: usize,
         candidates: &Candidates,
         messages: &Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Option<(usize, Arc<str>)> {
+        let output = messages[index].content.as_str();
         let remembered = {
             let memo = self.memo.lock();
             if let Some(&gate) = memo.none.get(&key) {
@@ -377,12 +358,17 @@ impl Delta {
     }
 }
 
-/// A key for the decision on an output: its text's hash and length, and each candidate base's
-/// hash, in order. The header's call id is read from the transcript when the diff is written,
-/// so it is not part of the key.
-fn key(hash: Option<u64>, len: usize, candidates: &Candidates, hashes: &[Option<u64>]) -> u64 {
+/// A key for the decision on `messages[index]`: its content and each candidate base's, in
+/// order. The header's call id is read from the transcript when the diff is written, so it is
+/// not part of the key.
+fn key(
+    index: usize,
+    candidates: &Candidates,
+    messages: &Transcript<'_>,
+    hashes: &[Option<u64>],
+) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut key = hash.unwrap_or(0);
+    let mut key = hashes[index].unwrap_or(0);
     for &base in &candidates.bases {
         let hash = hashes[base].unwrap_or(0);
         key = (key.rotate_left(5) ^ hash).wrapping_mul(K);
@@ -390,7 +376,7 @@ fn key(hash: Option<u64>, len: usize, candidates: &Candidates, hashes: &[Option<
     key ^ (candidates.bases.len() as u64)
         .wrapping_mul(K)
         .rotate_left(17)
-        ^ (len as u64)
+        ^ (messages[index].content.len() as u64)
 }
 
 /// Lines of `base` that `needed` (the new output's lines, counted) also has, as a multiset.
@@ -701,49 +687,6 @@ mod tests {
                 .collect();
             assert!(later.is_empty(), "{}: {later:?} after delta", preset.name);
         }
-    }
-
-    #[test]
-    fn an_output_an_earlier_stage_cut_goes_as_its_diff_when_that_is_smaller() {
-        let base = run(60, &[]);
-        let rerun = format!("{}\n{}", run(60, &[3]), "warning: slow test\n".repeat(5));
-        let (small, large) = (crate::tokens::count(&base), crate::tokens::count(&rerun));
-        assert!(small < large);
-        // collapse cuts the re-run (it alone is over its threshold) to 20 head and tail lines.
-        let yaml = format!(
-            "pipeline: [collapse, delta]\ncomponents:\n  collapse: {{max_tokens: {}}}\n",
-            (small + large) / 2
-        );
-        let pipeline = crate::config::Config::parse(&yaml)
-            .unwrap()
-            .build_pipeline()
-            .unwrap();
-        let (cx, store) = crate::components::testing::run_cx("test");
-        let mut messages = tool_messages(&[&base, &rerun]);
-        let report = pipeline.run(&mut messages, &cx);
-        assert_eq!(
-            report.components[0].changed,
-            vec![2],
-            "collapse cut the re-run"
-        );
-        let delta = &messages[2].content;
-        assert!(
-            delta.starts_with("[repeats the output of call call_0 "),
-            "{delta}"
-        );
-        assert!(delta.contains("+warning: slow test"), "{delta}");
-        assert!(!delta.contains("lines omitted"), "{delta}");
-        let id = crate::marker::marker_ids(delta).next().unwrap();
-        let resolved = crate::store::Store::resolve(store.as_ref(), "test", id);
-        assert_eq!(resolved.as_deref(), Some(rerun.as_str()));
-        // Without a base in view, the cut stands.
-        let mut alone = tool_messages(&[&rerun]);
-        pipeline.run(&mut alone, &cx);
-        assert!(
-            alone[1].content.contains("lines omitted"),
-            "{}",
-            alone[1].content
-        );
     }
 
     #[test]
