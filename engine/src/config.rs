@@ -246,7 +246,9 @@ pub struct Preset {
 }
 
 /// Every preset, with the reference's names and orders (lossless repackers first, `linecap` last
-/// among offloaders, `cachesplit` last of all). One exception: `agent` (issue #22) runs
+/// among the reference's offloaders, `cachesplit` last of all). `delta` (ours) follows every
+/// offloader, so the output a diff points into is forwarded whole (a test in `delta.rs` checks
+/// every preset). One exception to the reference's order: `agent` (issue #22) runs
 /// `collapse` and `linecap` before the extractors, because on warm traffic only the arrival
 /// turn's cuts are free and the extractors wait for cold turns anyway; an output collapsed on
 /// arrival carries a marker, so the extractors leave it alone.
@@ -798,7 +800,30 @@ impl Config {
             warnings
                 .push("cache.head_ttl_1h is accepted for compatibility but not implemented".into());
         }
+        warnings.extend(self.delta_placement());
         warnings
+    }
+
+    /// `delta` diffs an output against an earlier one it expects the model to see whole; an
+    /// offloader after it can cut that earlier output. Allowed (the marker still has the way
+    /// back) but worth a warning: every preset puts `delta` last.
+    fn delta_placement(&self) -> Option<String> {
+        let at = self.pipeline.iter().position(|p| p == "delta")?;
+        let cutters: Vec<&str> = self.pipeline[at + 1..]
+            .iter()
+            .map(String::as_str)
+            .filter(|name| {
+                components::find(name)
+                    .and_then(|f| f.build(&self.source_for(name)).ok())
+                    .is_some_and(|stage| stage.kind() == crate::pipeline::Kind::Offload)
+            })
+            .collect();
+        (!cutters.is_empty()).then(|| {
+            format!(
+                "delta runs before {}, which can cut the earlier output a diff points into; put delta after them",
+                cutters.join(", ")
+            )
+        })
     }
 
     /// Where `name` reads its block: the first layer with `components.<name>`, where a layer

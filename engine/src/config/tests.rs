@@ -125,6 +125,19 @@ fn preset_tuned_blocks_apply_without_a_user_block() {
 }
 
 #[test]
+fn delta_before_an_offloader_is_accepted_with_a_warning() {
+    let early = Config::parse("pipeline: [format, delta, collapse, cachesplit]\n").unwrap();
+    assert_eq!(
+        early.warnings,
+        [
+            "delta runs before collapse, which can cut the earlier output a diff points into; put delta after them"
+        ]
+    );
+    let last = Config::parse("pipeline: [format, collapse, delta, cachesplit]\n").unwrap();
+    assert!(last.warnings.is_empty(), "{:?}", last.warnings);
+}
+
+#[test]
 fn keepalive_is_accepted_with_a_warning() {
     let config = Config::parse("pipeline: []\ncache:\n  keepalive: true\n").unwrap();
     assert_eq!(config.warnings.len(), 1);
