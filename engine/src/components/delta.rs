@@ -181,12 +181,6 @@ impl Memo {
     }
 }
 
-/// What the decision for one output needs: its candidate bases, nearest first.
-struct Candidates {
-    /// Indices of the window's earlier tool outputs that can be a base, nearest first.
-    bases: Vec<usize>,
-}
-
 impl Offload for Delta {
     fn name(&self) -> &'static str {
         "delta"
@@ -213,26 +207,25 @@ impl Offload for Delta {
             if !message.is_tool() {
                 continue;
             }
-            let candidates = Candidates {
-                bases: earlier
-                    .iter()
-                    .rev()
-                    .take(self.config.window)
-                    .copied()
-                    .collect(),
-            };
+            // The window's earlier outputs that can be a base, nearest first.
+            let bases: Vec<usize> = earlier
+                .iter()
+                .rev()
+                .take(self.config.window)
+                .copied()
+                .collect();
             if !offload_candidate(message, cx) {
                 continue;
             }
             let decision = if cx.tokens(index) < self.config.min_tokens {
                 cx.gate("below_min_tokens");
                 None
-            } else if candidates.bases.is_empty() {
+            } else if bases.is_empty() {
                 cx.gate("no_similar_earlier_output");
                 None
             } else {
-                let key = key(index, &candidates, messages, &hashes);
-                self.decide(key, index, &candidates, messages, cx)
+                let key = key(index, &bases, messages[index].content.len(), &hashes);
+                self.decide(key, index, &bases, messages, cx)
             };
             // An output that goes as a diff is no base for a later one: the model would have to
             // apply two diffs. Excluded on the decision, not on whether its stash succeeds, so
@@ -263,7 +256,7 @@ impl Delta {
         &self,
         key: u64,
         index: usize,
-        candidates: &Candidates,
+        bases: &[usize],
         messages: &Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Option<(usize, Arc<str>)> {
@@ -277,7 +270,7 @@ impl Delta {
             memo.found.get(&key).cloned()
         };
         if let Some(found) = remembered {
-            let base = candidates.bases.get(found.back).copied();
+            let base = bases.get(found.back).copied();
             if let Some(base) = base
                 && *found.output == *output
                 && *found.base == *messages[base].content
@@ -287,9 +280,9 @@ impl Delta {
         }
         // Every outcome is remembered, refusals too: a diff that came out too large costs as
         // much to find again as one that was kept.
-        let found = self.compute(output, candidates, messages);
+        let found = self.compute(output, bases, messages);
         let decided = match &found {
-            Ok(found) => Ok((candidates.bases[found.back], found.hunks.clone())),
+            Ok(found) => Ok((bases[found.back], found.hunks.clone())),
             Err(gate) => Err(*gate),
         };
         self.memo.lock().remember(key, found);
@@ -302,11 +295,12 @@ impl Delta {
         }
     }
 
-    /// Picks the base sharing most lines with `output` and renders the diff against it.
+    /// Picks the base (of `bases`, nearest first) sharing most lines with `output` and renders
+    /// the diff against it.
     fn compute(
         &self,
         output: &str,
-        candidates: &Candidates,
+        bases: &[usize],
         messages: &Transcript<'_>,
     ) -> Result<Found, &'static str> {
         let lines: Vec<&str> = output.lines().collect();
@@ -323,7 +317,7 @@ impl Delta {
             .ceil()
             .max(1.0) as usize;
         let mut best: Option<(usize, usize)> = None;
-        for (back, &base) in candidates.bases.iter().enumerate() {
+        for (back, &base) in bases.iter().enumerate() {
             let text = &messages[base].content;
             let base_lines = text.lines().count();
             if base_lines > self.config.max_lines || base_lines < least {
@@ -340,7 +334,7 @@ impl Delta {
         if shared < least {
             return Err("no_similar_earlier_output");
         }
-        let base = messages[candidates.bases[back]].content.as_str();
+        let base = messages[bases[back]].content.as_str();
         let hunks = hunks(base, output);
         if hunks.is_empty() {
             // The same lines, with other line endings: nothing to show.
@@ -358,25 +352,17 @@ impl Delta {
     }
 }
 
-/// A key for the decision on `messages[index]`: its content and each candidate base's, in
-/// order. The header's call id is read from the transcript when the diff is written, so it is
-/// not part of the key.
-fn key(
-    index: usize,
-    candidates: &Candidates,
-    messages: &Transcript<'_>,
-    hashes: &[Option<u64>],
-) -> u64 {
+/// A key for the decision on `messages[index]`: its content's hash and length, and each
+/// candidate base's hash, in order. The header's call id is read from the transcript when the
+/// diff is written, so it is not part of the key.
+fn key(index: usize, bases: &[usize], len: usize, hashes: &[Option<u64>]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut key = hashes[index].unwrap_or(0);
-    for &base in &candidates.bases {
+    for &base in bases {
         let hash = hashes[base].unwrap_or(0);
         key = (key.rotate_left(5) ^ hash).wrapping_mul(K);
     }
-    key ^ (candidates.bases.len() as u64)
-        .wrapping_mul(K)
-        .rotate_left(17)
-        ^ (messages[index].content.len() as u64)
+    key ^ (bases.len() as u64).wrapping_mul(K).rotate_left(17) ^ (len as u64)
 }
 
 /// Lines of `base` that `needed` (the new output's lines, counted) also has, as a multiset.
