@@ -4,10 +4,10 @@
 # content saved, flips, visible recall and recall. The table in docs/performance.md ("Choosing
 # the presets") came from it.
 #
-# Usage: [SWEEP_GAP=SECONDS] bash benches/sweep.sh (collapse | delta | presets | LABEL=YAML ...)
+# Usage: [SWEEP_GAP=SECONDS] bash benches/sweep.sh (collapse | delta | presets | amortize | LABEL=YAML ...)
 #   A YAML is a config document layered on the embedded default, e.g.
 #   'b4000=components: {collapse: {max_tokens: 4000}}'; `preset:NAME` runs that preset.
-#   `collapse`, `delta` and `presets` are the grids docs/performance.md records.
+#   `collapse`, `delta`, `presets` and `amortize` are the grids docs/performance.md records.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep3="{keep_recent: 3}"
@@ -47,6 +47,14 @@ components: {format: $keep3, textclean: $keep3, searchfold: $keep3, dedup: $keep
         "general before #22=pipeline: [format, textclean, searchfold, dedup, failed_run, cmdfilter, mask, extract, extract_llm, collapse, linecap, cachesplit]" \
         "balanced=preset:balanced" "coding=preset:coding" "coding, extract on cold turns=preset: coding
 components: {extract: $keep3}"
+    ;;
+amortize)
+    # Depth re-writes on warm turns (`cache.amortize`), beside the same configs without them.
+    set -- "embedded default=components: {}" \
+        "embedded default + amortize=cache: {amortize: {enabled: true}}" \
+        "agent=preset:agent" \
+        "agent + amortize=preset: agent
+cache: {amortize: {enabled: true}}"
     ;;
 esac
 cargo build -q --release --bin sluice

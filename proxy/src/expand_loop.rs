@@ -5,6 +5,11 @@
 //! Non-streamed replies are read whole; streamed ones stream as they arrive until an expand call
 //! starts (see `sse::Relay`). A reply sluice cannot read (an encoding it cannot decode) goes to
 //! the agent untouched and is counted (`expand_unread`).
+//!
+//! The exchange a round appends (the model's call, the originals) is not kept for the session's
+//! later turns. Keeping it would spare the model a repeat expand, but every later turn would read
+//! it again. Replaying the public corpus both ways, keeping cost more than the repeat rounds it
+//! saved (docs/performance.md, "Keeping an expanded original in view").
 
 use std::sync::Arc;
 use std::time::Instant;
