@@ -11,7 +11,10 @@
 //! `load.sh turns` sends the largest public sessions turn by turn, as an agent does (each turn
 //! re-sends the transcript with the newest messages first seen), alternating with direct, under
 //! one session id each: the added latency a live agent sees, first sight of every new output
-//! included.
+//! included. `TURNS_PASSES=2` sends the same sessions again under new session ids, to the same
+//! sluice process: every message's token count and every component memo is then warm, so the
+//! second pass's rows are a turn without first sight, and the difference between the passes is
+//! what first sight costs on the request path.
 //!
 //! `load.sh dashboard` measures the dashboard's capture instead: two sluices on the same mock,
 //! one with `--no-dashboard` and one with the dashboard on a file and content capture open,
@@ -269,56 +272,77 @@ async fn turn_by_turn(binary: &str, mock: &Mock, client: &HttpClient) {
         "| dialect | sessions | turns | largest turn | direct p50 | added p50 | direct p99 | added p99 | added max |"
     );
     println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
-        let (mut direct, mut via, mut paired) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut turns, mut largest) = (0, 0);
-        for (round, (name, body)) in benches::public_bodies(dialect)
-            .into_iter()
-            .take(LARGEST_SESSIONS)
-            .enumerate()
-        {
-            let session = format!("turns-{name}-{}", std::process::id());
-            for turn in integration_tests::session_turns(&body) {
-                largest = largest.max(turn.len());
-                turns += 1;
-                let turn = Bytes::from(turn);
-                let d_url = format!("{}{}", mock.url(), direct_route(dialect));
-                let s_url = format!("{url}{}", route(dialect));
-                let headers = [("x-context-guru-session", session.as_str())];
-                let send =
-                    |turn: Bytes| benches::http_load::post_with(client, &s_url, &headers, turn);
-                let (d, s) = if round % 2 == 0 {
-                    let d = ms(post(client, &d_url, turn.clone()).await);
-                    (d, ms(send(turn).await))
-                } else {
-                    let s = ms(send(turn.clone()).await);
-                    (ms(post(client, &d_url, turn).await), s)
-                };
-                direct.push(d);
-                via.push(s);
-                // The same turn through sluice and direct: the worst single turn's cost.
-                paired.push(s - d);
-            }
+    let passes: usize = std::env::var("TURNS_PASSES")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1);
+    for pass in 1..=passes {
+        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+            turns_of_dialect(dialect, pass, passes, &url, mock, client).await;
         }
-        direct.sort_by(f64::total_cmp);
-        via.sort_by(f64::total_cmp);
-        let (d50, s50, d99, s99) = (
-            percentile(&direct, 50.0),
-            percentile(&via, 50.0),
-            percentile(&direct, 99.0),
-            percentile(&via, 99.0),
-        );
-        println!(
-            "| {} | {LARGEST_SESSIONS} | {turns} | {} KB | {d50:.3} ms | {:.3} ms | {d99:.3} ms | {:.3} ms | {:.3} ms |",
-            dialect.as_str(),
-            largest / 1024,
-            s50 - d50,
-            s99 - d99,
-            paired.iter().copied().fold(0.0, f64::max),
-        );
     }
     let _ = sluice.kill();
     let _ = sluice.wait();
+}
+
+/// One pass of [`turn_by_turn`] over one dialect's largest sessions: one table row.
+async fn turns_of_dialect(
+    dialect: Dialect,
+    pass: usize,
+    passes: usize,
+    url: &str,
+    mock: &Mock,
+    client: &HttpClient,
+) {
+    let (mut direct, mut via, mut paired) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut turns, mut largest) = (0, 0);
+    for (round, (name, body)) in benches::public_bodies(dialect)
+        .into_iter()
+        .take(LARGEST_SESSIONS)
+        .enumerate()
+    {
+        let session = format!("turns-{name}-{}-{pass}", std::process::id());
+        for turn in integration_tests::session_turns(&body) {
+            largest = largest.max(turn.len());
+            turns += 1;
+            let turn = Bytes::from(turn);
+            let d_url = format!("{}{}", mock.url(), direct_route(dialect));
+            let s_url = format!("{url}{}", route(dialect));
+            let headers = [("x-context-guru-session", session.as_str())];
+            let send = |turn: Bytes| benches::http_load::post_with(client, &s_url, &headers, turn);
+            let (d, s) = if round % 2 == 0 {
+                let d = ms(post(client, &d_url, turn.clone()).await);
+                (d, ms(send(turn).await))
+            } else {
+                let s = ms(send(turn.clone()).await);
+                (ms(post(client, &d_url, turn).await), s)
+            };
+            direct.push(d);
+            via.push(s);
+            // The same turn through sluice and direct: the worst single turn's cost.
+            paired.push(s - d);
+        }
+    }
+    direct.sort_by(f64::total_cmp);
+    via.sort_by(f64::total_cmp);
+    let (d50, s50, d99, s99) = (
+        percentile(&direct, 50.0),
+        percentile(&via, 50.0),
+        percentile(&direct, 99.0),
+        percentile(&via, 99.0),
+    );
+    let label = if passes > 1 {
+        format!("{} (pass {pass})", dialect.as_str())
+    } else {
+        dialect.as_str().to_owned()
+    };
+    println!(
+        "| {label} | {LARGEST_SESSIONS} | {turns} | {} KB | {d50:.3} ms | {:.3} ms | {d99:.3} ms | {:.3} ms | {:.3} ms |",
+        largest / 1024,
+        s50 - d50,
+        s99 - d99,
+        paired.iter().copied().fold(0.0, f64::max),
+    );
 }
 
 fn main() {
