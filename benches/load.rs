@@ -272,10 +272,11 @@ async fn turn_by_turn(binary: &str, mock: &Mock, client: &HttpClient) {
         "| dialect | sessions | turns | largest turn | direct p50 | added p50 | direct p99 | added p99 | added max |"
     );
     println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-    let passes: usize = std::env::var("TURNS_PASSES")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(1);
+    let passes: usize = std::env::var("TURNS_PASSES").map_or(1, |p| {
+        p.parse::<usize>()
+            .expect("TURNS_PASSES is a number of passes")
+            .max(1)
+    });
     for pass in 1..=passes {
         for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
             turns_of_dialect(dialect, pass, passes, &url, mock, client).await;
@@ -301,7 +302,13 @@ async fn turns_of_dialect(
         .take(LARGEST_SESSIONS)
         .enumerate()
     {
-        let session = format!("turns-{name}-{}-{pass}", std::process::id());
+        // The dialect is part of the id: both dialects hold the same runs under the same
+        // names, and one run's Anthropic turns must not continue its OpenAI session.
+        let session = format!(
+            "turns-{name}-{}-{}-{pass}",
+            dialect.as_str(),
+            std::process::id()
+        );
         for turn in integration_tests::session_turns(&body) {
             largest = largest.max(turn.len());
             turns += 1;

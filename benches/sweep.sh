@@ -65,7 +65,9 @@ echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
 for spec in "$@"; do
     label="${spec%%=*}"
     yaml="${spec#*=}"
-    if [[ "$yaml" == preset:* ]]; then
+    # `preset:NAME` alone runs the preset; a document that merely starts with `preset:` (and
+    # layers more keys on it) goes in as a config file like any other.
+    if [[ "$yaml" =~ ^preset:[A-Za-z0-9_-]+$ ]]; then
         args=(--preset "${yaml#preset:}")
     else
         printf '%s\n' "$yaml" >"$tmp/config.yaml"

@@ -610,10 +610,16 @@ impl Config {
 
     /// A config that is just `preset: NAME`, layered on the embedded default.
     ///
+    /// The name is written as a quoted scalar: it can come from a request (`?preset=` on
+    /// `POST /compact`), and pasted bare, a name with a line break would add keys of its own.
+    ///
     /// # Errors
     /// When the preset is unknown or names a component this build does not have.
     pub fn from_preset(name: &str) -> Result<Config, Vec<ConfigError>> {
-        Config::parse(&format!("preset: {name}\n"))
+        Config::parse(&format!(
+            "preset: {}\n",
+            crate::wire::json::to_literal(name)
+        ))
     }
 
     /// Parses a config file layered on the embedded default, and fully validates it (every

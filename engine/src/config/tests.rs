@@ -84,6 +84,14 @@ fn unknown_preset_and_mode_are_rejected() {
 }
 
 #[test]
+fn a_preset_name_cannot_add_keys() {
+    // `?preset=` on `POST /compact` reaches this with whatever the caller sent.
+    let errs = Config::from_preset("agent\ncache: {amortize: {enabled: true}}").unwrap_err();
+    assert!(errs[0].message.contains("unknown preset"), "{errs:?}");
+    assert!(!Config::from_preset("agent").unwrap().cache.amortize.enabled);
+}
+
+#[test]
 fn presets_with_unbuilt_components_fail_clearly() {
     for preset in PRESETS {
         let result = Config::from_preset(preset.name);
