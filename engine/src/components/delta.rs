@@ -207,23 +207,23 @@ impl Offload for Delta {
             if !message.is_tool() {
                 continue;
             }
-            // The window's earlier outputs that can be a base, nearest first.
-            let bases: Vec<usize> = earlier
-                .iter()
-                .rev()
-                .take(self.config.window)
-                .copied()
-                .collect();
             if !offload_candidate(message, cx) {
                 continue;
             }
             let decision = if cx.tokens(index) < self.config.min_tokens {
                 cx.gate("below_min_tokens");
                 None
-            } else if bases.is_empty() {
+            } else if earlier.is_empty() {
                 cx.gate("no_similar_earlier_output");
                 None
             } else {
+                // The window's earlier outputs that can be a base, nearest first.
+                let bases: Vec<usize> = earlier
+                    .iter()
+                    .rev()
+                    .take(self.config.window)
+                    .copied()
+                    .collect();
                 let key = key(index, &bases, messages[index].content.len(), &hashes);
                 self.decide(key, index, &bases, messages, cx)
             };
