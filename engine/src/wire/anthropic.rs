@@ -9,6 +9,12 @@
 //!   that only carries tool results yields no user message: it is not a turn the person wrote.
 //! - Assistant `tool_use` blocks become tool calls whose arguments are the raw `input` object;
 //!   `thinking` blocks become reasoning (signed, so never rewritten in place).
+//! - A `system` (or `developer`) message inside `messages` (Claude Code 2.1) is a `Role::System`
+//!   message that is read but never rewritten.
+//! - Any other block (`redacted_thinking`, `compaction`, `server_tool_use`, a type added next
+//!   month) makes its message's text non-rewritable and stays on the wire as it came; a message
+//!   that cannot be read at all (an unknown role, a content of another shape) is one opaque
+//!   entry (`ParsedBody::read_entry`), and the rest of the body is still compacted.
 
 use std::borrow::Cow;
 
@@ -21,39 +27,61 @@ use crate::message::{Message, Role, ToolCall};
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Result<(), WireError> {
     let text = parsed.text;
     if let Some(system) = parsed.system_span {
-        let (message, slot) = read_system(text, doc, system, &mut parsed.existing_breakpoints)?;
-        parsed.messages.push(message);
-        parsed.slots.push(slot);
+        parsed.read_entry(None, system, |parsed| {
+            let (message, slot) = read_system(text, doc, system, &mut parsed.existing_breakpoints)?;
+            parsed.messages.push(message);
+            parsed.slots.push(slot);
+            Ok(())
+        });
     }
-    for (index, span) in doc.elements(parsed.messages_span).enumerate() {
-        let (fields, role_name) = message_head(text, doc, span, index)?;
-        let role = match &*role_name {
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            other => return Err(malformed(index, format!("unknown role `{other}`"))),
-        };
-        let content = json::lookup(text, fields, "content")
-            .ok_or_else(|| malformed(index, "no `content`"))?;
-        match json::kind_of(text, content) {
-            Kind::String => {
-                let value = doc
-                    .string(text, content)
-                    .map_err(|e| malformed(index, e.to_string()))?;
-                parsed
-                    .messages
-                    .push(Message::text(role, value.into_owned()));
-                parsed.slots.push(Slot {
-                    content: Some(content),
-                    ..Slot::default()
-                });
-            }
-            Kind::Array => read_blocks(parsed, doc, index, role, content)?,
-            _ => {
-                return Err(malformed(
-                    index,
-                    "`content` is neither a string nor an array",
-                ));
-            }
+    parsed.read_transcript(doc, read_message);
+    Ok(())
+}
+
+fn read_message(
+    parsed: &mut ParsedBody<'_>,
+    doc: &json::Index,
+    index: usize,
+    span: Span,
+) -> Result<(), WireError> {
+    let text = parsed.text;
+    let (fields, role_name) = message_head(text, doc, span, index)?;
+    let role = match &*role_name {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        // Claude Code 2.1 sends one inside `messages` (beta `mid-conversation-system-2026-04-07`):
+        // the agent's own instructions, read (their text counts and fingerprints the turn) but
+        // never rewritten.
+        "system" | "developer" => Role::System,
+        other => return Err(malformed(index, format!("unknown role `{other}`"))),
+    };
+    let content =
+        json::lookup(text, fields, "content").ok_or_else(|| malformed(index, "no `content`"))?;
+    let first = parsed.messages.len();
+    match json::kind_of(text, content) {
+        Kind::String => {
+            let value = doc
+                .string(text, content)
+                .map_err(|e| malformed(index, e.to_string()))?;
+            parsed
+                .messages
+                .push(Message::text(role, value.into_owned()));
+            parsed.slots.push(Slot {
+                content: Some(content),
+                ..Slot::default()
+            });
+        }
+        Kind::Array => read_blocks(parsed, doc, index, role, content)?,
+        _ => {
+            return Err(malformed(
+                index,
+                "`content` is neither a string nor an array",
+            ));
+        }
+    }
+    if role == Role::System {
+        for message in &mut parsed.messages[first..] {
+            message.rewritable = false;
         }
     }
     Ok(())

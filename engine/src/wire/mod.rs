@@ -115,8 +115,47 @@ pub enum WireError {
     /// `messages` (or `input`) is not an array. A Responses `input` that is one string lands
     /// here: there is nothing in it to compact.
     MessagesNotArray,
-    /// A message that cannot be read, with its index and what is wrong.
+    /// A message that cannot be read, with its index and what is wrong. [`parse`] keeps such a
+    /// message as an opaque entry ([`ParsedBody::opaque_entries`]) and reads the rest; only
+    /// the per-dialect readers return it.
     MalformedMessage { index: usize, reason: String },
+}
+
+impl WireError {
+    /// How `/stats`, `/metrics` and the warn log name it: a fixed set, never content.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WireError::NotUtf8 => "not_utf8",
+            WireError::NotJson(_) => "not_json",
+            WireError::NotObject => "not_object",
+            WireError::NoMessages => "no_messages",
+            WireError::MessagesNotArray => "messages_not_array",
+            WireError::MalformedMessage { .. } => "malformed_message",
+        }
+    }
+
+    /// The JSON path that failed, for a log line (a path, never a value).
+    pub fn path(&self, dialect: Dialect) -> String {
+        match self {
+            WireError::NotUtf8 | WireError::NotJson(_) | WireError::NotObject => "$".to_owned(),
+            WireError::NoMessages | WireError::MessagesNotArray => {
+                format!("$.{}", dialect.transcript_key())
+            }
+            WireError::MalformedMessage { index, .. } => {
+                format!("$.{}[{index}]", dialect.transcript_key())
+            }
+        }
+    }
+
+    /// Every label, in order: the counters' table.
+    pub const LABELS: [&'static str; 6] = [
+        "not_utf8",
+        "not_json",
+        "not_object",
+        "no_messages",
+        "messages_not_array",
+        "malformed_message",
+    ];
 }
 
 impl fmt::Display for WireError {
@@ -175,6 +214,20 @@ pub struct ParsedBody<'a> {
     root: Span,
     /// Every top-level member, read once, so hosts look fields up without rescanning the body.
     top_level: Vec<json::Entry>,
+    /// Wire entries kept as they came because they could not be read (see [`Opaque`]).
+    opaque: Vec<Opaque>,
+}
+
+/// A wire entry (a message, an `input` item, the top-level `system`) sluice could not read. It is
+/// kept as one opaque message: in its place, never rewritten, so it leaves byte-identical while
+/// the rest of the body is compacted. One part sluice does not know never costs the whole body
+/// (an agent that adds a role or a block type next month still gets its tool outputs cut).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opaque {
+    /// Index of the entry in the wire array (`None`: the top-level system prompt).
+    pub index: Option<usize>,
+    /// Why it could not be read (a shape, never content).
+    pub reason: String,
 }
 
 /// What a write-back produced.
@@ -232,6 +285,7 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
         tools_span,
         root,
         top_level,
+        opaque: Vec::new(),
     };
     match dialect {
         Dialect::OpenAi => openai::normalize(&mut parsed, &index)?,
@@ -272,6 +326,52 @@ fn resolve_tool_names(messages: &mut [Message]) {
 impl<'a> ParsedBody<'a> {
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// Entries kept opaque because they could not be read, in wire order.
+    pub fn opaque_entries(&self) -> &[Opaque] {
+        &self.opaque
+    }
+
+    /// Reads every entry of the transcript array with `read`, each behind
+    /// [`ParsedBody::read_entry`].
+    fn read_transcript(
+        &mut self,
+        doc: &json::Index,
+        read: impl Fn(&mut ParsedBody<'a>, &json::Index, usize, Span) -> Result<(), WireError>,
+    ) {
+        for (index, span) in doc.elements(self.messages_span).enumerate() {
+            self.read_entry(Some(index), span, |parsed| read(parsed, doc, index, span));
+        }
+    }
+
+    /// Reads one wire entry spanning `span` with `read`. When `read` fails, whatever it pushed is
+    /// taken back and the entry becomes one opaque message, so it keeps its place in the
+    /// transcript and its bytes on the wire.
+    fn read_entry(
+        &mut self,
+        index: Option<usize>,
+        span: Span,
+        read: impl FnOnce(&mut ParsedBody<'a>) -> Result<(), WireError>,
+    ) {
+        let (count, breakpoints) = (self.messages.len(), self.existing_breakpoints);
+        let Err(err) = read(self) else {
+            return;
+        };
+        self.messages.truncate(count);
+        self.slots.truncate(count);
+        // A breakpoint inside the entry is still spent on the wire; counted by its key, which
+        // can only over-count (and so leave cacheinject fewer to add, never too many).
+        let inside =
+            memchr::memmem::find_iter(span.of(self.text).as_bytes(), "\"cache_control\"").count();
+        self.existing_breakpoints = breakpoints + inside;
+        self.messages.push(opaque_message());
+        self.slots.push(Slot::default());
+        let reason = match err {
+            WireError::MalformedMessage { reason, .. } => reason,
+            other => other.to_string(),
+        };
+        self.opaque.push(Opaque { index, reason });
     }
 
     /// The normalized messages, as parsed.
@@ -483,6 +583,15 @@ struct Edit {
     start: usize,
     end: usize,
     replacement: String,
+}
+
+/// A wire entry sluice does not read: kept in order, never rewritten. It is an assistant
+/// message with no text and no calls, which every component passes over.
+fn opaque_message() -> Message {
+    Message {
+        rewritable: false,
+        ..Message::text(Role::Assistant, String::new())
+    }
 }
 
 /// Joined text of text blocks/parts: the model-visible text of block content.

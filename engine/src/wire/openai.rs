@@ -12,86 +12,94 @@ use super::{
 use crate::message::{Message, Role, ToolCall};
 
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Result<(), WireError> {
+    parsed.read_transcript(doc, read_message);
+    Ok(())
+}
+
+/// One wire message; an error makes it an opaque entry.
+fn read_message(
+    parsed: &mut ParsedBody<'_>,
+    doc: &json::Index,
+    index: usize,
+    span: Span,
+) -> Result<(), WireError> {
     let text = parsed.text;
-    for (index, span) in doc.elements(parsed.messages_span).enumerate() {
-        let (fields, role_name) = message_head(text, doc, span, index)?;
-        let role = match &*role_name {
-            "system" | "developer" => Role::System,
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            "tool" | "function" => Role::Tool,
-            other => return Err(malformed(index, format!("unknown role `{other}`"))),
-        };
-        let mut message = Message::text(role, String::new());
-        let mut slot = Slot::default();
-        read_content(
-            text,
-            doc,
-            fields,
-            index,
-            &mut message,
-            &mut slot,
-            &mut parsed.existing_breakpoints,
-        )?;
-        if role == Role::Tool {
-            message.tool_call_id = string_field(text, doc, fields, "tool_call_id", index)?
-                .map(|(id, _)| id.into_owned());
-            if role_name == "function" {
-                message.tool_name = string_field(text, doc, fields, "name", index)?
-                    .map(|(name, _)| name.into_owned());
-            }
+    let (fields, role_name) = message_head(text, doc, span, index)?;
+    let role = match &*role_name {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" | "function" => Role::Tool,
+        other => return Err(malformed(index, format!("unknown role `{other}`"))),
+    };
+    let mut message = Message::text(role, String::new());
+    let mut slot = Slot::default();
+    read_content(
+        text,
+        doc,
+        fields,
+        index,
+        &mut message,
+        &mut slot,
+        &mut parsed.existing_breakpoints,
+    )?;
+    if role == Role::Tool {
+        message.tool_call_id =
+            string_field(text, doc, fields, "tool_call_id", index)?.map(|(id, _)| id.into_owned());
+        if role_name == "function" {
+            message.tool_name =
+                string_field(text, doc, fields, "name", index)?.map(|(name, _)| name.into_owned());
         }
-        if let Some((reasoning, reasoning_span)) =
-            string_field(text, doc, fields, "reasoning_content", index)?
-        {
-            message.reasoning.push(reasoning.into_owned());
-            slot.reasoning.push(reasoning_span);
-        }
-        if let Some(calls) = json::lookup(text, fields, "tool_calls")
-            .filter(|s| json::kind_of(text, *s) == Kind::Array)
-        {
-            for call in doc.elements(calls) {
-                let call_fields = doc.members(call);
-                let function = json::lookup(text, call_fields, "function")
-                    .filter(|f| json::kind_of(text, *f) == Kind::Object)
-                    .ok_or_else(|| malformed(index, "a tool call has no `function` object"))?;
-                let id = string_field(text, doc, call_fields, "id", index)?
-                    .map(|(id, _)| id.into_owned())
-                    .unwrap_or_default();
-                let function_fields = doc.members(function);
-                let name = string_field(text, doc, function_fields, "name", index)?
-                    .map(|(n, _)| n.into_owned())
-                    .unwrap_or_default();
-                let (arguments, args_span) = match json::lookup(text, function_fields, "arguments")
-                {
-                    Some(s) if json::kind_of(text, s) == Kind::String => {
-                        let decoded = doc
-                            .string(text, s)
-                            .map_err(|e| malformed(index, e.to_string()))?;
-                        (decoded.into_owned(), Some(s))
-                    }
-                    // Some gateways send arguments as a raw object; keep it readable but fixed.
-                    Some(s) => (s.of(text).to_owned(), None),
-                    None => (String::new(), None),
-                };
-                match args_span {
-                    Some(s) => slot.args.push((s, ArgsEncoding::JsonString)),
-                    None => slot.args.push((Span::new(0, 0), ArgsEncoding::JsonString)),
-                }
-                message.tool_calls.push(ToolCall {
-                    id,
-                    name,
-                    arguments,
-                });
-            }
-            // A call without a real span must never be spliced: drop all arg slots in that case.
-            if slot.args.iter().any(|(s, _)| s.is_empty()) {
-                slot.args.clear();
-            }
-        }
-        parsed.messages.push(message);
-        parsed.slots.push(slot);
     }
+    if let Some((reasoning, reasoning_span)) =
+        string_field(text, doc, fields, "reasoning_content", index)?
+    {
+        message.reasoning.push(reasoning.into_owned());
+        slot.reasoning.push(reasoning_span);
+    }
+    if let Some(calls) =
+        json::lookup(text, fields, "tool_calls").filter(|s| json::kind_of(text, *s) == Kind::Array)
+    {
+        for call in doc.elements(calls) {
+            let call_fields = doc.members(call);
+            let function = json::lookup(text, call_fields, "function")
+                .filter(|f| json::kind_of(text, *f) == Kind::Object)
+                .ok_or_else(|| malformed(index, "a tool call has no `function` object"))?;
+            let id = string_field(text, doc, call_fields, "id", index)?
+                .map(|(id, _)| id.into_owned())
+                .unwrap_or_default();
+            let function_fields = doc.members(function);
+            let name = string_field(text, doc, function_fields, "name", index)?
+                .map(|(n, _)| n.into_owned())
+                .unwrap_or_default();
+            let (arguments, args_span) = match json::lookup(text, function_fields, "arguments") {
+                Some(s) if json::kind_of(text, s) == Kind::String => {
+                    let decoded = doc
+                        .string(text, s)
+                        .map_err(|e| malformed(index, e.to_string()))?;
+                    (decoded.into_owned(), Some(s))
+                }
+                // Some gateways send arguments as a raw object; keep it readable but fixed.
+                Some(s) => (s.of(text).to_owned(), None),
+                None => (String::new(), None),
+            };
+            match args_span {
+                Some(s) => slot.args.push((s, ArgsEncoding::JsonString)),
+                None => slot.args.push((Span::new(0, 0), ArgsEncoding::JsonString)),
+            }
+            message.tool_calls.push(ToolCall {
+                id,
+                name,
+                arguments,
+            });
+        }
+        // A call without a real span must never be spliced: drop all arg slots in that case.
+        if slot.args.iter().any(|(s, _)| s.is_empty()) {
+            slot.args.clear();
+        }
+    }
+    parsed.messages.push(message);
+    parsed.slots.push(slot);
     Ok(())
 }
 

@@ -10,7 +10,9 @@
 //!   `custom_tool_call` (free-form input, Codex's `apply_patch`) is a call whose input is read,
 //!   never rewritten.
 //! - A `function_call_output` or `custom_tool_call_output` item is a tool message answering
-//!   `call_id`; its `output` string is what components compact.
+//!   `call_id`; its `output` string is what components compact. An `output` that is a list of
+//!   parts (Codex 0.171 sends a status line and the command's output as two `input_text` parts)
+//!   gives one tool message per text part, each rewritable in place.
 //! - Every other item (`reasoning` with its encrypted content, `item_reference`, hosted tool
 //!   calls such as `web_search_call`) is an opaque assistant message with nothing rewritable, so
 //!   it leaves byte-identical and keeps its place in the transcript's order.
@@ -38,29 +40,49 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Resul
         parsed.messages.push(message);
         parsed.slots.push(slot);
     }
-    for (index, span) in doc.elements(parsed.messages_span).enumerate() {
-        if json::kind_of(text, span) != Kind::Object {
-            return Err(malformed(index, "an `input` item is not an object"));
-        }
-        let fields = doc.members(span);
-        let kind = string_field(text, doc, fields, "type", index)?.map(|(k, _)| k);
-        // An untyped item is a message when it has a role; without one it is an
-        // `item_reference` (`{"id": "msg_..."}`), which the API also accepts untyped.
-        let untyped_message = kind.is_none() && json::lookup(text, fields, "role").is_some();
-        let (message, slot) = match kind.as_deref() {
-            Some("message") => read_message(text, doc, fields, index)?,
-            None if untyped_message => read_message(text, doc, fields, index)?,
-            Some("function_call") => read_call(text, doc, fields, index, true)?,
-            Some("custom_tool_call") => read_call(text, doc, fields, index, false)?,
-            Some("function_call_output" | "custom_tool_call_output") => {
-                read_output(text, doc, fields, index)?
+    parsed.read_transcript(doc, |parsed, doc, index, span| {
+        if let Some(outputs) = read_parted_output(text, doc, index, span)? {
+            for (message, slot) in outputs {
+                parsed.messages.push(message);
+                parsed.slots.push(slot);
             }
-            None | Some(_) => (opaque(), Slot::default()),
-        };
+            return Ok(());
+        }
+        let (message, slot) = read_item(text, doc, index, span)?;
         parsed.messages.push(message);
         parsed.slots.push(slot);
-    }
+        Ok(())
+    });
     Ok(())
+}
+
+/// One `input` item; an error makes it an opaque entry.
+fn read_item(
+    text: &str,
+    doc: &json::Index,
+    index: usize,
+    span: Span,
+) -> Result<(Message, Slot), WireError> {
+    if json::kind_of(text, span) != Kind::Object {
+        return Err(malformed(index, "an `input` item is not an object"));
+    }
+    let fields = doc.members(span);
+    let kind = string_field(text, doc, fields, "type", index)?.map(|(k, _)| k);
+    // An untyped item is a message when it has a role; without one it is an
+    // `item_reference` (`{"id": "msg_..."}`), which the API also accepts untyped.
+    let untyped_message = kind.is_none() && json::lookup(text, fields, "role").is_some();
+    Ok(match kind.as_deref() {
+        Some("message") => read_message(text, doc, fields, index)?,
+        None if untyped_message => read_message(text, doc, fields, index)?,
+        Some("function_call") => read_call(text, doc, fields, index, true)?,
+        Some("custom_tool_call") => read_call(text, doc, fields, index, false)?,
+        Some("function_call_output" | "custom_tool_call_output") => {
+            read_output(text, doc, fields, index)?
+        }
+        // `reasoning`, `compaction` (with its `encrypted_content`), Codex's
+        // `compaction_trigger`, hosted tool calls, item references: kept as they are.
+        None | Some(_) => (opaque(), Slot::default()),
+    })
 }
 
 /// An item sluice does not read: kept in order, never rewritten.
@@ -177,6 +199,62 @@ fn read_call(
         ..Message::text(Role::Assistant, String::new())
     };
     Ok((message, slot))
+}
+
+/// A tool output item whose `output` is a list of parts (Codex's `custom_tool_call_output`: a
+/// status line, then the command's output): one tool message per text part, each rewritable in
+/// place, as Anthropic's `tool_result` blocks are. Parts that are not text stay on the wire and
+/// make no message. `None` for every other item.
+fn read_parted_output(
+    text: &str,
+    doc: &json::Index,
+    index: usize,
+    span: Span,
+) -> Result<Option<Vec<(Message, Slot)>>, WireError> {
+    if json::kind_of(text, span) != Kind::Object {
+        return Ok(None);
+    }
+    let fields = doc.members(span);
+    let is_output = string_field(text, doc, fields, "type", index)?.is_some_and(|(kind, _)| {
+        matches!(&*kind, "function_call_output" | "custom_tool_call_output")
+    });
+    let parts =
+        json::lookup(text, fields, "output").filter(|o| json::kind_of(text, *o) == Kind::Array);
+    let (true, Some(parts)) = (is_output, parts) else {
+        return Ok(None);
+    };
+    let call_id = string_field(text, doc, fields, "call_id", index)?.map(|(id, _)| id.into_owned());
+    let mut out = Vec::new();
+    for part in doc.elements(parts) {
+        if json::kind_of(text, part) != Kind::Object {
+            continue;
+        }
+        let part_fields = doc.members(part);
+        let is_text = string_field(text, doc, part_fields, "type", index)?
+            .is_some_and(|(t, _)| matches!(&*t, "input_text" | "output_text" | "text"));
+        if let (true, Some((part_text, span))) = (
+            is_text,
+            string_field(text, doc, part_fields, "text", index)?,
+        ) {
+            let mut message = Message::text(Role::Tool, part_text.into_owned());
+            message.tool_call_id.clone_from(&call_id);
+            out.push((
+                message,
+                Slot {
+                    content: Some(span),
+                    ..Slot::default()
+                },
+            ));
+        }
+    }
+    if out.is_empty() {
+        // No text at all (an image): the call keeps an output the components see, never rewrite.
+        let mut message = Message::text(Role::Tool, String::new());
+        message.tool_call_id = call_id;
+        message.rewritable = false;
+        out.push((message, Slot::default()));
+    }
+    Ok(Some(out))
 }
 
 fn read_output(

@@ -166,29 +166,70 @@ fn rewritten_arguments_are_spliced_in_their_encoding() {
 
 #[test]
 fn bad_bodies_are_errors_never_panics() {
+    let cases: &[(&[u8], &str, &str)] = &[
+        (b"\xff\xfe", "UTF-8", "not_utf8"),
+        (b"{\"messages\": [", "not JSON", "not_json"),
+        (b"[1,2]", "not a JSON object", "not_object"),
+        (b"{\"model\": \"x\"}", "no `messages`", "no_messages"),
+        (b"{\"messages\": {}}", "not an array", "messages_not_array"),
+    ];
+    for (body, expected, label) in cases {
+        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+            let err = parse(body, dialect).unwrap_err();
+            assert!(
+                err.to_string().contains(expected),
+                "{dialect:?} {body:?}: {err}"
+            );
+            assert_eq!(err.label(), *label);
+            assert!(WireError::LABELS.contains(label));
+        }
+    }
+}
+
+#[test]
+fn a_message_it_cannot_read_is_kept_opaque_and_the_rest_is_read() {
     let cases: &[(&[u8], &str)] = &[
-        (b"\xff\xfe", "UTF-8"),
-        (b"{\"messages\": [", "not JSON"),
-        (b"[1,2]", "not a JSON object"),
-        (b"{\"model\": \"x\"}", "no `messages`"),
-        (b"{\"messages\": {}}", "not an array"),
-        (b"{\"messages\": [42]}", "messages[0]"),
-        (b"{\"messages\": [{\"content\": \"x\"}]}", "no `role`"),
+        (b"{\"messages\": [42, {\"role\":\"user\",\"content\":\"go\"}]}", "not an object"),
+        (b"{\"messages\": [{\"content\": \"x\"}, {\"role\":\"user\",\"content\":\"go\"}]}", "no `role`"),
         (
-            b"{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}",
+            b"{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}, {\"role\":\"user\",\"content\":\"go\"}]}",
             "unknown role",
         ),
         (
-            b"{\"messages\": [{\"role\": \"user\", \"content\": 7}]}",
+            b"{\"messages\": [{\"role\": \"user\", \"content\": 7}, {\"role\":\"user\",\"content\":\"go\"}]}",
             "neither",
         ),
     ];
     for (body, expected) in cases {
         for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
-            let err = parse(body, dialect).unwrap_err().to_string();
-            assert!(err.contains(expected), "{dialect:?} {body:?}: {err}");
+            let parsed = parse(body, dialect).unwrap();
+            let opaque = parsed.opaque_entries();
+            assert_eq!(opaque.len(), 1, "{dialect:?} {body:?}");
+            assert_eq!(opaque[0].index, Some(0));
+            assert!(
+                opaque[0].reason.contains(expected),
+                "{dialect:?}: {}",
+                opaque[0].reason
+            );
+            assert!(!parsed.messages()[0].rewritable);
+            assert_eq!(parsed.messages()[1].content, "go");
+            // Nothing to change in the opaque entry, so the rest rewrites and it stays as it was.
+            let mut messages = parsed.messages().to_vec();
+            messages[1].content = "gone".into();
+            let out = parsed.write_back(&messages);
+            let expected_body = std::str::from_utf8(body)
+                .unwrap()
+                .replace("\"go\"", "\"gone\"");
+            assert_eq!(std::str::from_utf8(&out.body).unwrap(), expected_body);
         }
     }
+}
+
+#[test]
+fn an_opaque_entry_keeps_its_breakpoints_counted() {
+    let body = br#"{"messages":[{"role":"wizard","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]},{"role":"user","content":"go"}]}"#;
+    let parsed = parse(body, Dialect::Anthropic).unwrap();
+    assert_eq!(parsed.existing_breakpoints(), 1);
 }
 
 #[test]
@@ -347,17 +388,17 @@ fn responses_bodies_without_an_item_list_are_errors() {
         .unwrap_err(),
         WireError::NoMessages
     );
-    assert!(matches!(
-        parse(
-            br#"{"input":[{"role":"robot","content":"x"}]}"#,
-            Dialect::Responses
-        ),
-        Err(WireError::MalformedMessage { index: 0, .. })
-    ));
-    assert!(matches!(
-        parse(br#"{"input":[3]}"#, Dialect::Responses),
-        Err(WireError::MalformedMessage { index: 0, .. })
-    ));
+    // An item it cannot read is opaque, and the items after it are still read.
+    let odd = parse(
+        br#"{"input":[{"role":"robot","content":"x"},3,{"type":"function_call_output","call_id":"c","output":"out"}]}"#,
+        Dialect::Responses,
+    )
+    .unwrap();
+    let indices: Vec<_> = odd.opaque_entries().iter().map(|o| o.index).collect();
+    assert_eq!(indices, [Some(0), Some(1)]);
+    assert!(odd.opaque_entries()[0].reason.contains("robot"));
+    assert!(!odd.messages()[0].rewritable && !odd.messages()[1].rewritable);
+    assert_eq!(odd.messages()[2].content, "out");
     // An untyped item reference is opaque, not a message without a role.
     let reference = parse(
         br#"{"input":[{"id":"msg_1"},{"role":"user","content":"go"}]}"#,
@@ -366,4 +407,23 @@ fn responses_bodies_without_an_item_list_are_errors() {
     .unwrap();
     assert!(!reference.messages()[0].rewritable);
     assert_eq!(reference.messages()[1].content, "go");
+}
+
+#[test]
+fn a_responses_output_in_parts_gives_one_rewritable_message_per_text_part() {
+    let body = br#"{"input":[{"type":"custom_tool_call","call_id":"c1","name":"exec","input":"run()"},{"type":"custom_tool_call_output","call_id":"c1","output":[{"type":"input_text","text":"Script completed\nOutput:\n"},{"type":"input_image","image_url":"data:x"},{"type":"input_text","text":"line 1\nline 2"}]}]}"#;
+    let parsed = parse(body, Dialect::Responses).unwrap();
+    let msgs = parsed.messages();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[1].content, "Script completed\nOutput:\n");
+    assert_eq!(msgs[2].content, "line 1\nline 2");
+    assert!(msgs[2].rewritable && msgs[2].is_tool());
+    assert_eq!(msgs[2].tool_name.as_deref(), Some("exec"));
+    let mut rewritten = msgs.to_vec();
+    rewritten[2].content = "cut <<cg:abc>>".into();
+    let out = parsed.write_back(&rewritten);
+    let expected = std::str::from_utf8(body)
+        .unwrap()
+        .replace(r#""line 1\nline 2""#, r#""cut <<cg:abc>>""#);
+    assert_eq!(std::str::from_utf8(&out.body).unwrap(), expected);
 }
