@@ -29,6 +29,8 @@
 //! first turn a proxy sees of a long session its whole saving. `cold_cache` is accepted for
 //! config compatibility and has nothing to lift.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
@@ -38,6 +40,7 @@ use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::wire::json::{self, Span};
 
 /// `components.collapse`.
 #[derive(Debug, Clone, Deserialize)]
@@ -137,16 +140,31 @@ impl Offload for Collapse {
                 cx.gate("failure_in_view");
                 continue;
             }
-            let Some((head, omitted, tail)) = head_and_tail(
+            // The text to cut: the output itself, or, when the output is JSON whose lines all sit
+            // inside one string (mini-swe-agent's `{"returncode":0,"output":"..."}`, many MCP
+            // tools), that string; the JSON around it stays as it is, and valid.
+            let (text, json_string): (Cow<'_, str>, _) = match head_and_tail(
                 &message.content,
                 self.config.head_lines,
                 self.config.tail_lines,
-            ) else {
+            ) {
+                Some(_) => (Cow::Borrowed(&message.content), None),
+                None => match longest_json_text(&message.content) {
+                    Some((span, text)) => (Cow::Owned(text), Some(span)),
+                    None => {
+                        cx.gate("too_few_lines");
+                        continue;
+                    }
+                },
+            };
+            let Some((head, omitted, tail)) =
+                head_and_tail(&text, self.config.head_lines, self.config.tail_lines)
+            else {
                 cx.gate("too_few_lines");
                 continue;
             };
             let kept = salient_lines(
-                &message.content,
+                &text,
                 self.config.head_lines,
                 omitted,
                 &call_terms(message.tool_arguments.as_deref().unwrap_or("")),
@@ -154,6 +172,13 @@ impl Offload for Collapse {
             );
             // Owned: the message is written below. Both ends are a few dozen lines.
             let (head, tail) = (head.to_owned(), tail.to_owned());
+            let around = json_string.map(|span| {
+                let content = &message.content;
+                (
+                    content[..span.start].to_owned(),
+                    content[span.end..].to_owned(),
+                )
+            });
             let key = offload_with(messages, index, cx, |marker| {
                 let mut out = String::with_capacity(head.len() + tail.len() + 96);
                 if !head.is_empty() {
@@ -175,12 +200,54 @@ impl Offload for Collapse {
                     out.push('\n');
                     out.push_str(&tail);
                 }
-                out
+                match &around {
+                    // The cut text goes back into its string: the marker sits inside it.
+                    Some((before, after)) => format!("{before}{}{after}", json::to_literal(&out)),
+                    None => out,
+                }
             });
             keys.extend(key);
         }
         Ok(keys)
     }
+}
+
+/// Nodes of a JSON output visited looking for its text: an output is a small object around one
+/// long string, and a huge document is not worth walking on every turn.
+const MAX_JSON_NODES: usize = 256;
+
+/// The string value of a JSON object or array output that holds the most lines, with the span
+/// of its literal (quotes included) in `content`, when it holds more than one line.
+fn longest_json_text(content: &str) -> Option<(Span, String)> {
+    let start = content.find(|c: char| !c.is_whitespace())?;
+    if !matches!(content.as_bytes()[start], b'{' | b'[') {
+        return None;
+    }
+    let root = json::parse_document(content).ok()?;
+    let mut stack = vec![root];
+    let mut best: Option<(usize, Span)> = None;
+    let mut visited = 0;
+    while let Some(span) = stack.pop() {
+        visited += 1;
+        if visited > MAX_JSON_NODES {
+            break;
+        }
+        match json::kind_of(content, span) {
+            json::Kind::Object => stack.extend(json::entries(content, span).map(|e| e.value)),
+            json::Kind::Array => stack.extend(json::elements(content, span)),
+            json::Kind::String => {
+                // Escaped newlines: a line count without decoding every string.
+                let lines = memchr::memmem::find_iter(span.of(content).as_bytes(), b"\\n").count();
+                if lines > 0 && best.is_none_or(|(most, _)| lines > most) {
+                    best = Some((lines, span));
+                }
+            }
+            _ => {}
+        }
+    }
+    let (_, span) = best?;
+    let text = json::decode_string(content, span).ok()?.into_owned();
+    Some((span, text))
 }
 
 /// Longest kept line, in bytes (cut on a character boundary): a kept line is a pointer into
@@ -222,6 +289,9 @@ fn reports_failure(message: &Message) -> bool {
     if message.is_error {
         return true;
     }
+    if let Some(code) = json_returncode(&message.content) {
+        return code != "0";
+    }
     let first = message.content.lines().next().unwrap_or("").trim();
     let status = if let Some(rest) = first.strip_prefix("<returncode>") {
         rest.strip_suffix("</returncode>")
@@ -239,6 +309,16 @@ fn reports_failure(message: &Message) -> bool {
             && code.bytes().all(|b| b.is_ascii_digit())
             && code.bytes().any(|b| b != b'0')
     })
+}
+
+/// The top-level `returncode` of an output that is a JSON object (mini-swe-agent's), as written.
+fn json_returncode(content: &str) -> Option<&str> {
+    if !content.trim_start().starts_with('{') {
+        return None;
+    }
+    let root = json::parse_document(content).ok()?;
+    let code = json::get(content, root, "returncode")?;
+    (json::kind_of(content, code) == json::Kind::Number).then(|| code.of(content))
 }
 
 /// Whether a line reads as a failure.
@@ -460,6 +540,42 @@ mod tests {
         let gates = &out.report.components[0].gates;
         assert_eq!(gates.get("below_max_tokens"), Some(&1));
         assert_eq!(gates.get("too_few_lines"), Some(&1));
+    }
+
+    /// mini-swe-agent's observation: one line of JSON whose `output` string holds the log.
+    fn mini_swe_output(returncode: i32, lines: usize) -> String {
+        let output: String = (1..=lines).map(|i| format!("{i}\n")).collect();
+        serde_json::json!({"returncode": returncode, "output": output}).to_string()
+    }
+
+    #[test]
+    fn the_text_inside_a_json_output_is_collapsed_and_the_json_stays_valid() {
+        let content = mini_swe_output(0, 3000);
+        let out = check("collapse", "", tool_messages(&[&content]));
+        let cut = &out.messages[1].content;
+        let value: serde_json::Value = serde_json::from_str(cut).expect("still JSON");
+        assert_eq!(value["returncode"], 0);
+        let text = value["output"].as_str().unwrap();
+        assert!(text.starts_with("1\n2\n"), "{text:.40}");
+        assert!(
+            text.contains("lines omitted) <<cg:"),
+            "the marker sits inside the string"
+        );
+        assert!(text.trim_end().ends_with("3000"));
+        assert!(cut.len() * 10 < content.len());
+        let stashed = out.report.components[0].stashed.len();
+        assert_eq!(stashed, 1);
+    }
+
+    #[test]
+    fn a_json_output_that_reports_a_failure_stays_whole_up_to_keep_failures() {
+        let failing = mini_swe_output(1, 1500);
+        let out = check("collapse", "", tool_messages(&[&failing]));
+        assert_eq!(out.messages[1].content, failing);
+        assert_eq!(
+            out.report.components[0].gates.get("failure_in_view"),
+            Some(&1)
+        );
     }
 
     #[test]
