@@ -922,6 +922,11 @@ impl Pipeline {
         self.stages.iter().map(Stage::name).collect()
     }
 
+    /// Whether any stage is a lossy offload, so a turn may leave a marker.
+    pub fn cuts(&self) -> bool {
+        self.stages.iter().any(|s| s.kind() == Kind::Offload)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.stages.is_empty()
     }

@@ -10,6 +10,7 @@
 
 pub mod amortize;
 pub mod guard;
+pub mod loud;
 pub mod replay;
 pub mod retries;
 pub mod stats;

@@ -203,6 +203,10 @@ pub struct Totals {
     /// Responses the expand loop could not read (an encoding sluice cannot decode, a body over
     /// the bound): relayed untouched, by reason.
     expand_unread: BTreeMap<&'static str, u64>,
+    /// Requests forwarded untouched, by reason (`modes::turn::Untouched` labels).
+    untouched: BTreeMap<&'static str, u64>,
+    /// Wire entries kept as they came while the rest of their body was compacted.
+    opaque_entries: u64,
 }
 
 /// What the cached-prefix tracker decided, over all turns.
@@ -391,6 +395,18 @@ impl Stats {
             .or_default() += 1;
     }
 
+    /// A request forwarded untouched, by why (`unparsed_not_json`, `header`, ...).
+    pub fn record_untouched(&self, reason: &'static str) {
+        *self.totals.lock().untouched.entry(reason).or_default() += 1;
+    }
+
+    /// Wire entries a compacted request carried that sluice could not read.
+    pub fn record_opaque(&self, entries: u64) {
+        if entries > 0 {
+            self.totals.lock().opaque_entries += entries;
+        }
+    }
+
     /// A response the expand loop could not read, relayed untouched.
     pub fn record_expand_unread(&self, reason: &'static str) {
         *self.totals.lock().expand_unread.entry(reason).or_default() += 1;
@@ -451,6 +467,7 @@ impl Stats {
             ("way_back_withheld", json!(t.way_back_withheld)),
             ("expand_unread", json!(t.expand_unread)),
             ("cost_guard_backoffs", json!(t.cost_guard_backoffs)),
+            ("untouched", json!(t.untouched)),
         ] {
             object.insert(key.to_owned(), value);
         }
@@ -475,6 +492,12 @@ impl Stats {
                 "Responses the expand loop could not read, relayed untouched.",
                 "reason",
                 &t.expand_unread,
+            ),
+            (
+                "cg_untouched_requests_total",
+                "Requests forwarded untouched, by reason.",
+                "reason",
+                &t.untouched,
             ),
             (
                 "cg_cost_guard_backoffs_total",
@@ -619,6 +642,14 @@ pub static FIELDS: &[Field<Totals>] = &[
         "requests",
         "Bodies sluice could not parse (forwarded untouched).",
         |t| Num::Count(t.unparsed_requests)
+    ),
+    row!(
+        Some("opaque_entries"),
+        Some("sluice_opaque_entries_total"),
+        Counter,
+        "entries",
+        "Messages or items sluice could not read, kept byte-identical while the rest of their request was compacted.",
+        |t| Num::Count(t.opaque_entries)
     ),
     row!(
         Some("bypassed_requests"),

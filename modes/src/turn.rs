@@ -17,8 +17,9 @@
 //! 4. Under the session's lease: the tracker's boundary and coldness, then the pipeline.
 //! 5. When an LLM component started a model job, a wait up to its deadline and one re-run.
 //! 6. The hand-off of the turn's new tool outputs to the preparer.
-//! 7. The way back: a body carrying a marker declares the expand tool; if it cannot, the turn is
-//!    run again without lossy offloads.
+//! 7. The way back: a body carrying a marker declares the expand tool, and so does every turn of
+//!    an agent a lossy pipeline may cut, from its first (so `tools` never changes within a
+//!    session); if it cannot, the turn is run again without lossy offloads.
 //!
 //! HTTP, streaming and the expand loop stay in the proxy.
 
@@ -42,7 +43,7 @@ use engine::pipeline::{Pipeline, RunCx, RunReport};
 use engine::session;
 use engine::store::Store;
 use engine::way_back::{self, Injected, Withheld};
-use engine::wire::{self, Dialect, ParsedBody};
+use engine::wire::{self, Dialect, ParsedBody, WireError};
 use http::HeaderMap;
 
 use crate::{SessionState, TurnFacts, rerun, run_turn};
@@ -108,8 +109,9 @@ pub struct TurnInput<'a> {
 /// Why a request goes upstream exactly as it came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Untouched {
-    /// The body could not be normalized.
-    Unparsed,
+    /// The body could not be normalized, and why (`unparsed_not_json`, ...: see
+    /// [`unparsed_label`]).
+    Unparsed(&'static str),
     /// The caller asked (`header`), or the request is the agent compacting its own transcript
     /// (`agent_compaction`), where a summary must see everything.
     Bypassed(&'static str),
@@ -123,9 +125,21 @@ impl Untouched {
     /// How logs and `/stats` name it.
     pub fn label(self) -> &'static str {
         match self {
-            Untouched::Unparsed => "unparsed",
-            Untouched::Bypassed(why) | Untouched::Held(why) => why,
+            Untouched::Unparsed(why) | Untouched::Bypassed(why) | Untouched::Held(why) => why,
         }
+    }
+}
+
+/// How `/stats` and the logs name a body that could not be read: `unparsed_` and the wire
+/// layer's reason.
+pub fn unparsed_label(error: &WireError) -> &'static str {
+    match error.label() {
+        "not_utf8" => "unparsed_not_utf8",
+        "not_json" => "unparsed_not_json",
+        "not_object" => "unparsed_not_object",
+        "no_messages" => "unparsed_no_messages",
+        "messages_not_array" => "unparsed_messages_not_array",
+        _ => "unparsed_malformed",
     }
 }
 
@@ -163,6 +177,8 @@ pub struct Forward {
     pub discarded: Vec<Discarded>,
     /// Why lossy offloads were withheld on this turn, if they were.
     pub withheld: Option<Withheld>,
+    /// Wire entries kept as they came because sluice could not read them.
+    pub opaque: usize,
     /// Time the turn took on the service's clock.
     pub added: Duration,
     /// The state store's acknowledgement of this turn's writes: a host awaits it before it
@@ -198,6 +214,7 @@ impl Forward {
             },
             discarded: Vec::new(),
             withheld: None,
+            opaque: parsed.opaque_entries().len(),
             added: Duration::ZERO,
             flushed: Flush::done(),
         }
@@ -236,6 +253,7 @@ impl Turn {
                 if let Some(reason) = f.withheld {
                     stats.record_way_back_withheld(reason.label());
                 }
+                stats.record_opaque(f.opaque as u64);
             }
             Turn::Untouched { reason, facts, .. } => {
                 if let Some(facts) = facts {
@@ -243,10 +261,11 @@ impl Turn {
                 }
                 match reason {
                     // Not ours to judge: the upstream answers a body we cannot read.
-                    Untouched::Unparsed => stats.record_passthrough(true),
+                    Untouched::Unparsed(_) => stats.record_passthrough(true),
                     Untouched::Bypassed(why) => stats.record_bypass(why),
                     Untouched::Held(why) => stats.record_store_skip(why),
                 }
+                stats.record_untouched(reason.label());
             }
         }
     }
@@ -290,6 +309,8 @@ pub struct TurnService {
     /// The durable store behind `store`, when state lives beyond this process: each live turn
     /// opens its session there first and closes it before forwarding.
     durable: Option<Arc<DurableStore>>,
+    /// Which sessions were already told that sluice left (part of) their body alone.
+    warned: crate::loud::WarnOnce,
 }
 
 impl std::fmt::Debug for TurnService {
@@ -318,6 +339,7 @@ impl TurnService {
             never_cold: false,
             scope_secret: DEFAULT_SCOPE_SECRET.to_vec(),
             durable: None,
+            warned: crate::loud::WarnOnce::default(),
         }
     }
 
@@ -435,10 +457,12 @@ impl TurnService {
             };
         }
         let started = self.clock.now();
-        let (parsed, session) = match admit(&input, &self.scope(input.headers)) {
+        let scope = self.scope(input.headers);
+        let (parsed, session) = match admit(&input, &scope, &self.warned) {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,
         };
+        self.warn_opaque(&parsed, &session);
         // Held for the rewrite only: a concurrent turn of this session waits here, not for the
         // upstream call. Taken before the durable store's session, so two turns of one session
         // in this process never load it at once.
@@ -484,7 +508,8 @@ impl TurnService {
             }
         }
         self.prepare(&parsed, facts.mutable_from);
-        let settled = match Settled::placed(&parsed, applied, reach) {
+        let declare = declares_from_the_start(&parsed, &pipeline);
+        let settled = match Settled::placed(&parsed, applied, reach, declare) {
             Ok(settled) => settled,
             Err(reason) => {
                 let _lease = self.lease(&session).await;
@@ -496,6 +521,33 @@ impl TurnService {
         // Written behind: the forward does not wait for the store, the reply does.
         let flushed = opened.map_or_else(Flush::done, Opened::close);
         settled.forward(input.body, &parsed, session, facts, added, flushed)
+    }
+
+    /// Says once per session that parts of its bodies are kept opaque, and where.
+    fn warn_opaque(&self, parsed: &ParsedBody<'_>, session: &str) {
+        let opaque = parsed.opaque_entries();
+        if opaque.is_empty() || !self.warned.first(session, "opaque_entry") {
+            return;
+        }
+        let key = match parsed.dialect() {
+            Dialect::Responses => "input",
+            Dialect::OpenAi | Dialect::Anthropic => "messages",
+        };
+        let paths: Vec<String> = opaque
+            .iter()
+            .take(8)
+            .map(|o| match o.index {
+                Some(i) => format!("$.{key}[{i}]"),
+                None => "$.system".to_owned(),
+            })
+            .collect();
+        tracing::warn!(
+            session = %crate::loud::log_id(session),
+            dialect = parsed.dialect().as_str(),
+            entries = opaque.len(),
+            paths = %paths.join(","),
+            "parts of this session's requests could not be read and go upstream as they came; the rest is compacted (counted in /stats as opaque_entries)"
+        );
     }
 
     /// Opens the session in the durable store, if there is one; the turn to return when it
@@ -563,7 +615,11 @@ impl TurnService {
 
     /// The body and session of a one-off rewrite, or why it goes untouched.
     fn compact_admit<'b>(&self, input: &TurnInput<'b>) -> Result<(ParsedBody<'b>, String), Turn> {
-        let (parsed, session) = admit(input, &format!("compact:{}", self.scope(input.headers)))?;
+        let (parsed, session) = admit(
+            input,
+            &format!("compact:{}", self.scope(input.headers)),
+            &self.warned,
+        )?;
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
             return Err(Turn::Untouched {
                 reason: Untouched::Bypassed(reason),
@@ -588,7 +644,8 @@ impl TurnService {
         let reach = way_back::reach(parsed);
         let cx = self.run_cx(parsed, &session, None, reach.is_ok());
         let applied = apply_parsed(parsed, pipeline, &cx);
-        let settled = Settled::placed(parsed, applied, reach).unwrap_or_else(|reason| {
+        let declare = declares_from_the_start(parsed, pipeline);
+        let settled = Settled::placed(parsed, applied, reach, declare).unwrap_or_else(|reason| {
             let lossless = apply_parsed(parsed, pipeline, &cx.with_offloads(false));
             Settled::lossless(parsed, lossless, reason)
         });
@@ -635,7 +692,11 @@ impl TurnService {
 /// Parses the body and names its session (under `namespace`: the credential scope, and
 /// `compact:` for a one-off rewrite), or says why it goes untouched
 /// (a bypass header on a body that does not parse is still a bypass).
-fn admit<'b>(input: &TurnInput<'b>, namespace: &str) -> Result<(ParsedBody<'b>, String), Turn> {
+fn admit<'b>(
+    input: &TurnInput<'b>,
+    namespace: &str,
+    warned: &crate::loud::WarnOnce,
+) -> Result<(ParsedBody<'b>, String), Turn> {
     let untouched = |reason| Turn::Untouched {
         reason,
         session: None,
@@ -646,7 +707,20 @@ fn admit<'b>(input: &TurnInput<'b>, namespace: &str) -> Result<(ParsedBody<'b>, 
         Err(_) if bypass_header(input.headers) => {
             return Err(untouched(Untouched::Bypassed("header")));
         }
-        Err(_) => return Err(untouched(Untouched::Unparsed)),
+        Err(error) => {
+            let label = unparsed_label(&error);
+            // No session without a parse: the caller's credential scope stands for it.
+            if warned.first(namespace, label) {
+                tracing::warn!(
+                    scope = %crate::loud::log_id(namespace),
+                    dialect = input.dialect.as_str(),
+                    reason = label,
+                    path = %error.path(input.dialect),
+                    "a request body sluice cannot read goes upstream untouched (counted in /stats as untouched.{label})"
+                );
+            }
+            return Err(untouched(Untouched::Unparsed(label)));
+        }
     };
     let explicit = input
         .headers
@@ -696,11 +770,22 @@ enum WayBack {
     Unavailable,
 }
 
-/// Declares the expand tool when the body carries a marker.
+/// Declares the expand tool when the body carries a marker, or on every turn of an agent
+/// (`declare`, see [`declares_from_the_start`]).
 ///
 /// # Errors
 /// Why it could not.
-fn place_way_back(parsed: &ParsedBody<'_>, applied: &Applied<'_>) -> Result<WayBack, Withheld> {
+fn place_way_back(
+    parsed: &ParsedBody<'_>,
+    applied: &Applied<'_>,
+    declare: bool,
+) -> Result<WayBack, Withheld> {
+    if declare {
+        return match way_back::inject(parsed, &applied.body)? {
+            Injected::Added(body) => Ok(WayBack::Injected(body)),
+            Injected::AlreadyDeclared => Ok(WayBack::Declared),
+        };
+    }
     // A stash this run made is a marker in the body (write-back may have discarded it, and then
     // the tool is declared for nothing, as harmless as it is rare); otherwise the body itself is
     // read, for replays of a reverted component and markers the agent's history brought in. A
@@ -717,6 +802,26 @@ fn place_way_back(parsed: &ParsedBody<'_>, applied: &Applied<'_>) -> Result<WayB
         Injected::Added(body) => Ok(WayBack::Injected(body)),
         Injected::AlreadyDeclared => Ok(WayBack::Declared),
     }
+}
+
+/// Whether a turn declares the expand tool whether or not it carries a marker: an agent's
+/// request (it declares tools of its own) that a pipeline with a lossy offload may cut.
+///
+/// `tools` opens the provider's cached prefix (Anthropic and OpenAI alike), so a tool that
+/// appears on the turn of the first marker re-writes the whole prompt once per session. Declared
+/// from the first turn, in the same bytes and the same place, the list never changes within a
+/// session and the marker's way back is there before any marker is. A request without tools of
+/// its own (a plain chat) keeps the old rule, the tool only beside a marker: adding a tool list
+/// where there was none would change what the model is asked, and such a request has no tool
+/// outputs for the offloads to cut.
+fn declares_from_the_start(parsed: &ParsedBody<'_>, pipeline: &Pipeline) -> bool {
+    use engine::wire::json;
+    let text = parsed.text();
+    pipeline.cuts()
+        && parsed.tools_span().is_some_and(|tools| {
+            json::kind_of(text, tools) == json::Kind::Array
+                && json::elements(text, tools).next().is_some()
+        })
 }
 
 /// A run whose way back is settled: the body to forward and how it declares the expand tool.
@@ -737,8 +842,9 @@ impl<'a> Settled<'a> {
         parsed: &ParsedBody<'_>,
         applied: Applied<'a>,
         reach: Result<(), Withheld>,
+        declare: bool,
     ) -> Result<Settled<'a>, Withheld> {
-        let way = place_way_back(parsed, &applied)?;
+        let way = place_way_back(parsed, &applied, declare && reach.is_ok())?;
         Ok(Settled {
             applied,
             way,
@@ -749,7 +855,7 @@ impl<'a> Settled<'a> {
     /// The run again without lossy offloads. A marker it still carries came with the agent's
     /// history; the tool is declared when it can be, and the turn goes either way.
     fn lossless(parsed: &ParsedBody<'_>, applied: Applied<'a>, reason: Withheld) -> Settled<'a> {
-        let way = place_way_back(parsed, &applied).unwrap_or(WayBack::Unavailable);
+        let way = place_way_back(parsed, &applied, false).unwrap_or(WayBack::Unavailable);
         Settled {
             applied,
             way,
@@ -783,6 +889,7 @@ impl<'a> Settled<'a> {
             report: self.applied.report,
             discarded: self.applied.discarded,
             withheld: self.withheld,
+            opaque: parsed.opaque_entries().len(),
             added,
             flushed,
         }))

@@ -57,15 +57,9 @@ impl Access {
         self.added = added;
     }
 
-    /// The session key, hashed with this process's log key.
+    /// The session key, hashed with this process's log key (`modes::loud::log_id`).
     pub fn session(&mut self, session: &str) {
-        let scope = engine::session::credential_scope(log_key(), Some(session.as_bytes()));
-        self.session = Some(
-            scope
-                .trim_start_matches('k')
-                .trim_end_matches(':')
-                .to_owned(),
-        );
+        self.session = Some(modes::loud::log_id(session));
     }
 
     /// `response` carrying these facts to [`log`].
@@ -73,25 +67,6 @@ impl Access {
         response.extensions_mut().insert(self);
         response
     }
-}
-
-/// This process's random key for session hashes in logs: two SipHash keys the standard library
-/// draws from the operating system's randomness.
-fn log_key() -> &'static [u8] {
-    static KEY: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
-    KEY.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let draw = || {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u8(0);
-            h.finish().to_le_bytes()
-        };
-        let (a, b) = (draw(), draw());
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&a);
-        key[8..].copy_from_slice(&b);
-        key
-    })
 }
 
 /// The route a path is logged as: fixed routes as they are, the others as their template.

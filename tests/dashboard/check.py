@@ -136,7 +136,12 @@ def traffic():
         sent += 1
         if spread:
             time.sleep(spread / len(calls))
-    return sent
+    # One body sluice cannot read: the overview must say it went untouched, and why.
+    request = urllib.request.Request(sluice + "/anthropic/v1/messages", data=b"{not json", method="POST",
+                                     headers={"content-type": "application/json", "x-api-key": "sk-ant-test"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+    return sent + 1
 
 
 def main():
@@ -162,6 +167,9 @@ def main():
     net = page.js("document.querySelector('[data-testid=value-net]').textContent")
     assert net.startswith("$") or net.startswith("−$"), net
     print(f"ok: content saved {saved}, net saved {net}")
+    untouched = page.js("document.querySelector('[data-testid=tile-untouched]').innerText")
+    assert "unparsed_not_json" in untouched and not untouched.startswith("Forwarded untouched\n0.0%"), untouched
+    print(f"ok: the untouched tile reads {untouched!r}")
     assert page.js("document.querySelectorAll('#chart-tokens polyline, #chart-tokens circle').length") > 0, "a chart"
 
     page.js("document.querySelector('[data-testid=tab-requests]').click()")

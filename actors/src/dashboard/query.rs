@@ -77,8 +77,41 @@ fn ratio(part: f64, whole: f64) -> f64 {
 }
 
 /// Totals for the window: requests, tokens, cache reads and writes, expand rounds, errors,
-/// and money with the net figure beside every cost.
+/// money with the net figure beside every cost, and the requests forwarded untouched by reason.
 pub fn overview(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+    let mut totals = overview_totals(conn, filter)?;
+    let untouched = untouched(conn, filter)?;
+    if let Some(object) = totals.as_object_mut() {
+        object.insert("untouched".into(), untouched);
+    }
+    Ok(totals)
+}
+
+/// Requests forwarded untouched in the window, by reason, most first, each with its share of
+/// all requests: the share a user needs to see when sluice is doing nothing for them.
+fn untouched(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+    let (clause, params) = filter.clause();
+    let sql = format!(
+        "SELECT r.untouched, count(*), (SELECT count(*) FROM requests r WHERE {clause})
+         FROM requests r WHERE {clause} AND r.untouched IS NOT NULL
+         GROUP BY r.untouched ORDER BY count(*) DESC, r.untouched"
+    );
+    // The clause numbers its parameters (`?1`), so both uses share one list.
+    let mut statement = conn.prepare(&sql)?;
+    let rows = statement.query_map(rusqlite::params_from_iter(params), |row| {
+        let requests: i64 = row.get(1)?;
+        let all: i64 = row.get(2)?;
+        Ok(json!({
+            "reason": row.get::<_, String>(0)?,
+            "requests": requests,
+            "pct": 100.0 * ratio(requests as f64, all as f64),
+        }))
+    })?;
+    rows.collect::<rusqlite::Result<Vec<Value>>>()
+        .map(Value::from)
+}
+
+fn overview_totals(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
     let (clause, params) = filter.clause();
     let sql = format!(
         "SELECT count(*), count(DISTINCT r.session), coalesce(sum(r.tokens_before), 0),

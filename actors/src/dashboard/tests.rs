@@ -364,3 +364,42 @@ fn a_dashboard_of_another_schema_is_moved_aside_and_other_files_are_not() {
     drop(dash);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_overview_shows_the_share_forwarded_untouched_by_reason() {
+    let dash = open(DashboardOptions::default());
+    let now = now_ms();
+    for (i, untouched) in [None, None, Some("unparsed_not_json"), Some("header")]
+        .into_iter()
+        .enumerate()
+    {
+        dash.record(Event {
+            untouched,
+            ..event(now - 1_000 + i as u64, "a", 0)
+        });
+    }
+    dash.record(Event {
+        untouched: Some("unparsed_not_json"),
+        ..event(now, "b", 0)
+    });
+    dash.flush();
+    let all = dash
+        .read(|c| query::overview(c, &Filter::default()))
+        .unwrap();
+    assert_eq!(
+        all["untouched"],
+        serde_json::json!([
+            {"reason": "unparsed_not_json", "requests": 2, "pct": 40.0},
+            {"reason": "header", "requests": 1, "pct": 20.0},
+        ]),
+        "most first, each a share of every request in the window"
+    );
+    // A narrower window: the share is of the requests in it.
+    let before_b = Filter {
+        until: Some(now),
+        ..Filter::default()
+    };
+    let a = dash.read(|c| query::overview(c, &before_b)).unwrap();
+    assert_eq!(a["requests"], 4);
+    assert_eq!(a["untouched"][0]["pct"], 25.0, "{a}");
+}

@@ -157,7 +157,7 @@ async fn bypasses_go_untouched_and_the_tracker_still_records_the_turn() {
     assert!(matches!(
         run(&service, &garbage, &HeaderMap::new()).await,
         Turn::Untouched {
-            reason: Untouched::Unparsed,
+            reason: Untouched::Unparsed("unparsed_not_json"),
             ..
         }
     ));

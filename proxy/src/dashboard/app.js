@@ -157,6 +157,15 @@ function tile(id, label, value, detail, cls) {
     el('div', { class: 'value ' + (cls || ''), 'data-testid': 'value-' + id, text: value }),
     el('div', { class: 'detail', text: detail || '' }));
 }
+// The share of requests sluice forwarded as they came, by reason: a body it cannot read shows
+// here at once instead of hiding behind a small saving.
+function untouchedTile(o) {
+  const rows = o.untouched || [];
+  const share = rows.reduce((sum, r) => sum + r.pct, 0);
+  const detail = rows.length ? rows.slice(0, 3).map((r) => r.reason + ' ' + pct(r.pct)).join(' · ') : 'every request was read';
+  const unread = rows.some((r) => r.reason.startsWith('unparsed'));
+  return tile('untouched', 'Forwarded untouched', pct(share), detail, unread ? 'bad' : '');
+}
 async function loadOverview() {
   const params = windowParams();
   const span = Number($('window').value) || 7 * 86400e3;
@@ -177,6 +186,7 @@ async function loadOverview() {
     tile('cache', 'Cache read / written', tokens(o.cache_read_tokens), 'written ' + tokens(o.cache_write_tokens) + ' · fresh ' + tokens(o.fresh_input_tokens)),
     tile('expand', 'Expand rounds', nf.format(o.expand_rounds), 'cost ' + usd(o.expand_cost_usd) + ' (in the net)'),
     tile('latency', 'Added by sluice', ms(o.added_ms_avg), 'average per request'),
+    untouchedTile(o),
     tile('capture', 'Capture', nf.format(c.captured || 0) + ' rows', nf.format(c.dropped || 0) + ' dropped · content ' + (c.content_enabled ? 'on' : 'off'), c.dropped ? 'bad' : ''),
   );
   const pts = series.points;
