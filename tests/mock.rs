@@ -84,6 +84,9 @@ pub struct Mock {
     curious: Arc<std::sync::atomic::AtomicBool>,
     /// The provider's prompt cache, simulated, behind every reply's usage fields.
     prompt_cache: Arc<Mutex<PromptCache>>,
+    /// The whole usage of every model reply, in order, in the reply's API shape (what a test
+    /// sums to check the usage an agent sees).
+    billed: Arc<Mutex<Vec<Value>>>,
 }
 
 impl std::fmt::Debug for Mock {
@@ -120,6 +123,7 @@ impl Mock {
             cache_report: Arc::default(),
             curious: Arc::default(),
             prompt_cache: Arc::default(),
+            billed: Arc::default(),
         };
         let served = mock.clone();
         tokio::spawn(async move {
@@ -173,6 +177,11 @@ impl Mock {
     }
 
     /// Forgets what was received (a long test keeps only what it checks).
+    /// The usage of every model reply so far, in order (whole: a stream's events split it).
+    pub fn billed(&self) -> Vec<Value> {
+        self.billed.lock().clone()
+    }
+
     pub fn clear_recorded(&self) {
         self.recorded.lock().clear();
     }
@@ -266,6 +275,13 @@ impl Mock {
         if let Reply::Delayed(pause, inner) = reply {
             tokio::time::sleep(pause).await;
             reply = *inner;
+        }
+        if !matches!(
+            reply,
+            Reply::Status(..) | Reply::Raw { .. } | Reply::ResetMidStream
+        ) {
+            let whole = prompt.with_output(&reply).json(dialect);
+            self.billed.lock().push(whole);
         }
         match reply {
             Reply::Status(code, body) => json_response(code, body),

@@ -118,6 +118,8 @@ impl Continuation {
         // Each pass reads one reply; the last round's reply is never resent, so the loop ends
         // by returning a response.
         let mut round = 0;
+        // What the rounds the agent never sees cost, added into the usage it reads.
+        let mut carried = crate::usage_sum::Usage::default();
         loop {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
@@ -168,8 +170,18 @@ impl Continuation {
                 None
             };
             let Some(next) = next else {
+                let bytes = match crate::usage_sum::add_to_reply(&bytes, &carried) {
+                    Some(summed) => {
+                        parts.headers.remove(http::header::CONTENT_LENGTH);
+                        Bytes::from(summed)
+                    }
+                    None => bytes,
+                };
                 return Response::from_parts(parts, h::full(bytes));
             };
+            if let Some(usage) = crate::usage_sum::of_reply(&bytes) {
+                carried.add(&usage);
+            }
             forwarded = Bytes::from(next);
             response = match self.resend(forwarded.clone()).await {
                 Ok(response) => response,

@@ -29,3 +29,4 @@ pub mod sse;
 pub mod store_stats;
 pub mod upstream;
 pub mod usage;
+pub mod usage_sum;

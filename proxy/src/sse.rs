@@ -8,7 +8,10 @@
 use bytes::Bytes;
 use engine::marker::EXPAND_TOOL_NAME;
 use engine::wire::Dialect;
+use engine::wire::json::{self as wire_json, Kind, Span};
 use serde_json::{Value, json};
+
+use crate::usage_sum::Usage;
 
 /// The most one frame, or the held part of a turn, may grow to. Past it the expand loop stops
 /// reading the stream and relays the rest untouched: memory stays bounded whatever an upstream
@@ -161,6 +164,13 @@ pub struct Relay {
     /// for it: the agent gets it as it came) and later items are not copied.
     events_bytes: usize,
     items_bytes: usize,
+    /// This round's token counts, as its events state them.
+    round_usage: Usage,
+    /// A content block of this round has started (a `ping` before it belongs to the opening).
+    opened_round: bool,
+    /// The counts of the rounds already answered, which the agent never saw: added into the
+    /// usage the last round reports (`usage_sum`).
+    carried: Usage,
 }
 
 impl Relay {
@@ -180,6 +190,9 @@ impl Relay {
             holding: false,
             held: Vec::new(),
             events: Vec::new(),
+            round_usage: Usage::default(),
+            opened_round: false,
+            carried: Usage::default(),
         }
     }
 
@@ -205,9 +218,19 @@ impl Relay {
             {
                 self.holding = true;
             }
-            let Some(frame) = self.renumber(frame, data.as_ref()) else {
+            let carries_usage = data.as_ref().is_some_and(|data| self.note_usage(data));
+            if data
+                .as_ref()
+                .is_some_and(|data| opens_unit(self.dialect, data))
+            {
+                self.opened_round = true;
+            }
+            let Some(mut frame) = self.renumber(frame, data.as_ref()) else {
                 continue;
             };
+            if carries_usage && !self.holding && !self.carried.is_empty() {
+                frame = self.with_total_usage(frame);
+            }
             if self.holding {
                 self.held.extend_from_slice(&frame);
             } else {
@@ -224,6 +247,38 @@ impl Relay {
             }
         }
         Bytes::from(out)
+    }
+
+    /// Lays an event's usage over this round's counts; whether the event carries usage.
+    fn note_usage(&mut self, data: &Value) -> bool {
+        let usage = match (self.dialect, data["type"].as_str()) {
+            (Dialect::Anthropic, Some("message_start")) => &data["message"]["usage"],
+            (Dialect::Responses, Some(kind)) if kind.starts_with("response.") => {
+                &data["response"]["usage"]
+            }
+            _ => &data["usage"],
+        };
+        if !usage.is_object() {
+            return false;
+        }
+        self.round_usage.overlay(usage);
+        // Anthropic's `message_start` is the first round's alone (a continuation's is dropped):
+        // the total goes where every round restates its counts, `message_delta`.
+        !(self.dialect == Dialect::Anthropic && data["type"] == "message_start")
+    }
+
+    /// A frame whose usage now reads the whole turn: the rounds answered plus this one.
+    fn with_total_usage(&self, frame: Vec<u8>) -> Vec<u8> {
+        let total = self.carried.plus(&self.round_usage);
+        let path: &[&str] = match self.dialect {
+            Dialect::Responses => &["response", "usage"],
+            Dialect::Anthropic | Dialect::OpenAi => &["usage"],
+        };
+        splice_frame(&frame, |text, root| {
+            let usage = at_path(text, root, path)?;
+            Some(vec![(usage, total.write_into(text, usage))])
+        })
+        .unwrap_or(frame)
     }
 
     /// Keeps count of what the client has been sent (as the first round numbered it).
@@ -276,12 +331,25 @@ impl Relay {
     /// Anthropic drops the second `message_start` and shifts block indices.
     fn renumber_anthropic(&self, frame: Vec<u8>, data: Option<&Value>) -> Option<Vec<u8>> {
         let Some(data) = data else { return Some(frame) };
-        if data["type"] == "message_start" {
+        // A continuation's opening (`message_start` and the `ping` upstream sends right after
+        // it) would read as a second message inside the first.
+        if data["type"] == "message_start" || (data["type"] == "ping" && !self.opened_round) {
             return None;
         }
         let Some(index) = data["index"].as_u64() else {
             return Some(frame);
         };
+        let shifted = index.saturating_add(self.offset);
+        // The upstream's bytes with the one number changed; re-serialized only when the frame
+        // is not one line of JSON.
+        if let Some(spliced) = splice_frame(&frame, |text, root| {
+            Some(vec![(
+                wire_json::get(text, root, "index")?,
+                shifted.to_string(),
+            )])
+        }) {
+            return Some(spliced);
+        }
         let mut data = data.clone();
         data["index"] = Value::from(index.saturating_add(self.offset));
         let kind = data["type"].as_str().unwrap_or("message").to_owned();
@@ -297,6 +365,9 @@ impl Relay {
         let kind = data["type"].as_str().unwrap_or("").to_owned();
         if matches!(kind.as_str(), "response.created" | "response.in_progress") {
             return None;
+        }
+        if let Some(spliced) = splice_frame(&frame, |text, root| self.responses_edits(text, root)) {
+            return Some(spliced);
         }
         let mut data = data.clone();
         if let Some(index) = data["output_index"].as_u64() {
@@ -321,6 +392,52 @@ impl Relay {
             *output = whole;
         }
         Some(format!("event: {kind}\ndata: {data}\n\n").into_bytes())
+    }
+
+    /// The splices [`Relay::renumber_responses`] makes, on the upstream's bytes: the indices
+    /// shifted, the first round's id, the earlier rounds' items in front of `output`.
+    fn responses_edits(&self, text: &str, root: Span) -> Option<Vec<(Span, String)>> {
+        let mut edits = Vec::new();
+        let number = |key: &str, shift: u64| -> Option<Option<(Span, String)>> {
+            let Some(span) = wire_json::get(text, root, key) else {
+                return Some(None);
+            };
+            let value: u64 = span.of(text).parse().ok()?;
+            Some(Some((span, value.saturating_add(shift).to_string())))
+        };
+        edits.extend(number("output_index", self.offset)?);
+        edits.extend(number("sequence_number", self.sequence_offset)?);
+        if let Some(response) = wire_json::get(text, root, "response") {
+            if wire_json::kind_of(text, response) != Kind::Object {
+                return None;
+            }
+            if let Some(id) = &self.response_id {
+                match wire_json::get(text, response, "id") {
+                    Some(span) => edits.push((span, id.to_string())),
+                    // No id of its own: the fallback path inserts one.
+                    None => return None,
+                }
+            }
+            if let Some(output) = wire_json::get(text, response, "output")
+                && self.items_before > 0
+            {
+                if wire_json::kind_of(text, output) != Kind::Array {
+                    return None;
+                }
+                let earlier: Vec<String> = self.items_sent[..self.items_before]
+                    .iter()
+                    .map(Value::to_string)
+                    .collect();
+                let inner = output.of(text)[1..output.len() - 1].trim();
+                let joined = if inner.is_empty() {
+                    format!("[{}]", earlier.join(","))
+                } else {
+                    format!("[{},{inner}]", earlier.join(","))
+                };
+                edits.push((output, joined));
+            }
+        }
+        Some(edits)
     }
 
     /// The held part, to release verbatim (the turn was not all expand calls, or the
@@ -349,7 +466,61 @@ impl Relay {
         self.offset = self.blocks_sent;
         self.sequence_offset = self.next_sequence;
         self.items_before = self.items_sent.len();
+        self.carried = self.carried.plus(&std::mem::take(&mut self.round_usage));
+        self.opened_round = false;
     }
+}
+
+/// The value at `path` (object keys) under `root`.
+fn at_path(text: &str, root: Span, path: &[&str]) -> Option<Span> {
+    path.iter()
+        .try_fold(root, |span, key| wire_json::get(text, span, key))
+}
+
+/// `frame` with edits made inside the JSON of its one `data:` line, every other byte kept
+/// (the event line, the spacing, the key order). `edits` gets the JSON text and its root and
+/// returns spans of it to replace; `None` from it, or a frame whose data is not one line of
+/// JSON, gives `None`.
+fn splice_frame(
+    frame: &[u8],
+    edits: impl FnOnce(&str, Span) -> Option<Vec<(Span, String)>>,
+) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(frame).ok()?;
+    let mut data_lines = text
+        .match_indices("data:")
+        .filter(|(at, _)| *at == 0 || text.as_bytes()[at - 1] == b'\n');
+    let (at, _) = data_lines.next()?;
+    if data_lines.next().is_some() {
+        return None;
+    }
+    let start = at + "data:".len() + usize::from(text[at + 5..].starts_with(' '));
+    let end = text[start..].find('\n').map_or(text.len(), |n| start + n);
+    let end = if text[..end].ends_with('\r') {
+        end - 1
+    } else {
+        end
+    };
+    let json_text = &text[start..end];
+    let root = wire_json::parse_document(json_text).ok()?;
+    if wire_json::kind_of(json_text, root) != Kind::Object {
+        return None;
+    }
+    let mut edits = edits(json_text, root)?;
+    edits.sort_by_key(|(span, _)| span.start);
+    let mut out = String::with_capacity(frame.len() + 64);
+    out.push_str(&text[..start]);
+    let mut cursor = 0;
+    for (span, replacement) in edits {
+        if span.start < cursor {
+            return None;
+        }
+        out.push_str(&json_text[cursor..span.start]);
+        out.push_str(&replacement);
+        cursor = span.end;
+    }
+    out.push_str(&json_text[cursor..]);
+    out.push_str(&text[end..]);
+    Some(out.into_bytes())
 }
 
 /// Folds a whole held stream into the shape of a non-streamed response, so the non-stream
