@@ -399,6 +399,12 @@ pub async fn handle(
     let method = request.method().clone();
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
+        // Claude Code checks its base URL with `HEAD` at start-up; sluice's roots answer it
+        // themselves (a provider's path below them is relayed like any other).
+        (
+            &Method::HEAD,
+            "/" | "/healthz" | "/anthropic" | "/anthropic/" | "/openai" | "/openai/",
+        ) => h::text(StatusCode::OK, ""),
         (method, dash) if dash.starts_with("/dashboard") => {
             match crate::dashboard::route(method, dash) {
                 Some(&(_, _, audience, _)) => {

@@ -297,10 +297,12 @@ enum SandboxArg {
 }
 
 /// The store `serve` keeps state in: `--store` / `SLUICE_STORE`, else `store.backend`, else
-/// nothing kept when `store.enabled` is false, else SQLite under the user's state directory.
+/// nothing kept when `store.enabled` is false, else SQLite under the user's state directory, in
+/// a file of the listen address's own (`actors::store::sqlite::default_path_for`).
 fn store_spec(
     flag: Option<actors::store::StoreSpec>,
     config: &config::StoreConfig,
+    listen: std::net::SocketAddr,
 ) -> Result<actors::store::StoreSpec, Failure> {
     use actors::store::StoreSpec;
     Ok(match (flag, &config.backend) {
@@ -309,7 +311,7 @@ fn store_spec(
         (None, Some(backend)) => backend
             .parse()
             .map_err(|e| Failure(format!("store.backend: {e}")))?,
-        (None, None) => StoreSpec::Sqlite(actors::store::sqlite::default_path()),
+        (None, None) => StoreSpec::Sqlite(actors::store::sqlite::default_path_for(listen)),
     })
 }
 
@@ -318,6 +320,7 @@ fn store_spec(
 fn dashboard(
     args: &DashboardArgs,
     spec: &actors::store::StoreSpec,
+    listen: std::net::SocketAddr,
 ) -> Result<Option<Arc<actors::dashboard::Dashboard>>, Failure> {
     use actors::dashboard::{Dashboard, DashboardOptions, beside};
     use actors::store::StoreSpec;
@@ -345,7 +348,7 @@ fn dashboard(
         (Some(path), _) if path.as_os_str() == ":memory:" => None,
         (Some(path), _) => Some(path.clone()),
         (None, Some(state)) => Some(beside(state)),
-        (None, None) => Some(beside(&actors::store::sqlite::default_path())),
+        (None, None) => Some(beside(&actors::store::sqlite::default_path_for(listen))),
     };
     let hours = |h: u64| (h > 0).then(|| std::time::Duration::from_secs(h.saturating_mul(3600)));
     let options = DashboardOptions {
@@ -576,8 +579,8 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let spec = store_spec(args.store.clone(), &config.store)?;
-        let dashboard = dashboard(&args.dashboard, &spec)?;
+        let spec = store_spec(args.store.clone(), &config.store, args.listen)?;
+        let dashboard = dashboard(&args.dashboard, &spec, args.listen)?;
         let state = state_store(spec, &config.store)?;
         let timeouts = Timeouts {
             connect: Duration::from_secs(args.connect_timeout),
@@ -682,7 +685,7 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
         // An agent compacting its own transcript: what the proxy forwards, the body as it came.
         modes::Turn::Untouched { reason, .. } => {
             stdout_result(std::io::stdout().lock().write_all(&body))?;
-            eprintln!("forwarded untouched: {reason:?}");
+            eprintln!("forwarded untouched: {}", reason.label());
             return Ok(());
         }
     };

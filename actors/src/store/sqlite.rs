@@ -93,6 +93,27 @@ impl std::fmt::Debug for SqliteBackend {
 
 /// Where `sluice serve` keeps its state when told nothing: `$XDG_STATE_HOME/sluice/state.db`,
 /// else `~/.local/state/sluice/state.db`, else `./sluice-state.db`.
+/// The default file for a `sluice serve` listening on `listen`: [`default_path`] for the default
+/// address, and a file of its own for any other. People run one sluice per project or per agent
+/// on one machine; SQLite serves one process, so with one default file the second would be
+/// refused.
+pub fn default_path_for(listen: std::net::SocketAddr) -> PathBuf {
+    if listen == std::net::SocketAddr::from(([127, 0, 0, 1], 4000)) {
+        return default_path();
+    }
+    let name = match listen.ip() {
+        ip if ip.is_loopback() => format!("state-{}.db", listen.port()),
+        ip => format!(
+            "state-{}-{}.db",
+            ip.to_string().replace([':', '.'], "_"),
+            listen.port()
+        ),
+    };
+    default_path().with_file_name(name)
+}
+
+/// The default file of the default listen address: `$XDG_STATE_HOME/sluice/state.db` (or
+/// `~/.local/state/sluice/state.db`).
 pub fn default_path() -> PathBuf {
     let state_home = std::env::var_os("XDG_STATE_HOME")
         .filter(|d| !d.is_empty())
@@ -121,7 +142,8 @@ impl SqliteBackend {
             {
                 return Err(BackendError::Io(format!(
                     "{} is in use by another process (SQLite serves one process; replicas share \
-                     Redis)",
+                     Redis): give this sluice a file of its own with --store sqlite:PATH, or \
+                     --store memory",
                     path.display()
                 )));
             }

@@ -317,3 +317,23 @@ async fn a_failed_commit_goes_with_the_next_one_and_commits_keep_their_order() {
     );
     assert_eq!(store.durable_stats().commit_failures, 1);
 }
+
+#[test]
+fn each_listen_address_gets_a_default_file_of_its_own() {
+    use super::sqlite::{default_path, default_path_for};
+    let at = |s: &str| default_path_for(s.parse().unwrap());
+    assert_eq!(
+        at("127.0.0.1:4000"),
+        default_path(),
+        "the default address keeps state.db"
+    );
+    assert_eq!(
+        at("127.0.0.1:4001"),
+        default_path().with_file_name("state-4001.db")
+    );
+    assert_eq!(
+        at("0.0.0.0:4000"),
+        default_path().with_file_name("state-0_0_0_0-4000.db")
+    );
+    assert_ne!(at("[::1]:4002"), at("127.0.0.1:4003"));
+}
