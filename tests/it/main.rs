@@ -1,6 +1,7 @@
 //! sluice's end-to-end tests, one binary (each test binary costs a link step on CI).
 
 mod abuse;
+mod agents;
 mod corpus;
 mod dashboard;
 mod docs;

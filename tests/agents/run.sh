@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Four real coding agents (Claude Code, Codex, mini-swe-agent, aider) end to end against a
+# scripted model server (tests/agents/model.py), each directly and through sluice, compared by
+# tests/agents/check.py.
+#
+# Usage: bash tests/agents/run.sh [claude|codex|codex-gpt5|mini|aider ...]   (default: all)
+#   codex is Codex on its default model (tools in an `additional_tools` input item, code mode);
+#   codex-gpt5 is the same Codex with `model = "gpt-5-codex"` (top-level function tools).
+#   SLUICE_BIN=path/to/sluice      use that binary (default: cargo build --bin sluice, debug)
+#   SLUICE_AGENTS_HOME=DIR         where the agents are installed (default ~/.cache/sluice-agents)
+#   SLUICE_AGENTS_OUT=DIR          run folder: recordings, logs, results.json (default HOME/last-run)
+#   SLUICE_AGENTS_TIMEOUT=SECONDS  per agent run (default 60; a run takes 1-6 s)
+#   CODEX_MODEL=NAME               a model for `codex` (default: none, Codex's own default)
+# The first run installs the agents (npm and PyPI, pinned); later runs reuse them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root="$(pwd)"
+here="$root/tests/agents"
+home="${SLUICE_AGENTS_HOME:-$HOME/.cache/sluice-agents}"
+out="${SLUICE_AGENTS_OUT:-$home/last-run}"
+per_run_timeout="${SLUICE_AGENTS_TIMEOUT:-60}"
+agents=("$@")
+[[ ${#agents[@]} -gt 0 ]] || agents=(claude codex codex-gpt5 mini aider)
+started=$SECONDS
+
+CLAUDE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
+TASK="Run python3 gen.py, then fix the setting its log warns about in settings.py. Reply with a one-line summary."
+
+# ------------------------------------------------------------------ install (once)
+mkdir -p "$home"
+npm_dir="$home/npm"
+want_npm="@anthropic-ai/claude-code@$CLAUDE_VERSION @openai/codex@$CODEX_VERSION"
+if [[ "$(cat "$npm_dir/.stamp" 2>/dev/null)" != "$want_npm" ]]; then
+    echo "installing $want_npm into $npm_dir" >&2
+    mkdir -p "$npm_dir"
+    # Claude Code declares node>=22 but ships a native binary per platform (an optional
+    # dependency), so node 20 installs and runs it; its postinstall only links that binary.
+    npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error $want_npm >&2
+    echo "$want_npm" > "$npm_dir/.stamp"
+fi
+# The native binary itself, whether or not the postinstall replaced the wrapper's stub.
+claude_bin="$(ls "$npm_dir"/node_modules/@anthropic-ai/claude-code-linux-*/claude 2>/dev/null | head -1 || true)"
+[[ -x "$claude_bin" ]] || claude_bin="$npm_dir/node_modules/.bin/claude"
+codex_bin="$npm_dir/node_modules/.bin/codex"
+
+venv="$home/venv"
+want_pip="$(cat "$here/requirements.txt" "$here/constraints.txt" | sha256sum | cut -c1-16)"
+if [[ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want_pip" ]]; then
+    echo "installing tests/agents/requirements.txt into $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+        -r "$here/requirements.txt" -c "$here/constraints.txt" >&2
+    echo "$want_pip" > "$venv/.stamp"
+fi
+
+# ------------------------------------------------------------------ sluice
+if [[ -n "${SLUICE_BIN:-}" ]]; then
+    sluice="$SLUICE_BIN"
+else
+    cargo build --quiet --bin sluice
+    target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+    sluice="$target_dir/debug/sluice"
+fi
+[[ -x "$sluice" ]] || { echo "no sluice binary at $sluice" >&2; exit 1; }
+
+# ------------------------------------------------------------------ helpers
+rm -rf "$out"
+mkdir -p "$out"
+echo "$("$sluice" --version) ($sluice, built $(date -u -r "$sluice" +%Y-%m-%dT%H:%M:%SZ))" > "$out/sluice.version"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+node_dir="$(dirname "$(command -v node)")"
+base_path="$node_dir:/usr/local/bin:/usr/bin:/bin"
+
+# The scratch repository: the same files, commit and paths on every run, so the direct run and
+# the run through sluice see byte-identical prompts.
+work="$out/work"
+make_repo() {
+    rm -rf "$work"
+    mkdir -p "$work/repo" "$work/home"
+    cp -r "$here/template/." "$work/repo/"
+    (
+        cd "$work/repo"
+        export GIT_AUTHOR_DATE="2026-01-01T00:00:00Z" GIT_COMMITTER_DATE="2026-01-01T00:00:00Z"
+        git init -q -b main
+        git config user.name agent
+        git config user.email agent@example.com
+        git add -A
+        git commit -qm "Initial commit"
+    )
+}
+
+start_model() { # DIR -> sets model_url
+    python3 "$here/model.py" --record "$1/requests.jsonl" > "$1/model.out" 2> "$1/model.err" &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q listening "$1/model.out" 2>/dev/null && break; sleep 0.05; done
+    model_url="$(sed -n 's/^listening on //p' "$1/model.out")"
+    [[ -n "$model_url" ]] || { echo "model server did not start" >&2; cat "$1/model.err" >&2; exit 1; }
+}
+
+start_sluice() { # DIR UPSTREAM -> sets sluice_url
+    local port
+    port="$(free_port)"
+    "$sluice" serve --listen "127.0.0.1:$port" --store memory --log-format json \
+        --anthropic-upstream "$2" --openai-upstream "$2" > "$1/sluice.out" 2> "$1/sluice.log" &
+    pids+=($!)
+    sluice_pid=$!
+    sluice_url="http://127.0.0.1:$port"
+    for _ in $(seq 200); do curl -fs "$sluice_url/healthz" >/dev/null 2>&1 && return 0; sleep 0.05; done
+    echo "sluice did not answer /healthz" >&2; cat "$1/sluice.log" >&2; exit 1
+}
+
+# run_agent AGENT ANTHROPIC_BASE OPENAI_BASE DIR: runs in $work/repo with a throwaway HOME.
+run_agent() {
+    local agent="$1" abase="$2" obase="$3" dir="$4" h="$work/home"
+    # PYTHONHASHSEED: aider lists the files in its chat in set order, which varies per process.
+    local -a envs=(PATH="$base_path" HOME="$h" LANG=C.UTF-8 TERM=dumb PYTHONHASHSEED=0)
+    local -a cmd
+    case "$agent" in
+        claude)
+            envs+=(CLAUDE_CONFIG_DIR="$h/.claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+                   DISABLE_AUTOUPDATER=1 ANTHROPIC_API_KEY=test-key ANTHROPIC_BASE_URL="$abase")
+            cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions) ;;
+        codex|codex-gpt5)
+            local model="${CODEX_MODEL:-}"
+            [[ "$agent" == codex-gpt5 ]] && model=gpt-5-codex
+            mkdir -p "$h/.codex"
+            {
+                [[ -n "$model" ]] && echo "model = \"$model\""
+                cat <<TOML
+model_provider = "scripted"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+
+[model_providers.scripted]
+name = "scripted"
+base_url = "$obase"
+env_key = "SCRIPTED_API_KEY"
+wire_api = "responses"
+TOML
+            } > "$h/.codex/config.toml"
+            envs+=(CODEX_HOME="$h/.codex" SCRIPTED_API_KEY=test-key)
+            cmd=("$codex_bin" exec --skip-git-repo-check --ephemeral --dangerously-bypass-approvals-and-sandbox "$TASK") ;;
+        mini)
+            envs+=(MSWEA_GLOBAL_CONFIG_DIR="$h/mini" MSWEA_CONFIGURED=true MSWEA_SILENT_STARTUP=1
+                   MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True OPENAI_API_KEY=test-key)
+            cmd=("$venv/bin/mini" -m openai/scripted -t "$TASK" --yolo --exit-immediately
+                 -o "$h/trajectory.json" -c mini.yaml -c "model.model_kwargs.api_base=$obase") ;;
+        aider)
+            # aider fetches litellm's price list from the network unless the model is known locally.
+            echo '{"openai/scripted": {"max_input_tokens": 128000, "max_output_tokens": 8192, "max_tokens": 8192,
+ "input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "litellm_provider": "openai", "mode": "chat"}}' \
+                > "$h/aider-models.json"
+            # aider runs no command on its own: `/run` (from --load, before --message) puts the
+            # log in the chat as a user message followed by an assistant "Ok.", as a user would.
+            echo "/run python3 gen.py" > "$h/aider-commands.txt"
+            envs+=(LITELLM_LOCAL_MODEL_COST_MAP=True OPENAI_API_KEY=test-key)
+            cmd=("$venv/bin/aider" --model openai/scripted --openai-api-base "$obase" --edit-format diff
+                 --model-metadata-file "$h/aider-models.json" --yes-always --no-auto-commits
+                 --no-dirty-commits --no-analytics --no-check-update --no-show-release-notes
+                 --no-show-model-warnings --no-pretty --no-fancy-input --no-gitignore
+                 --load "$h/aider-commands.txt" --message "$TASK" settings.py) ;;
+    esac
+    local rc=0 t0=$SECONDS
+    (cd "$work/repo" && env -i "${envs[@]}" timeout "$per_run_timeout" "${cmd[@]}" \
+        < /dev/null > "$dir/agent.out" 2> "$dir/agent.err") || rc=$?
+    echo "$rc" > "$dir/exit"
+    echo $((SECONDS - t0)) > "$dir/seconds"
+    git -C "$work/repo" diff > "$dir/diff.patch"
+    git -C "$work/repo" status --porcelain > "$dir/status.txt"
+    cp "$work/repo/settings.py" "$dir/settings.py"
+}
+
+agent_version() {
+    case "$1" in
+        claude) "$claude_bin" --version 2>/dev/null | head -1 ;;
+        codex|codex-gpt5) "$codex_bin" --version 2>/dev/null | head -1 ;;
+        mini) "$venv/bin/python" -c 'import importlib.metadata as m; print("mini-swe-agent", m.version("mini-swe-agent"))' ;;
+        aider) "$venv/bin/python" -c 'import importlib.metadata as m; print("aider-chat", m.version("aider-chat"))' ;;
+    esac
+}
+
+# ------------------------------------------------------------------ the runs
+for agent in "${agents[@]}"; do
+    case "$agent" in claude|codex|codex-gpt5|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
+    agent_version "$agent" > "$out/$agent.version" || echo unknown > "$out/$agent.version"
+
+    dir="$out/$agent/direct"
+    mkdir -p "$dir"
+    make_repo
+    start_model "$dir"
+    run_agent "$agent" "$model_url" "$model_url/v1" "$dir"
+    echo "$agent direct: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2
+
+    dir="$out/$agent/sluice"
+    mkdir -p "$dir"
+    make_repo
+    start_model "$dir"
+    start_sluice "$dir" "$model_url"
+    run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$dir"
+    curl -fs "$sluice_url/stats" > "$dir/stats.json" 2>/dev/null || echo '{}' > "$dir/stats.json"
+    kill "$sluice_pid" 2>/dev/null || true
+    echo "$agent through sluice: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2
+done
+
+python3 "$here/check.py" --out "$out" --seconds $((SECONDS - started)) "${agents[@]}"
