@@ -82,6 +82,15 @@ pub struct Options {
     /// the model expands (true). The parity test turns it off: its mock model never expands,
     /// so the proxy's sessions never hear of a round.
     pub learn_from_rounds: bool,
+    /// Settle each turn's reply as the proxy does when the provider reports its cache use
+    /// (`TurnService::settle`), with what the cost model billed: the tracker checks its cold
+    /// prediction and the cost guard judges the session (true). The parity test turns it off:
+    /// its mock provider reports no caching, so the proxy's sessions settle nothing.
+    pub settle_replies: bool,
+    /// Tokens of an agent preamble the recorded bodies lack (Claude Code's system prompt and
+    /// tools, about 18,000 tokens in 2.1), added to every turn as a stand-in `tools` entry of
+    /// that size; 0 adds none. `sluice replay` takes it from the corpus's `replay.json`.
+    pub preamble_tokens: usize,
 }
 
 impl Default for Options {
@@ -92,6 +101,8 @@ impl Default for Options {
             cold_detection: true,
             keep_bodies: false,
             learn_from_rounds: true,
+            settle_replies: true,
+            preamble_tokens: 0,
         }
     }
 }
@@ -308,10 +319,11 @@ struct Round {
 fn recall(
     answer: &str,
     original: &[Message],
-    forwarded: &[Message],
+    request: &Billable,
     store: &dyn Store,
     session: &str,
 ) -> (Recall, Option<Round>) {
+    let forwarded = &request.messages;
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for m in original.iter().filter(|m| m.is_tool()) {
         seen.extend(identifiers(&m.content));
@@ -341,7 +353,8 @@ fn recall(
         }
     }
     let round = (!needed.is_empty()).then(|| {
-        let prompt: usize = forwarded.iter().map(message_tokens).sum();
+        // The round re-sends the whole request: tools, system prompt and messages.
+        let prompt = request.tokens();
         let restored: usize = needed
             .iter()
             .map(|&i| engine::tokens::count(&stashed[i].1) + EXPAND_CALL_TOKENS)
@@ -359,25 +372,100 @@ fn recall(
     (r, round)
 }
 
-/// Bills `messages` given what the previous turn forwarded.
-fn bill(messages: &[Message], previous: Option<&[Message]>, warm: bool) -> Bill {
-    let counts: Vec<usize> = messages.iter().map(message_tokens).collect();
-    let total: usize = counts.iter().sum();
-    let prefix = match previous {
-        Some(prev) if warm => messages
-            .iter()
-            .zip(prev)
-            .take_while(|(a, b)| a == b)
-            .count(),
+/// A request as the cost model bills it: the `tools` value (the start of the provider's cached
+/// prefix, before the system prompt and the messages), then the messages.
+#[derive(Debug, Clone, Default)]
+struct Billable {
+    /// The `tools` value's bytes, when the body has one.
+    tools: Option<String>,
+    tools_tokens: usize,
+    messages: Vec<Message>,
+}
+
+impl Billable {
+    fn of(body: &[u8], messages: Vec<Message>) -> Billable {
+        let tools = std::str::from_utf8(body).ok().and_then(|text| {
+            let root = engine::wire::json::parse_document(text).ok()?;
+            engine::wire::json::get(text, root, "tools").map(|s| s.of(text).to_owned())
+        });
+        let tools_tokens = tools.as_deref().map_or(0, engine::tokens::count);
+        Billable {
+            tools,
+            tools_tokens,
+            messages,
+        }
+    }
+
+    /// Every token of the request: tools, system prompt, messages.
+    fn tokens(&self) -> usize {
+        self.tools_tokens + self.messages.iter().map(message_tokens).sum::<usize>()
+    }
+}
+
+/// Bills `now` given what the previous turn sent. The cached prefix runs from the start of the
+/// request: a `tools` value that changed (the expand tool declared on a later turn) caches
+/// nothing after it.
+fn bill(now: &Billable, previous: Option<&Billable>, warm: bool) -> Bill {
+    let counts: Vec<usize> = now.messages.iter().map(message_tokens).collect();
+    let total = now.tools_tokens + counts.iter().sum::<usize>();
+    let read = match previous {
+        Some(prev) if warm && prev.tools == now.tools => {
+            let prefix = now
+                .messages
+                .iter()
+                .zip(&prev.messages)
+                .take_while(|(a, b)| a == b)
+                .count();
+            now.tools_tokens + counts[..prefix].iter().sum::<usize>()
+        }
         _ => 0,
     };
-    let read: usize = counts[..prefix].iter().sum();
     Bill {
         content_tokens: total,
         cache_read: read,
         cache_write: total - read,
         fresh: 0,
     }
+}
+
+/// `body` with a stand-in for the agent preamble the recording lacks: one more entry in `tools`
+/// (made when there is none) whose description holds about `tokens` tokens, the same bytes on
+/// every turn. `body` as it is for 0 tokens or a body that is not a JSON object.
+pub fn with_preamble(body: &[u8], tokens: usize) -> Vec<u8> {
+    if tokens == 0 {
+        return body.to_vec();
+    }
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return body.to_vec();
+    };
+    let Some(object) = value.as_object_mut() else {
+        return body.to_vec();
+    };
+    let tool = serde_json::json!({
+        "name": "agent_preamble_stand_in",
+        "description": preamble_text(tokens),
+        "input_schema": {"type": "object", "properties": {}},
+    });
+    match object
+        .get_mut("tools")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        Some(tools) => tools.push(tool),
+        None => {
+            object.insert("tools".into(), serde_json::Value::Array(vec![tool]));
+        }
+    }
+    serde_json::to_vec(&value).unwrap_or_else(|_| body.to_vec())
+}
+
+/// Instruction-like prose of about `tokens` tokens (o200k), the same for the same count.
+fn preamble_text(tokens: usize) -> String {
+    const SENTENCE: &str = "Use the Bash tool to run commands in the working directory, read a file before editing it, and keep answers short. ";
+    // Counted as it is repeated: sentences run into each other across their joins.
+    static PER_HUNDRED: OnceLock<usize> = OnceLock::new();
+    let per_hundred =
+        *PER_HUNDRED.get_or_init(|| engine::tokens::count(&SENTENCE.repeat(100)).max(1));
+    SENTENCE.repeat((tokens * 100).div_ceil(per_hundred))
 }
 
 /// The headers every replayed turn of session `name` carries: the proxy given the same headers
@@ -449,10 +537,11 @@ async fn replay_on(
     } else {
         turns
     };
-    let (mut prev_in, mut prev_out): (Vec<Message>, Vec<Message>) = (Vec::new(), Vec::new());
+    let (mut prev_in, mut prev_out): (Option<Billable>, Option<Billable>) = (None, None);
     let mut last_at: Option<Duration> = None;
     for (k, body) in requests.iter().enumerate() {
         clock.advance(options.gap);
+        let body = &with_preamble(body, options.preamble_tokens);
         let parsed = wire::parse(body, dialect).map_err(|error| ReplayError::TurnUnparsed {
             session: name.to_owned(),
             turn: k,
@@ -481,36 +570,40 @@ async fn replay_on(
         let ttl = tracker::asked_ttl(body, dialect);
         let warm = last_at.is_some_and(|t| now.saturating_sub(t) <= ttl);
         last_at = Some(now);
-        let baseline = bill(
-            incoming,
-            (!prev_in.is_empty()).then_some(&prev_in[..]),
-            warm,
-        );
-        let sluice = bill(
-            &applied.messages,
-            (!prev_out.is_empty()).then_some(&prev_out[..]),
-            warm,
-        );
-        let flipped = if warm && !facts.cold && !facts.amortized {
-            flips(&prev_in, incoming, &prev_out, &applied.messages)
-        } else {
-            0
+        let sent = Billable::of(body, incoming.to_vec());
+        let forwarded = Billable::of(&applied.body, applied.messages.clone());
+        let baseline = bill(&sent, prev_in.as_ref(), warm);
+        let sluice = bill(&forwarded, prev_out.as_ref(), warm);
+        let flipped = match (&prev_in, &prev_out) {
+            (Some(prev_in), Some(prev_out)) if warm && !facts.cold && !facts.amortized => flips(
+                &prev_in.messages,
+                incoming,
+                &prev_out.messages,
+                &applied.messages,
+            ),
+            _ => 0,
         };
+        if options.settle_replies {
+            // The reply half: the provider would report what the cost model billed.
+            let usage = crate::CacheUsage {
+                read: sluice.cache_read as u64,
+                written: Some(sluice.cache_write as u64),
+            };
+            service
+                .settle(&applied.session, usage, facts.ledger_turn)
+                .await;
+        }
         let answer = answer_after(full_messages, incoming.len());
         let (recall, round) = answer.map_or_else(
             || (Recall::default(), None),
-            |a| {
-                recall(
-                    &a,
-                    incoming,
-                    &applied.messages,
-                    store.as_ref(),
-                    &applied.session,
-                )
-            },
+            |a| recall(&a, incoming, &forwarded, store.as_ref(), &applied.session),
         );
         if let Some(round) = round.as_ref().filter(|_| options.learn_from_rounds) {
-            note_round(&service, &applied.session, &round.markers).await;
+            let ids: Vec<&str> = round.markers.iter().map(String::as_str).collect();
+            let (prompt, restored) = (round.bill.cache_read as u64, round.bill.cache_write as u64);
+            service
+                .expand_round(&applied.session, &ids, prompt, restored)
+                .await;
         }
         tally(&mut report, &mut unique, k, &applied.report);
         let frozen = applied.report.frozen();
@@ -525,28 +618,14 @@ async fn replay_on(
             flipped_messages: flipped,
             recall,
         });
-        prev_in = incoming.to_vec();
-        prev_out = applied.messages;
+        prev_in = Some(sent);
+        prev_out = Some(forwarded);
         if options.keep_bodies {
             report.bodies.push(applied.body);
         }
     }
     keep_largest(&mut report.largest);
     Ok(report)
-}
-
-/// Tells the session which markers an expand round restored, as the proxy's expand loop does:
-/// a marker expanded a second time makes its tool's later outputs lossless
-/// (`crate::retries::note_expand`), so the replayed session learns what a live one would. The
-/// loop also charges the round to the cost guard (`guard::expand_round`); replay leaves that
-/// out, since its sessions never receive a provider report that would settle a turn.
-async fn note_round(service: &TurnService, session: &str, markers: &[String]) {
-    if let Some(sessions) = service.sessions() {
-        let mut state = sessions.lease(session).await;
-        for id in markers {
-            crate::retries::note_expand(&mut state, id);
-        }
-    }
 }
 
 /// The proxy's turn service on a simulated clock and a store of its own.

@@ -523,6 +523,50 @@ impl TurnService {
         settled.forward(input.body, &parsed, session, facts, added, flushed)
     }
 
+    /// The reply half of a turn: the provider's cache report for `session`'s request goes to
+    /// its tracker (checking the cold prediction) and settles the cost guard's entry for
+    /// `ledger_turn` (the turn that sent the request, when one ran the pipeline). The proxy
+    /// calls it with what the provider reported, replay with what its cost model billed, so
+    /// both back off on the same turn.
+    pub async fn settle(
+        &self,
+        session: &str,
+        usage: crate::CacheUsage,
+        ledger_turn: Option<u64>,
+    ) -> Settlement {
+        let Some(sessions) = &self.sessions else {
+            return Settlement::default();
+        };
+        let mut state = sessions.lease(session).await;
+        let settled = settle_state(&mut state, usage, ledger_turn);
+        self.keep(session, &state);
+        settled
+    }
+
+    /// An expand round the model of `session` asked for: a marker expanded a second time makes
+    /// its tool's later outputs lossless (`retries`), and the round's cost goes to the cost guard
+    /// (the prompt re-read, the originals written). The proxy's expand loop and replay both
+    /// call it.
+    pub async fn expand_round(
+        &self,
+        session: &str,
+        stash_ids: &[&str],
+        prompt_tokens: u64,
+        restored_tokens: u64,
+    ) -> ExpandOutcome {
+        let Some(sessions) = &self.sessions else {
+            return ExpandOutcome::default();
+        };
+        let mut state = sessions.lease(session).await;
+        let repeats = stash_ids
+            .iter()
+            .filter(|id| crate::retries::note_expand(&mut state, id))
+            .count();
+        let backoff = crate::guard::expand_round(&mut state, prompt_tokens, restored_tokens);
+        self.keep(session, &state);
+        ExpandOutcome { repeats, backoff }
+    }
+
     /// Says once per session that parts of its bodies are kept opaque, and where.
     fn warn_opaque(&self, parsed: &ParsedBody<'_>, session: &str) {
         let opaque = parsed.opaque_entries();
@@ -686,6 +730,42 @@ impl TurnService {
         let _ = preparer
             .pool
             .try_submit(key, move || pipeline.prepare(&new));
+    }
+}
+
+/// What settling a turn's reply decided, for the host to count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settlement {
+    /// The provider read from its cache on a turn the tracker had read cold.
+    pub cold_mispredicted: bool,
+    /// This report tipped the session's cost guard into backing off.
+    pub backoff: Option<crate::guard::BackOff>,
+}
+
+/// What an expand round decided, for the host to count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpandOutcome {
+    /// Markers the model had expanded before.
+    pub repeats: usize,
+    pub backoff: Option<crate::guard::BackOff>,
+}
+
+/// [`TurnService::settle`] on a state already leased (observe mode's shadow sessions, which
+/// settle no ledger, pass `None`).
+pub fn settle_state(
+    state: &mut SessionState,
+    usage: crate::CacheUsage,
+    ledger_turn: Option<u64>,
+) -> Settlement {
+    let before = state.tracker.counts.cold_mispredicted;
+    state.tracker.observe_usage(usage);
+    let billed = crate::guard::Billed {
+        read: usage.read,
+        written: usage.written,
+    };
+    Settlement {
+        cold_mispredicted: state.tracker.counts.cold_mispredicted > before,
+        backoff: ledger_turn.and_then(|turn| crate::guard::settle(state, turn, billed)),
     }
 }
 

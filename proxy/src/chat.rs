@@ -432,18 +432,12 @@ fn apply_usage(
 ) {
     let stats = stats.clone();
     sessions.apply(session, move |state: &mut SessionState| {
-        let before = state.tracker.counts.cold_mispredicted;
-        state.tracker.observe_usage(usage);
-        if state.tracker.counts.cold_mispredicted > before {
+        // The turn's reply half, the one replay runs too (`modes::turn::settle_state`).
+        let settled = modes::turn::settle_state(state, usage, ledger_turn);
+        if settled.cold_mispredicted {
             stats.record_cold_mispredicted();
         }
-        let billed = modes::guard::Billed {
-            read: usage.read,
-            written: usage.written,
-        };
-        if let Some(turn) = ledger_turn
-            && let Some(why) = modes::guard::settle(state, turn, billed)
-        {
+        if let Some(why) = settled.backoff {
             stats.record_cost_guard_backoff(why.label());
         }
     });

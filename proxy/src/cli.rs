@@ -80,6 +80,10 @@ struct ReplayArgs {
     /// Seconds between turns on the simulated clock.
     #[arg(long, default_value_t = 30)]
     gap: u64,
+    /// Bill the bodies as recorded, without the agent preamble a corpus's `replay.json` says its
+    /// recordings lack (Claude Code's system prompt and tools).
+    #[arg(long)]
+    no_preamble: bool,
     /// Request bodies (.json, split into turns), per-turn JSONL, or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -819,6 +823,12 @@ fn replay(args: &ReplayArgs) -> Result<(), Failure> {
         gap: std::time::Duration::from_secs(args.gap),
         ..modes::replay::Options::default()
     };
+    let mut sessions = sessions;
+    if args.no_preamble {
+        for session in &mut sessions {
+            session.preamble_tokens = 0;
+        }
+    }
     let reports = crate::replay::run(&config, &sessions, &options)?;
     let totals = modes::replay::totals(&reports, &options.prices);
     if let Some(dir) = &args.out {

@@ -88,18 +88,14 @@ impl Continuation {
     /// one makes its tool's outputs lossless for the rest of the session, `modes::retries`),
     /// and what the round cost its cost guard (`modes::guard`).
     async fn note_round(&self, calls: &[expand::ExpandCall], restored_tokens: u64) {
-        let Some(sessions) = self.app.turns().sessions() else {
-            return;
-        };
-        let mut state = sessions.lease(&self.session).await;
-        let repeats = calls
-            .iter()
-            .filter(|call| modes::retries::note_expand(&mut state, &call.stash_id))
-            .count();
-        self.app.stats.record_retries(repeats as u64);
-        if let Some(why) =
-            modes::guard::expand_round(&mut state, self.prompt_tokens, restored_tokens)
-        {
+        let ids: Vec<&str> = calls.iter().map(|c| c.stash_id.as_str()).collect();
+        let round = self
+            .app
+            .turns()
+            .expand_round(&self.session, &ids, self.prompt_tokens, restored_tokens)
+            .await;
+        self.app.stats.record_retries(round.repeats as u64);
+        if let Some(why) = round.backoff {
             self.app.stats.record_cost_guard_backoff(why.label());
         }
     }

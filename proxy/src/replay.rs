@@ -67,6 +67,24 @@ pub struct Recorded {
     pub name: String,
     pub dialect: Dialect,
     pub turns: Vec<Vec<u8>>,
+    /// Tokens of the agent preamble its recording lacks (the nearest `replay.json`'s
+    /// `preamble_tokens`), billed as a stand-in on every turn (`modes::replay::with_preamble`).
+    pub preamble_tokens: usize,
+}
+
+/// The file beside a corpus that says how to bill it: `{"preamble_tokens": N, "why": "..."}`.
+const CORPUS_SETTINGS: &str = "replay.json";
+
+/// `preamble_tokens` from the `replay.json` nearest to `file` (its folder, then each parent).
+fn preamble_tokens(file: &Path) -> usize {
+    file.ancestors()
+        .skip(1)
+        .map(|dir| dir.join(CORPUS_SETTINGS))
+        .find(|settings| settings.is_file())
+        .and_then(|settings| std::fs::read(settings).ok())
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .and_then(|value| value["preamble_tokens"].as_u64())
+        .map_or(0, |n| usize::try_from(n).unwrap_or(0))
 }
 
 /// Reads every session under `paths`: a request body (`.json`, `.json.gz`, split into turns), a
@@ -142,6 +160,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, RunError> {
         };
         out.push(Recorded {
             dialect: Dialect::detect(first),
+            preamble_tokens: preamble_tokens(&file),
             name,
             turns,
         });
@@ -287,13 +306,17 @@ pub fn run(
         if progress {
             eprint!("\rreplay: {}/{} sessions", i + 1, sessions.len());
         }
+        let options = Options {
+            preamble_tokens: s.preamble_tokens,
+            ..options.clone()
+        };
         reports.push(replay_session(
             &s.name,
             &s.turns,
             s.dialect,
             config,
             pipeline.clone(),
-            options,
+            &options,
         )?);
     }
     if progress {
@@ -327,6 +350,22 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
         t.recall.referenced,
         t.recall.behind_marker
     );
+    let nets: Vec<(f64, &str)> = reports
+        .iter()
+        .map(|r| {
+            let net = totals(std::slice::from_ref(r), prices).net_cost_change_pct;
+            (net, r.name.as_str())
+        })
+        .collect();
+    let losing = nets.iter().filter(|(net, _)| *net > 0.0).count();
+    if let Some((worst, name)) = nets.iter().max_by(|a, b| a.0.total_cmp(&b.0)) {
+        let _ = writeln!(
+            out,
+            "Sessions above 0% net: **{losing} of {}**; worst session: **{worst:+.2}%** ({}).\n",
+            reports.len(),
+            short(name)
+        );
+    }
     let _ = writeln!(
         out,
         "| | content tokens | cache reads | cache writes | billed (relative) |\n|---|--:|--:|--:|--:|"

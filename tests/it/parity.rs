@@ -42,6 +42,8 @@ async fn replay_computes_the_bodies_the_proxy_forwards() {
                 // The mock model never expands, so the proxy's sessions never learn from a
                 // round; replay must not either.
                 learn_from_rounds: false,
+                // Nor does it report caching, so the proxy settles no reply.
+                settle_replies: false,
                 ..Options::default()
             };
             let (config, pipeline, replayed_name, replayed_turns) = (

@@ -227,10 +227,16 @@ fn the_report_totals_are_the_sum_of_its_items() {
         .flat_map(|r| r.components.values())
         .map(|c| c.saved_tokens)
         .sum();
-    assert_eq!(
-        saved,
-        t.baseline.content_tokens - t.sluice.content_tokens,
-        "per-component savings add up to the total"
+    // The bodies declare no tools of their own, so the expand tool arrives with the first
+    // marker and is billed on every turn that carries one.
+    let declared = engine::tokens::count(&format!(
+        "[{}]",
+        engine::way_back::tool_json(Dialect::OpenAi)
+    ));
+    let declarations = saved - (t.baseline.content_tokens - t.sluice.content_tokens);
+    assert!(
+        declarations > 0 && declarations % declared == 0,
+        "per-component savings add up to the total, less {declarations} tokens of declarations ({declared} each)"
     );
     assert!((t.sluice_cost - t.sluice.cost(&Prices::default())).abs() < 1e-6);
 }
@@ -316,10 +322,14 @@ fn an_expand_round_teaches_the_session_as_the_proxy_would() {
     ];
     // Each call reads another file: none re-issues an earlier one, so no retry is detected.
     let commands = ["cat alpha.log", "ls", "pwd", "cat omega.log"];
+    // The cost guard stays out of it (no replies settled): this is the retries' lesson alone.
     let report = replay(
         "pipeline: [collapse]",
         &body_of(&outputs, &commands, &answers),
-        &Options::default(),
+        &Options {
+            settle_replies: false,
+            ..Options::default()
+        },
     );
     let rounds: Vec<usize> = report.turns.iter().map(|t| t.expand_rounds).collect();
     assert_eq!(rounds, [0, 1, 1, 0, 0], "the same marker, expanded twice");
@@ -331,5 +341,119 @@ fn an_expand_round_teaches_the_session_as_the_proxy_would() {
         last.baseline.content_tokens - report.turns[3].baseline.content_tokens
             + report.turns[3].sluice.content_tokens,
         "the new output goes whole; only the first stays collapsed"
+    );
+}
+
+#[test]
+fn the_preamble_is_billed_on_every_turn_in_both_arms() {
+    let outputs = [big("a").leak() as &str, big("b").leak()];
+    let body = body(&outputs, &[]);
+    let plain = replay("pipeline: []", &body, &Options::default());
+    let with = replay(
+        "pipeline: []",
+        &body,
+        &Options {
+            preamble_tokens: 5_000,
+            ..Options::default()
+        },
+    );
+    for (k, (p, w)) in plain.turns.iter().zip(&with.turns).enumerate() {
+        let added = w.baseline.content_tokens - p.baseline.content_tokens;
+        assert!(
+            (4_900..5_300).contains(&added),
+            "turn {k}: {added} tokens added"
+        );
+        assert_eq!(w.baseline, w.sluice, "no pipeline: both arms bill the same");
+        if k > 0 {
+            assert_eq!(
+                w.baseline.cache_read - p.baseline.cache_read,
+                added,
+                "turn {k}: a warm turn reads the preamble from the cache"
+            );
+        }
+    }
+    // And the stand-in is a `tools` entry the proxy would see too.
+    let stood_in = with_preamble(&turns_of(&body).unwrap()[0], 300);
+    let value: serde_json::Value = serde_json::from_slice(&stood_in).unwrap();
+    assert_eq!(value["tools"][0]["name"], "agent_preamble_stand_in");
+}
+
+#[test]
+fn a_tool_list_that_changes_mid_session_costs_a_full_write() {
+    // No tools of its own: the expand tool arrives with the first marker, and that turn reads
+    // nothing from the cache.
+    let outputs = [long_read("alpha", 1_700_000_005).leak() as &str, "ok", "ok"];
+    let report = replay(
+        "pipeline: [collapse]",
+        &body(&outputs, &[]),
+        &Options::default(),
+    );
+    let marked = report
+        .turns
+        .iter()
+        .position(|t| t.sluice.content_tokens < t.baseline.content_tokens);
+    let k = marked.expect("collapse cut the long read");
+    assert_eq!(
+        report.turns[k].sluice.cache_read, 0,
+        "the tools changed on turn {k}"
+    );
+    // With tools of its own the agent's list carries the expand tool from the first turn, so
+    // the later turns read it from the cache.
+    let mut value: serde_json::Value = serde_json::from_slice(&body(&outputs, &[])).unwrap();
+    value["tools"] = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]);
+    let report = replay(
+        "pipeline: [collapse]",
+        &serde_json::to_vec(&value).unwrap(),
+        &Options::default(),
+    );
+    for turn in &report.turns[1..] {
+        assert!(turn.sluice.cache_read > 0, "{turn:?}");
+    }
+}
+
+/// A session whose every answer needs another fact collapse hid from its first output: the
+/// same marker expanded turn after turn, while each later output is cut too.
+fn repeating_session(turns: usize) -> Vec<u8> {
+    let first: String = (0..400)
+        .map(|i| format!("row {i}: checksum {}", 1_800_000_000 + i))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut reads = vec![first];
+    reads.extend((1..turns).map(|i| long_read(&format!("f{i}"), 1_700_000_000 + i as u64)));
+    let outputs: Vec<&str> = reads.iter().map(String::as_str).collect();
+    let answers: Vec<String> = std::iter::once("looking".to_owned())
+        .chain((0..turns).map(|i| format!("row {} has checksum {}", 100 + i, 1_800_000_100 + i)))
+        .collect();
+    let answers: Vec<&str> = answers.iter().map(String::as_str).collect();
+    let commands: Vec<String> = (0..turns).map(|i| format!("cat f{i}.log")).collect();
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    body_of(&outputs, &commands, &answers)
+}
+
+#[test]
+fn the_reply_half_settles_the_cost_guard_and_a_session_whose_rounds_repeat_backs_off() {
+    let body = repeating_session(12);
+    let settled = replay("pipeline: [collapse]", &body, &Options::default());
+    let unsettled = replay(
+        "pipeline: [collapse]",
+        &body,
+        &Options {
+            settle_replies: false,
+            ..Options::default()
+        },
+    );
+    let held = |r: &SessionReport| r.components["collapse"].gates.get("cost_guard").copied();
+    assert!(
+        held(&settled).is_some(),
+        "{:?}",
+        settled.components["collapse"].gates
+    );
+    assert_eq!(held(&unsettled), None, "no report, no judgement");
+    // Either way the marker's repeat made later `cat` outputs lossless (the retries' lesson);
+    // the guard's back-off is what a settled session adds.
+    assert!(
+        unsettled.components["collapse"]
+            .gates
+            .contains_key("retried_after_compaction")
     );
 }
