@@ -25,7 +25,9 @@ type Body = BoxBody<Bytes, std::io::Error>;
 pub enum Reply {
     /// A plain text answer.
     Text(String),
-    /// Tool calls to `context_guru_expand`, one per stash id, after optional text.
+    /// Tool calls to `context_guru_expand`, one per stash id, after optional text. An id that
+    /// is a JSON object is sent as the call's whole arguments (a partial expand:
+    /// `{"id": ..., "lines": "3-5"}`).
     Expand {
         text: Option<String>,
         ids: Vec<String>,
@@ -521,10 +523,14 @@ fn calls(reply: &Reply) -> Vec<(String, String, Value)> {
             .iter()
             .enumerate()
             .map(|(i, id)| {
+                let arguments = serde_json::from_str::<Value>(id)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({ "id": id }));
                 (
                     format!("call_{i}"),
                     "context_guru_expand".to_owned(),
-                    json!({ "id": id }),
+                    arguments,
                 )
             })
             .collect(),

@@ -23,9 +23,107 @@ use crate::marker::{EXPAND_TOOL_NAME, MARKER_PREFIX};
 use crate::wire::json::{self, Kind, Span};
 use crate::wire::{Dialect, ParsedBody};
 
-/// The tool's description, as the reference wrote it.
-pub const EXPAND_DESCRIPTION: &str =
-    "Retrieve the full original content that was compressed and replaced by a <<cg:HASH>> marker.";
+/// The tool's description. Short: it is declared on every turn of a session a lossy pipeline
+/// may cut, and sent with each of them (the reference's sentence, two thirds longer, cost a
+/// session that nothing was cut from about 0.3% more: `docs/performance.md`).
+pub const EXPAND_DESCRIPTION: &str = "Returns the original text behind a <<cg:ID>> marker; with `pattern` (text to find) or `lines` (\"START-END\"), only those lines, numbered.";
+
+/// The tool's input schema: the marker's id, and optionally the part wanted.
+const EXPAND_SCHEMA: &str = r#"{"type":"object","properties":{"id":{"type":"string"},"pattern":{"type":"string"},"lines":{"type":"string"}},"required":["id"]}"#;
+
+/// What an expand call asks for beyond the id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// `lines`: a 1-based, inclusive range.
+    pub lines: Option<(usize, usize)>,
+    /// `pattern`: lines containing this text, compared without case.
+    pub pattern: Option<String>,
+}
+
+impl Ask {
+    /// The ask of a call's `pattern` and `lines` arguments (`"START-END"` or one line number);
+    /// an argument that does not read as one is ignored, and the whole original goes back.
+    pub fn parse(pattern: Option<&str>, lines: Option<&str>) -> Ask {
+        let lines = lines.and_then(|l| {
+            let (start, end) = l.split_once('-').unwrap_or((l, l));
+            let start: usize = start.trim().parse().ok()?;
+            let end: usize = end.trim().parse().ok()?;
+            (start >= 1 && end >= start).then_some((start, end))
+        });
+        let pattern = pattern
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned);
+        Ask { lines, pattern }
+    }
+
+    /// Whether the call asked for the whole original.
+    pub fn is_whole(&self) -> bool {
+        self.lines.is_none() && self.pattern.is_none()
+    }
+}
+
+/// Lines kept either side of a line that matches a pattern.
+pub const PATTERN_CONTEXT: usize = 3;
+/// Matching lines a pattern returns at most; past them the reply says how many it left out.
+pub const MAX_PATTERN_MATCHES: usize = 40;
+
+/// The part of `original` an expand call asked for: all of it, the lines of a range, or every
+/// line containing a pattern with [`PATTERN_CONTEXT`] lines either side. A part comes with a
+/// header naming what it is out of how many lines, each line numbered, so the model can ask for
+/// more; a pattern that matches nothing says so.
+pub fn excerpt(original: &str, ask: &Ask) -> String {
+    if ask.is_whole() {
+        return original.to_owned();
+    }
+    let lines: Vec<&str> = original.lines().collect();
+    let total = lines.len();
+    let mut keep = vec![false; total];
+    let header = if let Some(pattern) = &ask.pattern {
+        let needle = pattern.to_lowercase();
+        let matched: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.to_lowercase().contains(&needle))
+            .map(|(i, _)| i)
+            .collect();
+        for &i in matched.iter().take(MAX_PATTERN_MATCHES) {
+            let from = i.saturating_sub(PATTERN_CONTEXT);
+            let to = (i + PATTERN_CONTEXT).min(total.saturating_sub(1));
+            keep[from..=to].iter_mut().for_each(|k| *k = true);
+        }
+        let left_out = matched.len().saturating_sub(MAX_PATTERN_MATCHES);
+        match (matched.len(), left_out) {
+            (0, _) => format!("[no line of the {total} contains {pattern:?}]"),
+            (n, 0) => format!(
+                "[{n} of {total} lines contain {pattern:?}, shown with {PATTERN_CONTEXT} lines of context]"
+            ),
+            (n, more) => format!(
+                "[{n} of {total} lines contain {pattern:?}; the first {MAX_PATTERN_MATCHES} are shown with {PATTERN_CONTEXT} lines of context, {more} left out]"
+            ),
+        }
+    } else if let Some((start, end)) = ask.lines {
+        let end = end.min(total);
+        if start <= end {
+            keep[start - 1..end].iter_mut().for_each(|k| *k = true);
+            format!("[lines {start}-{end} of {total}]")
+        } else {
+            format!("[the original has {total} lines]")
+        }
+    } else {
+        String::new()
+    };
+    let mut out = header;
+    let mut last: Option<usize> = None;
+    for (i, line) in lines.iter().enumerate().filter(|(i, _)| keep[*i]) {
+        if last.is_some_and(|l| i > l + 1) {
+            out.push_str("\n--");
+        }
+        out.push_str(&format!("\n{}\t{line}", i + 1));
+        last = Some(i);
+    }
+    out
+}
 
 /// Why a turn's lossy offloads were withheld: the model could not have called the expand tool.
 /// The names are `/stats` and `/metrics` labels.
@@ -78,7 +176,7 @@ impl Withheld {
 /// The tool's JSON in `dialect`'s shape.
 pub fn tool_json(dialect: Dialect) -> String {
     let description = json::to_literal(EXPAND_DESCRIPTION);
-    let schema = r#"{"type":"object","properties":{"id":{"type":"string","description":"The HASH inside the <<cg:HASH>> marker."}},"required":["id"]}"#;
+    let schema = EXPAND_SCHEMA;
     match dialect {
         Dialect::Anthropic => {
             format!(

@@ -91,6 +91,23 @@ pub struct Options {
     /// tools, about 18,000 tokens in 2.1), added to every turn as a stand-in `tools` entry of
     /// that size; 0 adds none. `sluice replay` takes it from the corpus's `replay.json`.
     pub preamble_tokens: usize,
+    /// How the model expands a marker whose original holds what its answer needs: the whole
+    /// original, or (the expand tool's `pattern`) the lines holding each identifier it needs.
+    pub expand: ExpandAsk,
+}
+
+/// How replay's model asks for a hidden original.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpandAsk {
+    /// `{"id"}`: the whole original comes back.
+    Whole,
+    /// `{"id", "pattern"}`, once per identifier the answer needs: the matching lines with their
+    /// context (`engine::way_back::excerpt`), which is what the round is billed for. The model
+    /// knows what it looks for (the identifier its answer then uses); where the marker's own
+    /// lines do not say enough to name it, a real model asks for more than this.
+    #[default]
+    Pattern,
 }
 
 impl Default for Options {
@@ -103,6 +120,7 @@ impl Default for Options {
             learn_from_rounds: true,
             settle_replies: true,
             preamble_tokens: 0,
+            expand: ExpandAsk::default(),
         }
     }
 }
@@ -322,6 +340,7 @@ fn recall(
     request: &Billable,
     store: &dyn Store,
     session: &str,
+    ask: ExpandAsk,
 ) -> (Recall, Option<Round>) {
     let forwarded = &request.messages;
     let mut seen: BTreeSet<&str> = BTreeSet::new();
@@ -339,7 +358,8 @@ fn recall(
         .filter_map(|id| Some((id, store.resolve(session, id)?)))
         .collect();
     let mut r = Recall::default();
-    let mut needed: BTreeSet<usize> = BTreeSet::new();
+    // Each original needed, with the identifiers the answer needed from it.
+    let mut needed: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
     for id in identifiers(answer)
         .into_iter()
         .filter(|id| seen.contains(id))
@@ -349,7 +369,7 @@ fn recall(
             r.visible += 1;
         } else if let Some(at) = stashed.iter().position(|(_, s)| s.contains(id)) {
             r.behind_marker += 1;
-            needed.insert(at);
+            needed.entry(at).or_default().push(id);
         }
     }
     let round = (!needed.is_empty()).then(|| {
@@ -357,7 +377,17 @@ fn recall(
         let prompt = request.tokens();
         let restored: usize = needed
             .iter()
-            .map(|&i| engine::tokens::count(&stashed[i].1) + EXPAND_CALL_TOKENS)
+            .map(|(&i, ids)| match ask {
+                ExpandAsk::Whole => engine::tokens::count(&stashed[i].1) + EXPAND_CALL_TOKENS,
+                ExpandAsk::Pattern => ids
+                    .iter()
+                    .map(|id| {
+                        let part = engine::way_back::Ask::parse(Some(id), None);
+                        engine::tokens::count(&engine::way_back::excerpt(&stashed[i].1, &part))
+                            + EXPAND_CALL_TOKENS
+                    })
+                    .sum(),
+            })
             .sum();
         Round {
             bill: Bill {
@@ -366,7 +396,7 @@ fn recall(
                 cache_write: restored,
                 fresh: 0,
             },
-            markers: needed.iter().map(|&i| stashed[i].0.to_owned()).collect(),
+            markers: needed.keys().map(|&i| stashed[i].0.to_owned()).collect(),
         }
     });
     (r, round)
@@ -596,7 +626,10 @@ async fn replay_on(
         let answer = answer_after(full_messages, incoming.len());
         let (recall, round) = answer.map_or_else(
             || (Recall::default(), None),
-            |a| recall(&a, incoming, &forwarded, store.as_ref(), &applied.session),
+            |a| {
+                let (store, session) = (store.as_ref(), applied.session.as_str());
+                recall(&a, incoming, &forwarded, store, session, options.expand)
+            },
         );
         if let Some(round) = round.as_ref().filter(|_| options.learn_from_rounds) {
             let ids: Vec<&str> = round.markers.iter().map(String::as_str).collect();

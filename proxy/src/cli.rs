@@ -84,9 +84,19 @@ struct ReplayArgs {
     /// recordings lack (Claude Code's system prompt and tools).
     #[arg(long)]
     no_preamble: bool,
+    /// How the model is billed for expanding a marker: `pattern` (the lines holding what its
+    /// answer needed, as the expand tool's `pattern` returns them) or `whole` (the original).
+    #[arg(long, default_value = "pattern")]
+    expand: ExpandArg,
     /// Request bodies (.json, split into turns), per-turn JSONL, or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ExpandArg {
+    Pattern,
+    Whole,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -821,6 +831,10 @@ fn replay(args: &ReplayArgs) -> Result<(), Failure> {
     let sessions = crate::replay::load(&args.paths)?;
     let options = modes::replay::Options {
         gap: std::time::Duration::from_secs(args.gap),
+        expand: match args.expand {
+            ExpandArg::Pattern => modes::replay::ExpandAsk::Pattern,
+            ExpandArg::Whole => modes::replay::ExpandAsk::Whole,
+        },
         ..modes::replay::Options::default()
     };
     let mut sessions = sessions;

@@ -15,6 +15,8 @@ pub struct ExpandCall {
     pub call_id: String,
     /// The stash id the model asked for (empty when it sent none).
     pub stash_id: String,
+    /// The part of the original it asked for (`pattern`, `lines`); whole when it named none.
+    pub ask: engine::way_back::Ask,
 }
 
 /// The assistant turn of a non-streamed response, as raw JSON pieces.
@@ -124,9 +126,27 @@ pub fn expand_calls(response: &[u8], dialect: Dialect) -> Option<Vec<ExpandCall>
             .map(|(call_id, _, args)| ExpandCall {
                 call_id: call_id.clone(),
                 stash_id: requested_id(args),
+                ask: requested_part(args),
             })
             .collect(),
     )
+}
+
+/// The `pattern` and `lines` arguments of an expand call (`lines` also as a number).
+fn requested_part(arguments: &str) -> engine::way_back::Ask {
+    let Ok(root) = json::parse_document(arguments) else {
+        return engine::way_back::Ask::default();
+    };
+    let text = |key: &str| {
+        json::get(arguments, root, key).and_then(|v| match json::kind_of(arguments, v) {
+            json::Kind::String => json::decode_string(arguments, v)
+                .ok()
+                .map(|s| s.into_owned()),
+            json::Kind::Number => Some(v.of(arguments).to_owned()),
+            _ => None,
+        })
+    };
+    engine::way_back::Ask::parse(text("pattern").as_deref(), text("lines").as_deref())
 }
 
 /// The `id` argument of an expand call, tolerating a marker pasted whole (`<<cg:ID>>`).
@@ -289,8 +309,16 @@ mod tests {
             calls,
             vec![ExpandCall {
                 call_id: "tu1".into(),
-                stash_id: "abc".into()
+                stash_id: "abc".into(),
+                ask: engine::way_back::Ask::default(),
             }]
+        );
+        let partial = br#"{"content":[{"type":"tool_use","id":"tu2","name":"context_guru_expand","input":{"id":"abc","lines":"5-9","pattern":""}}]}"#;
+        let calls = expand_calls(partial, Dialect::Anthropic).unwrap();
+        assert_eq!(calls[0].ask.lines, Some((5, 9)));
+        assert_eq!(
+            calls[0].ask.pattern, None,
+            "an empty pattern asks for nothing"
         );
         let mixed = br#"{"content":[{"type":"tool_use","id":"a","name":"context_guru_expand","input":{"id":"x"}},{"type":"tool_use","id":"b","name":"bash","input":{}}]}"#;
         assert_eq!(expand_calls(mixed, Dialect::Anthropic), None);

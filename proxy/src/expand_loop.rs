@@ -64,8 +64,10 @@ impl Continuation {
             let original = match self.app.resolve(&self.session, &call.stash_id).await {
                 Some(original) => {
                     restored += 1;
-                    wasted += tokens::count(&original) as u64;
-                    original.to_string()
+                    // A partial expand is billed by what it returns.
+                    let part = engine::way_back::excerpt(&original, &call.ask);
+                    wasted += tokens::count(&part) as u64;
+                    part
                 }
                 None => {
                     missed += 1;

@@ -519,3 +519,59 @@ async fn the_usage_the_agent_reads_includes_the_rounds_it_never_saw() {
         }
     }
 }
+
+/// The expand tool's `lines`: the model asks for a range and gets exactly those lines, in every
+/// dialect, streamed and not, without the agent seeing the round.
+#[tokio::test]
+async fn a_partial_expand_returns_exactly_the_lines_asked_for() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    for stream in [false, true] {
+        for dialect in DIALECTS {
+            let sent = crate::proxy::compactable(dialect, stream);
+            sluice.chat(dialect, &[], sent.clone()).await;
+            let (id, original) = first_marker(&forwarded(&sluice), &sent, dialect);
+            let ask = json!({"id": id, "lines": "3-5"}).to_string();
+            sluice.mock.script([
+                Reply::Expand {
+                    text: None,
+                    ids: vec![ask],
+                },
+                Reply::Text("done".into()),
+            ]);
+            let reply = sluice.chat(dialect, &[], sent.clone()).await;
+            assert_eq!(reply.status, 200);
+            let lines: Vec<&str> = original.lines().collect();
+            let expected = format!(
+                "[lines 3-5 of {}]\n3\t{}\n4\t{}\n5\t{}",
+                lines.len(),
+                lines[2],
+                lines[3],
+                lines[4]
+            );
+            let continuation = String::from_utf8(forwarded(&sluice)).unwrap();
+            let literal = serde_json::to_string(&expected).unwrap();
+            assert!(
+                continuation.contains(&literal),
+                "{dialect:?} stream={stream}: the tool result is exactly lines 3-5"
+            );
+            // The omitted middle stays omitted: only the three lines went back.
+            let middle = lines[lines.len() / 2..lines.len() / 2 + 3].join("\n");
+            let middle = serde_json::to_string(&middle).unwrap();
+            assert!(
+                !continuation.contains(&middle[1..middle.len() - 1]),
+                "not the whole original"
+            );
+            let body = String::from_utf8_lossy(&reply.body);
+            assert!(
+                !body.contains("context_guru_expand"),
+                "the agent never sees the round"
+            );
+            let answer = if stream {
+                crate::proxy::streamed_text(&reply.body)
+            } else {
+                answer_text(&reply.body, dialect)
+            };
+            assert_eq!(answer, "done", "{dialect:?} stream={stream}");
+        }
+    }
+}

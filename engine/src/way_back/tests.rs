@@ -232,3 +232,80 @@ fn responses_bodies_get_a_flat_tool_wherever_tools_sit() {
         assert_eq!(reach(&parsed), expected, "{fields}");
     }
 }
+
+fn numbered_log(n: usize) -> String {
+    (1..=n)
+        .map(|i| match i {
+            500 => "ERROR: disk full on /var/data".to_owned(),
+            _ => format!("line {i}: ok"),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_partial_expand_returns_exactly_the_lines_asked_for_numbered() {
+    let log = numbered_log(2000);
+    let range = excerpt(&log, &Ask::parse(None, Some("10-12")));
+    assert_eq!(
+        range,
+        "[lines 10-12 of 2000]\n10\tline 10: ok\n11\tline 11: ok\n12\tline 12: ok"
+    );
+    let one = excerpt(&log, &Ask::parse(None, Some("7")));
+    assert_eq!(one, "[lines 7-7 of 2000]\n7\tline 7: ok");
+    let past = excerpt(&log, &Ask::parse(None, Some("1999-5000")));
+    assert_eq!(
+        past,
+        "[lines 1999-2000 of 2000]\n1999\tline 1999: ok\n2000\tline 2000: ok"
+    );
+    let found = excerpt(&log, &Ask::parse(Some("disk FULL"), None));
+    assert!(
+        found.starts_with("[1 of 2000 lines contain \"disk FULL\""),
+        "{found}"
+    );
+    assert!(found.contains("\n500\tERROR: disk full on /var/data"));
+    assert_eq!(
+        found.lines().count(),
+        1 + 2 * PATTERN_CONTEXT + 1,
+        "{found}"
+    );
+    let none = excerpt(&log, &Ask::parse(Some("segfault"), None));
+    assert_eq!(none, "[no line of the 2000 contains \"segfault\"]");
+    // Anything unreadable asks for the whole original.
+    for (pattern, lines) in [
+        (None, None),
+        (Some("  "), None),
+        (None, Some("x-y")),
+        (None, Some("9-3")),
+        (None, Some("0")),
+    ] {
+        assert_eq!(excerpt(&log, &Ask::parse(pattern, lines)), log);
+    }
+}
+
+#[test]
+fn separate_matches_are_marked_apart_and_many_are_capped() {
+    let text: String = (1..=300)
+        .map(|i| {
+            if i % 5 == 0 {
+                format!("hit {i}")
+            } else {
+                format!("miss {i}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let out = excerpt(&text, &Ask::parse(Some("hit"), None));
+    assert!(
+        out.contains(&format!("the first {MAX_PATTERN_MATCHES} are shown")),
+        "{out:.200}"
+    );
+    assert!(out.contains("20 left out"));
+    let far = excerpt(
+        &numbered_log(40)
+            .replace("line 5:", "needle 5:")
+            .replace("line 30:", "needle 30:"),
+        &Ask::parse(Some("needle"), None),
+    );
+    assert!(far.contains("\n--\n"), "two matches far apart: {far}");
+}

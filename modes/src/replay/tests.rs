@@ -249,6 +249,7 @@ fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
     let (needed, body) = traceback_session();
     let options = Options {
         gap: Duration::from_secs(7200),
+        expand: ExpandAsk::Whole,
         ..Options::default()
     };
     let masked = replay(
@@ -456,4 +457,38 @@ fn the_reply_half_settles_the_cost_guard_and_a_session_whose_rounds_repeat_backs
             .gates
             .contains_key("retried_after_compaction")
     );
+}
+
+#[test]
+fn a_partial_expand_is_billed_by_what_it_returned() {
+    let (needed, body) = traceback_session();
+    let run = |expand| {
+        let options = Options {
+            gap: Duration::from_secs(7200),
+            expand,
+            ..Options::default()
+        };
+        replay(
+            "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 1}",
+            &body,
+            &options,
+        )
+    };
+    let (whole, pattern) = (run(ExpandAsk::Whole), run(ExpandAsk::Pattern));
+    let round = |r: &SessionReport| r.turns.last().unwrap().expand;
+    assert_eq!(
+        round(&whole).cache_read,
+        round(&pattern).cache_read,
+        "both re-read the prompt"
+    );
+    assert!(round(&whole).cache_write >= engine::tokens::count(&needed));
+    assert!(
+        round(&pattern).cache_write < round(&whole).cache_write / 2,
+        "the lines around what it needed, not the original: {:?} vs {:?}",
+        round(&pattern),
+        round(&whole)
+    );
+    // The same identifiers are found either way: recall does not depend on the ask.
+    let recall = |r: &SessionReport| totals(std::slice::from_ref(r), &Prices::default()).recall_pct;
+    assert_eq!(recall(&whole), recall(&pattern));
 }
