@@ -703,6 +703,24 @@ mod tests {
         assert_eq!(turn["choices"][0]["message"]["tool_calls"], json!([]));
     }
 
+    /// A renumbered event keeps the upstream's bytes: its key order, spacing and event line,
+    /// with only the number changed (re-serializing sorted the keys).
+    #[test]
+    fn a_continuations_event_is_renumbered_in_place() {
+        let frame = b"event: content_block_delta\r\ndata: {\"type\":\"content_block_delta\", \"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\r\n\r\n";
+        let spliced = splice_frame(frame, |text, root| {
+            Some(vec![(wire_json::get(text, root, "index")?, "7".to_owned())])
+        })
+        .unwrap();
+        let expected = String::from_utf8_lossy(frame).replace("\"index\":0", "\"index\":7");
+        assert_eq!(String::from_utf8(spliced).unwrap(), expected);
+        // Data over two lines is not spliced: the caller re-serializes it.
+        assert_eq!(
+            splice_frame(b"data: {\"a\":\ndata: 1}\n\n", |_, _| Some(Vec::new())),
+            None
+        );
+    }
+
     #[test]
     fn frames_are_cut_at_blank_lines_across_chunks() {
         let mut buf = b"event: a\ndata: {\"x\":1}\n\nevent: b\ndata: {\"x\"".to_vec();
