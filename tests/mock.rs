@@ -172,6 +172,16 @@ impl Mock {
         self.prompt_cache.lock().off = !on;
     }
 
+    /// Bills every request as `sluice replay`'s cost model does (`modes::replay::billed_usage`,
+    /// against the request before it): the replay parity test's provider, so the proxy's cost
+    /// guard settles on the same numbers replay's does. Turning it on forgets the previous
+    /// request (a new session starts).
+    pub fn set_billing_like_replay(&self, on: bool) {
+        let mut cache = self.prompt_cache.lock();
+        cache.like_replay = on;
+        cache.previous = None;
+    }
+
     /// Answers every request as the curious model does (see [`curious_reply`]), header or not.
     pub fn set_curious(&self, curious: bool) {
         self.curious
@@ -265,7 +275,7 @@ impl Mock {
         } else {
             Api::Chat
         };
-        let prompt = self.prompt_cache.lock().bill(dialect, &request);
+        let prompt = self.prompt_cache.lock().bill_body(dialect, &request, &body);
         let mut reply = self
             .script
             .lock()
@@ -816,6 +826,10 @@ struct PromptCache {
     prompts: VecDeque<Vec<u64>>,
     /// No prompt caching: no cache fields at all.
     off: bool,
+    /// Bill as replay's cost model does (see [`Mock::set_billing_like_replay`]).
+    like_replay: bool,
+    /// The request before this one, for `like_replay`.
+    previous: Option<Bytes>,
 }
 
 /// Prompts remembered; the oldest is forgotten first.
@@ -839,6 +853,30 @@ fn token_estimate(bytes: usize) -> usize {
 }
 
 impl PromptCache {
+    /// [`PromptCache::bill`], or replay's cost model when asked for.
+    fn bill_body(&mut self, api: Api, request: &Value, body: &Bytes) -> Billed {
+        if !self.like_replay {
+            return self.bill(api, request);
+        }
+        let dialect = match api {
+            Api::Anthropic => engine::wire::Dialect::Anthropic,
+            Api::Chat => engine::wire::Dialect::OpenAi,
+            Api::Responses => engine::wire::Dialect::Responses,
+        };
+        let previous = self.previous.replace(body.clone());
+        let usage = modes::replay::billed_usage(body, previous.as_deref(), dialect);
+        let (read, written) = usage.map_or((0, 0), |u| {
+            (u.read as usize, u.written.unwrap_or(0) as usize)
+        });
+        Billed {
+            input: read + written,
+            read,
+            written,
+            output: 0,
+            caching: true,
+        }
+    }
+
     fn bill(&mut self, api: Api, request: &Value) -> Billed {
         let units = prompt_units(api, request);
         let total: usize = units.iter().map(|u| u.tokens).sum();

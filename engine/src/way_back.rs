@@ -67,30 +67,52 @@ impl Ask {
 pub const PATTERN_CONTEXT: usize = 3;
 /// Matching lines a pattern returns at most; past them the reply says how many it left out.
 pub const MAX_PATTERN_MATCHES: usize = 40;
+/// A line longer than this (minified JSON, a base64 blob) is shown in part when a pattern found
+/// it: [`LINE_WINDOW`] bytes either side of the match, or the start of a context line. A range
+/// (`lines`) always returns whole lines.
+pub const LONG_LINE: usize = 400;
+/// Bytes shown either side of a match in a long line, and of a long context line's start.
+pub const LINE_WINDOW: usize = 150;
+
+/// How a line of an excerpt is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    Hidden,
+    Whole,
+    /// Around a pattern's match (in part when long).
+    Match,
+    /// Beside a match (its start when long).
+    Context,
+}
 
 /// The part of `original` an expand call asked for: all of it, the lines of a range, or every
-/// line containing a pattern with [`PATTERN_CONTEXT`] lines either side. A part comes with a
-/// header naming what it is out of how many lines, each line numbered, so the model can ask for
-/// more; a pattern that matches nothing says so.
+/// line containing a pattern (compared without ASCII case) with [`PATTERN_CONTEXT`] lines either
+/// side. A part comes with a header naming what it is out of how many lines, each line
+/// numbered, so the model can ask for more; a pattern that matches nothing says so.
 pub fn excerpt(original: &str, ask: &Ask) -> String {
     if ask.is_whole() {
         return original.to_owned();
     }
     let lines: Vec<&str> = original.lines().collect();
     let total = lines.len();
-    let mut keep = vec![false; total];
-    let header = if let Some(pattern) = &ask.pattern {
-        let needle = pattern.to_lowercase();
+    let mut shown = vec![Shown::Hidden; total];
+    let needle = ask.pattern.as_deref().map(str::to_ascii_lowercase);
+    let header = if let (Some(pattern), Some(needle)) = (&ask.pattern, &needle) {
         let matched: Vec<usize> = lines
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.to_lowercase().contains(&needle))
+            .filter(|(_, l)| l.to_ascii_lowercase().contains(needle.as_str()))
             .map(|(i, _)| i)
             .collect();
         for &i in matched.iter().take(MAX_PATTERN_MATCHES) {
             let from = i.saturating_sub(PATTERN_CONTEXT);
             let to = (i + PATTERN_CONTEXT).min(total.saturating_sub(1));
-            keep[from..=to].iter_mut().for_each(|k| *k = true);
+            for s in &mut shown[from..=to] {
+                if *s == Shown::Hidden {
+                    *s = Shown::Context;
+                }
+            }
+            shown[i] = Shown::Match;
         }
         let left_out = matched.len().saturating_sub(MAX_PATTERN_MATCHES);
         match (matched.len(), left_out) {
@@ -105,7 +127,7 @@ pub fn excerpt(original: &str, ask: &Ask) -> String {
     } else if let Some((start, end)) = ask.lines {
         let end = end.min(total);
         if start <= end {
-            keep[start - 1..end].iter_mut().for_each(|k| *k = true);
+            shown[start - 1..end].fill(Shown::Whole);
             format!("[lines {start}-{end} of {total}]")
         } else {
             format!("[the original has {total} lines]")
@@ -115,14 +137,51 @@ pub fn excerpt(original: &str, ask: &Ask) -> String {
     };
     let mut out = header;
     let mut last: Option<usize> = None;
-    for (i, line) in lines.iter().enumerate().filter(|(i, _)| keep[*i]) {
+    for (i, line) in lines.iter().enumerate() {
+        let text = match (shown[i], &needle) {
+            (Shown::Hidden, _) => continue,
+            (_, _) if line.len() <= LONG_LINE => std::borrow::Cow::Borrowed(*line),
+            (Shown::Match, Some(needle)) => window(line, needle),
+            (Shown::Context, _) => {
+                let end = floor_char_boundary(line, LINE_WINDOW);
+                std::borrow::Cow::Owned(format!("{}… [{} bytes]", &line[..end], line.len()))
+            }
+            _ => std::borrow::Cow::Borrowed(*line),
+        };
         if last.is_some_and(|l| i > l + 1) {
             out.push_str("\n--");
         }
-        out.push_str(&format!("\n{}\t{line}", i + 1));
+        out.push_str(&format!("\n{}\t{text}", i + 1));
         last = Some(i);
     }
     out
+}
+
+/// A long line around the first match of `needle` (lowercase ASCII), cut on character
+/// boundaries, each cut side marked.
+fn window<'l>(line: &'l str, needle: &str) -> std::borrow::Cow<'l, str> {
+    let Some(at) = line.to_ascii_lowercase().find(needle) else {
+        return std::borrow::Cow::Borrowed(line);
+    };
+    let from = floor_char_boundary(line, at.saturating_sub(LINE_WINDOW));
+    let to = floor_char_boundary(line, (at + needle.len() + LINE_WINDOW).min(line.len()));
+    let to = if to < at + needle.len() {
+        line.len()
+    } else {
+        to
+    };
+    let head = if from > 0 { "…" } else { "" };
+    let tail = if to < line.len() { "…" } else { "" };
+    std::borrow::Cow::Owned(format!("{head}{}{tail}", &line[from..to]))
+}
+
+/// The largest character boundary of `s` at or before `at`.
+fn floor_char_boundary(s: &str, at: usize) -> usize {
+    let mut at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// Why a turn's lossy offloads were withheld: the model could not have called the expand tool.

@@ -458,6 +458,30 @@ fn bill(now: &Billable, previous: Option<&Billable>, warm: bool) -> Bill {
     }
 }
 
+/// What a provider that caches as the cost model assumes reports for `forwarded`, sent within
+/// the cache's lifetime after `previous` in the same session: the cached prefix read, the rest
+/// written. Replay settles each turn's reply with it, and the parity test's mock provider
+/// reports it, so both sides of that test judge a session on the same numbers. `None` for a
+/// body that does not parse.
+pub fn billed_usage(
+    forwarded: &[u8],
+    previous: Option<&[u8]>,
+    dialect: Dialect,
+) -> Option<crate::CacheUsage> {
+    let billable = |body: &[u8]| {
+        wire::parse(body, dialect)
+            .ok()
+            .map(|parsed| Billable::of(body, parsed.messages().to_vec()))
+    };
+    let now = billable(forwarded)?;
+    let previous = previous.and_then(billable);
+    let bill = bill(&now, previous.as_ref(), previous.is_some());
+    Some(crate::CacheUsage {
+        read: bill.cache_read as u64,
+        written: Some(bill.cache_write as u64),
+    })
+}
+
 /// `body` with a stand-in for the agent preamble the recording lacks: one more entry in `tools`
 /// (made when there is none) whose description holds about `tokens` tokens, the same bytes on
 /// every turn. `body` as it is for 0 tokens or a body that is not a JSON object.
@@ -568,6 +592,7 @@ async fn replay_on(
         turns
     };
     let (mut prev_in, mut prev_out): (Option<Billable>, Option<Billable>) = (None, None);
+    let mut prev_body: Option<Bytes> = None;
     let mut last_at: Option<Duration> = None;
     for (k, body) in requests.iter().enumerate() {
         clock.advance(options.gap);
@@ -614,14 +639,14 @@ async fn replay_on(
             _ => 0,
         };
         if options.settle_replies {
-            // The reply half: the provider would report what the cost model billed.
-            let usage = crate::CacheUsage {
-                read: sluice.cache_read as u64,
-                written: Some(sluice.cache_write as u64),
-            };
-            service
-                .settle(&applied.session, usage, facts.ledger_turn)
-                .await;
+            // The reply half: the provider reports what the cost model bills (a turn past the
+            // cache's lifetime reads nothing back).
+            let previous = prev_body.as_deref().filter(|_| warm);
+            if let Some(usage) = billed_usage(&applied.body, previous, dialect) {
+                service
+                    .settle(&applied.session, usage, facts.ledger_turn)
+                    .await;
+            }
         }
         let answer = answer_after(full_messages, incoming.len());
         let (recall, round) = answer.map_or_else(
@@ -653,6 +678,7 @@ async fn replay_on(
         });
         prev_in = Some(sent);
         prev_out = Some(forwarded);
+        prev_body = Some(applied.body.clone());
         if options.keep_bodies {
             report.bodies.push(applied.body);
         }

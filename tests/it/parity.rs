@@ -18,9 +18,8 @@ const STATEFUL: &str =
 async fn replay_computes_the_bodies_the_proxy_forwards() {
     for yaml in [engine::config::EMBEDDED_DEFAULT, STATEFUL] {
         let sluice = start(yaml).await;
-        // Replay bills with its own cost model and never hands the tracker a provider report;
-        // so that both see the same facts, this provider reports no caching.
-        sluice.mock.set_prompt_caching(false);
+        // The provider bills as replay's cost model does, so the proxy settles each reply on
+        // the numbers replay settles it on: both halves of the turn run on both sides.
         let config = Config::parse(yaml).unwrap();
         let pipeline = Arc::new(config.build_pipeline().unwrap());
         let (mut sessions, mut turns_checked) = (0, 0);
@@ -42,8 +41,6 @@ async fn replay_computes_the_bodies_the_proxy_forwards() {
                 // The mock model never expands, so the proxy's sessions never learn from a
                 // round; replay must not either.
                 learn_from_rounds: false,
-                // Nor does it report caching, so the proxy settles no reply.
-                settle_replies: false,
                 ..Options::default()
             };
             let (config, pipeline, replayed_name, replayed_turns) = (
@@ -72,6 +69,7 @@ async fn replay_computes_the_bodies_the_proxy_forwards() {
                 .unwrap()
                 .to_str()
                 .unwrap();
+            sluice.mock.set_billing_like_replay(true);
             for (k, replayed) in report.bodies.iter().enumerate() {
                 sluice.mock.clear_recorded();
                 let reply = sluice

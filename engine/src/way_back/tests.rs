@@ -309,3 +309,37 @@ fn separate_matches_are_marked_apart_and_many_are_capped() {
     );
     assert!(far.contains("\n--\n"), "two matches far apart: {far}");
 }
+
+#[test]
+fn a_long_line_a_pattern_finds_is_shown_around_the_match() {
+    let blob = format!(
+        "{{\"flights\":[{}]}}",
+        (0..200)
+            .map(|i| format!("{{\"id\":\"HAT{i:03}\",\"price\":{}}}", 100 + i))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let original = format!("header\n{blob}\nfooter é");
+    let out = excerpt(&original, &Ask::parse(Some("hat150"), None));
+    assert!(out.contains("\"id\":\"HAT150\",\"price\":250"), "{out}");
+    assert!(
+        out.len() < 2 * LINE_WINDOW + 200,
+        "{} bytes: {out}",
+        out.len()
+    );
+    assert!(
+        out.contains("\n2\t…") && out.contains("…\n3\tfooter é"),
+        "{out}"
+    );
+    // A range returns whole lines, long or not.
+    let range = excerpt(&original, &Ask::parse(None, Some("2-2")));
+    assert!(range.ends_with(&blob));
+    let near_context = excerpt(
+        &format!("needle here\n{blob}"),
+        &Ask::parse(Some("needle"), None),
+    );
+    assert!(
+        near_context.contains(&format!("… [{} bytes]", blob.len())),
+        "{near_context}"
+    );
+}
