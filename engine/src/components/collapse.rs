@@ -40,7 +40,7 @@ use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
 use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
-use crate::wire::json::{self, Span};
+use crate::wire::json;
 
 /// `components.collapse`.
 #[derive(Debug, Clone, Deserialize)]
@@ -149,7 +149,7 @@ impl Offload for Collapse {
                 self.config.tail_lines,
             ) {
                 Some(_) => (Cow::Borrowed(&message.content), None),
-                None => match longest_json_text(&message.content) {
+                None => match super::longest_json_text(&message.content) {
                     Some((span, text)) => (Cow::Owned(text), Some(span)),
                     None => {
                         cx.gate("too_few_lines");
@@ -210,44 +210,6 @@ impl Offload for Collapse {
         }
         Ok(keys)
     }
-}
-
-/// Nodes of a JSON output visited looking for its text: an output is a small object around one
-/// long string, and a huge document is not worth walking on every turn.
-const MAX_JSON_NODES: usize = 256;
-
-/// The string value of a JSON object or array output that holds the most lines, with the span
-/// of its literal (quotes included) in `content`, when it holds more than one line.
-fn longest_json_text(content: &str) -> Option<(Span, String)> {
-    let start = content.find(|c: char| !c.is_whitespace())?;
-    if !matches!(content.as_bytes()[start], b'{' | b'[') {
-        return None;
-    }
-    let root = json::parse_document(content).ok()?;
-    let mut stack = vec![root];
-    let mut best: Option<(usize, Span)> = None;
-    let mut visited = 0;
-    while let Some(span) = stack.pop() {
-        visited += 1;
-        if visited > MAX_JSON_NODES {
-            break;
-        }
-        match json::kind_of(content, span) {
-            json::Kind::Object => stack.extend(json::entries(content, span).map(|e| e.value)),
-            json::Kind::Array => stack.extend(json::elements(content, span)),
-            json::Kind::String => {
-                // Escaped newlines: a line count without decoding every string.
-                let lines = memchr::memmem::find_iter(span.of(content).as_bytes(), b"\\n").count();
-                if lines > 0 && best.is_none_or(|(most, _)| lines > most) {
-                    best = Some((lines, span));
-                }
-            }
-            _ => {}
-        }
-    }
-    let (_, span) = best?;
-    let text = json::decode_string(content, span).ok()?.into_owned();
-    Some((span, text))
 }
 
 /// Longest kept line, in bytes (cut on a character boundary): a kept line is a pointer into

@@ -197,6 +197,67 @@ pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool
     true
 }
 
+/// Nodes of a JSON output visited looking for its text: an output is a small object around one
+/// long string, and a huge document is not worth walking on every turn.
+const MAX_JSON_NODES: usize = 256;
+
+/// The string value of a JSON object or array output that holds the most lines, with the span
+/// of its literal (quotes included) in `content`, when it holds more than one line.
+pub(crate) fn longest_json_text(content: &str) -> Option<(crate::wire::json::Span, String)> {
+    let start = content.find(|c: char| !c.is_whitespace())?;
+    if !matches!(content.as_bytes()[start], b'{' | b'[') {
+        return None;
+    }
+    let root = crate::wire::json::parse_document(content).ok()?;
+    let mut stack = vec![root];
+    let mut best: Option<(usize, crate::wire::json::Span)> = None;
+    let mut visited = 0;
+    while let Some(span) = stack.pop() {
+        visited += 1;
+        if visited > MAX_JSON_NODES {
+            break;
+        }
+        match crate::wire::json::kind_of(content, span) {
+            crate::wire::json::Kind::Object => {
+                stack.extend(crate::wire::json::entries(content, span).map(|e| e.value))
+            }
+            crate::wire::json::Kind::Array => {
+                stack.extend(crate::wire::json::elements(content, span))
+            }
+            crate::wire::json::Kind::String => {
+                // Escaped newlines: a line count without decoding every string.
+                let lines = memchr::memmem::find_iter(span.of(content).as_bytes(), b"\\n").count();
+                if lines > 0 && best.is_none_or(|(most, _)| lines > most) {
+                    best = Some((lines, span));
+                }
+            }
+            _ => {}
+        }
+    }
+    let (_, span) = best?;
+    let text = crate::wire::json::decode_string(content, span)
+        .ok()?
+        .into_owned();
+    Some((span, text))
+}
+
+/// `content` with `f` applied to the text of [`longest_json_text`] and the result put back in its
+/// string (`None` when the output is not such JSON or `f` changes nothing): what a text
+/// component does to an output whose lines sit inside one JSON string, the JSON kept valid.
+pub(crate) fn map_json_text(
+    content: &str,
+    f: impl FnOnce(&str) -> Option<String>,
+) -> Option<String> {
+    let (span, text) = longest_json_text(content)?;
+    let mapped = f(&text)?;
+    Some(format!(
+        "{}{}{}",
+        &content[..span.start],
+        crate::wire::json::to_literal(&mapped),
+        &content[span.end..]
+    ))
+}
+
 /// Replaces the content of `messages[index]` with `build(marker)` when that is strictly fewer
 /// tokens, stashing the original first. Records `marker_no_win` or `store_full` and returns
 /// `None` otherwise.

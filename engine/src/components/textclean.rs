@@ -93,8 +93,12 @@ impl Reformat for Textclean {
                 continue;
             }
             let hash = cx.content_hash(index, &message.content);
+            // The output itself, or the text inside a JSON output's string (mini-swe-agent's
+            // `{"returncode":0,"output":"..."}`, whose escapes read `\u001b`).
             let cleaned = self.memo.reduce(&message.content, hash, |text| {
-                has_noise(text).then(|| clean(text))
+                has_noise(text).then(|| clean(text)).or_else(|| {
+                    super::map_json_text(text, |inner| has_noise(inner).then(|| clean(inner)))
+                })
             });
             let Some(cleaned) = cleaned else {
                 cx.gate("no_terminal_noise");
@@ -136,6 +140,23 @@ mod tests {
             clean("\x1b]8;;http://x\x07link\x1b]8;;\x07 \x1b[1A\x1b[2K"),
             "link "
         );
+    }
+
+    #[test]
+    fn the_text_inside_a_json_output_is_cleaned_and_the_json_stays_valid() {
+        let log: String = (0..40)
+            .map(|i| format!("\x1b[32mPASSED\x1b[0m tests/test_{i}.py::test_case  [{i:3}%]\n"))
+            .collect();
+        let output = serde_json::json!({"returncode": 0, "output": log}).to_string();
+        let out = check("textclean", "", tool_messages(&[&output]));
+        let value: serde_json::Value = serde_json::from_str(&out.messages[1].content).unwrap();
+        let text = value["output"].as_str().unwrap();
+        assert!(
+            text.starts_with("PASSED tests/test_0.py::test_case  [  0%]\n"),
+            "{text:.80}"
+        );
+        assert!(!text.contains('\x1b'));
+        assert_eq!(value["returncode"], 0);
     }
 
     #[test]
