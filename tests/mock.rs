@@ -188,12 +188,12 @@ impl Mock {
             .store(curious, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Forgets what was received (a long test keeps only what it checks).
     /// The usage of every model reply so far, in order (whole: a stream's events split it).
     pub fn billed(&self) -> Vec<Value> {
         self.billed.lock().clone()
     }
 
+    /// Forgets what was received (a long test keeps only what it checks).
     pub fn clear_recorded(&self) {
         self.recorded.lock().clear();
     }

@@ -93,6 +93,13 @@ pub fn excerpt(original: &str, ask: &Ask) -> String {
     if ask.is_whole() {
         return original.to_owned();
     }
+    // An output whose lines sit in one JSON string (collapse numbered and cut that string):
+    // the part asked for is of that text.
+    if !original.contains('\n')
+        && let Some((_, text)) = crate::components::longest_json_text(original)
+    {
+        return excerpt(&text, ask);
+    }
     let lines: Vec<&str> = original.lines().collect();
     let total = lines.len();
     let mut shown = vec![Shown::Hidden; total];
@@ -326,6 +333,29 @@ fn tool_name(text: &str, tool: Span) -> Option<String> {
 /// Why the tool cannot be declared on this request.
 pub fn inject(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
     reach(parsed)?;
+    splice_tool(parsed, rewritten)
+}
+
+/// Declares the expand tool on a turn of a session that declares it on every turn, also when
+/// `tool_choice` keeps the model from calling it on this one (nothing lossy is cut then): the
+/// same bytes in the same place as on the session's other turns, so `tools`, where the cached
+/// prefix starts, does not change for one turn. A request the provider stores, or whose `tools`
+/// is not an array, gets no declaration.
+///
+/// # Errors
+/// Why the tool cannot be declared on this request.
+pub fn declare(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+    match reach(parsed) {
+        Ok(())
+        | Err(Withheld::ToolChoiceNone | Withheld::ToolChoiceNamed | Withheld::ToolChoiceUnknown) => {
+            splice_tool(parsed, rewritten)
+        }
+        Err(why) => Err(why),
+    }
+}
+
+/// The expand tool appended to `rewritten`'s `tools` (made when there is none).
+fn splice_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
     let text = parsed.text();
     let tool = tool_json(parsed.dialect());
     let Some(tools) = parsed.tools_span() else {

@@ -84,8 +84,8 @@ pub struct Options {
     pub learn_from_rounds: bool,
     /// Settle each turn's reply as the proxy does when the provider reports its cache use
     /// (`TurnService::settle`), with what the cost model billed: the tracker checks its cold
-    /// prediction and the cost guard judges the session (true). The parity test turns it off:
-    /// its mock provider reports no caching, so the proxy's sessions settle nothing.
+    /// prediction and the cost guard judges the session (true). The parity test keeps it on,
+    /// with a mock provider that bills as the cost model does (`billed_usage`).
     pub settle_replies: bool,
     /// Tokens of an agent preamble the recorded bodies lack (Claude Code's system prompt and
     /// tools, about 18,000 tokens in 2.1), added to every turn as a stand-in `tools` entry of
@@ -519,7 +519,7 @@ fn preamble_text(tokens: usize) -> String {
     static PER_HUNDRED: OnceLock<usize> = OnceLock::new();
     let per_hundred =
         *PER_HUNDRED.get_or_init(|| engine::tokens::count(&SENTENCE.repeat(100)).max(1));
-    SENTENCE.repeat((tokens * 100).div_ceil(per_hundred))
+    SENTENCE.repeat(tokens.saturating_mul(100).div_ceil(per_hundred))
 }
 
 /// The headers every replayed turn of session `name` carries: the proxy given the same headers

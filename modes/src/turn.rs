@@ -861,7 +861,7 @@ fn place_way_back(
     declare: bool,
 ) -> Result<WayBack, Withheld> {
     if declare {
-        return match way_back::inject(parsed, &applied.body)? {
+        return match way_back::declare(parsed, &applied.body)? {
             Injected::Added(body) => Ok(WayBack::Injected(body)),
             Injected::AlreadyDeclared => Ok(WayBack::Declared),
         };
@@ -924,7 +924,15 @@ impl<'a> Settled<'a> {
         reach: Result<(), Withheld>,
         declare: bool,
     ) -> Result<Settled<'a>, Withheld> {
-        let way = place_way_back(parsed, &applied, declare && reach.is_ok())?;
+        // A `tool_choice` that keeps the model from calling it still gets the declaration (the
+        // same `tools` as the session's other turns); a stored request or a `tools` that is not
+        // an array gets none.
+        let declare = declare
+            && !matches!(
+                reach,
+                Err(Withheld::StoredResponse | Withheld::ToolsNotArray)
+            );
+        let way = place_way_back(parsed, &applied, declare)?;
         Ok(Settled {
             applied,
             way,

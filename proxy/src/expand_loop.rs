@@ -90,7 +90,10 @@ impl Continuation {
     /// one makes its tool's outputs lossless for the rest of the session, `modes::retries`),
     /// and what the round cost its cost guard (`modes::guard`).
     async fn note_round(&self, calls: &[expand::ExpandCall], restored_tokens: u64) {
-        let ids: Vec<&str> = calls.iter().map(|c| c.stash_id.as_str()).collect();
+        // Two parts of one original in one round are one need, not a repeat.
+        let mut ids: Vec<&str> = calls.iter().map(|c| c.stash_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
         let round = self
             .app
             .turns()

@@ -18,6 +18,7 @@ pub mod dashboard_stats;
 pub mod decode;
 pub mod expand;
 mod expand_loop;
+pub use expand_loop::MAX_EXPAND_ROUNDS;
 #[cfg(test)]
 mod generated;
 pub mod llm_stats;

@@ -228,7 +228,9 @@ impl Relay {
             let Some(mut frame) = self.renumber(frame, data.as_ref()) else {
                 continue;
             };
-            if carries_usage && !self.holding && !self.carried.is_empty() {
+            // Held frames too: a held round that is released as it came (not all expand
+            // calls, out of rounds, a failed continuation) is what the agent reads.
+            if carries_usage && !self.carried.is_empty() {
                 frame = self.with_total_usage(frame);
             }
             if self.holding {

@@ -378,7 +378,8 @@ async fn the_tool_list_never_changes_within_a_session() {
             .into_owned();
         let header = format!("tools-{name}-{:?}", body.dialect);
         let turns = modes::replay::turns_of(&body.bytes).unwrap();
-        let mut first: Option<String> = None;
+        // The first turn's `tools`, absent or not: a list that appears later is a change too.
+        let mut first: Option<Option<String>> = None;
         let mut marked = false;
         for (k, turn) in turns.iter().enumerate() {
             let turn = if claude_code {
@@ -395,13 +396,14 @@ async fn the_tool_list_never_changes_within_a_session() {
                 .await;
             assert_eq!(reply.status, 200, "{name} turn {k}");
             let out = forwarded(&sluice);
-            marked |= engine::way_back::carries_marker(&out);
+            // Markers in the transcript (the declaration's own description names the shape).
+            let value: Value = serde_json::from_slice(&out).unwrap();
+            marked |= engine::marker::raw_contains_marker(&value["messages"].to_string());
             let tools = tools_bytes(&out);
             match &first {
-                None => first = tools,
+                None => first = Some(tools),
                 Some(expected) => assert_eq!(
-                    tools.as_ref(),
-                    Some(expected),
+                    &tools, expected,
                     "{name} {:?} turn {k}: the tool list changed",
                     body.dialect
                 ),
@@ -409,7 +411,9 @@ async fn the_tool_list_never_changes_within_a_session() {
             turns_checked += 1;
         }
         // Every corpus request declares tools of its own (the Claude Code ones as recorded here).
-        let tools = first.unwrap_or_else(|| panic!("{name}: no tools"));
+        let tools = first
+            .flatten()
+            .unwrap_or_else(|| panic!("{name}: no tools"));
         assert!(
             tools.contains("context_guru_expand"),
             "{name}: declared from the first turn"
@@ -477,47 +481,85 @@ fn streamed_usage(body: &[u8], dialect: Dialect) -> Value {
 #[tokio::test]
 async fn the_usage_the_agent_reads_includes_the_rounds_it_never_saw() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    // One round then the answer; and a model that keeps asking past the last round sluice
+    // answers, whose held reply reaches the agent as it came, its usage summed all the same.
+    let rounds_cases = [1, proxy::MAX_EXPAND_ROUNDS + 1];
     for stream in [false, true] {
         for dialect in DIALECTS {
-            let mut body: Value =
-                serde_json::from_slice(&crate::proxy::compactable(dialect, stream)).unwrap();
-            if dialect == Dialect::OpenAi && stream {
-                body["stream_options"] = json!({"include_usage": true});
+            for expands in rounds_cases {
+                let mut body: Value =
+                    serde_json::from_slice(&crate::proxy::compactable(dialect, stream)).unwrap();
+                if dialect == Dialect::OpenAi && stream {
+                    body["stream_options"] = json!({"include_usage": true});
+                }
+                let sent = serde_json::to_vec(&body).unwrap();
+                sluice.chat(dialect, &[], sent.clone()).await;
+                let (id, _) = first_marker(&forwarded(&sluice), &sent, dialect);
+                let billed_before = sluice.mock.billed().len();
+                let mut script: Vec<Reply> = (0..expands)
+                    .map(|_| Reply::Expand {
+                        text: None,
+                        ids: vec![id.clone()],
+                    })
+                    .collect();
+                if expands == 1 {
+                    script.push(Reply::Text("done".into()));
+                }
+                let replies = script.len();
+                sluice.mock.script(script);
+                let reply = sluice.chat(dialect, &[], sent.clone()).await;
+                assert_eq!(reply.status, 200);
+                let billed = sluice.mock.billed();
+                let case = format!("{dialect:?} stream={stream} expands={expands}");
+                assert_eq!(billed.len(), billed_before + replies, "{case}");
+                let expected = billed[billed_before..]
+                    .iter()
+                    .skip(1)
+                    .fold(billed[billed_before].clone(), |sum, u| sum_usage(&sum, u));
+                let seen = if stream {
+                    streamed_usage(&reply.body, dialect)
+                } else {
+                    serde_json::from_slice::<Value>(&reply.body).unwrap()["usage"].clone()
+                };
+                assert_eq!(
+                    seen,
+                    expected,
+                    "{case}: {}",
+                    String::from_utf8_lossy(&reply.body)
+                );
             }
-            let sent = serde_json::to_vec(&body).unwrap();
-            sluice.chat(dialect, &[], sent.clone()).await;
-            let (id, _) = first_marker(&forwarded(&sluice), &sent, dialect);
-            let billed_before = sluice.mock.billed().len();
-            sluice.mock.script([
-                Reply::Expand {
-                    text: None,
-                    ids: vec![id],
-                },
-                Reply::Text("done".into()),
-            ]);
-            let reply = sluice.chat(dialect, &[], sent.clone()).await;
-            assert_eq!(reply.status, 200);
-            let billed = sluice.mock.billed();
-            assert_eq!(
-                billed.len(),
-                billed_before + 2,
-                "{dialect:?} stream={stream}: one round"
-            );
-            let expected = sum_usage(&billed[billed_before], &billed[billed_before + 1]);
-            let seen = if stream {
-                streamed_usage(&reply.body, dialect)
-            } else {
-                assert_eq!(answer_text(&reply.body, dialect), "done");
-                serde_json::from_slice::<Value>(&reply.body).unwrap()["usage"].clone()
-            };
-            assert_eq!(
-                seen,
-                expected,
-                "{dialect:?} stream={stream}: {}",
-                String::from_utf8_lossy(&reply.body)
-            );
         }
     }
+}
+
+/// A turn whose `tool_choice` keeps the model from calling the expand tool still declares it:
+/// the session's `tools` stay the same bytes.
+#[tokio::test]
+async fn a_turn_that_cannot_call_the_expand_tool_still_declares_it() {
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    let body = claude_code_body(false);
+    let mut forced = body.clone();
+    forced["tool_choice"] = json!({"type": "tool", "name": "Bash"});
+    let mut tools = Vec::new();
+    for turn in [&body, &forced, &body] {
+        let reply = sluice
+            .chat(
+                Dialect::Anthropic,
+                &[(modes::turn::SESSION_HEADER, "forced")],
+                serde_json::to_vec(turn).unwrap(),
+            )
+            .await;
+        assert_eq!(reply.status, 200);
+        tools.push(tools_bytes(&forwarded(&sluice)).unwrap());
+    }
+    assert!(tools[0].contains("context_guru_expand"));
+    assert_eq!(tools[0], tools[1], "the forced turn keeps the declaration");
+    assert_eq!(tools[1], tools[2]);
+    let stats = sluice.stats().await;
+    assert_eq!(
+        stats["way_back_withheld"]["tool_choice_named"], 1,
+        "and cuts nothing lossy"
+    );
 }
 
 /// The expand tool's `lines`: the model asks for a range and gets exactly those lines, in every

@@ -91,8 +91,6 @@ impl std::fmt::Debug for SqliteBackend {
     }
 }
 
-/// Where `sluice serve` keeps its state when told nothing: `$XDG_STATE_HOME/sluice/state.db`,
-/// else `~/.local/state/sluice/state.db`, else `./sluice-state.db`.
 /// The default file for a `sluice serve` listening on `listen`: [`default_path`] for the default
 /// address, and a file of its own for any other. People run one sluice per project or per agent
 /// on one machine; SQLite serves one process, so with one default file the second would be
@@ -112,8 +110,9 @@ pub fn default_path_for(listen: std::net::SocketAddr) -> PathBuf {
     default_path().with_file_name(name)
 }
 
-/// The default file of the default listen address: `$XDG_STATE_HOME/sluice/state.db` (or
-/// `~/.local/state/sluice/state.db`).
+/// Where `sluice serve` on the default listen address keeps its state when told nothing:
+/// `$XDG_STATE_HOME/sluice/state.db`, else `~/.local/state/sluice/state.db`, else
+/// `./sluice-state.db`.
 pub fn default_path() -> PathBuf {
     let state_home = std::env::var_os("XDG_STATE_HOME")
         .filter(|d| !d.is_empty())

@@ -92,6 +92,10 @@ pub fn split_system(
     if system_changed {
         return Err("system_rewritten");
     }
+    // A system prompt the wire layer could not read leaves as it came.
+    if parsed.opaque_entries().iter().any(|o| o.index.is_none()) {
+        return Err("system_unread");
+    }
     // Write-back edits only `messages` (the system was not changed): a system before it keeps its
     // offsets, one after it moves by the length change.
     let messages = parsed.messages_span();

@@ -343,3 +343,19 @@ fn a_long_line_a_pattern_finds_is_shown_around_the_match() {
         "{near_context}"
     );
 }
+
+#[test]
+fn a_partial_expand_of_a_json_output_is_of_the_text_in_its_string() {
+    let output: String = (1..=100).map(|i| format!("{i}\n")).collect();
+    let original = serde_json::json!({"returncode": 0, "output": output}).to_string();
+    assert_eq!(original.lines().count(), 1);
+    let part = excerpt(&original, &Ask::parse(None, Some("3-4")));
+    assert_eq!(part, "[lines 3-4 of 100]\n3\t3\n4\t4");
+    let found = excerpt(&original, &Ask::parse(Some("57"), None));
+    assert!(found.contains("\n57\t57"), "{found}");
+    assert_eq!(
+        excerpt(&original, &Ask::default()),
+        original,
+        "whole: the stash as it is"
+    );
+}

@@ -130,9 +130,16 @@ async fn a_named_tool_choice_withholds_lossy_offloads_and_says_why() {
     );
     let forward = forward(run(&service, &named, &HeaderMap::new()).await);
     assert_eq!(forward.withheld, Some(Withheld::ToolChoiceNamed));
-    assert!(!forward.expandable);
-    assert!(!way_back::carries_marker(&forward.body));
-    assert_eq!(tool_names(&forward.body), ["bash"]);
+    let value: Value = serde_json::from_slice(&forward.body).unwrap();
+    let messages = value["messages"].to_string();
+    assert_eq!(
+        marker::marker_ids(&messages).next(),
+        None,
+        "nothing was cut"
+    );
+    // Declared all the same, in the same place: the session's `tools` do not change for one
+    // turn (the model cannot call it on this one, and nothing lossy was cut).
+    assert_eq!(tool_names(&forward.body), ["bash", "context_guru_expand"]);
     // `any` still lets the model call expand: the cut stands, the tool is declared.
     let any = body(2, &[("tool_choice", json!({"type": "any"}))]);
     let forward = self::forward(run(&service, &any, &HeaderMap::new()).await);
