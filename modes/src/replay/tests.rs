@@ -235,7 +235,7 @@ fn the_report_totals_are_the_sum_of_its_items() {
     ));
     let declarations = saved - (t.baseline.content_tokens - t.sluice.content_tokens);
     assert!(
-        declarations > 0 && declarations % declared == 0,
+        declarations > 0 && declarations.is_multiple_of(declared),
         "per-component savings add up to the total, less {declarations} tokens of declarations ({declared} each)"
     );
     assert!((t.sluice_cost - t.sluice.cost(&Prices::default())).abs() < 1e-6);
