@@ -254,6 +254,10 @@ pub struct Totals {
     /// Billed input change against no compaction with the expand rounds counted: the figure
     /// to tune against.
     pub net_cost_change_pct: f64,
+    /// Sessions whose own net cost change is above 0%: sluice cost them more than it saved.
+    pub losing_sessions: usize,
+    /// The session with the highest net cost change, and that change.
+    pub worst_session: Option<(String, f64)>,
 }
 
 /// Why a recorded session could not be cut into turns or replayed.
@@ -810,6 +814,21 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     t.visible_recall_pct = 100.0 * t.recall.visible_share();
     t.expand_cost = t.expand.cost(prices);
     t.net_cost_change_pct = change(t.sluice_cost + t.expand_cost, t.baseline_cost);
+    if sessions.len() > 1 {
+        for s in sessions {
+            let net = totals(std::slice::from_ref(s), prices).net_cost_change_pct;
+            t.losing_sessions += usize::from(net > 0.0);
+            if t.worst_session
+                .as_ref()
+                .is_none_or(|(_, worst)| net > *worst)
+            {
+                t.worst_session = Some((s.name.clone(), net));
+            }
+        }
+    } else if let Some(s) = sessions.first() {
+        t.losing_sessions = usize::from(t.net_cost_change_pct > 0.0);
+        t.worst_session = Some((s.name.clone(), t.net_cost_change_pct));
+    }
     t
 }
 

@@ -350,19 +350,12 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
         t.recall.referenced,
         t.recall.behind_marker
     );
-    let nets: Vec<(f64, &str)> = reports
-        .iter()
-        .map(|r| {
-            let net = totals(std::slice::from_ref(r), prices).net_cost_change_pct;
-            (net, r.name.as_str())
-        })
-        .collect();
-    let losing = nets.iter().filter(|(net, _)| *net > 0.0).count();
-    if let Some((worst, name)) = nets.iter().max_by(|a, b| a.0.total_cmp(&b.0)) {
+    if let Some((name, worst)) = &t.worst_session {
         let _ = writeln!(
             out,
-            "Sessions above 0% net: **{losing} of {}**; worst session: **{worst:+.2}%** ({}).\n",
-            reports.len(),
+            "Sessions above 0% net: **{} of {}**; worst session: **{worst:+.2}%** ({}).\n",
+            t.losing_sessions,
+            t.sessions,
             short(name)
         );
     }

@@ -239,6 +239,14 @@ fn the_report_totals_are_the_sum_of_its_items() {
         "per-component savings add up to the total, less {declarations} tokens of declarations ({declared} each)"
     );
     assert!((t.sluice_cost - t.sluice.cost(&Prices::default())).abs() < 1e-6);
+    // Per session: how many lost, and the worst.
+    let nets: Vec<f64> = reports
+        .iter()
+        .map(|r| totals(std::slice::from_ref(r), &Prices::default()).net_cost_change_pct)
+        .collect();
+    assert_eq!(t.losing_sessions, nets.iter().filter(|n| **n > 0.0).count());
+    let (_, worst) = t.worst_session.clone().unwrap();
+    assert_eq!(worst, nets.iter().copied().fold(f64::MIN, f64::max));
 }
 
 /// The way back is billed: the turn whose answer needs an identifier only a marker kept pays
