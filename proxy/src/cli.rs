@@ -1107,9 +1107,10 @@ fn init_text() -> String {
          # cache:\n\
          #   amortize: {{ enabled: false, every_turns: 10 }}\n\
          #\n\
-         # Per-tool rules, matched on the name of the tool that produced an output (`*`, `?`):\n\
+         # Per-tool rules, matched on the name of the tool that produced an output (`*`, `?`),\n\
+         # written in place of the `tools:` above:\n\
          # tools:\n\
-         #   exclude: [read_secret]                          # never cut, by any component\n\
+         #   exclude: [Task, Agent, read_secret]             # never cut, by any component\n\
          #   rules:\n\
          #     \"apply_*\": {{ components: [format] }}        # only these may act on its outputs\n",
         default = engine::config::EMBEDDED_DEFAULT.trim_end(),

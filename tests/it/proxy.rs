@@ -1388,16 +1388,9 @@ async fn tool_rules_decide_which_components_may_cut_an_output() {
             .map(|m| m.content.clone())
             .collect()
     };
-    let excluded = start(&format!(
-        "{}\ntools: {{exclude: [bash]}}\n",
-        engine::config::EMBEDDED_DEFAULT
-    ))
-    .await;
-    let ruled = start(&format!(
-        "{}\ntools:\n  rules:\n    \"ba?h\": {{components: [linecap]}}\n",
-        engine::config::EMBEDDED_DEFAULT
-    ))
-    .await;
+    // Layered on the embedded default, whose own `tools:` each replaces.
+    let excluded = start("tools: {exclude: [bash]}\n").await;
+    let ruled = start("tools:\n  rules:\n    \"ba?h\": {components: [linecap]}\n").await;
     for dialect in DIALECTS {
         let body = compactable(dialect, false);
         let sent = tool_outputs(&body, dialect);

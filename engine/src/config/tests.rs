@@ -393,5 +393,17 @@ fn tool_rules_are_read_and_checked() {
     );
     let errors = Config::parse("tools:\n  excludes: [x]\n").unwrap_err();
     assert!(errors[0].to_string().contains("excludes"), "{errors:?}");
-    assert!(Config::embedded().tools.is_empty());
+    // The embedded default leaves a sub-agent's report whole; a file's own `tools:` replaces it.
+    let embedded = Config::embedded();
+    assert_eq!(embedded.tools.exclude, ["Task", "Agent"]);
+    assert_eq!(
+        embedded
+            .build_pipeline()
+            .unwrap()
+            .tool_rules()
+            .applies(Some("Agent")),
+        crate::tools::Applies::Excluded("Agent")
+    );
+    let own = Config::parse("tools:\n  exclude: [read_secret]\n").unwrap();
+    assert_eq!(own.tools.exclude, ["read_secret"]);
 }
