@@ -41,28 +41,23 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Resul
         parsed.slots.push(slot);
     }
     parsed.read_transcript(doc, |parsed, doc, index, span| {
-        if let Some(outputs) = read_parted_output(text, doc, index, span)? {
-            for (message, slot) in outputs {
-                parsed.messages.push(message);
-                parsed.slots.push(slot);
-            }
-            return Ok(());
+        for (message, slot) in read_item(text, doc, index, span)? {
+            parsed.messages.push(message);
+            parsed.slots.push(slot);
         }
-        let (message, slot) = read_item(text, doc, index, span)?;
-        parsed.messages.push(message);
-        parsed.slots.push(slot);
         Ok(())
     });
     Ok(())
 }
 
-/// One `input` item; an error makes it an opaque entry.
+/// One `input` item: one message, or one per text part of an output in parts; an error makes
+/// it an opaque entry.
 fn read_item(
     text: &str,
     doc: &json::Index,
     index: usize,
     span: Span,
-) -> Result<(Message, Slot), WireError> {
+) -> Result<Vec<(Message, Slot)>, WireError> {
     if json::kind_of(text, span) != Kind::Object {
         return Err(malformed(index, "an `input` item is not an object"));
     }
@@ -71,18 +66,19 @@ fn read_item(
     // An untyped item is a message when it has a role; without one it is an
     // `item_reference` (`{"id": "msg_..."}`), which the API also accepts untyped.
     let untyped_message = kind.is_none() && json::lookup(text, fields, "role").is_some();
-    Ok(match kind.as_deref() {
+    let one = match kind.as_deref() {
         Some("message") => read_message(text, doc, fields, index)?,
         None if untyped_message => read_message(text, doc, fields, index)?,
         Some("function_call") => read_call(text, doc, fields, index, true)?,
         Some("custom_tool_call") => read_call(text, doc, fields, index, false)?,
         Some("function_call_output" | "custom_tool_call_output") => {
-            read_output(text, doc, fields, index)?
+            return read_output(text, doc, fields, index);
         }
         // `reasoning`, `compaction` (with its `encrypted_content`), Codex's
         // `compaction_trigger`, hosted tool calls, item references: kept as they are.
         None | Some(_) => (opaque(), Slot::default()),
-    })
+    };
+    Ok(vec![one])
 }
 
 /// An item sluice does not read: kept in order, never rewritten.
@@ -204,26 +200,14 @@ fn read_call(
 /// A tool output item whose `output` is a list of parts (Codex's `custom_tool_call_output`: a
 /// status line, then the command's output): one tool message per text part, each rewritable in
 /// place, as Anthropic's `tool_result` blocks are. Parts that are not text stay on the wire and
-/// make no message. `None` for every other item.
+/// make no message.
 fn read_parted_output(
     text: &str,
     doc: &json::Index,
+    parts: Span,
+    call_id: Option<String>,
     index: usize,
-    span: Span,
-) -> Result<Option<Vec<(Message, Slot)>>, WireError> {
-    if json::kind_of(text, span) != Kind::Object {
-        return Ok(None);
-    }
-    let fields = doc.members(span);
-    let is_output = string_field(text, doc, fields, "type", index)?.is_some_and(|(kind, _)| {
-        matches!(&*kind, "function_call_output" | "custom_tool_call_output")
-    });
-    let parts =
-        json::lookup(text, fields, "output").filter(|o| json::kind_of(text, *o) == Kind::Array);
-    let (true, Some(parts)) = (is_output, parts) else {
-        return Ok(None);
-    };
-    let call_id = string_field(text, doc, fields, "call_id", index)?.map(|(id, _)| id.into_owned());
+) -> Result<Vec<(Message, Slot)>, WireError> {
     let mut out = Vec::new();
     for part in doc.elements(parts) {
         if json::kind_of(text, part) != Kind::Object {
@@ -254,18 +238,25 @@ fn read_parted_output(
         message.rewritable = false;
         out.push((message, Slot::default()));
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
+/// A `function_call_output` or `custom_tool_call_output` item: one tool message, or one per
+/// text part when `output` is a list of parts.
 fn read_output(
     text: &str,
     doc: &json::Index,
     fields: &[json::Entry],
     index: usize,
-) -> Result<(Message, Slot), WireError> {
+) -> Result<Vec<(Message, Slot)>, WireError> {
+    let call_id = string_field(text, doc, fields, "call_id", index)?.map(|(id, _)| id.into_owned());
+    if let Some(parts) =
+        json::lookup(text, fields, "output").filter(|o| json::kind_of(text, *o) == Kind::Array)
+    {
+        return read_parted_output(text, doc, parts, call_id, index);
+    }
     let mut message = Message::text(Role::Tool, String::new());
-    message.tool_call_id =
-        string_field(text, doc, fields, "call_id", index)?.map(|(id, _)| id.into_owned());
+    message.tool_call_id = call_id;
     let slot = read_text_value(text, doc, fields, "output", index, &mut message)?;
-    Ok((message, slot))
+    Ok(vec![(message, slot)])
 }
