@@ -266,6 +266,18 @@ pub struct RunCx {
     /// back, lossless repacking still runs. Outputs before that index keep whatever the
     /// components decide for them, so the cached prefix never moves.
     pub lossless_tools: Arc<std::collections::BTreeMap<String, usize>>,
+    /// The least a lossy cut of a tool output must save, from a message index on: a session
+    /// whose expand rounds cost more than its cuts saved keeps only the cuts that would pay
+    /// for a round on their own (see `modes::guard`). `None`: no floor.
+    pub cut_floor: Option<CutFloor>,
+}
+
+/// A floor under lossy cuts: an offloader's cut of a tool output at or after `from` that saves
+/// fewer than `min_saved` tokens is put back (skip reason `below_cost_floor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CutFloor {
+    pub from: usize,
+    pub min_saved: usize,
 }
 
 impl RunCx {
@@ -288,6 +300,7 @@ impl RunCx {
             models: None,
             offloads: true,
             lossless_tools: Arc::default(),
+            cut_floor: None,
         }
     }
 
@@ -318,6 +331,13 @@ impl RunCx {
         tools: Arc<std::collections::BTreeMap<String, usize>>,
     ) -> RunCx {
         self.lossless_tools = tools;
+        self
+    }
+
+    /// The floor under this session's lossy cuts, if its cost guard set one.
+    #[must_use]
+    pub fn with_cut_floor(mut self, floor: Option<CutFloor>) -> RunCx {
+        self.cut_floor = floor;
         self
     }
 }
@@ -1068,8 +1088,16 @@ fn run_stage(
             tool_rules.applies(m.tool_name.as_deref()).allows(component)
         });
     }
-    if stage.kind() == Kind::Offload && !cx.lossless_tools.is_empty() {
+    if stage.kind() == Kind::Offload && (!cx.lossless_tools.is_empty() || cx.cut_floor.is_some()) {
         let every = cx.lossless_tools.get(crate::tools::EVERY_TOOL);
+        let counts = &state.counts;
+        // Measured against the output as it reached this stage: a lossless repack before it
+        // is not the cut's saving.
+        let below_floor = |i: usize, m: &Message| {
+            cx.cut_floor.is_some_and(|floor| {
+                i >= floor.from && counts[i].saturating_sub(message_tokens(m)) < floor.min_saved
+            })
+        };
         let retried = |i: usize, m: &Message| {
             m.tool_name.as_ref().is_some_and(|tool| {
                 let kind = crate::tools::output_kind(tool, m.tool_arguments.as_deref());
@@ -1081,6 +1109,8 @@ fn run_stage(
                 Err("cost_guard")
             } else if retried(i, m) {
                 Err("retried_after_compaction")
+            } else if m.is_tool() && below_floor(i, m) {
+                Err("below_cost_floor")
             } else {
                 Ok(())
             }

@@ -23,14 +23,26 @@
 //!   originals it brings back (1.25).
 //!
 //! After [`MIN_TURNS`] settled turns, a session whose costs (missed plus expand) exceed what it
-//! saved, by at least [`MIN_LOSS`], backs off: from the next new message on, every tool output
-//! is lossless (the `EVERY_TOOL` entry of `lossless_tools`, from the session's frontier: the most
-//! messages any of its requests had; offloaders' cuts there are put back with skip reason
-//! `cost_guard`, lossless repacking still runs), so nothing already forwarded changes and the
-//! cached prefix never moves because of it. (`summarize` keeps serving the checkpoint it has and
-//! rolls no new one.) The reason is the larger cost: `cache_misses` or
-//! `expand_rounds`. A backed-off session stays backed off.
+//! saved, by at least [`MIN_LOSS`], backs off, from the next new message on (the session's
+//! frontier: the most messages any of its requests had), so nothing already forwarded changes
+//! and the cached prefix never moves because of it. How far depends on the reason, the larger
+//! cost:
+//! - `cache_misses`: every tool output is lossless (the `EVERY_TOOL` entry of
+//!   `lossless_tools`; offloaders' cuts are put back with skip reason `cost_guard`, lossless
+//!   repacking still runs; `summarize` keeps serving the checkpoint it has and rolls no new one).
+//! - `expand_rounds`: a cut stays only where it would pay for a round on its own (the session's
+//!   [`CutFloor`]; skip reason `below_cost_floor`). A round re-reads the whole prompt, 0.1 a
+//!   token, and a cut of `n` tokens saves at least their write, 1.25 each; so the floor is
+//!   0.1 / 1.25 of the prompt the provider last reported when the session backed off. It is
+//!   fixed from then on: a deterministic component re-decides every output on every turn, and a
+//!   floor that rose with the prompt would put back a cut the provider has cached.
+//!   Stopping every cut instead was measured: on Claude Code's long sessions the outputs that
+//!   matter most come late and are large, and they paid for their rounds where the early small
+//!   cuts had not (`docs/performance.md`, issue #33).
+//!
+//! A backed-off session stays backed off.
 
+use engine::pipeline::CutFloor;
 use serde::{Deserialize, Serialize};
 
 use crate::SessionState;
@@ -90,6 +102,9 @@ pub struct CostGuard {
     pub missed: f64,
     pub expand: f64,
     pub backed_off: Option<BackOff>,
+    /// An `expand_rounds` back-off's floor (see the module docs).
+    #[serde(default)]
+    floor: Option<CutFloor>,
 }
 
 /// What a turn did, as the guard needs it.
@@ -152,6 +167,21 @@ impl CostGuard {
         self.expand += prompt_tokens as f64 * READ + restored_tokens as f64 * WRITE;
     }
 
+    /// The floor under this session's cuts, set by an `expand_rounds` back-off.
+    pub fn cut_floor(&self) -> Option<CutFloor> {
+        self.floor
+    }
+
+    /// Sets the floor from message `from` on, at the price of one round on the prompt the
+    /// provider last reported; an earlier floor stays.
+    fn set_floor(&mut self, from: usize) {
+        let prompt = self.last_cached.unwrap_or(0) as f64;
+        self.floor.get_or_insert(CutFloor {
+            from,
+            min_saved: (prompt * READ / WRITE).ceil() as usize,
+        });
+    }
+
     fn judge(&mut self) -> Option<BackOff> {
         if self.backed_off.is_some() || self.settled_turns < MIN_TURNS {
             return None;
@@ -174,18 +204,24 @@ impl CostGuard {
 /// back off, makes every tool output from the next new message on lossless.
 pub fn settle(state: &mut SessionState, seq: u64, billed: Billed) -> Option<BackOff> {
     let why = state.guard.settle(seq, billed)?;
-    hold_every_output(state);
+    back_off(state, why);
     Some(why)
 }
 
-/// From the session's frontier on (the most messages any of its requests had), every tool
-/// output is lossless: nothing a longer transcript already forwarded can change.
-fn hold_every_output(state: &mut SessionState) {
+/// From the session's frontier on (the most messages any of its requests had), so nothing a
+/// longer transcript already forwarded can change: every tool output lossless after cache
+/// misses, a floor under cuts after expand rounds (see the module docs).
+fn back_off(state: &mut SessionState, why: BackOff) {
     let from = state.frontier.max(state.seen_messages);
-    state
-        .lossless_tools
-        .entry(engine::tools::EVERY_TOOL.to_owned())
-        .or_insert(from);
+    match why {
+        BackOff::CacheMisses => {
+            state
+                .lossless_tools
+                .entry(engine::tools::EVERY_TOOL.to_owned())
+                .or_insert(from);
+        }
+        BackOff::ExpandRounds => state.guard.set_floor(from),
+    }
 }
 
 /// An expand round the session's model asked for. Returns the back-off it decided, if any
@@ -197,7 +233,7 @@ pub fn expand_round(
 ) -> Option<BackOff> {
     state.guard.expand_round(prompt_tokens, restored_tokens);
     let why = state.guard.judge()?;
-    hold_every_output(state);
+    back_off(state, why);
     Some(why)
 }
 
@@ -338,10 +374,52 @@ mod tests {
             result = result.or(settle(&mut state, seq, billed(1_000, 500)));
         }
         assert_eq!(result, Some(BackOff::ExpandRounds));
-        // A shorter request came last (a sub-agent): the hold starts past the longest one.
+        // A shorter request came last (a sub-agent): the floor starts past the longest one,
+        // at one round's re-read of the last reported prompt (1,500 tokens × 0.1 / 1.25).
+        assert_eq!(
+            state.guard.cut_floor(),
+            Some(CutFloor {
+                from: 42,
+                min_saved: 120
+            })
+        );
+        // Rounds keep the cuts that pay for one; only cache misses stop every cut.
+        assert!(state.lossless_tools.is_empty());
+    }
+
+    #[test]
+    fn cache_misses_hold_every_output() {
+        let mut state = SessionState {
+            frontier: 9,
+            ..SessionState::default()
+        };
+        let seq = state.guard.turn(warm(0)).unwrap();
+        settle(&mut state, seq, billed(0, 50_000));
+        let mut result = None;
+        for _ in 0..3 {
+            // Each re-write was read back 40,000 short of what the last report cached.
+            let seq = state.guard.turn(warm(10)).unwrap();
+            result = result.or(settle(&mut state, seq, billed(10_000, 40_000)));
+        }
+        assert_eq!(result, Some(BackOff::CacheMisses));
         assert_eq!(
             state.lossless_tools.get(engine::tools::EVERY_TOOL),
-            Some(&42)
+            Some(&9)
         );
+        assert_eq!(state.guard.cut_floor(), None);
+    }
+
+    #[test]
+    fn the_floor_stays_where_it_was_set() {
+        let mut state = SessionState::default();
+        for _ in 0..3 {
+            state.guard.expand_round(100_000, 5_000);
+            let seq = state.guard.turn(warm(10)).unwrap();
+            settle(&mut state, seq, billed(20_000, 5_000));
+        }
+        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(2_000));
+        let seq = state.guard.turn(warm(10)).unwrap();
+        settle(&mut state, seq, billed(45_000, 5_000));
+        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(2_000));
     }
 }

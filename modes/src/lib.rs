@@ -143,14 +143,23 @@ pub fn run_turn<'a>(
     facts.retries = retries::detect(state, parsed.messages());
     cx.mutable_from = facts.mutable_from;
     cx.cold = facts.cold;
-    if !state.lossless_tools.is_empty() {
-        cx = cx.with_lossless_tools(retries::lossless(state));
-    }
+    cx = learned(state, cx);
     let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
     retries::remember(state, parsed.messages(), &applied.messages);
     let mut facts = facts;
     facts.ledger_turn = state.guard.turn(guard::work(&applied.report, &facts));
     (applied, facts)
+}
+
+/// What the session learned applies to its runs: the tools it keeps whole and the cost
+/// guard's floor under cuts.
+pub(crate) fn learned(state: &SessionState, cx: RunCx) -> RunCx {
+    let cx = if state.lossless_tools.is_empty() {
+        cx
+    } else {
+        cx.with_lossless_tools(retries::lossless(state))
+    };
+    cx.with_cut_floor(state.guard.cut_floor())
 }
 
 /// [`run_turn`] once the tracker has answered: the pipeline, or the staircase's two runs.

@@ -492,8 +492,8 @@ impl TurnService {
         let cx = self.run_cx(&parsed, &session, models.as_ref(), reach.is_ok());
         let (mut applied, facts) =
             run_turn(&mut lease, &parsed, &pipeline, cx.clone(), &self.amortize);
-        // A re-run of this turn holds to the tools this turn learned to keep whole, too.
-        let cx = cx.with_lossless_tools(crate::retries::lossless(&lease));
+        // A re-run of this turn holds to what this turn learned (tools kept whole, a floor), too.
+        let cx = crate::learned(&lease, cx);
         self.keep(&session, &lease);
         drop(lease);
         if let Some(models) = models.as_ref().filter(|m| m.pending() > 0) {

@@ -1565,7 +1565,8 @@ async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
         "/metrics counts it"
     );
 
-    // A new long output after the back-off reaches the model whole.
+    // A new long output after the back-off, whose cut would save less than one round re-reads
+    // (the floor under the session's cuts), reaches the model whole.
     let last = serde_json::to_vec(&turns[3]).unwrap();
     let (_, original) = {
         sluice
@@ -1581,21 +1582,31 @@ async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
             Dialect::Anthropic,
         )
     };
+    // One more `cat` and its output; then what sluice forwarded of the newest message.
+    let cat = |transcript: &mut Value, id: &str, output: &str| {
+        let list = transcript["messages"].as_array_mut().unwrap();
+        list.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "bash", "input": {"command": format!("cat {id}.log")}}]}));
+        list.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": output,
+             "cache_control": {"type": "ephemeral"}}]}));
+    };
+    let newest = async |transcript: &Value| {
+        sluice
+            .chat(
+                Dialect::Anthropic,
+                &session,
+                serde_json::to_vec(transcript).unwrap(),
+            )
+            .await;
+        let forwarded = sluice.mock.recorded().last().unwrap().body.clone();
+        let parsed = wire::parse(&forwarded, Dialect::Anthropic).unwrap();
+        parsed.messages().last().unwrap().content.clone()
+    };
     let mut fresh = turns[3].clone();
-    let list = fresh["messages"].as_array_mut().unwrap();
-    list.push(json!({"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_guard", "name": "bash", "input": {"command": "cat again.log"}}]}));
-    list.push(json!({"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_guard", "content": original.clone(),
-         "cache_control": {"type": "ephemeral"}}]}));
-    let fresh = serde_json::to_vec(&fresh).unwrap();
-    sluice
-        .chat(Dialect::Anthropic, &session, fresh.clone())
-        .await;
-    let forwarded = sluice.mock.recorded().last().unwrap().body.clone();
-    let parsed = wire::parse(&forwarded, Dialect::Anthropic).unwrap();
+    cat(&mut fresh, "toolu_guard", &original);
     assert_eq!(
-        parsed.messages().last().unwrap().content,
+        newest(&fresh).await,
         original,
         "the newest output goes whole"
     );
@@ -1605,8 +1616,26 @@ async fn a_session_whose_rewrites_cost_more_than_they_save_backs_off() {
             .as_object()
             .unwrap()
             .values()
-            .any(|c| c["gates"]["cost_guard"].as_u64() > Some(0)),
+            .any(|c| c["gates"]["below_cost_floor"].as_u64() > Some(0)),
         "{stats}"
+    );
+    // An output whose cut saves far more than a round costs is still cut.
+    let huge: String = (0..6_000)
+        .map(|i| {
+            format!(
+                "2026-12-03T10:{:02}:{:02} worker {i} flushed batch {}",
+                i / 60 % 60,
+                i % 60,
+                i * 7
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    cat(&mut fresh, "toolu_huge", &huge);
+    let last = newest(&fresh).await;
+    assert!(
+        last.len() < huge.len() / 4 && last.contains("<<cg:"),
+        "{last}"
     );
     // The same turns on another sluice, with a model that works from what it was shown, save
     // and never back off; the provider reads the transcript back from its cache.

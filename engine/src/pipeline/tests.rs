@@ -563,3 +563,42 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
     assert_eq!(second[1], first[1], "the replay went back on the wire");
     assert_eq!(*seen.lock(), vec![true; 3]);
 }
+
+#[test]
+fn a_cut_floor_puts_back_only_the_cuts_that_save_less_from_its_index_on() {
+    let pipeline = crate::config::Config::parse(
+        "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 0, keep_head_chars: 0}",
+    )
+    .unwrap()
+    .build_pipeline()
+    .unwrap();
+    // Outputs 1 and 3 are short runs, 2 and 4 long ones.
+    let output =
+        |i: usize, times: usize| Message::tool(&format!("c{i}"), "bash", run_log(i).repeat(times));
+    let transcript = || {
+        vec![
+            Message::text(Role::User, "make the api tests pass"),
+            output(1, 1),
+            output(2, 10),
+            output(3, 1),
+            output(4, 10),
+        ]
+    };
+    let short_cut = {
+        let mut m = transcript();
+        let report = pipeline.run(&mut m, &cx());
+        assert_eq!(report.components[0].changed, vec![1, 2, 3, 4]);
+        message_tokens(&transcript()[3]) - message_tokens(&m[3])
+    };
+    let mut m = transcript();
+    let floor = CutFloor {
+        from: 3,
+        min_saved: short_cut + 1,
+    };
+    let report = pipeline.run(&mut m, &cx().with_cut_floor(Some(floor)));
+    let component = &report.components[0];
+    // Before the floor's index every cut stays; from it on, the short output goes whole.
+    assert_eq!(component.changed, vec![1, 2, 4]);
+    assert_eq!(m[3], transcript()[3]);
+    assert_eq!(component.gates.get("below_cost_floor"), Some(&1));
+}

@@ -420,51 +420,86 @@ fn a_tool_list_that_changes_mid_session_costs_a_full_write() {
     }
 }
 
-/// A session whose every answer needs another fact collapse hid from its first output: the
-/// same marker expanded turn after turn, while each later output is cut too.
+/// A session whose every answer needs another fact collapse hid from its first output (`cat`):
+/// the same marker expanded turn after turn, while each later output (`tail`) is cut too: a
+/// 400-line log, and from turn 6 on a 3,200-line one on odd turns.
 fn repeating_session(turns: usize) -> Vec<u8> {
     let first: String = (0..400)
         .map(|i| format!("row {i}: checksum {}", 1_800_000_000 + i))
         .collect::<Vec<_>>()
         .join("\n");
     let mut reads = vec![first];
-    reads.extend((1..turns).map(|i| long_read(&format!("f{i}"), 1_700_000_000 + i as u64)));
+    reads.extend((1..turns).map(|i| {
+        let read = long_read(&format!("f{i}"), 1_700_000_000 + i as u64);
+        if i > 5 && i % 2 == 1 {
+            read.repeat(8)
+        } else {
+            read
+        }
+    }));
     let outputs: Vec<&str> = reads.iter().map(String::as_str).collect();
     let answers: Vec<String> = std::iter::once("looking".to_owned())
         .chain((0..turns).map(|i| format!("row {} has checksum {}", 100 + i, 1_800_000_100 + i)))
         .collect();
     let answers: Vec<&str> = answers.iter().map(String::as_str).collect();
-    let commands: Vec<String> = (0..turns).map(|i| format!("cat f{i}.log")).collect();
+    let commands: Vec<String> = (0..turns)
+        .map(|i| match i {
+            0 => "cat f0.log".to_owned(),
+            _ => format!("tail -n 3000 f{i}.log"),
+        })
+        .collect();
     let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
     body_of(&outputs, &commands, &answers)
 }
 
 #[test]
-fn the_reply_half_settles_the_cost_guard_and_a_session_whose_rounds_repeat_backs_off() {
+fn the_reply_half_settles_the_cost_guard_and_a_session_whose_rounds_repeat_keeps_the_cuts_that_pay()
+{
     let body = repeating_session(12);
-    let settled = replay("pipeline: [collapse]", &body, &Options::default());
+    // A 100,000-token preamble, as an agent's system prompt and tools: every round re-reads it,
+    // which the early 400-line cuts do not pay for, and the guard's floor (one round's re-read,
+    // written: 0.1 / 1.25 of the prompt) is over 8,000 tokens, more than cutting a 400-line log
+    // saves and less than a 3,200-line one.
+    let options = Options {
+        preamble_tokens: 100_000,
+        keep_bodies: true,
+        ..Options::default()
+    };
+    let settled = replay("pipeline: [collapse]", &body, &options);
     let unsettled = replay(
         "pipeline: [collapse]",
         &body,
         &Options {
             settle_replies: false,
-            ..Options::default()
+            ..options.clone()
         },
     );
-    let held = |r: &SessionReport| r.components["collapse"].gates.get("cost_guard").copied();
+    let gates = |r: &SessionReport| r.components["collapse"].gates.clone();
     assert!(
-        held(&settled).is_some(),
+        gates(&settled).get("below_cost_floor") >= Some(&2),
         "{:?}",
-        settled.components["collapse"].gates
+        gates(&settled)
     );
-    assert_eq!(held(&unsettled), None, "no report, no judgement");
-    // Either way the marker's repeat made later `cat` outputs lossless (the retries' lesson);
-    // the guard's back-off is what a settled session adds.
+    assert_eq!(
+        gates(&unsettled).get("below_cost_floor"),
+        None,
+        "no report, no judgement"
+    );
+    // Rounds never stop every cut: that is what cache misses do.
+    assert_eq!(gates(&settled).get("cost_guard"), None);
+    // The last request: the last 3,200-line log (f11) is cut, the 400-line one before it (f10)
+    // goes whole.
+    let last = wire::parse(settled.bodies.last().unwrap(), Dialect::OpenAi).unwrap();
+    let outputs: Vec<&Message> = last.messages().iter().filter(|m| m.is_tool()).collect();
+    let [.., f10, f11] = outputs.as_slice() else {
+        panic!("12 outputs");
+    };
     assert!(
-        unsettled.components["collapse"]
-            .gates
-            .contains_key("retried_after_compaction")
+        marker::marker_ids(&f11.content).next().is_some(),
+        "{}",
+        f11.content
     );
+    assert_eq!(f10.content, long_read("f10", 1_700_000_010));
 }
 
 #[test]
