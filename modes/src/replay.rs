@@ -196,6 +196,9 @@ pub struct TurnRecord {
     pub expand: Bill,
     /// 1 when the answer used an identifier only a marker's original had.
     pub expand_rounds: usize,
+    /// 1 when that round expanded only markers an earlier round of the session had expanded:
+    /// the model asking again for an original it saw once, which the agent never did.
+    pub expand_repeats: usize,
     pub cold: bool,
     pub amortized: bool,
     pub flipped_messages: usize,
@@ -249,6 +252,8 @@ pub struct Totals {
     pub visible_recall_pct: f64,
     /// Expand rounds the answers needed, and their bill.
     pub expand_rounds: usize,
+    /// Of those, rounds that expanded only markers already expanded in their session.
+    pub expand_repeats: usize,
     pub expand: Bill,
     pub expand_cost: f64,
     /// Billed input change against no compaction with the expand rounds counted: the figure
@@ -596,6 +601,8 @@ async fn replay_on(
         turns
     };
     let (mut prev_in, mut prev_out): (Option<Billable>, Option<Billable>) = (None, None);
+    // Markers this session's rounds expanded, to tell a repeat from a first look.
+    let mut expanded: BTreeSet<String> = BTreeSet::new();
     let mut prev_body: Option<Bytes> = None;
     let mut last_at: Option<Duration> = None;
     for (k, body) in requests.iter().enumerate() {
@@ -667,6 +674,12 @@ async fn replay_on(
                 .expand_round(&applied.session, &ids, prompt, restored)
                 .await;
         }
+        let repeat = round
+            .as_ref()
+            .is_some_and(|r| r.markers.iter().all(|m| expanded.contains(m)));
+        if let Some(round) = &round {
+            expanded.extend(round.markers.iter().cloned());
+        }
         tally(&mut report, &mut unique, k, &applied.report);
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
@@ -674,6 +687,7 @@ async fn replay_on(
             baseline,
             sluice,
             expand_rounds: usize::from(round.is_some()),
+            expand_repeats: usize::from(repeat),
             expand: round.map(|r| r.bill).unwrap_or_default(),
             cold: facts.cold,
             amortized: facts.amortized,
@@ -793,6 +807,7 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
             t.recall.add(&turn.recall);
             t.expand.add(&turn.expand);
             t.expand_rounds += turn.expand_rounds;
+            t.expand_repeats += turn.expand_repeats;
         }
     }
     t.baseline_cost = t.baseline.cost(prices);

@@ -334,12 +334,13 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
     let _ = writeln!(out, "# sluice replay\n");
     let _ = writeln!(
         out,
-        "{} sessions, {} turns. **Net billed input cost against no compaction, expand rounds included: {:+.2}%** ({:+.2}% before its {} expand rounds). Content tokens saved: **{:.2}%**. Cache writes: **{:+.2}%**. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
+        "{} sessions, {} turns. **Net billed input cost against no compaction, expand rounds included: {:+.2}%** ({:+.2}% before its {} expand rounds, {} of them repeats). Content tokens saved: **{:.2}%**. Cache writes: **{:+.2}%**. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
         t.sessions,
         t.turns,
         t.net_cost_change_pct,
         t.cost_change_pct,
         t.expand_rounds,
+        t.expand_repeats,
         t.content_saved_pct,
         t.cache_write_change_pct,
         t.flips,

@@ -485,6 +485,11 @@ fn the_reply_half_settles_the_cost_guard_and_a_session_whose_rounds_repeat_keeps
         None,
         "no report, no judgement"
     );
+    // Every round after the first asks for the same original again: a repeat.
+    let count = |f: fn(&TurnRecord) -> usize| settled.turns.iter().map(f).sum::<usize>();
+    let rounds = count(|t| t.expand_rounds);
+    assert!(rounds >= 3, "{rounds}");
+    assert_eq!(count(|t| t.expand_repeats), rounds - 1);
     // Rounds never stop every cut: that is what cache misses do.
     assert_eq!(gates(&settled).get("cost_guard"), None);
     // The last request: the last 3,200-line log (f11) is cut, the 400-line one before it (f10)
