@@ -222,7 +222,7 @@ impl Default for AmortizeConfig {
 }
 
 /// The top-level keys of a config file.
-const KEYS: &[&str] = &[
+pub(crate) const KEYS: &[&str] = &[
     "preset",
     "pipeline",
     "components",

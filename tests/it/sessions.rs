@@ -12,12 +12,45 @@ use engine::wire;
 use integration_tests::{bodies, session_turns as turns, wire_messages};
 use modes::{SessionState, run_turn};
 
-/// Every component this build has, in the order a user would run them.
-const ALL_BUILT: &str = "pipeline: [format, textclean, dedup, failed_run, repeated_call, failed_call, stale_reasoning, smartcrush, stale_output, oversized_block, skeleton, mask, collapse, linecap]";
+/// The start of the pipeline, in the order a user would run them: lossless repacking first,
+/// then the offloaders, `linecap` last among the reference's.
+const LEADING: &[&str] = &[
+    "format",
+    "textclean",
+    "dedup",
+    "failed_run",
+    "repeated_call",
+    "failed_call",
+    "stale_reasoning",
+    "smartcrush",
+    "stale_output",
+    "oversized_block",
+    "skeleton",
+    "mask",
+    "collapse",
+    "linecap",
+];
+
+/// Every component this build has (`components::ALL`): the leading ones in their order, then
+/// the rest as the registry lists them, so a component added to the registry is in this test
+/// the day it lands.
+fn all_built() -> String {
+    let rest = engine::components::ALL
+        .iter()
+        .map(|f| f.name())
+        .filter(|name| !LEADING.contains(name));
+    let names: Vec<&str> = LEADING.iter().copied().chain(rest).collect();
+    format!("pipeline: [{}]", names.join(", "))
+}
 
 #[test]
 fn every_public_session_replays_turn_by_turn_with_zero_flips() {
-    let config = Config::parse(ALL_BUILT).unwrap();
+    let config = Config::parse(&all_built()).unwrap();
+    assert_eq!(
+        config.pipeline.len(),
+        engine::components::ALL.len(),
+        "every registered component runs"
+    );
     let pipeline = config.build_pipeline().unwrap();
     let (mut sessions, mut checked, mut replayed, mut cold_acted) = (0, 0, 0u64, 0);
     for body in bodies()
@@ -41,7 +74,15 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
             assert!(applied.error.is_none(), "{}", body.path.display());
             let forwarded = wire_messages(&applied.body);
             let frozen = applied.report.frozen();
-            assert_eq!(frozen.dropped, frozen.repaired, "{}", body.path.display());
+            // The bytes below are the flip check. A decision the store lost (the 3 h break
+            // outlives the TTL) is counted as dropped until it is written again, even where the
+            // component re-decides it to the same bytes (`extract`, sampled, cannot re-derive);
+            // before the break the store must lose none.
+            assert!(
+                k >= cold_turn || frozen.dropped == 0,
+                "{} turn {k}: {frozen:?}",
+                body.path.display()
+            );
             replayed += frozen.hits;
             if facts.cold {
                 cold_acted += usize::from(
@@ -54,7 +95,7 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
             } else if k > 0 {
                 for (i, (before, now)) in previous.iter().zip(&forwarded).enumerate() {
                     assert!(
-                        before == now,
+                        before == now || without_breakpoints(before) == without_breakpoints(now),
                         "{} turn {k}: message {i} flipped inside the cached prefix:\n{}\n---\n{}",
                         body.path.display(),
                         &before[..before.len().min(600)],
@@ -77,4 +118,23 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
         "mask acted at depth on {cold_acted} cold turns"
     );
     assert!(replayed > 100, "{replayed} frozen decisions replayed");
+}
+
+/// A message without its `cache_control` breakpoints. Where a breakpoint sits is not part of
+/// what the provider caches: Claude Code moves its own to the newest message every turn, and so
+/// does `cacheinject`. Everything else must stay byte-identical.
+fn without_breakpoints(message: &str) -> serde_json::Value {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("cache_control");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value: serde_json::Value = serde_json::from_str(message).expect("a message is JSON");
+    strip(&mut value);
+    value
 }
