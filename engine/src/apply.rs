@@ -33,23 +33,15 @@ pub struct Applied<'a> {
     pub messages: Vec<Message>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApplyError {
     /// The body could not be normalized.
+    #[error(transparent)]
     Wire(WireError),
-    /// Something panicked outside a component guard.
+    /// Something panicked outside a component guard: the panic's message (a panic carries no
+    /// error value to chain).
+    #[error("internal error (body forwarded untouched): {0}")]
     Panicked(String),
-}
-
-impl std::fmt::Display for ApplyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ApplyError::Wire(err) => err.fmt(f),
-            ApplyError::Panicked(msg) => {
-                write!(f, "internal error (body forwarded untouched): {msg}")
-            }
-        }
-    }
 }
 
 /// Runs `pipeline` over `body` and returns the body to forward.

@@ -34,7 +34,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt;
 
 use regex::{Regex, RegexSet};
 use serde::Deserialize;
@@ -179,16 +178,9 @@ pub struct Filter {
 }
 
 /// Why a document did not load.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct LoadError(pub String);
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for LoadError {}
 
 fn compile(filter: &str, field: &str, pattern: &str) -> Result<Regex, LoadError> {
     Regex::new(pattern).map_err(|e| {

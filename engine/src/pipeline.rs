@@ -37,16 +37,9 @@ use crate::tokens;
 use crate::wire::Dialect;
 
 /// What a component reports when it fails. The pipeline reverts it and carries on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ComponentError(pub String);
-
-impl fmt::Display for ComponentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ComponentError {}
 
 /// Proof that an original was stashed: only [`ApplyCx::stash`] makes one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

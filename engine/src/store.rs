@@ -25,25 +25,16 @@ use parking_lot::Mutex;
 use crate::clock::Clock;
 
 /// Why a stash was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The rewind reserve is full of live stashes.
+    #[error("store reserve is full of live stashes")]
     Full,
     /// The store does not keep anything (`store.enabled: false`).
+    #[error("store is disabled")]
     Disabled,
 }
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Full => write!(f, "store reserve is full of live stashes"),
-            StoreError::Disabled => write!(f, "store is disabled"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
 
 /// Counters a store reports to `/stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

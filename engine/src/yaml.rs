@@ -15,17 +15,12 @@ use serde::de::{
 use serde_saphyr::{DuplicateKeyPolicy, Error, MessageFormatter, SnippetMode, Spanned};
 
 /// One problem in a config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
 pub struct ConfigError {
     /// Where: a key path such as `components.dedup` or `pipeline[2]`.
     pub path: String,
     pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
 }
 
 pub(crate) fn problem(path: impl Into<String>, message: impl Into<String>) -> ConfigError {

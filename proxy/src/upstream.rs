@@ -18,24 +18,18 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 /// Why an upstream call produced no response.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// Connecting or sending failed.
-    Transport(String),
+    /// Connecting or sending failed; the client's error, with its causes (`tcp connect error`,
+    /// `Connection refused`), is the source: [`crate::respond::ProxyError`] writes the chain.
+    #[error("upstream request failed")]
+    Transport(#[source] hyper_util::client::legacy::Error),
     /// No response headers within the first-byte timeout.
+    #[error("upstream sent no response headers in time")]
     Timeout,
     /// The configured upstream plus the path is not a valid URI.
+    #[error("bad upstream URI: {0}")]
     BadUri(String),
-}
-
-impl std::fmt::Display for UpstreamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UpstreamError::Transport(e) => write!(f, "upstream request failed: {e}"),
-            UpstreamError::Timeout => write!(f, "upstream sent no response headers in time"),
-            UpstreamError::BadUri(e) => write!(f, "bad upstream URI: {e}"),
-        }
-    }
 }
 
 /// Timeouts for upstream calls.
@@ -108,13 +102,15 @@ impl Upstream {
             .map_err(|e| UpstreamError::BadUri(e.to_string()))?;
         match tokio::time::timeout(self.timeouts.first_byte, self.client.request(request)).await {
             Err(_) => Err(UpstreamError::Timeout),
-            Ok(Err(e)) => Err(UpstreamError::Transport(error_chain(&e))),
+            Ok(Err(e)) => Err(UpstreamError::Transport(e)),
             Ok(Ok(response)) => Ok(response),
         }
     }
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+/// An error's message followed by each of its causes, `: `-separated: what a client reading a
+/// 502 needs to tell a refused connection from a TLS failure.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(s) = source {

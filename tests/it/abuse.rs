@@ -766,6 +766,14 @@ async fn hostile_upstreams() {
             .chat(dialect, &[], compactable(dialect, false))
             .await;
         assert_eq!(reply.status, 502, "{}", dialect.as_str());
+        // The message carries the transport error's causes, down to the one that says why.
+        let body: Value = serde_json::from_slice(&reply.body).unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("upstream request failed: ")
+                && message.contains("Connection refused"),
+            "{message}"
+        );
     }
     assert_eq!(sluice.get("/healthz").await.status, 200);
 }

@@ -9,8 +9,6 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use std::fmt;
-
 /// A half-open byte range `[start, end)` into the scanned text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Span {
@@ -37,19 +35,12 @@ impl Span {
 }
 
 /// Why a document is not valid JSON, with the byte offset where scanning stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid JSON at byte {offset}: {reason}")]
 pub struct JsonError {
     pub offset: usize,
     pub reason: &'static str,
 }
-
-impl fmt::Display for JsonError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid JSON at byte {}: {}", self.offset, self.reason)
-    }
-}
-
-impl std::error::Error for JsonError {}
 
 /// The JSON type of a value, read from its first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,6 @@ mod openai;
 mod responses;
 
 use std::borrow::Cow;
-use std::fmt;
 
 use crate::message::{Message, Role};
 use json::Span;
@@ -101,23 +100,29 @@ impl std::str::FromStr for Dialect {
 }
 
 /// Why a body could not be normalized. The caller forwards such a body untouched.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WireError {
     /// The body is not UTF-8 text.
+    #[error("body is not valid UTF-8")]
     NotUtf8,
     /// The body is not a single valid JSON document.
+    #[error("body is not JSON: {0}")]
     NotJson(json::JsonError),
     /// The top-level value is not an object.
+    #[error("body is not a JSON object")]
     NotObject,
     /// There is no `messages` field (`input` for the Responses API).
+    #[error("body has no `messages` (or `input`) field")]
     NoMessages,
     /// `messages` (or `input`) is not an array. A Responses `input` that is one string lands
     /// here: there is nothing in it to compact.
+    #[error("`messages` (or `input`) is not an array")]
     MessagesNotArray,
     /// A message that cannot be read, with its index and what is wrong. [`parse`] keeps such a
     /// message as an opaque entry ([`ParsedBody::opaque_entries`]) and reads the rest; only
     /// the per-dialect readers return it.
+    #[error("messages[{index}] is malformed: {reason}")]
     MalformedMessage { index: usize, reason: String },
 }
 
@@ -157,23 +162,6 @@ impl WireError {
         "malformed_message",
     ];
 }
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WireError::NotUtf8 => write!(f, "body is not valid UTF-8"),
-            WireError::NotJson(err) => write!(f, "body is not JSON: {err}"),
-            WireError::NotObject => write!(f, "body is not a JSON object"),
-            WireError::NoMessages => write!(f, "body has no `messages` (or `input`) field"),
-            WireError::MessagesNotArray => write!(f, "`messages` (or `input`) is not an array"),
-            WireError::MalformedMessage { index, reason } => {
-                write!(f, "messages[{index}] is malformed: {reason}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for WireError {}
 
 /// How a tool call's arguments are stored on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
