@@ -128,15 +128,21 @@ fn the_code_map_counts_lines_as_they_are() {
 }
 
 #[test]
-fn the_readme_names_every_top_level_config_key() {
-    let readme = read("README.md");
-    // Each key as a config file writes it, at the start of a line of the README's example.
+fn the_configuration_doc_shows_every_top_level_config_key() {
+    let doc = read("docs/configuration.md");
+    // Each key as a config file writes it, at the start of a line of the example file.
     for key in crate::config::KEYS {
         assert!(
-            readme
-                .lines()
-                .any(|line| line.starts_with(&format!("{key}:"))),
-            "README.md does not show `{key}:`"
+            doc.lines().any(|line| line.starts_with(&format!("{key}:"))),
+            "docs/configuration.md does not show `{key}:`"
+        );
+    }
+    // The README names each one and sends the reader there.
+    let readme = read("README.md");
+    for key in crate::config::KEYS {
+        assert!(
+            readme.contains(&format!("`{key}`")),
+            "README.md does not name `{key}`"
         );
     }
 }

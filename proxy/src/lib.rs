@@ -22,6 +22,8 @@ pub use expand_loop::MAX_EXPAND_ROUNDS;
 #[cfg(test)]
 mod generated;
 pub mod llm_stats;
+#[cfg(test)]
+mod reference;
 pub mod replay;
 pub mod respond;
 pub mod server;

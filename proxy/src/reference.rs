@@ -1,0 +1,105 @@
+//! `docs/configuration.md`'s command-line reference, rendered from the clap definitions: every
+//! subcommand, then a table of its flags with their environment variables, defaults and help.
+//! The doc comments on `cli.rs`'s argument structs are the one source; the test below fails
+//! when the document is stale (`SLUICE_BLESS=1` rewrites it).
+
+use std::fmt::Write;
+
+use clap::Command;
+
+/// One section per visible subcommand (nested ones under their parent's name).
+fn markdown(root: &Command) -> String {
+    let mut out = String::new();
+    for command in root.get_subcommands().filter(|c| !c.is_hide_set()) {
+        section(&mut out, root.get_name(), command);
+    }
+    out
+}
+
+fn section(out: &mut String, parent: &str, command: &Command) {
+    let name = format!("{parent} {}", command.get_name());
+    if command.has_subcommands() {
+        for sub in command.get_subcommands().filter(|c| !c.is_hide_set()) {
+            section(out, &name, sub);
+        }
+        return;
+    }
+    let about = command
+        .get_about()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let _ = writeln!(out, "### `{name}`\n\n{}\n", one_line(&about));
+    let rows: Vec<String> = command
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set() && arg.get_id() != "help")
+        .map(row)
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "| argument | environment | default | what |\n|---|---|---|---|"
+    );
+    for row in rows {
+        let _ = writeln!(out, "{row}");
+    }
+    out.push('\n');
+}
+
+fn row(arg: &clap::Arg) -> String {
+    let name = match arg.get_long() {
+        Some(long) => format!("`--{long}`"),
+        None => format!("`<{}>`", arg.get_id().as_str().to_uppercase()),
+    };
+    let env = arg
+        .get_env()
+        .map(|e| format!("`{}`", e.to_string_lossy()))
+        .unwrap_or_default();
+    let defaults: Vec<String> = arg
+        .get_default_values()
+        .iter()
+        .map(|v| format!("`{}`", v.to_string_lossy()))
+        .collect();
+    let help = arg
+        .get_long_help()
+        .or_else(|| arg.get_help())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    format!(
+        "| {name} | {env} | {} | {} |",
+        defaults.join(", "),
+        one_line(&help)
+    )
+}
+
+/// A help text on one table row: lines joined, pipes escaped.
+fn one_line(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+#[test]
+fn configuration_doc_matches_the_command_line() {
+    let reference = markdown(&crate::cli::command());
+    crate::generated::check_doc("configuration.md", "configuration_doc", |doc| {
+        crate::generated::splice(doc, "cli", &reference)
+    });
+}
+
+#[test]
+fn every_flag_of_serve_is_in_the_reference() {
+    let reference = markdown(&crate::cli::command());
+    for long in [
+        "--listen",
+        "--store",
+        "--trusted",
+        "--sandbox",
+        "--dashboard-db",
+    ] {
+        assert!(reference.contains(&format!("`{long}`")), "{long}");
+    }
+    assert!(reference.contains("`SLUICE_LISTEN`") && reference.contains("`127.0.0.1:4000`"));
+}
