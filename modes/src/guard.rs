@@ -1,5 +1,5 @@
 //! The cost guard (issue #22): per session, whether compaction is paying, judged from what the
-//! provider reports, and a back-off to lossless components when it is not.
+//! provider reports, and a back-off when it is not.
 //!
 //! Each turn leaves a numbered pending entry: the content tokens its rewrite removed (split into
 //! those on messages new to the provider's cache, at or past the tracker's boundary, and those
@@ -32,8 +32,10 @@
 //!   repacking still runs; `summarize` keeps serving the checkpoint it has and rolls no new one).
 //! - `expand_rounds`: a cut stays only where it would pay for a round on its own (the session's
 //!   [`CutFloor`]; skip reason `below_cost_floor`). A round re-reads the whole prompt, 0.1 a
-//!   token, and a cut of `n` tokens saves at least their write, 1.25 each; so the floor is
-//!   0.1 / 1.25 of the prompt the provider last reported when the session backed off. It is
+//!   token, and a cut of `n` tokens saves at least their write, 1.25 each (1 where the
+//!   provider bills no writes); so the floor is 0.1 / 1.25 (or 0.1) of the prompt of the
+//!   session's latest round when it backed off: the round's own count, which a provider's
+//!   cache report does not give where nothing was cached. It is
 //!   fixed from then on: a deterministic component re-decides every output on every turn, and a
 //!   floor that rose with the prompt would put back a cut the provider has cached.
 //!   Stopping every cut instead was measured: on Claude Code's long sessions the outputs that
@@ -105,6 +107,12 @@ pub struct CostGuard {
     /// An `expand_rounds` back-off's floor (see the module docs).
     #[serde(default)]
     floor: Option<CutFloor>,
+    /// The prompt the latest expand round re-read, in tokens.
+    #[serde(default)]
+    round_prompt: u64,
+    /// The provider bills cache writes (its last report had a written figure).
+    #[serde(default)]
+    bills_writes: bool,
 }
 
 /// What a turn did, as the guard needs it.
@@ -149,6 +157,7 @@ impl CostGuard {
         let previous = self
             .last_cached
             .replace(billed.read + billed.written.unwrap_or(0));
+        self.bills_writes = billed.written.is_some();
         let pending = self.pending.take_if(|p| p.seq == seq)?;
         let write = if billed.written.is_some() { WRITE } else { 1.0 };
         self.saved += pending.saved_cached as f64 * READ + pending.saved_new as f64 * write;
@@ -165,6 +174,7 @@ impl CostGuard {
     /// One expand round: the prompt re-read, the originals written.
     pub fn expand_round(&mut self, prompt_tokens: u64, restored_tokens: u64) {
         self.expand += prompt_tokens as f64 * READ + restored_tokens as f64 * WRITE;
+        self.round_prompt = prompt_tokens;
     }
 
     /// The floor under this session's cuts, set by an `expand_rounds` back-off.
@@ -172,13 +182,14 @@ impl CostGuard {
         self.floor
     }
 
-    /// Sets the floor from message `from` on, at the price of one round on the prompt the
-    /// provider last reported; an earlier floor stays.
+    /// Sets the floor from message `from` on, at the price of one round: the latest round's
+    /// prompt re-read, against what a cut saves by not being written. An earlier floor stays.
     fn set_floor(&mut self, from: usize) {
-        let prompt = self.last_cached.unwrap_or(0) as f64;
+        let prompt = self.round_prompt.max(self.last_cached.unwrap_or(0)) as f64;
+        let write = if self.bills_writes { WRITE } else { 1.0 };
         self.floor.get_or_insert(CutFloor {
             from,
-            min_saved: (prompt * READ / WRITE).ceil() as usize,
+            min_saved: (prompt * READ / write).ceil() as usize,
         });
     }
 
@@ -201,7 +212,7 @@ impl CostGuard {
 }
 
 /// Settles turn `seq` of `state` with the provider's report and, when the guard decides to
-/// back off, makes every tool output from the next new message on lossless.
+/// back off, holds the cuts from the next new message on (see the module docs).
 pub fn settle(state: &mut SessionState, seq: u64, billed: Billed) -> Option<BackOff> {
     let why = state.guard.settle(seq, billed)?;
     back_off(state, why);
@@ -375,12 +386,12 @@ mod tests {
         }
         assert_eq!(result, Some(BackOff::ExpandRounds));
         // A shorter request came last (a sub-agent): the floor starts past the longest one,
-        // at one round's re-read of the last reported prompt (1,500 tokens × 0.1 / 1.25).
+        // at one round's re-read of its prompt (50,000 tokens × 0.1 / 1.25).
         assert_eq!(
             state.guard.cut_floor(),
             Some(CutFloor {
                 from: 42,
-                min_saved: 120
+                min_saved: 4_000
             })
         );
         // Rounds keep the cuts that pay for one; only cache misses stop every cut.
@@ -417,9 +428,31 @@ mod tests {
             let seq = state.guard.turn(warm(10)).unwrap();
             settle(&mut state, seq, billed(20_000, 5_000));
         }
-        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(2_000));
+        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(8_000));
+        state.guard.expand_round(200_000, 5_000);
         let seq = state.guard.turn(warm(10)).unwrap();
-        settle(&mut state, seq, billed(45_000, 5_000));
-        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(2_000));
+        settle(&mut state, seq, billed(195_000, 5_000));
+        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(8_000));
+    }
+
+    #[test]
+    fn a_provider_that_reports_no_cache_still_gets_a_floor() {
+        // OpenAI bills no writes, and a prompt under its caching threshold reads nothing back:
+        // the floor comes from the round's own prompt, at 0.1 against a fresh token's 1.
+        let mut state = SessionState::default();
+        for _ in 0..3 {
+            state.guard.expand_round(30_000, 2_000);
+            let seq = state.guard.turn(warm(10)).unwrap();
+            settle(
+                &mut state,
+                seq,
+                Billed {
+                    read: 0,
+                    written: None,
+                },
+            );
+        }
+        assert_eq!(state.guard.backed_off, Some(BackOff::ExpandRounds));
+        assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(3_000));
     }
 }

@@ -198,7 +198,8 @@ pub struct Totals {
     /// Turns run without lossy offloads because the model could not have called the expand
     /// tool, by reason (`engine::way_back::Withheld` labels).
     way_back_withheld: BTreeMap<&'static str, u64>,
-    /// Sessions whose cost guard backed off to lossless components, by reason.
+    /// Sessions whose cost guard backed off, by reason (`cache_misses`: every tool output whole;
+    /// `expand_rounds`: only the cuts that pay for a round).
     cost_guard_backoffs: BTreeMap<&'static str, u64>,
     /// Responses the expand loop could not read (an encoding sluice cannot decode, a body over
     /// the bound): relayed untouched, by reason.
@@ -501,7 +502,7 @@ impl Stats {
             ),
             (
                 "cg_cost_guard_backoffs_total",
-                "Sessions whose rewrites cost more than they saved, by the provider's reports, backed off to lossless components.",
+                "Sessions whose rewrites cost more than they saved, by the provider's reports, backed off (cache_misses: every tool output whole; expand_rounds: only cuts that pay for a round).",
                 "reason",
                 &t.cost_guard_backoffs,
             ),

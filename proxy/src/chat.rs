@@ -257,6 +257,7 @@ pub(crate) async fn send(
     let result = app.upstream().send(method, uri, headers, body).await;
     if let Err(error) = &result {
         // The agent gets a 502 or 504; the operator gets the why (never a header or a body).
+        let error = crate::upstream::error_chain(error);
         tracing::warn!(%error, upstream = %uri_authority(uri), "upstream call failed");
     }
     app.stats

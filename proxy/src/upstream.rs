@@ -199,7 +199,7 @@ impl llm::Transport for Upstream {
             let response = self
                 .send(Method::POST, url, &map, Bytes::from(body))
                 .await
-                .map_err(|e| llm::TransportError::Send(e.to_string()))?;
+                .map_err(|e| llm::TransportError::Send(error_chain(&e)))?;
             let status = response.status().as_u16();
             let bytes = http_body_util::Limited::new(response.into_body(), 8 << 20)
                 .collect()

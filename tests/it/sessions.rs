@@ -120,21 +120,24 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
     assert!(replayed > 100, "{replayed} frozen decisions replayed");
 }
 
-/// A message without its `cache_control` breakpoints. Where a breakpoint sits is not part of
-/// what the provider caches: Claude Code moves its own to the newest message every turn, and so
-/// does `cacheinject`. Everything else must stay byte-identical.
-fn without_breakpoints(message: &str) -> serde_json::Value {
-    fn strip(value: &mut serde_json::Value) {
-        match value {
-            serde_json::Value::Object(map) => {
-                map.remove("cache_control");
-                map.values_mut().for_each(strip);
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
+/// A message's bytes without its `cache_control` breakpoints. Where a breakpoint sits is not
+/// part of what the provider caches: Claude Code moves its own to the newest message every turn,
+/// and so does `cacheinject`. Every other byte must stay as it was, key order included.
+fn without_breakpoints(message: &str) -> String {
+    const KEY: &str = "\"cache_control\":";
+    let mut out = message.to_owned();
+    while let Some(at) = out.find(KEY) {
+        // The value is a flat object (`{"type":"ephemeral"}`, with `"ttl"` at most).
+        let close = out[at..]
+            .find('}')
+            .map(|i| at + i + 1)
+            .expect("a closed breakpoint");
+        let (start, end) = match (out[..at].ends_with(','), out[close..].starts_with(',')) {
+            (true, _) => (at - 1, close),
+            (false, true) => (at, close + 1),
+            (false, false) => (at, close),
+        };
+        out.replace_range(start..end, "");
     }
-    let mut value: serde_json::Value = serde_json::from_str(message).expect("a message is JSON");
-    strip(&mut value);
-    value
+    out
 }

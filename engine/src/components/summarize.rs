@@ -328,10 +328,11 @@ impl Summarize {
             .as_ref()
             .map(|c| tokens_of(&elements[c.covered..tail]));
         let fresh_needed = since_checkpoint.is_none_or(|t| t >= self.config.resummarize_tokens);
-        // A session whose cost guard backed off (`modes::guard`) keeps what it forwarded: the
-        // checkpoint it has still serves, byte for byte, and no new one rolls forward, since a
-        // new summary re-writes everything after the head.
-        let backed_off = cx.lossless_tools.contains_key(crate::tools::EVERY_TOOL);
+        // A session whose cost guard backed off (`modes::guard`, for cache misses or for expand
+        // rounds) keeps what it forwarded: the checkpoint it has still serves, byte for byte,
+        // and no new one rolls forward, since a new summary re-writes everything after the head.
+        let backed_off =
+            cx.lossless_tools.contains_key(crate::tools::EVERY_TOOL) || cx.cut_floor.is_some();
         if (!fresh_needed || backed_off)
             && let Some(c) = &checkpoint
         {
