@@ -28,6 +28,7 @@ fn parse_and_noop_write_back(c: &mut Criterion) {
     let largest_openai = benches::public_bodies(Dialect::OpenAi).remove(0);
     let largest_anthropic = benches::public_bodies(Dialect::Anthropic).remove(0);
     let largest_responses = benches::public_bodies(Dialect::Responses).remove(0);
+    let largest_gemini = benches::public_bodies(Dialect::Gemini).remove(0);
     let one_mb = benches::one_megabyte_body();
     for (name, dialect, body) in [
         ("largest_public_openai", Dialect::OpenAi, largest_openai.1),
@@ -41,6 +42,7 @@ fn parse_and_noop_write_back(c: &mut Criterion) {
             Dialect::Responses,
             largest_responses.1,
         ),
+        ("largest_public_gemini", Dialect::Gemini, largest_gemini.1),
         ("1mb_openai", Dialect::OpenAi, one_mb),
     ] {
         group.throughput(Throughput::Bytes(body.len() as u64));
@@ -61,6 +63,7 @@ fn default_pipeline(c: &mut Criterion) {
     let one_mb = benches::one_megabyte_body();
     let largest = benches::public_bodies(Dialect::Anthropic).remove(0).1;
     let largest_responses = benches::public_bodies(Dialect::Responses).remove(0).1;
+    let largest_gemini = benches::public_bodies(Dialect::Gemini).remove(0).1;
     for (name, dialect, body) in [
         ("1mb_openai", Dialect::OpenAi, &one_mb),
         ("largest_public_anthropic", Dialect::Anthropic, &largest),
@@ -69,6 +72,7 @@ fn default_pipeline(c: &mut Criterion) {
             Dialect::Responses,
             &largest_responses,
         ),
+        ("largest_public_gemini", Dialect::Gemini, &largest_gemini),
     ] {
         group.throughput(Throughput::Bytes(body.len() as u64));
         // Steady state: the agent re-sends its transcript, so every earlier message's token

@@ -9,11 +9,12 @@ pub fn public_bodies(dialect: Dialect) -> Vec<(String, Vec<u8>)> {
 }
 
 /// Every final request body of one dialect in a corpus folder (`public`, `claude-code`),
-/// largest first, read plain or gzipped (`integration_tests::read_corpus_file`). Responses
-/// bodies are the chat-completions ones converted (`integration_tests::responses_from_chat`).
+/// largest first, read plain or gzipped (`integration_tests::read_corpus_file`). Responses and
+/// Gemini bodies are the chat-completions ones converted (`integration_tests::responses_from_chat`,
+/// `integration_tests::gemini_from_chat`).
 pub fn corpus_bodies(folder: &str, dialect: Dialect) -> Vec<(String, Vec<u8>)> {
     let file = match dialect {
-        Dialect::OpenAi | Dialect::Responses => "openai.json",
+        Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
     let mut out: Vec<(String, Vec<u8>)> =
@@ -25,6 +26,9 @@ pub fn corpus_bodies(folder: &str, dialect: Dialect) -> Vec<(String, Vec<u8>)> {
                 match integration_tests::read_corpus_file(&e.path().join(file)) {
                     Ok(bytes) if dialect == Dialect::Responses => {
                         Some((name, integration_tests::responses_from_chat(&bytes)))
+                    }
+                    Ok(bytes) if dialect == Dialect::Gemini => {
+                        Some((name, integration_tests::gemini_from_chat(&bytes)))
                     }
                     Ok(bytes) => Some((name, bytes)),
                     // Not every entry is a run (MANIFEST.md), nor has every run both dialects.

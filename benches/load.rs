@@ -45,6 +45,7 @@ fn route(dialect: Dialect) -> &'static str {
         Dialect::OpenAi => "/openai/v1/chat/completions",
         Dialect::Anthropic => "/anthropic/v1/messages",
         Dialect::Responses => "/openai/v1/responses",
+        Dialect::Gemini => "/gemini/v1beta/models/m:generateContent",
     }
 }
 
@@ -54,6 +55,7 @@ fn direct_route(dialect: Dialect) -> &'static str {
         Dialect::OpenAi => "/v1/chat/completions",
         Dialect::Anthropic => "/v1/messages",
         Dialect::Responses => "/v1/responses",
+        Dialect::Gemini => "/v1beta/models/m:generateContent",
     }
 }
 

@@ -138,11 +138,13 @@ fn main() {
                 Dialect::OpenAi => "/v1/chat/completions",
                 Dialect::Anthropic => "/v1/messages",
                 Dialect::Responses => "/v1/responses",
+                Dialect::Gemini => "/v1beta/models/m:generateContent",
             };
             let sluice_path = match dialect {
                 Dialect::OpenAi => "/openai/v1/chat/completions",
                 Dialect::Anthropic => "/anthropic/v1/messages",
                 Dialect::Responses => "/openai/v1/responses",
+                Dialect::Gemini => "/gemini/v1beta/models/m:generateContent",
             };
             let bodies: Vec<Bytes> = benches::public_bodies(dialect)
                 .into_iter()

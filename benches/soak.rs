@@ -47,6 +47,7 @@ fn sessions() -> Vec<(&'static str, Vec<Bytes>)> {
                 Dialect::OpenAi => "/openai/v1/chat/completions",
                 Dialect::Anthropic => "/anthropic/v1/messages",
                 Dialect::Responses => "/openai/v1/responses",
+                Dialect::Gemini => "/gemini/v1beta/models/m:generateContent",
             };
             let turns = integration_tests::session_turns(&b.bytes)
                 .into_iter()

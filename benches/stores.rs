@@ -37,6 +37,8 @@ fn route(dialect: Dialect, direct: bool) -> &'static str {
         (Dialect::Anthropic, true) => "/v1/messages",
         (Dialect::Responses, false) => "/openai/v1/responses",
         (Dialect::Responses, true) => "/v1/responses",
+        (Dialect::Gemini, false) => "/gemini/v1beta/models/m:generateContent",
+        (Dialect::Gemini, true) => "/v1beta/models/m:generateContent",
     }
 }
 

@@ -186,81 +186,20 @@ pub fn wire_messages(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// The OpenAI Responses API body of the same conversation as a chat-completions corpus body, as
-/// the official SDK would send it: the leading system message becomes `instructions`, text
-/// messages become `message` items, each tool call a `function_call` item and each tool output a
-/// `function_call_output` item, and chat tools become flat function tools. The corpus has no
-/// Responses recordings; converting real runs keeps the tests on real transcripts.
+/// The OpenAI Responses API body of the same conversation as a chat-completions corpus body
+/// (`modes::replay::convert::responses_from_chat`).
 ///
 /// # Panics
 /// When `chat` is not a chat-completions body.
 pub fn responses_from_chat(chat: &[u8]) -> Vec<u8> {
-    use serde_json::{Value, json};
-    let body: Value = serde_json::from_slice(chat).expect("a chat-completions body");
-    let mut input = Vec::new();
-    let mut instructions = Value::Null;
-    for (i, message) in body["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .enumerate()
-    {
-        let role = message["role"].as_str().unwrap_or("user");
-        let text = match &message["content"] {
-            Value::String(s) => Some(s.clone()),
-            Value::Array(parts) => Some(
-                parts
-                    .iter()
-                    .filter_map(|p| p["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            ),
-            _ => None,
-        };
-        match role {
-            "system" if i == 0 => instructions = json!(text.unwrap_or_default()),
-            "tool" | "function" => input.push(json!({
-                "type": "function_call_output",
-                "call_id": message["tool_call_id"],
-                "output": text.unwrap_or_default(),
-            })),
-            _ => {
-                if let Some(text) = text.filter(|t| !t.is_empty()) {
-                    let part = if role == "assistant" {
-                        "output_text"
-                    } else {
-                        "input_text"
-                    };
-                    input.push(json!({ "type": "message", "role": role,
-                                       "content": [{ "type": part, "text": text }] }));
-                }
-                for call in message["tool_calls"].as_array().into_iter().flatten() {
-                    input.push(json!({
-                        "type": "function_call",
-                        "call_id": call["id"],
-                        "name": call["function"]["name"],
-                        "arguments": call["function"]["arguments"],
-                    }));
-                }
-            }
-        }
-    }
-    let tools: Vec<Value> = body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            let f = &t["function"];
-            json!({ "type": "function", "name": f["name"], "description": f["description"],
-                    "parameters": f["parameters"] })
-        })
-        .collect();
-    let mut out = json!({ "model": body["model"], "input": input, "store": false });
-    if !instructions.is_null() {
-        out["instructions"] = instructions;
-    }
-    if !tools.is_empty() {
-        out["tools"] = Value::Array(tools);
-    }
-    serde_json::to_vec(&out).expect("JSON")
+    modes::replay::convert::responses_from_chat(chat).expect("a chat-completions body")
+}
+
+/// The Gemini `generateContent` body of the same conversation as a chat-completions corpus body
+/// (`modes::replay::convert::gemini_from_chat`).
+///
+/// # Panics
+/// When `chat` is not a chat-completions body.
+pub fn gemini_from_chat(chat: &[u8]) -> Vec<u8> {
+    modes::replay::convert::gemini_from_chat(chat).expect("a chat-completions body")
 }

@@ -1,6 +1,6 @@
 //! A mock model provider for tests and the load harness: hyper on `127.0.0.1:0`, Anthropic
-//! Messages, OpenAI chat completions and the OpenAI Responses API, with and without SSE. It
-//! records every request it gets and answers from a script.
+//! Messages, OpenAI chat completions, the OpenAI Responses API and Gemini's `generateContent`,
+//! with and without SSE. It records every request it gets and answers from a script.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -258,20 +258,24 @@ impl Mock {
             headers,
             body: body.clone(),
         });
-        let anthropic = path == "/v1/messages";
+        // Claude on Vertex AI speaks Messages at `...:rawPredict` and `...:streamRawPredict`.
+        let anthropic = path == "/v1/messages" || path.ends_with("RawPredict");
         let responses = path == "/v1/responses";
-        if !anthropic && !responses && path != "/v1/chat/completions" {
+        let gemini = path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent");
+        if !anthropic && !responses && !gemini && path != "/v1/chat/completions" {
             return json_response(
                 200,
                 json!({ "object": "list", "data": [], "path": path }).to_string(),
             );
         }
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let stream = request["stream"] == true;
+        let stream = request["stream"] == true || path.ends_with(":streamGenerateContent");
         let dialect = if anthropic {
             Api::Anthropic
         } else if responses {
             Api::Responses
+        } else if gemini {
+            Api::Gemini
         } else {
             Api::Chat
         };
@@ -332,7 +336,12 @@ impl Mock {
             }
             Reply::Slow { chunks, pause } => {
                 let text = "x".repeat(chunks);
-                let events = if responses {
+                let events = if gemini {
+                    gemini_events(
+                        &Reply::Text(text),
+                        prompt.with_output(&Reply::Text(String::new())),
+                    )
+                } else if responses {
                     responses_events(&Reply::Text(text), chunks)
                 } else {
                     text_events(anthropic, &text, chunks)
@@ -344,6 +353,18 @@ impl Mock {
                         .collect(),
                     pause,
                 ))
+            }
+            reply if stream && gemini => sse_response(futures_stream(
+                gemini_events(&reply, prompt.with_output(&reply))
+                    .into_iter()
+                    .map(|e| Ok(Frame::data(Bytes::from(e))))
+                    .collect(),
+                Duration::ZERO,
+            )),
+            reply if gemini => {
+                let mut whole = gemini_whole(&reply);
+                whole["usageMetadata"] = prompt.with_output(&reply).json(dialect);
+                json_response(200, whole.to_string())
             }
             reply if stream => {
                 let events = if responses {
@@ -783,6 +804,70 @@ fn responses_events(reply: &Reply, pieces: usize) -> Vec<String> {
         .collect()
 }
 
+/// What the mock signs a Gemini reply's first call with, as Gemini 3 does: a request must bring
+/// it back byte-identical.
+pub const GEMINI_SIGNATURE: &str = "bW9jay10aG91Z2h0LXNpZ25hdHVyZQ==";
+
+/// The parts of a Gemini reply: its text, then one `functionCall` per call, the first signed.
+fn gemini_parts(reply: &Reply) -> Vec<Value> {
+    let mut parts: Vec<Value> = reply_text(reply)
+        .into_iter()
+        .map(|t| json!({ "text": t }))
+        .collect();
+    for (i, (_, name, args)) in calls(reply).into_iter().enumerate() {
+        let mut part = json!({ "functionCall": { "name": name, "args": args } });
+        if i == 0 {
+            part["thoughtSignature"] = json!(GEMINI_SIGNATURE);
+        }
+        parts.push(part);
+    }
+    parts
+}
+
+/// A whole `generateContent` response (its `usageMetadata` is laid on by the caller).
+fn gemini_whole(reply: &Reply) -> Value {
+    json!({ "candidates": [{ "content": { "parts": gemini_parts(reply), "role": "model" },
+                             "finishReason": "STOP", "index": 0 }],
+            "modelVersion": "mock", "responseId": "mock-response" })
+}
+
+/// A `streamGenerateContent?alt=sse` reply as Gemini sends it: each `data:` line a whole
+/// response, text a piece per chunk, a call whole in the last chunk, every chunk restating the
+/// usage so far (output growing), frames cut by `\r\n\r\n`.
+fn gemini_events(reply: &Reply, billed: Billed) -> Vec<String> {
+    let text = reply_text(reply).unwrap_or_default();
+    let size = text.len().div_ceil(3).max(1);
+    let mut chunks: Vec<Vec<Value>> = char_chunks(&text, size)
+        .into_iter()
+        .map(|piece| vec![json!({ "text": piece })])
+        .collect();
+    let calls: Vec<Value> = gemini_parts(reply)
+        .into_iter()
+        .filter(|p| p.get("functionCall").is_some())
+        .collect();
+    if !calls.is_empty() || chunks.is_empty() {
+        chunks.push(calls);
+    }
+    let last = chunks.len() - 1;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, parts)| {
+            let mut candidate =
+                json!({ "content": { "parts": parts, "role": "model" }, "index": 0 });
+            let mut usage = billed;
+            if i == last {
+                candidate["finishReason"] = json!("STOP");
+            } else {
+                usage.output = i + 1;
+            }
+            let chunk = json!({ "candidates": [candidate], "usageMetadata": usage.json(Api::Gemini),
+                                "modelVersion": "mock", "responseId": "mock-response" });
+            format!("data: {chunk}\r\n\r\n")
+        })
+        .collect()
+}
+
 /// The middle of `text` on a character boundary (a split inside a character would panic).
 fn half(text: &str) -> usize {
     (text.len() / 2..=text.len())
@@ -812,6 +897,7 @@ enum Api {
     Anthropic,
     Chat,
     Responses,
+    Gemini,
 }
 
 /// The provider's prompt cache, simulated so replies carry the usage a real provider would
@@ -862,6 +948,7 @@ impl PromptCache {
             Api::Anthropic => engine::wire::Dialect::Anthropic,
             Api::Chat => engine::wire::Dialect::OpenAi,
             Api::Responses => engine::wire::Dialect::Responses,
+            Api::Gemini => engine::wire::Dialect::Gemini,
         };
         let previous = self.previous.replace(body.clone());
         let usage = modes::replay::billed_usage(body, previous.as_deref(), dialect);
@@ -892,7 +979,8 @@ impl PromptCache {
                 .iter()
                 .rposition(|u| u.breakpoint)
                 .map_or(0, |i| i + 1),
-            Api::Chat | Api::Responses => units.len(),
+            // Gemini's implicit cache, like OpenAI's, takes any long enough prefix.
+            Api::Chat | Api::Responses | Api::Gemini => units.len(),
         };
         let keys: Vec<u64> = units[..cacheable].iter().map(|u| u.key).collect();
         let shared = self
@@ -948,6 +1036,7 @@ struct Unit {
 fn prompt_units(api: Api, request: &Value) -> Vec<Unit> {
     let (system, conversation) = match api {
         Api::Responses => (&request["instructions"], &request["input"]),
+        Api::Gemini => (&request["systemInstruction"], &request["contents"]),
         Api::Anthropic | Api::Chat => (&request["system"], &request["messages"]),
     };
     let blocks = [&request["tools"], system]
@@ -1006,6 +1095,10 @@ impl Billed {
                                       "total_tokens": self.input + self.output }),
                 Api::Responses => json!({ "input_tokens": self.input, "output_tokens": self.output,
                                            "total_tokens": self.input + self.output }),
+                Api::Gemini => {
+                    json!({ "promptTokenCount": self.input, "candidatesTokenCount": self.output,
+                                        "totalTokenCount": self.input + self.output })
+                }
             };
         }
         match api {
@@ -1029,6 +1122,19 @@ impl Billed {
                 "output_tokens_details": { "reasoning_tokens": 0 },
                 "total_tokens": self.input + self.output,
             }),
+            // Gemini leaves the cache count out when it read nothing from the cache.
+            Api::Gemini => {
+                let mut usage = json!({
+                    "promptTokenCount": self.input,
+                    "candidatesTokenCount": self.output,
+                    "totalTokenCount": self.input + self.output,
+                    "promptTokensDetails": [{ "modality": "TEXT", "tokenCount": self.input }],
+                });
+                if self.read > 0 {
+                    usage["cachedContentTokenCount"] = json!(self.read);
+                }
+                usage
+            }
         }
     }
 }

@@ -214,17 +214,22 @@ pub enum Withheld {
     /// conversation ends on an unanswered expand call. Stateless requests (Codex sends
     /// `"store": false` and the whole transcript) keep the way back.
     StoredResponse,
+    /// A Gemini request that asks for a JSON reply (`generationConfig.responseMimeType`
+    /// `application/json`, or a response schema): Gemini refuses function calling there, so a
+    /// declared tool would turn the request into a 400.
+    JsonResponse,
 }
 
 impl Withheld {
     /// Every reason, in label order: the counters' table.
-    pub const ALL: [Withheld; 6] = [
+    pub const ALL: [Withheld; 7] = [
         Withheld::ToolChoiceNone,
         Withheld::ToolChoiceNamed,
         Withheld::ToolChoiceUnknown,
         Withheld::ToolsNotArray,
         Withheld::Unplaced,
         Withheld::StoredResponse,
+        Withheld::JsonResponse,
     ];
 
     pub fn label(self) -> &'static str {
@@ -235,6 +240,7 @@ impl Withheld {
             Withheld::ToolsNotArray => "tools_not_array",
             Withheld::Unplaced => "unplaced",
             Withheld::StoredResponse => "stored_response",
+            Withheld::JsonResponse => "json_response",
         }
     }
 }
@@ -256,8 +262,16 @@ pub fn tool_json(dialect: Dialect) -> String {
         Dialect::Responses => format!(
             r#"{{"type":"function","name":"{EXPAND_TOOL_NAME}","description":{description},"parameters":{schema}}}"#
         ),
+        // One `functionDeclarations` entry; its schema is the API's own subset, whose type
+        // names are the enum's.
+        Dialect::Gemini => format!(
+            r#"{{"name":"{EXPAND_TOOL_NAME}","description":{description},"parameters":{GEMINI_SCHEMA}}}"#
+        ),
     }
 }
+
+/// [`EXPAND_SCHEMA`] in Gemini's schema subset.
+const GEMINI_SCHEMA: &str = r#"{"type":"OBJECT","properties":{"id":{"type":"STRING"},"pattern":{"type":"STRING"},"lines":{"type":"STRING"}},"required":["id"]}"#;
 
 /// Whether the model could call the expand tool on this request once it is declared.
 ///
@@ -280,6 +294,9 @@ pub fn reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
             return Err(Withheld::StoredResponse);
         }
     }
+    if parsed.dialect() == Dialect::Gemini {
+        return gemini_reach(parsed);
+    }
     let Some(choice) = parsed.field("tool_choice") else {
         return Ok(());
     };
@@ -299,6 +316,52 @@ pub fn reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
         Some("none") => Err(Withheld::ToolChoiceNone),
         Some("tool" | "function") => Err(Withheld::ToolChoiceNamed),
         _ => Err(Withheld::ToolChoiceUnknown),
+    }
+}
+
+/// [`reach`] for Gemini: `toolConfig.functionCallingConfig` in place of `tool_choice`, and no
+/// tool at all on a request that asks for a JSON reply.
+fn gemini_reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
+    let text = parsed.text();
+    let string_at = |root: Option<Span>, path: &[&str]| -> Option<String> {
+        let span = path
+            .iter()
+            .try_fold(root?, |span, key| json::get(text, span, key))?;
+        json::decode_string(text, span).ok().map(|s| s.into_owned())
+    };
+    let config = parsed.field("generationConfig");
+    let json_reply = string_at(config, &["responseMimeType"])
+        .is_some_and(|mime| mime.eq_ignore_ascii_case("application/json"))
+        || config.is_some_and(|c| {
+            json::get(text, c, "responseSchema").is_some()
+                || json::get(text, c, "responseJsonSchema").is_some()
+        });
+    if json_reply {
+        return Err(Withheld::JsonResponse);
+    }
+    let calling = parsed
+        .field("toolConfig")
+        .and_then(|c| json::get(text, c, "functionCallingConfig"));
+    match string_at(calling, &["mode"]).as_deref() {
+        None | Some("AUTO" | "MODE_UNSPECIFIED" | "VALIDATED") => Ok(()),
+        Some("NONE") => Err(Withheld::ToolChoiceNone),
+        Some("ANY") => {
+            // `allowedFunctionNames` narrows ANY to the tools it names.
+            let allowed = calling.and_then(|c| json::get(text, c, "allowedFunctionNames"));
+            match allowed {
+                None => Ok(()),
+                Some(names) => {
+                    let ours = json::elements(text, names)
+                        .any(|n| json::decode_string(text, n).is_ok_and(|n| n == EXPAND_TOOL_NAME));
+                    if ours {
+                        Ok(())
+                    } else {
+                        Err(Withheld::ToolChoiceNamed)
+                    }
+                }
+            }
+        }
+        Some(_) => Err(Withheld::ToolChoiceUnknown),
     }
 }
 
@@ -356,6 +419,9 @@ pub fn declare(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Wi
 
 /// The expand tool appended to `rewritten`'s `tools` (made when there is none).
 fn splice_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+    if parsed.dialect() == Dialect::Gemini {
+        return splice_gemini_tool(parsed, rewritten);
+    }
     let text = parsed.text();
     let tool = tool_json(parsed.dialect());
     let Some(tools) = parsed.tools_span() else {
@@ -378,6 +444,55 @@ fn splice_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Wi
     let close = locate_tools(parsed, tools, rewritten).ok_or(Withheld::Unplaced)?;
     let insert = if empty { tool } else { format!(",{tool}") };
     Ok(Injected::Added(splice(rewritten, close, &insert)))
+}
+
+/// Gemini's declaration: inside the first `tools` entry that has a `functionDeclarations` array
+/// (a request may carry one such entry only), else as a new entry of its own.
+fn splice_gemini_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+    let text = parsed.text();
+    let declaration = tool_json(Dialect::Gemini);
+    let Some(tools) = parsed.tools_span() else {
+        let at = parsed
+            .map_offset(parsed.root().end - 1, rewritten.len())
+            .ok_or(Withheld::Unplaced)?;
+        let member = format!(r#","tools":[{{"functionDeclarations":[{declaration}]}}]"#);
+        return Ok(Injected::Added(splice(rewritten, at, &member)));
+    };
+    let mut declarations = None;
+    let mut empty = true;
+    for tool in json::elements(text, tools) {
+        empty = false;
+        let Some(list) = json::get(text, tool, "functionDeclarations")
+            .filter(|l| json::kind_of(text, *l) == Kind::Array)
+        else {
+            continue;
+        };
+        for existing in json::elements(text, list) {
+            if tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME) {
+                return Ok(Injected::AlreadyDeclared);
+            }
+        }
+        declarations.get_or_insert(list);
+    }
+    // Where `tools` starts in `rewritten`: its bytes are the ones parsed (see `locate_tools`).
+    let close = locate_tools(parsed, tools, rewritten).ok_or(Withheld::Unplaced)?;
+    let shift = |offset: usize| close + offset - (tools.end - 1);
+    let (at, insert) = match declarations {
+        Some(list) => {
+            let none_yet = json::elements(text, list).next().is_none();
+            let insert = if none_yet {
+                declaration
+            } else {
+                format!(",{declaration}")
+            };
+            (shift(list.end - 1), insert)
+        }
+        None => {
+            let entry = format!(r#"{{"functionDeclarations":[{declaration}]}}"#);
+            (close, if empty { entry } else { format!(",{entry}") })
+        }
+    };
+    Ok(Injected::Added(splice(rewritten, at, &insert)))
 }
 
 /// Where `tools`' closing bracket is in `rewritten`.

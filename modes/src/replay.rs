@@ -847,5 +847,6 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     t
 }
 
+pub mod convert;
 #[cfg(test)]
 mod tests;

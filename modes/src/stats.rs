@@ -198,6 +198,8 @@ pub struct Totals {
     /// Turns run without lossy offloads because the model could not have called the expand
     /// tool, by reason (`engine::way_back::Withheld` labels).
     way_back_withheld: BTreeMap<&'static str, u64>,
+    /// Requests on the rewritten routes, by the dialect the route speaks.
+    requests_by_dialect: BTreeMap<&'static str, u64>,
     /// Sessions whose cost guard backed off, by reason (`cache_misses`: every tool output whole;
     /// `expand_rounds`: only the cuts that pay for a round).
     cost_guard_backoffs: BTreeMap<&'static str, u64>,
@@ -376,6 +378,17 @@ impl Stats {
         t.expand_reread_tokens += reread_tokens;
     }
 
+    /// A request on a rewritten route of `dialect` (`Dialect::as_str`), counted before anything
+    /// else is done with it.
+    pub fn record_dialect(&self, dialect: &'static str) {
+        *self
+            .totals
+            .lock()
+            .requests_by_dialect
+            .entry(dialect)
+            .or_default() += 1;
+    }
+
     /// A turn whose lossy offloads were withheld: the model had no way to call the expand tool.
     pub fn record_way_back_withheld(&self, reason: &'static str) {
         *self
@@ -466,6 +479,7 @@ impl Stats {
             ("observe_queue", json!(observe.unwrap_or_default())),
             ("sessions", json!(sessions.unwrap_or_default())),
             ("way_back_withheld", json!(t.way_back_withheld)),
+            ("requests_by_dialect", json!(t.requests_by_dialect)),
             ("expand_unread", json!(t.expand_unread)),
             ("cost_guard_backoffs", json!(t.cost_guard_backoffs)),
             ("untouched", json!(t.untouched)),
@@ -487,6 +501,12 @@ impl Stats {
                 "Turns run without lossy offloads: the model could not call the expand tool.",
                 "reason",
                 &t.way_back_withheld,
+            ),
+            (
+                "cg_requests_by_dialect_total",
+                "Requests on the rewritten routes, by the dialect the route speaks.",
+                "dialect",
+                &t.requests_by_dialect,
             ),
             (
                 "cg_expand_unread_total",
@@ -1117,6 +1137,7 @@ mod tests {
         stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
         stats.record_expand_round(2, 0, 224, 0);
         stats.record_way_back_withheld("tool_choice_named");
+        stats.record_dialect("gemini");
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["savings_pct_gross"], 8.75);
         assert_eq!(doc["savings_pct"], 100.0 * 126.0 / 4000.0);
@@ -1124,6 +1145,8 @@ mod tests {
         assert_eq!(doc["way_back_withheld"]["tool_choice_named"], 1);
         let metrics = stats.to_prometheus();
         assert!(metrics.contains("cg_way_back_withheld_total{reason=\"tool_choice_named\"} 1"));
+        assert_eq!(doc["requests_by_dialect"]["gemini"], 1);
+        assert!(metrics.contains("cg_requests_by_dialect_total{dialect=\"gemini\"} 1"));
     }
 
     #[test]

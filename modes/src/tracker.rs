@@ -31,7 +31,7 @@ pub const COLD_MARGIN: Duration = Duration::from_secs(60);
 /// Anthropic's default prompt-cache lifetime.
 pub const ANTHROPIC_TTL: Duration = Duration::from_secs(5 * 60);
 /// Anthropic's extended lifetime (`"ttl": "1h"`), and the lifetime assumed for OpenAI, whose
-/// in-memory cache is documented to last "up to an hour".
+/// in-memory cache is documented to last "up to an hour" (and for Gemini's implicit cache).
 pub const ONE_HOUR: Duration = Duration::from_secs(60 * 60);
 /// OpenAI's extended retention (`"prompt_cache_retention": "24h"`).
 pub const ONE_DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -47,6 +47,9 @@ pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
         Dialect::Anthropic => ANTHROPIC_TTL,
         Dialect::OpenAi | Dialect::Responses if has(b"\"24h\"") => ONE_DAY,
         Dialect::OpenAi | Dialect::Responses => ONE_HOUR,
+        // Gemini documents no lifetime for its implicit cache; the longest any provider keeps
+        // one without being asked reads a cold turn as warm, the direction that costs nothing.
+        Dialect::Gemini => ONE_HOUR,
     }
 }
 

@@ -55,8 +55,8 @@ pub const SESSION_HEADER: &str = "x-context-guru-session";
 pub const BYPASS_HEADER: &str = "x-context-guru-bypass";
 
 /// The headers that carry a caller's credential, in the order they are read: Anthropic,
-/// OpenAI (and LiteLLM), Azure OpenAI.
-const CREDENTIAL_HEADERS: [&str; 3] = ["x-api-key", "authorization", "api-key"];
+/// OpenAI (and LiteLLM, and Vertex AI's bearer token), Azure OpenAI, Gemini.
+const CREDENTIAL_HEADERS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
 
 /// What keys the credential scope when the deployment sets no secret of its own.
 pub const DEFAULT_SCOPE_SECRET: &[u8] = b"sluice-credential-scope-v1";
@@ -573,10 +573,7 @@ impl TurnService {
         if opaque.is_empty() || !self.warned.first(session, "opaque_entry") {
             return;
         }
-        let key = match parsed.dialect() {
-            Dialect::Responses => "input",
-            Dialect::OpenAi | Dialect::Anthropic => "messages",
-        };
+        let key = parsed.dialect().transcript_key();
         let paths: Vec<String> = opaque
             .iter()
             .take(8)

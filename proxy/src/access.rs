@@ -99,6 +99,8 @@ pub fn route_label(path: &str) -> &str {
         "/anthropic/... (passthrough)"
     } else if path.starts_with("/openai/") {
         "/openai/... (passthrough)"
+    } else if let Some(label) = crate::google::route_label(path) {
+        label
     } else {
         "(no route)"
     }

@@ -7,6 +7,7 @@
 //! only an upstream that cannot be reached gives 502/504, and an upstream error status passes
 //! through verbatim.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,6 +43,9 @@ pub use modes::turn::{BYPASS_HEADER, SESSION_HEADER};
 pub struct Settings {
     pub anthropic_upstream: String,
     pub openai_upstream: String,
+    pub gemini_upstream: String,
+    /// Where `/vertex/...` goes; `None`: the region's own endpoint the path names.
+    pub vertex_upstream: Option<String>,
     /// Request bodies over this are refused with 413 (at once when declared).
     pub body_limit: usize,
     /// A request body that sends nothing for this long is given up with 408.
@@ -70,6 +74,8 @@ impl Default for Settings {
         Settings {
             anthropic_upstream: "https://api.anthropic.com".into(),
             openai_upstream: "https://api.openai.com".into(),
+            gemini_upstream: "https://generativelanguage.googleapis.com".into(),
+            vertex_upstream: None,
             body_limit: 32 << 20,
             body_idle: std::time::Duration::from_secs(30),
             header_timeout: std::time::Duration::from_secs(10),
@@ -359,10 +365,20 @@ impl App {
         &self.upstream
     }
 
+    /// Where a rewritten request of `dialect` to `path` goes: the dialect's upstream, or for a
+    /// path under `/vertex/` the Vertex AI one.
+    pub(crate) fn upstream_of(&self, dialect: Dialect, path: &str) -> Option<Cow<'_, str>> {
+        if path.starts_with("/vertex/") {
+            return crate::google::vertex_upstream(self.settings.vertex_upstream.as_deref(), path);
+        }
+        Some(Cow::Borrowed(self.upstream_base(dialect)))
+    }
+
     pub(crate) fn upstream_base(&self, dialect: Dialect) -> &str {
         match dialect {
             Dialect::Anthropic => &self.settings.anthropic_upstream,
             Dialect::OpenAi | Dialect::Responses => &self.settings.openai_upstream,
+            Dialect::Gemini => &self.settings.gemini_upstream,
         }
     }
 
@@ -403,7 +419,8 @@ pub async fn handle(
         // themselves (a provider's path below them is relayed like any other).
         (
             &Method::HEAD,
-            "/" | "/healthz" | "/anthropic" | "/anthropic/" | "/openai" | "/openai/",
+            "/" | "/healthz" | "/anthropic" | "/anthropic/" | "/openai" | "/openai/" | "/gemini"
+            | "/gemini/" | "/vertex" | "/vertex/",
         ) => h::text(StatusCode::OK, ""),
         (method, dash) if dash.starts_with("/dashboard") => {
             match crate::dashboard::route(method, dash) {
@@ -480,12 +497,17 @@ pub async fn handle(
             chat(&app, Dialect::OpenAi, request).await
         }
         (&Method::POST, "/openai/v1/responses") => chat(&app, Dialect::Responses, request).await,
+        (&Method::POST, google)
+            if let Some(call) = crate::google::generates(google, request.uri().query()) =>
+        {
+            chat(&app, call.dialect, request).await
+        }
         _ if has_dot_segment(&path) => {
             ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")
                 .into_response()
         }
         _ => match upstream_for(&app.settings, &path) {
-            Some(base) => passthrough(&app, base, request).await,
+            Some(base) => passthrough(&app, &base, request).await,
             None => ProxyError::NotFound {
                 method: method.clone(),
                 path: path.clone(),
@@ -502,12 +524,16 @@ pub async fn handle(
     Ok(response)
 }
 
-/// The upstream base and the path to call there, for a path under `/anthropic/` or `/openai/`.
-fn upstream_for<'a>(settings: &'a Settings, path: &str) -> Option<&'a str> {
+/// The upstream base for a path under `/anthropic/`, `/openai/`, `/gemini/` or `/vertex/`.
+fn upstream_for<'a>(settings: &'a Settings, path: &str) -> Option<Cow<'a, str>> {
     if path.starts_with("/anthropic/") {
-        Some(&settings.anthropic_upstream)
+        Some(Cow::Borrowed(&settings.anthropic_upstream))
     } else if path.starts_with("/openai/") {
-        Some(&settings.openai_upstream)
+        Some(Cow::Borrowed(&settings.openai_upstream))
+    } else if path.starts_with("/gemini/") {
+        Some(Cow::Borrowed(&settings.gemini_upstream))
+    } else if path.starts_with("/vertex/") {
+        crate::google::vertex_upstream(settings.vertex_upstream.as_deref(), path)
     } else {
         None
     }
@@ -528,6 +554,8 @@ pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
     let rest = path
         .strip_prefix("/anthropic")
         .or_else(|| path.strip_prefix("/openai"))
+        .or_else(|| path.strip_prefix("/gemini"))
+        .or_else(|| path.strip_prefix("/vertex"))
         .unwrap_or(path);
     let query = request_uri
         .query()

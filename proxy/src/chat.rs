@@ -61,17 +61,33 @@ pub(crate) async fn chat(
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };
+    app.stats.record_dialect(dialect.as_str());
     let mut access = Access::new(dialect, body.len());
-    let uri = upstream_uri(app.upstream_base(dialect), &parts.uri);
+    // The route matched, so the path names its upstream (a Vertex path, its location).
+    let Some(base) = app.upstream_of(dialect, parts.uri.path()) else {
+        return ProxyError::NotFound {
+            method: parts.method,
+            path: parts.uri.path().to_owned(),
+        }
+        .into_response();
+    };
+    let uri = upstream_uri(&base, &parts.uri);
     let mut headers = parts.headers;
     // sluice reads the reply on these routes (the expand loop, the provider's cache report), so
     // it asks for it uncompressed whatever the agent accepts; see `decode.rs` for an upstream
     // that compresses all the same.
     headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     let capture = Capture::start(app.dashboard(), dialect, app.mode(), &headers);
+    // Google's paths say what other dialects say in the body (the model; for Gemini whether
+    // the reply streams), and Gemini may send its key in the query.
+    let google = crate::google::generates(parts.uri.path(), parts.uri.query());
+    let key_headers = (dialect == Dialect::Gemini)
+        .then(|| crate::google::turn_headers(&headers, &parts.uri))
+        .flatten();
+    let turn_headers = key_headers.as_ref().unwrap_or(&headers);
     if let Some(observer) = app.observer() {
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
-        let meet = observe(app, observer, dialect, &headers, &body, capture.clone());
+        let meet = observe(app, observer, dialect, turn_headers, &body, capture.clone());
         app.stats.record_passthrough(false);
         let sent = Untouched {
             method: parts.method,
@@ -98,7 +114,7 @@ pub(crate) async fn chat(
     let input = TurnInput {
         dialect,
         body: &body,
-        headers: &headers,
+        headers: turn_headers,
         models: Some(&models),
     };
     let turn = app.turns().run(input).await;
@@ -107,7 +123,15 @@ pub(crate) async fn chat(
         access.session(session);
     }
     let mut forward = match turn {
-        Turn::Forward(forward) => forward,
+        Turn::Forward(mut forward) => {
+            if let Some(call) = &google {
+                if let Some(stream) = call.stream {
+                    forward.stream = stream;
+                }
+                forward.model.get_or_insert_with(|| call.model.to_owned());
+            }
+            forward
+        }
         Turn::Untouched {
             session, reason, ..
         } => {
@@ -548,6 +572,12 @@ fn incoming_model(
     parsed: &ParsedBody<'_>,
     upstream_uri: &str,
 ) -> Option<llm::Incoming> {
+    let provider = match dialect {
+        Dialect::Anthropic => engine::model::Provider::Anthropic,
+        Dialect::OpenAi | Dialect::Responses => engine::model::Provider::Openai,
+        // The cheap-model client speaks Messages and chat completions only.
+        Dialect::Gemini => return None,
+    };
     let model = parsed.field("model")?.of(parsed.text());
     let model: String = serde_json::from_str(model).ok()?;
     let headers = headers
@@ -562,10 +592,7 @@ fn incoming_model(
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
         .collect();
     Some(llm::Incoming {
-        provider: match dialect {
-            Dialect::Anthropic => engine::model::Provider::Anthropic,
-            Dialect::OpenAi | Dialect::Responses => engine::model::Provider::Openai,
-        },
+        provider,
         url: upstream_uri.to_string(),
         headers,
         model,

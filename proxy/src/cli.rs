@@ -33,7 +33,7 @@ pub(crate) fn command() -> clap::Command {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the proxy: point agents at http://LISTEN/anthropic or http://LISTEN/openai/v1.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Rewrite one request body offline: the result on stdout, the report on stderr or --report.
     Compact(CompactArgs),
     /// Check config files.
@@ -94,6 +94,10 @@ struct ReplayArgs {
     /// answer needed, as the expand tool's `pattern` returns them) or `whole` (the original).
     #[arg(long, default_value = "pattern")]
     expand: ExpandArg,
+    /// Replay chat-completions sessions as another dialect's agents would send them
+    /// (`responses` or `gemini`): the same conversations, converted turn by turn.
+    #[arg(long)]
+    as_dialect: Option<Dialect>,
     /// Request bodies (.json, split into turns), per-turn JSONL, or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -219,6 +223,17 @@ struct ServeArgs {
         default_value = "https://api.openai.com"
     )]
     openai_upstream: String,
+    /// Where Gemini `generateContent` requests go (`/gemini/...`).
+    #[arg(
+        long,
+        env = "SLUICE_GEMINI_UPSTREAM",
+        default_value = "https://generativelanguage.googleapis.com"
+    )]
+    gemini_upstream: String,
+    /// Where Vertex AI requests go (`/vertex/...`); unset, each goes to the region's endpoint
+    /// its path names (`https://LOCATION-aiplatform.googleapis.com`).
+    #[arg(long, env = "SLUICE_VERTEX_UPSTREAM")]
+    vertex_upstream: Option<String>,
     /// Seconds to wait for an upstream connection.
     #[arg(long, env = "SLUICE_CONNECT_TIMEOUT", default_value_t = 10)]
     connect_timeout: u64,
@@ -609,6 +624,8 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         let settings = Settings {
             anthropic_upstream: args.anthropic_upstream.clone(),
             openai_upstream: args.openai_upstream.clone(),
+            gemini_upstream: args.gemini_upstream.clone(),
+            vertex_upstream: args.vertex_upstream.clone(),
             body_limit: args.body_limit_mb.saturating_mul(1 << 20),
             body_idle: Duration::from_secs(args.body_idle_timeout.max(1)),
             header_timeout: Duration::from_secs(args.header_timeout.max(1)),
@@ -844,6 +861,15 @@ fn replay(args: &ReplayArgs) -> Result<(), Failure> {
         ..modes::replay::Options::default()
     };
     let mut sessions = sessions;
+    if let Some(to) = args.as_dialect {
+        let left_out = crate::replay::convert(&mut sessions, to)?;
+        if left_out > 0 {
+            eprintln!(
+                "sluice: replaying the chat-completions sessions as {}; {left_out} of another dialect left out",
+                to.as_str()
+            );
+        }
+    }
     if args.no_preamble {
         for session in &mut sessions {
             session.preamble_tokens = 0;

@@ -23,7 +23,7 @@ pub struct ExpandCall {
 struct AssistantTurn<'a> {
     text: &'a str,
     /// Anthropic: the `content` array. OpenAI: the `message` object. Responses: the `output`
-    /// array.
+    /// array. Gemini: the first candidate's `content` object.
     content: Span,
     calls: Vec<(String, String, String)>,
 }
@@ -98,6 +98,24 @@ fn assistant_turn(text: &str, dialect: Dialect) -> Option<AssistantTurn<'_>> {
                 calls.push((field("call_id"), field("name"), arguments));
             }
             output
+        }
+        Dialect::Gemini => {
+            let candidate = json::elements(text, json::get(text, root, "candidates")?).next()?;
+            let content = json::get(text, candidate, "content")?;
+            for part in json::elements(text, json::get(text, content, "parts")?) {
+                let Some(call) = json::get(text, part, "functionCall") else {
+                    continue;
+                };
+                let field = |k: &str| {
+                    json::get(text, call, k)
+                        .and_then(|v| json::decode_string(text, v).ok())
+                        .map(|v| v.into_owned())
+                        .unwrap_or_default()
+                };
+                let args = json::get(text, call, "args").map_or("{}", |s| s.of(text));
+                calls.push((field("id"), field("name"), args.to_owned()));
+            }
+            content
         }
     };
     Some(AssistantTurn {
@@ -174,12 +192,7 @@ pub fn continuation(
 ) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(forwarded).ok()?;
     let root = json::parse_document(text).ok()?;
-    let key = if dialect == Dialect::Responses {
-        "input"
-    } else {
-        "messages"
-    };
-    let messages = json::get(text, root, key)?;
+    let messages = json::get(text, root, dialect.transcript_key())?;
     let response_text = std::str::from_utf8(response).ok()?;
     let turn = assistant_turn(response_text, dialect)?;
     let raw = turn.content.of(turn.text);
@@ -246,6 +259,34 @@ pub fn continuation(
                     original,
                 );
             }
+        }
+        Dialect::Gemini => {
+            // The model's content verbatim: its `thoughtSignature`s must come back as they were.
+            // (A content without its role would read as the user's.)
+            if json::get(turn.text, turn.content, "role").is_some() {
+                added.push_str(raw);
+            } else {
+                let parts =
+                    json::get(turn.text, turn.content, "parts").map_or("[]", |p| p.of(turn.text));
+                added.push_str(&format!(r#"{{"role":"model","parts":{parts}}}"#));
+            }
+            added.push_str(r#",{"role":"user","parts":["#);
+            for (i, (call_id, original)) in results.iter().enumerate() {
+                if i > 0 {
+                    added.push(',');
+                }
+                added.push_str(r#"{"functionResponse":{"name":"#);
+                json::encode_string(EXPAND_TOOL_NAME, &mut added);
+                // An id answers the call that had one; without, calls pair by name and order.
+                if !call_id.is_empty() {
+                    added.push_str(r#","id":"#);
+                    json::encode_string(call_id, &mut added);
+                }
+                added.push_str(r#","response":{"output":"#);
+                json::encode_string(original, &mut added);
+                added.push_str("}}}");
+            }
+            added.push_str("]}");
         }
     }
     let close = messages.end - 1;

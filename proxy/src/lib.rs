@@ -21,6 +21,7 @@ mod expand_loop;
 pub use expand_loop::MAX_EXPAND_ROUNDS;
 #[cfg(test)]
 mod generated;
+pub mod google;
 pub mod llm_stats;
 #[cfg(test)]
 mod reference;

@@ -45,6 +45,45 @@ pub enum RunError {
     /// A session that does not replay.
     #[error(transparent)]
     Replay(#[from] ReplayError),
+    /// `--as-dialect` found no chat-completions session to convert, or a turn of one that is
+    /// not a chat-completions body.
+    #[error("{session}: no chat-completions body to convert to {to}")]
+    NotConvertible { session: String, to: &'static str },
+}
+
+/// The chat-completions sessions converted to `to`'s bodies (`modes::replay::convert`): the
+/// same conversations as that dialect's agents would send them, for a corpus recorded without
+/// them. Sessions of other dialects are left out (the public corpus carries each run in both
+/// chat completions and Messages; its Messages twin would be the same run twice); returns how
+/// many.
+///
+/// # Errors
+/// A turn that is not a chat-completions body, or no session to convert.
+pub fn convert(sessions: &mut Vec<Recorded>, to: Dialect) -> Result<usize, RunError> {
+    use modes::replay::convert::{gemini_from_chat, responses_from_chat};
+    let convert_one: fn(&[u8]) -> Option<Vec<u8>> = match to {
+        Dialect::Gemini => gemini_from_chat,
+        Dialect::Responses => responses_from_chat,
+        Dialect::OpenAi | Dialect::Anthropic => return Ok(0),
+    };
+    let before = sessions.len();
+    sessions.retain(|s| s.dialect == Dialect::OpenAi);
+    if sessions.is_empty() {
+        return Err(RunError::NotConvertible {
+            session: "(every path)".into(),
+            to: to.as_str(),
+        });
+    }
+    for session in sessions.iter_mut() {
+        let turns: Option<Vec<Vec<u8>>> =
+            session.turns.iter().map(|turn| convert_one(turn)).collect();
+        session.turns = turns.ok_or_else(|| RunError::NotConvertible {
+            session: session.name.clone(),
+            to: to.as_str(),
+        })?;
+        session.dialect = to;
+    }
+    Ok(before - sessions.len())
 }
 
 /// A line of a triage event log that cannot be read (1-based line numbers).

@@ -118,6 +118,14 @@ fn starts_expand(dialect: Dialect, data: &Value) -> bool {
                 && data["item"]["type"] == "function_call"
                 && data["item"]["name"] == EXPAND_TOOL_NAME
         }
+        // A Gemini chunk carries whole parts: a call arrives complete in one.
+        Dialect::Gemini => data["candidates"][0]["content"]["parts"]
+            .as_array()
+            .is_some_and(|parts| {
+                parts
+                    .iter()
+                    .any(|p| p["functionCall"]["name"] == EXPAND_TOOL_NAME)
+            }),
     }
 }
 
@@ -127,7 +135,7 @@ fn opens_unit(dialect: Dialect, data: &Value) -> bool {
     match dialect {
         Dialect::Anthropic => data["type"] == "content_block_start",
         Dialect::Responses => data["type"] == "response.output_item.added",
-        Dialect::OpenAi => false,
+        Dialect::OpenAi | Dialect::Gemini => false,
     }
 }
 
@@ -258,6 +266,7 @@ impl Relay {
             (Dialect::Responses, Some(kind)) if kind.starts_with("response.") => {
                 &data["response"]["usage"]
             }
+            (Dialect::Gemini, _) => &data["usageMetadata"],
             _ => &data["usage"],
         };
         if !usage.is_object() {
@@ -275,6 +284,7 @@ impl Relay {
         let path: &[&str] = match self.dialect {
             Dialect::Responses => &["response", "usage"],
             Dialect::Anthropic | Dialect::OpenAi => &["usage"],
+            Dialect::Gemini => &["usageMetadata"],
         };
         splice_frame(&frame, |text, root| {
             let usage = at_path(text, root, path)?;
@@ -326,7 +336,9 @@ impl Relay {
         match self.dialect {
             Dialect::Anthropic => self.renumber_anthropic(frame, data),
             Dialect::Responses => self.renumber_responses(frame, data),
-            Dialect::OpenAi => Some(frame),
+            // Neither numbers anything across a stream: a continuation's chunks read as more
+            // chunks of the same reply.
+            Dialect::OpenAi | Dialect::Gemini => Some(frame),
         }
     }
 
@@ -532,6 +544,7 @@ pub fn aggregate(dialect: Dialect, frames: &[Value]) -> Value {
         Dialect::Anthropic => aggregate_anthropic(frames),
         Dialect::OpenAi => aggregate_openai(frames),
         Dialect::Responses => aggregate_responses(frames),
+        Dialect::Gemini => aggregate_gemini(frames),
     }
 }
 
@@ -681,6 +694,32 @@ fn aggregate_responses(frames: &[Value]) -> Value {
     json!({ "output": items })
 }
 
+/// A Gemini stream folded into one response: every chunk's parts of the first candidate, in
+/// order. A text part that is only text joins the one before it when that is only text too
+/// (a reply streams its text a few words per chunk); every other part stays as it came, so a
+/// `thoughtSignature` stays on the part that carried it.
+fn aggregate_gemini(frames: &[Value]) -> Value {
+    // (`Map`'s index panics on a missing key: the fuzzer found it.)
+    let plain = |part: &Value| {
+        part.as_object()
+            .is_some_and(|p| p.len() == 1 && p.get("text").is_some_and(Value::is_string))
+    };
+    let mut parts: Vec<Value> = Vec::new();
+    for part in frames
+        .iter()
+        .filter_map(|data| data["candidates"][0]["content"]["parts"].as_array())
+        .flatten()
+    {
+        match parts.last_mut() {
+            Some(last) if plain(last) && plain(part) => {
+                append(&mut last["text"], &part["text"]);
+            }
+            _ => parts.push(part.clone()),
+        }
+    }
+    json!({ "candidates": [{ "content": { "role": "model", "parts": parts } }] })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,6 +809,29 @@ mod tests {
         }
         assert!(frames.over_bound());
         assert_eq!(frames.into_rest().len(), MAX_HELD_BYTES + (1 << 20));
+    }
+
+    /// Text streamed a few words per chunk folds into one part; a signed call and a part that
+    /// is not text stay as they came (a part with no `text` key once panicked the fold: found
+    /// by the fuzzer, target `sse`).
+    #[test]
+    fn gemini_chunks_fold_into_one_content() {
+        let frames = [
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Let "}]}}]}),
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "me look."}]}}]}),
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"inlineData": {}}, {"thought": true}]}}]}),
+            json!({"candidates": [{"content": {"role": "model", "parts": [
+                {"functionCall": {"name": "context_guru_expand", "args": {"id": "ab"}}, "thoughtSignature": "c2ln"}]}}]}),
+        ];
+        assert!(!starts_expand(Dialect::Gemini, &frames[0]));
+        assert!(starts_expand(Dialect::Gemini, &frames[3]));
+        let turn = aggregate(Dialect::Gemini, &frames);
+        let parts = &turn["candidates"][0]["content"]["parts"];
+        assert_eq!(parts[0], json!({"text": "Let me look."}));
+        assert_eq!(parts[1], json!({"inlineData": {}}));
+        assert_eq!(parts[3]["thoughtSignature"], "c2ln");
+        let calls = crate::expand::expand_calls(turn.to_string().as_bytes(), Dialect::Gemini);
+        assert_eq!(calls.unwrap()[0].stash_id, "ab");
     }
 
     #[test]

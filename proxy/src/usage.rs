@@ -2,7 +2,8 @@
 //!
 //! The tracker checks its cold prediction against what the provider says it cached
 //! (`cache_read_input_tokens` / `cache_creation_input_tokens` from Anthropic,
-//! `prompt_tokens_details.cached_tokens` from OpenAI), and the dashboard prices the request from
+//! `prompt_tokens_details.cached_tokens` from OpenAI, `usageMetadata.cachedContentTokenCount`
+//! from Gemini), and the dashboard prices the request from
 //! the input and output counts beside them. The numbers sit in the JSON body or in SSE events;
 //! rather than parse either, each chunk is scanned for the field names as it is relayed, and the
 //! largest value of each is reported once, when the body is dropped (a streamed count grows, so
@@ -12,12 +13,23 @@ use actors::dashboard::ReplyUsage;
 use memchr::memmem;
 use modes::CacheUsage;
 
-const READ_FIELDS: [&[u8]; 2] = [b"\"cache_read_input_tokens\"", b"\"cached_tokens\""];
+const READ_FIELDS: [&[u8]; 3] = [
+    b"\"cache_read_input_tokens\"",
+    b"\"cached_tokens\"",
+    b"\"cachedContentTokenCount\"",
+];
 const WRITE_FIELD: &[u8] = b"\"cache_creation_input_tokens\"";
-/// Anthropic and Responses `input_tokens`, chat completions' `prompt_tokens`.
-const INPUT_FIELDS: [&[u8]; 2] = [b"\"input_tokens\"", b"\"prompt_tokens\""];
-const OUTPUT_FIELDS: [&[u8]; 2] = [b"\"output_tokens\"", b"\"completion_tokens\""];
-const MODEL_FIELD: &[u8] = b"\"model\"";
+/// Anthropic and Responses `input_tokens`, chat completions' `prompt_tokens`, Gemini's
+/// `promptTokenCount` (which, like OpenAI's, includes the cached part).
+const GEMINI_INPUT: &[u8] = b"\"promptTokenCount\"";
+const INPUT_FIELDS: [&[u8]; 3] = [b"\"input_tokens\"", b"\"prompt_tokens\"", GEMINI_INPUT];
+const OUTPUT_FIELDS: [&[u8]; 3] = [
+    b"\"output_tokens\"",
+    b"\"completion_tokens\"",
+    b"\"candidatesTokenCount\"",
+];
+/// The model a reply names: `model`, or Gemini's `modelVersion`.
+const MODEL_FIELDS: [&[u8]; 2] = [b"\"model\"", b"\"modelVersion\""];
 /// Model names longer than this are not model names.
 const MAX_MODEL: usize = 120;
 /// Bytes kept from the end of one chunk, so a field split across two chunks is still found.
@@ -36,6 +48,9 @@ pub fn cache_report(usage: &ReplyUsage) -> Option<CacheUsage> {
 /// `None` for what the reply never said).
 pub struct UsageScanner<F: FnOnce(ReplyUsage)> {
     found: ReplyUsage,
+    /// A Gemini count was seen: Gemini leaves `cachedContentTokenCount` out when nothing was
+    /// read from its cache, so its absence then reports zero.
+    gemini: bool,
     carry: Vec<u8>,
     report: Option<F>,
 }
@@ -44,6 +59,7 @@ impl<F: FnOnce(ReplyUsage)> UsageScanner<F> {
     pub fn new(report: F) -> UsageScanner<F> {
         UsageScanner {
             found: ReplyUsage::default(),
+            gemini: false,
             carry: Vec::new(),
             report: Some(report),
         }
@@ -74,8 +90,9 @@ impl<F: FnOnce(ReplyUsage)> UsageScanner<F> {
                 }
             }
         }
+        self.gemini |= memmem::find(bytes, GEMINI_INPUT).is_some();
         if self.found.model.is_none() {
-            self.found.model = model(bytes);
+            self.found.model = MODEL_FIELDS.iter().find_map(|field| model(bytes, field));
         }
     }
 }
@@ -83,6 +100,9 @@ impl<F: FnOnce(ReplyUsage)> UsageScanner<F> {
 impl<F: FnOnce(ReplyUsage)> Drop for UsageScanner<F> {
     fn drop(&mut self) {
         if let Some(report) = self.report.take() {
+            if self.gemini && self.found.input.is_some() {
+                self.found.cache_read.get_or_insert(0);
+            }
             report(std::mem::take(&mut self.found));
         }
     }
@@ -90,9 +110,9 @@ impl<F: FnOnce(ReplyUsage)> Drop for UsageScanner<F> {
 
 /// The first complete `"model": "NAME"` in `bytes` (providers name the model near the start of
 /// a reply, and every stream's first event carries it).
-fn model(bytes: &[u8]) -> Option<String> {
-    memmem::find_iter(bytes, MODEL_FIELD).find_map(|at| {
-        let rest = &bytes[at + MODEL_FIELD.len()..];
+fn model(bytes: &[u8], field: &[u8]) -> Option<String> {
+    memmem::find_iter(bytes, field).find_map(|at| {
+        let rest = &bytes[at + field.len()..];
         let rest = rest
             .trim_ascii_start()
             .strip_prefix(b":")?
@@ -164,6 +184,32 @@ mod tests {
         assert_eq!(
             scan_usage(&[a, b]).model.as_deref(),
             Some("gpt-4o-2024-08-06")
+        );
+    }
+
+    /// Gemini restates its counts on every chunk and leaves the cache count out when it read
+    /// nothing from the cache: that is a report of zero, not silence.
+    #[test]
+    fn reads_gemini_usage_metadata() {
+        let first = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hi\"}],\"role\": \"model\"}}],\"usageMetadata\": {\"promptTokenCount\": 5210,\"candidatesTokenCount\": 1,\"totalTokenCount\": 5211},\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+        let last = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"!\"}],\"role\": \"model\"},\"finishReason\": \"STOP\"}],\"usageMetadata\": {\"promptTokenCount\": 5210,\"candidatesTokenCount\": 12,\"totalTokenCount\": 5222}}\r\n\r\n";
+        let usage = scan_usage(&[first, last]);
+        assert_eq!(
+            (
+                usage.input,
+                usage.output,
+                usage.cache_read,
+                usage.model.as_deref()
+            ),
+            (Some(5210), Some(12), Some(0), Some("gemini-2.5-pro"))
+        );
+        let cached = br#"{"usageMetadata": {"promptTokenCount": 9000, "cachedContentTokenCount": 8192, "candidatesTokenCount": 40}}"#;
+        assert_eq!(
+            scan(&[cached]),
+            Some(CacheUsage {
+                read: 8192,
+                written: None
+            })
         );
     }
 

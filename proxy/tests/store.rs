@@ -97,6 +97,7 @@ impl Sluice {
             Dialect::OpenAi => "/openai/v1/chat/completions",
             Dialect::Anthropic => "/anthropic/v1/messages",
             Dialect::Responses => "/openai/v1/responses",
+            Dialect::Gemini => "/gemini/v1beta/models/gemini-2.5-pro:generateContent",
         };
         let headers = [
             ("content-type", "application/json"),
@@ -702,6 +703,7 @@ async fn sigterm_during_a_stream_drains_it_and_keeps_the_turn() {
                     Dialect::OpenAi => "/openai/v1/chat/completions",
                     Dialect::Anthropic => "/anthropic/v1/messages",
                     Dialect::Responses => "/openai/v1/responses",
+                    Dialect::Gemini => "/gemini/v1beta/models/m:streamGenerateContent?alt=sse",
                 },
                 &[
                     ("content-type", "application/json"),

@@ -48,6 +48,8 @@ NORMALISE = [
     (re.compile(r'\\*"workspaces\\*":\{[^{}]*\{[^{}]*\}\},?'), ""),
     (re.compile(r"Wall time:? [0-9.]+ seconds"), "Wall time <s> seconds"),  # Codex tool outputs
     (re.compile(r"Chunk ID: [0-9a-f]+"), "Chunk ID: <id>"),
+    # gemini-cli names each call it makes `<tool>_<unix ms>_<n>`.
+    (re.compile(r'("id\\*":\s*\\*"[a-z_]+)_\d{13}_(\d+)'), r"\g<1>_<ms>_\g<2>"),
     (re.compile(r"(\"?(?:created_at|timestamp)\\*\"?\s*:\s*)\d{9,}"), r"\g<1><time>"),
 ]
 
@@ -201,6 +203,32 @@ def expand_tool_index(tools) -> int | None:
     return None
 
 
+def drop_element(spans: Spans, obj, list_path: tuple, i: int, edits: list):
+    """Removes element `i` of the list at `list_path` (with its comma) from `obj`, as an edit of
+    the text `spans` was parsed from; the spans of later elements are re-keyed one down."""
+    lst = get(obj, list_path)
+    n, k = len(lst), len(list_path)
+    at = lambda j: spans.value[list_path + (j,)]  # noqa: E731
+    if i > 0:
+        start, end = at(i - 1)[1], at(i)[1]
+    elif n > 1:
+        start, end = at(0)[0], at(1)[0]
+    else:
+        start, end = at(0)
+    edits.append((start, end, ""))
+    lst.pop(i)
+    remap = {}
+    for path, span in spans.value.items():
+        inside = len(path) > k and path[:k] == list_path and isinstance(path[k], int)
+        if inside and path[k] > i:
+            remap[list_path + (path[k] - 1,) + path[k + 1:]] = span
+        elif inside and path[k] == i:
+            continue
+        else:
+            remap.setdefault(path, span)
+    spans.value = remap
+
+
 def compare_bodies(direct_raw: str, sluice_raw: str) -> tuple[bool, str, int]:
     """(identical after normalisation, why not, number of cut strings put back)."""
     d_text, s_text = normalise(direct_raw), normalise(sluice_raw)
@@ -213,7 +241,14 @@ def compare_bodies(direct_raw: str, sluice_raw: str) -> tuple[bool, str, int]:
         return False, f"not comparable as JSON: {e}", 0
     edits = []  # (start, end, replacement) on s_text
     # The injected expand tool: removed, with its comma, or the whole `tools` member sluice added.
+    # Gemini declares it inside a `functionDeclarations` list of `tools`.
     if isinstance(s, dict) and isinstance(s.get("tools"), list):
+        for t, tool in enumerate(s["tools"]):
+            decls = tool.get("functionDeclarations") if isinstance(tool, dict) else None
+            j = expand_tool_index(decls) if isinstance(decls, list) else None
+            if j is not None:
+                drop_element(s_sp, s, ("tools", t, "functionDeclarations"), j, edits)
+                break
         i = expand_tool_index(s["tools"])
         if i is not None:
             n = len(s["tools"])
@@ -228,27 +263,10 @@ def compare_bodies(direct_raw: str, sluice_raw: str) -> tuple[bool, str, int]:
                 edits.append((start, end, ""))
                 del s["tools"]
             else:
-                if i > 0:
-                    start, end = s_sp.value[("tools", i - 1)][1], s_sp.value[("tools", i)][1]
-                elif n > 1:
-                    start, end = s_sp.value[("tools", 0)][0], s_sp.value[("tools", 1)][0]
-                else:
-                    start, end = s_sp.value[("tools", 0)]
-                edits.append((start, end, ""))
-                # paths after the removed element shift down by one: re-key them
-                s["tools"].pop(i)
-                remap = {}
-                for path, span in s_sp.value.items():
-                    if len(path) >= 2 and path[0] == "tools" and isinstance(path[1], int) and path[1] > i:
-                        remap[("tools", path[1] - 1) + path[2:]] = span
-                    elif len(path) >= 2 and path[0] == "tools" and path[1] == i:
-                        continue
-                    else:
-                        remap.setdefault(path, span)
-                s_sp.value = remap
+                drop_element(s_sp, s, ("tools",), i, edits)
     bad, cuts = [], 0
     for path in tree_diff(d, s):
-        in_transcript = bool(path) and path[0] in ("messages", "input")
+        in_transcript = bool(path) and path[0] in ("messages", "input", "contents")
         dv, sv = get(d, path), get(s, path)
         sv_text = sv if isinstance(sv, str) else json.dumps(sv)
         shorter = isinstance(dv, str) and isinstance(sv, str) and len(sv) < len(dv)
@@ -291,7 +309,7 @@ def turns(records):
 
 def calls_in(body: dict) -> list[str]:
     """Names of every tool call and result in the body's transcript, any dialect."""
-    text = json.dumps(body.get("messages") or body.get("input") or [])
+    text = json.dumps(body.get("messages") or body.get("input") or body.get("contents") or [])
     return re.findall(r'"name": "(\w+)"', text)
 
 

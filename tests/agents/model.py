@@ -2,8 +2,14 @@
 """A scripted model server for tests/agents: plays one deterministic coding task.
 
 Speaks Anthropic Messages (POST /v1/messages, also ?beta=true, streamed or not, plus
-count_tokens), OpenAI Responses (POST /v1/responses) and chat completions
-(POST /v1/chat/completions), each streamed or not, and GET /v1/models.
+count_tokens; and as Claude on Vertex AI, :rawPredict and :streamRawPredict), OpenAI Responses
+(POST /v1/responses) and chat completions
+(POST /v1/chat/completions), each streamed or not, Gemini (POST /v1beta/models/M:generateContent
+and :streamGenerateContent?alt=sse, plus :countTokens), and GET /v1/models.
+
+Gemini replies sign the first function call of each turn with a `thoughtSignature`, as Gemini 3
+does, and a request that brings back a signature this server never issued, or a signed call
+without its signature, is refused with 400 as Gemini 3 refuses it.
 
 The task, in a scratch repository made from tests/agents/template: (a) run `python3 gen.py`
 (about 3000 lines of log), (b) read settings.py, (c) change `RETRIES = 0` to `RETRIES = 3`,
@@ -37,7 +43,7 @@ from urllib.parse import urlsplit
 
 EXPAND = "context_guru_expand"
 MARKER = re.compile(r"<<cg:([0-9a-fA-F]+)>>")
-REDACT = {"authorization", "x-api-key", "api-key"}
+REDACT = {"authorization", "x-api-key", "api-key", "x-goog-api-key"}
 CREATED = 1767225600  # 2026-01-01T00:00:00Z: fixed, so replies are the same on every run
 
 FILE = "settings.py"
@@ -48,6 +54,7 @@ AIDER_FINAL = "Set RETRIES = 3, so a failed batch is retried instead of dropped.
 MINI_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 ASKED: set[str] = set()
+SIGNED: set[str] = set()  # Gemini thoughtSignatures issued
 LOCK = threading.Lock()
 RECORD_LOCK = threading.Lock()
 RECORD_PATH = None
@@ -106,6 +113,25 @@ def transcript(dialect: str, body: dict) -> list[tuple]:
                 ev.append(("call", it.get("call_id"), it.get("name", t), args))
             elif t in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
                 ev.append(("result", it.get("call_id"), _text(it.get("output"))))
+    elif dialect == "gemini":
+        seen_calls: dict[str, int] = {}
+        seen_results: dict[str, int] = {}
+        for c in body.get("contents") or []:
+            role = "assistant" if c.get("role") == "model" else "user"
+            for p in c.get("parts") or []:
+                if "functionCall" in p:
+                    f = p["functionCall"]
+                    name = f.get("name")
+                    n = seen_calls[name] = seen_calls.get(name, 0) + 1
+                    ev.append(("call", f"{name}#{n}", name, json.dumps(f.get("args"))))
+                elif "functionResponse" in p:
+                    f = p["functionResponse"]
+                    name = f.get("name")
+                    n = seen_results[name] = seen_results.get(name, 0) + 1
+                    # gemini-cli answers an id-less call with an id of its own: pair by name.
+                    ev.append(("result", f"{name}#{n}", _text(f.get("response"))))
+                elif "text" in p and not p.get("thought"):
+                    ev.append(("msg", role, p.get("text", "")))
     else:  # chat completions
         for m in body.get("messages") or []:
             role = m.get("role")
@@ -125,6 +151,8 @@ def declared_tools(dialect: str, body: dict) -> list[dict]:
     """The request's tool definitions: `tools`, and for Responses also the tools that Codex's
     default model gets in `additional_tools` input items (namespaces flattened)."""
     tools = list(body.get("tools") or [])
+    if dialect == "gemini":
+        return [d for t in tools for d in (t.get("functionDeclarations") or [])]
     if dialect == "responses" and isinstance(body.get("input"), list):
         for it in body["input"]:
             if isinstance(it, dict) and it.get("type") == "additional_tools":
@@ -156,6 +184,8 @@ def system_text(dialect: str, body: dict) -> str:
         return "\n".join(parts)
     if dialect == "responses":
         return _text(body.get("instructions"))
+    if dialect == "gemini":
+        return _text((body.get("systemInstruction") or {}).get("parts"))
     return "\n".join(_text(m.get("content")) for m in body.get("messages") or []
                      if m.get("role") in ("system", "developer"))
 
@@ -165,6 +195,8 @@ def detect_agent(dialect: str, names: list[str], body: dict) -> str:
         return "claude" if "Bash" in names else "side"
     if dialect == "responses":
         return "codex" if names else "side"
+    if dialect == "gemini":
+        return "gemini" if "run_shell_command" in names else "side"
     if "bash" in names:
         return "mini"
     if "SEARCH/REPLACE" in system_text(dialect, body) or "SEARCH/REPLACE" in json.dumps(body.get("messages")):
@@ -176,6 +208,7 @@ def working_dir(dialect: str, body: dict, events) -> str:
     """The agent's working directory, from its system prompt or environment context."""
     blob = system_text(dialect, body) + "\n" + "\n".join(e[2] for e in events if e[0] == "msg")
     for pat in (r"Primary working directory:\s*(\S+)", r"Working directory:\s*(\S+)",
+                r"Workspace Directories:\*\*\s*-\s*(\S+)",
                 r"<cwd>([^<]+)</cwd>", r"current working directory[^/]*(/\S+)"):
         m = re.search(pat, blob)
         if m:
@@ -237,6 +270,26 @@ def next_action(agent: str, step: int, names: list[str], body: dict, dialect: st
             ("call", "bash", {"command": f"cat {FILE}"}, "THOUGHT: The log warns about RETRIES; read the settings."),
             ("call", "bash", {"command": f"sed -i 's/^{OLD}$/{NEW}/' {FILE}"}, "THOUGHT: Set RETRIES to 3."),
             ("call", "bash", {"command": MINI_SUBMIT}, FINAL),
+        ][min(step, 3)]
+    if agent == "gemini":
+        cwd = working_dir(dialect, body, events)
+        path = f"{cwd.rstrip('/')}/{FILE}"
+        tools = {t.get("name"): t for t in declared_tools(dialect, body)}
+
+        def path_args(tool: str, **extra):
+            """The file argument under the name this gemini-cli version declares."""
+            schema = tools.get(tool) or {}
+            props = (schema.get("parametersJsonSchema") or schema.get("parameters") or {}).get("properties") or {}
+            key = next((k for k in ("file_path", "absolute_path", "path") if k in props), "file_path")
+            return {key: path, **extra}
+
+        return [
+            ("call", "run_shell_command", {"command": "python3 gen.py", "description": "Run the log generator"},
+             "I'll run the generator first."),
+            ("call", "read_file", path_args("read_file")),
+            ("call", "replace", path_args("replace", old_string=OLD, new_string=NEW,
+                                          instruction="Set RETRIES to 3 so failed batches are retried.")),
+            ("text", FINAL),
         ][min(step, 3)]
     if agent == "aider":
         if step == 0:
@@ -390,15 +443,33 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._record(raw, {"kind": "bad_json"})
             return self._json(400, {"error": {"type": "invalid_request_error", "message": "body is not JSON"}})
-        if path.endswith("/v1/messages/count_tokens"):
+        if path.endswith("/v1/messages/count_tokens") or path.endswith("/count-tokens:rawPredict"):
             self._record(raw, {"kind": "count_tokens"})
             return self._json(200, {"input_tokens": max(1, len(raw) // 4)})
         if path.endswith("/v1/messages"):
+            return self._turn("anthropic", raw, body)
+        if path.endswith(":rawPredict") or path.endswith(":streamRawPredict"):  # Claude on Vertex AI
+            if body.get("anthropic_version") != "vertex-2023-10-16" or "model" in body:
+                self._record(raw, {"kind": "bad_vertex_body"})
+                return self._json(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                                  "message": "anthropic_version must be vertex-2023-10-16, no model"}})
+            body["model"] = path.rsplit("/", 1)[-1].split(":")[0]
             return self._turn("anthropic", raw, body)
         if path.endswith("/v1/responses"):
             return self._turn("responses", raw, body)
         if path.endswith("/v1/chat/completions") or path.endswith("/chat/completions"):
             return self._turn("chat", raw, body)
+        if path.endswith(":countTokens"):
+            self._record(raw, {"kind": "count_tokens"})
+            return self._json(200, {"totalTokens": max(1, len(raw) // 4)})
+        if path.endswith(":generateContent") or path.endswith(":streamGenerateContent"):
+            refused = check_signatures(body)
+            if refused:
+                self._record(raw, {"kind": "bad_signature", "why": refused})
+                return self._json(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": refused}})
+            body["stream"] = path.endswith(":streamGenerateContent")
+            body.setdefault("model", path.rsplit("/", 1)[-1].split(":")[0])
+            return self._turn("gemini", raw, body)
         self._record(raw, {"kind": "unknown"})
         return self._json(404, {"error": {"type": "not_found_error", "message": f"no route {path}"}})
 
@@ -436,12 +507,15 @@ class Handler(BaseHTTPRequestHandler):
                 "stream": bool(body.get("stream")), "action": action[:3] if action[0] != "text" else ["text"]}
         self._record(raw, info)
         seed = f"{agent}|{kind}|{step}|{expand_id}|{dialect}"
-        usage = usage_numbers(raw, count_breakpoints(body))
+        # Gemini caches a repeated prefix without being asked (its implicit cache).
+        usage = usage_numbers(raw, count_breakpoints(body) + (dialect == "gemini"))
         model = body.get("model") or "scripted"
         if dialect == "anthropic":
             return self._anthropic(body, action, seed, usage, model)
         if dialect == "responses":
             return self._responses(body, action, seed, usage, model)
+        if dialect == "gemini":
+            return self._gemini(body, action, seed, usage, model)
         return self._chat(body, action, seed, usage, model)
 
     # --- Anthropic Messages
@@ -578,6 +652,50 @@ class Handler(BaseHTTPRequestHandler):
         ev({"type": "response.completed", "response": done})
         self._sse_end()
 
+    # --- Gemini generateContent
+
+    def _gemini(self, body, action, seed, usage, model):
+        uncached, read, write = usage
+        parts = []
+        if action[0] == "text":
+            parts.append({"text": action[1]})
+        else:
+            if len(action) > 3 and action[3]:
+                parts.append({"text": action[3]})
+            signature = base64.b64encode(hashlib.sha256((seed + "sig").encode()).digest() * 3).decode()
+            with LOCK:
+                SIGNED.add(signature)
+            parts.append({"functionCall": {"name": action[1], "args": action[2]}, "thoughtSignature": signature})
+        out_tokens = max(1, len(json.dumps(parts)) // 4)
+        prompt = uncached + read + write
+        usage_obj = {"promptTokenCount": prompt, "candidatesTokenCount": out_tokens,
+                     "totalTokenCount": prompt + out_tokens,
+                     "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}]}
+        if read:
+            usage_obj["cachedContentTokenCount"] = read
+        response_id = _b62(seed + "resp", 22)
+        if not body.get("stream"):
+            return self._json(200, {"candidates": [{"content": {"parts": parts, "role": "model"},
+                                                    "finishReason": "STOP", "index": 0}],
+                                     "usageMetadata": usage_obj, "modelVersion": model, "responseId": response_id})
+        self._sse_start()
+        # Text streams a few words per chunk; a call arrives whole in the last one.
+        chunks = [[{"text": piece}] for p in parts if "text" in p for piece in _pieces(p["text"], 24)]
+        calls = [p for p in parts if "functionCall" in p]
+        if calls:
+            chunks.append(calls)
+        for i, chunk_parts in enumerate(chunks):
+            last = i == len(chunks) - 1
+            candidate = {"content": {"parts": chunk_parts, "role": "model"}, "index": 0}
+            if last:
+                candidate["finishReason"] = "STOP"
+            partial = dict(usage_obj, candidatesTokenCount=out_tokens if last else i + 1,
+                           totalTokenCount=prompt + (out_tokens if last else i + 1))
+            obj = {"candidates": [candidate], "usageMetadata": partial, "modelVersion": model,
+                   "responseId": response_id}
+            self._chunk(("data: " + json.dumps(obj, separators=(",", ":")) + "\r\n\r\n").encode())
+        self._sse_end()
+
     # --- chat completions
 
     def _chat(self, body, action, seed, usage, model):
@@ -630,13 +748,32 @@ class Handler(BaseHTTPRequestHandler):
         self._sse_end()
 
 
+def check_signatures(body: dict) -> str | None:
+    """Why Gemini 3 would refuse this request's signatures, if it would: a `thoughtSignature`
+    it never issued (changed or moved), or a model turn whose first call lost its signature."""
+    for i, c in enumerate(body.get("contents") or []):
+        if c.get("role") != "model":
+            continue
+        calls = [p for p in c.get("parts") or [] if "functionCall" in p]
+        for p in c.get("parts") or []:
+            sig = p.get("thoughtSignature")
+            if sig is not None and sig not in SIGNED:
+                return f"contents[{i}]: thoughtSignature is not valid"
+        if calls and "thoughtSignature" not in calls[0]:
+            return f"contents[{i}]: function call is missing a thought_signature"
+    return None
+
+
 def _pieces(s: str, n: int):
     return [s[i:i + n] for i in range(0, len(s), n)] or [""]
 
 
 def side_answer(dialect: str, body: dict) -> str:
     """A short answer to an agent's side request (titles, topics, summaries)."""
-    blob = system_text(dialect, body) + json.dumps(body.get("messages") or body.get("input") or "")[:4000]
+    transcript_of = body.get("messages") or body.get("input") or body.get("contents") or ""
+    blob = system_text(dialect, body) + json.dumps(transcript_of)[:4000]
+    if "complexity_score" in blob:  # gemini-cli's model router
+        return '{"complexity_reasoning": "Single file, specific edit.", "complexity_score": 30}'
     if "isNewTopic" in blob:
         return '{"isNewTopic": false, "title": null}'
     if re.search(r"\btitle\b", blob, re.I) and "json" in blob.lower():

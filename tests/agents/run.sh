@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Four real coding agents (Claude Code, Codex, mini-swe-agent, aider) end to end against a
-# scripted model server (tests/agents/model.py), each directly and through sluice, compared by
-# tests/agents/check.py.
+# Five real coding agents (Claude Code, Codex, gemini-cli, mini-swe-agent, aider) end to end
+# against a scripted model server (tests/agents/model.py), each directly and through sluice,
+# compared by tests/agents/check.py.
 #
-# Usage: bash tests/agents/run.sh [claude|codex|codex-gpt5|mini|aider ...]   (default: all)
+# Usage: bash tests/agents/run.sh [claude|claude-vertex|codex|codex-gpt5|gemini|mini|aider ...]
+#   (default: all)
+#   claude-vertex is Claude Code on Vertex AI (CLAUDE_CODE_USE_VERTEX=1), sluice's /vertex route;
 #   codex is Codex on its default model (tools in an `additional_tools` input item, code mode);
 #   codex-gpt5 is the same Codex with `model = "gpt-5-codex"` (top-level function tools).
 #   SLUICE_BIN=path/to/sluice      use that binary (default: cargo build --bin sluice, debug)
@@ -20,17 +22,18 @@ home="${SLUICE_AGENTS_HOME:-$HOME/.cache/sluice-agents}"
 out="${SLUICE_AGENTS_OUT:-$home/last-run}"
 per_run_timeout="${SLUICE_AGENTS_TIMEOUT:-60}"
 agents=("$@")
-[[ ${#agents[@]} -gt 0 ]] || agents=(claude codex codex-gpt5 mini aider)
+[[ ${#agents[@]} -gt 0 ]] || agents=(claude claude-vertex codex codex-gpt5 gemini mini aider)
 started=$SECONDS
 
 CLAUDE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
+GEMINI_VERSION=0.61.0
 TASK="Run python3 gen.py, then fix the setting its log warns about in settings.py. Reply with a one-line summary."
 
 # ------------------------------------------------------------------ install (once)
 mkdir -p "$home"
 npm_dir="$home/npm"
-want_npm="@anthropic-ai/claude-code@$CLAUDE_VERSION @openai/codex@$CODEX_VERSION"
+want_npm="@anthropic-ai/claude-code@$CLAUDE_VERSION @openai/codex@$CODEX_VERSION @google/gemini-cli@$GEMINI_VERSION"
 if [[ "$(cat "$npm_dir/.stamp" 2>/dev/null)" != "$want_npm" ]]; then
     echo "installing $want_npm into $npm_dir" >&2
     mkdir -p "$npm_dir"
@@ -43,6 +46,7 @@ fi
 claude_bin="$(ls "$npm_dir"/node_modules/@anthropic-ai/claude-code-linux-*/claude 2>/dev/null | head -1 || true)"
 [[ -x "$claude_bin" ]] || claude_bin="$npm_dir/node_modules/.bin/claude"
 codex_bin="$npm_dir/node_modules/.bin/codex"
+gemini_bin="$npm_dir/node_modules/.bin/gemini"
 
 venv="$home/venv"
 want_pip="$(cat "$here/requirements.txt" "$here/constraints.txt" | sha256sum | cut -c1-16)"
@@ -106,7 +110,8 @@ start_sluice() { # DIR UPSTREAM -> sets sluice_url
     local port
     port="$(free_port)"
     "$sluice" serve --listen "127.0.0.1:$port" --store memory --log-format json \
-        --anthropic-upstream "$2" --openai-upstream "$2" > "$1/sluice.out" 2> "$1/sluice.log" &
+        --anthropic-upstream "$2" --openai-upstream "$2" --gemini-upstream "$2" --vertex-upstream "$2" \
+        > "$1/sluice.out" 2> "$1/sluice.log" &
     pids+=($!)
     sluice_pid=$!
     sluice_url="http://127.0.0.1:$port"
@@ -114,9 +119,10 @@ start_sluice() { # DIR UPSTREAM -> sets sluice_url
     echo "sluice did not answer /healthz" >&2; cat "$1/sluice.log" >&2; exit 1
 }
 
-# run_agent AGENT ANTHROPIC_BASE OPENAI_BASE DIR: runs in $work/repo with a throwaway HOME.
+# run_agent AGENT ANTHROPIC_BASE OPENAI_BASE GEMINI_BASE VERTEX_BASE DIR: runs in $work/repo
+# with a throwaway HOME.
 run_agent() {
-    local agent="$1" abase="$2" obase="$3" dir="$4" h="$work/home"
+    local agent="$1" abase="$2" obase="$3" gbase="$4" vbase="$5" dir="$6" h="$work/home"
     # PYTHONHASHSEED: aider lists the files in its chat in set order, which varies per process.
     local -a envs=(PATH="$base_path" HOME="$h" LANG=C.UTF-8 TERM=dumb PYTHONHASHSEED=0)
     local -a cmd
@@ -124,6 +130,15 @@ run_agent() {
         claude)
             envs+=(CLAUDE_CONFIG_DIR="$h/.claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
                    DISABLE_AUTOUPDATER=1 ANTHROPIC_API_KEY=test-key ANTHROPIC_BASE_URL="$abase")
+            cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions) ;;
+        claude-vertex)
+            # Claude Code 2.1.332 on Vertex AI: the base URL ends in /v1 and Claude Code adds
+            # projects/P/locations/L/publishers/anthropic/models/M:streamRawPredict; the skip
+            # flag sends no Google token (docs/agents.md).
+            envs+=(CLAUDE_CONFIG_DIR="$h/.claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+                   DISABLE_AUTOUPDATER=1 CLAUDE_CODE_USE_VERTEX=1 CLAUDE_CODE_SKIP_VERTEX_AUTH=1
+                   ANTHROPIC_VERTEX_BASE_URL="$vbase" ANTHROPIC_VERTEX_PROJECT_ID=sluice-test
+                   CLOUD_ML_REGION=us-east5)
             cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions) ;;
         codex|codex-gpt5)
             local model="${CODEX_MODEL:-}"
@@ -145,6 +160,13 @@ TOML
             } > "$h/.codex/config.toml"
             envs+=(CODEX_HOME="$h/.codex" SCRIPTED_API_KEY=test-key)
             cmd=("$codex_bin" exec --skip-git-repo-check --ephemeral --dangerously-bypass-approvals-and-sandbox "$TASK") ;;
+        gemini)
+            # The API-key path is the one that honours GOOGLE_GEMINI_BASE_URL; a non-interactive
+            # run needs the workspace trusted (docs/agents.md).
+            mkdir -p "$h/.gemini"
+            echo '{"security": {"auth": {"selectedType": "gemini-api-key"}}}' > "$h/.gemini/settings.json"
+            envs+=(GEMINI_API_KEY=test-key GOOGLE_GEMINI_BASE_URL="$gbase" GEMINI_CLI_TRUST_WORKSPACE=true)
+            cmd=("$gemini_bin" -p "$TASK" --yolo) ;;
         mini)
             envs+=(MSWEA_GLOBAL_CONFIG_DIR="$h/mini" MSWEA_CONFIGURED=true MSWEA_SILENT_STARTUP=1
                    MSWEA_COST_TRACKING=ignore_errors LITELLM_LOCAL_MODEL_COST_MAP=True OPENAI_API_KEY=test-key)
@@ -177,8 +199,9 @@ TOML
 
 agent_version() {
     case "$1" in
-        claude) "$claude_bin" --version 2>/dev/null | head -1 ;;
+        claude|claude-vertex) "$claude_bin" --version 2>/dev/null | head -1 ;;
         codex|codex-gpt5) "$codex_bin" --version 2>/dev/null | head -1 ;;
+        gemini) echo "gemini-cli $("$gemini_bin" --version 2>/dev/null | head -1)" ;;
         mini) "$venv/bin/python" -c 'import importlib.metadata as m; print("mini-swe-agent", m.version("mini-swe-agent"))' ;;
         aider) "$venv/bin/python" -c 'import importlib.metadata as m; print("aider-chat", m.version("aider-chat"))' ;;
     esac
@@ -186,14 +209,14 @@ agent_version() {
 
 # ------------------------------------------------------------------ the runs
 for agent in "${agents[@]}"; do
-    case "$agent" in claude|codex|codex-gpt5|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
+    case "$agent" in claude|claude-vertex|codex|codex-gpt5|gemini|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
     agent_version "$agent" > "$out/$agent.version" || echo unknown > "$out/$agent.version"
 
     dir="$out/$agent/direct"
     mkdir -p "$dir"
     make_repo
     start_model "$dir"
-    run_agent "$agent" "$model_url" "$model_url/v1" "$dir"
+    run_agent "$agent" "$model_url" "$model_url/v1" "$model_url" "$model_url/v1" "$dir"
     echo "$agent direct: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2
 
     dir="$out/$agent/sluice"
@@ -201,7 +224,8 @@ for agent in "${agents[@]}"; do
     make_repo
     start_model "$dir"
     start_sluice "$dir" "$model_url"
-    run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$dir"
+    run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$sluice_url/gemini" \
+        "$sluice_url/vertex/v1" "$dir"
     curl -fs "$sluice_url/stats" > "$dir/stats.json" 2>/dev/null || echo '{}' > "$dir/stats.json"
     kill "$sluice_pid" 2>/dev/null || true
     echo "$agent through sluice: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2

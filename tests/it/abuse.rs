@@ -32,13 +32,9 @@ struct Shape {
     expect: Expect,
 }
 
-/// The transcript's key: `input` for the Responses API.
+/// The transcript's key: `input` for the Responses API, `contents` for Gemini.
 fn transcript(dialect: Dialect) -> &'static str {
-    if dialect == Dialect::Responses {
-        "input"
-    } else {
-        "messages"
-    }
+    dialect.transcript_key()
 }
 
 /// A real body of the dialect, small enough to mutate freely.
@@ -70,6 +66,8 @@ fn tool_message(dialect: Dialect, content: Value) -> Value {
         Dialect::Responses => {
             json!({"type": "function_call_output", "call_id": "c1", "output": content})
         }
+        Dialect::Gemini => json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "bash", "response": {"output": content}}}]}),
     }
 }
 
@@ -90,6 +88,11 @@ fn expand_history(dialect: Dialect, id: &str) -> Value {
             {"role": "user", "content": "go"},
             {"type": "function_call", "call_id": "x1", "name": "context_guru_expand", "arguments": format!("{{\"id\":\"{id}\"}}")},
             {"type": "function_call_output", "call_id": "x1", "output": format!("<<cg:{id}>>")},
+        ]),
+        Dialect::Gemini => json!([
+            {"role": "user", "parts": [{"text": "go"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "context_guru_expand", "args": {"id": id}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "context_guru_expand", "response": {"output": format!("<<cg:{id}>>")}}}]},
         ]),
     }
 }

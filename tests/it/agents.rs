@@ -468,6 +468,7 @@ fn streamed_usage(body: &[u8], dialect: Dialect) -> Value {
             Dialect::Anthropic => &event["usage"],
             Dialect::OpenAi => &event["usage"],
             Dialect::Responses => &event["response"]["usage"],
+            Dialect::Gemini => &event["usageMetadata"],
         };
         if let (Some(into), Some(piece)) = (usage.as_object_mut(), piece.as_object()) {
             for (k, v) in piece {

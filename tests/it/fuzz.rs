@@ -369,8 +369,9 @@ fn wire_seeds() -> Vec<Vec<u8>> {
             value["messages"] = Value::Array(cut);
             let seed = serde_json::to_vec(&value).expect("serializes");
             if value.get("system").is_none() {
-                // The same conversation as Responses API `input` items.
+                // The same conversation as Responses API `input` items, and as Gemini contents.
                 seeds.push(integration_tests::responses_from_chat(&seed));
+                seeds.push(integration_tests::gemini_from_chat(&seed));
             }
             seeds.push(seed);
         }
@@ -382,6 +383,7 @@ fn wire_seeds() -> Vec<Vec<u8>> {
             r#"{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"\ud800"}]}"#,
             r#"{"messages":[],"messages":[{"role":"user","content":"dup"}]}"#,
             r#"{"instructions":"i","input":[{"type":"reasoning","id":"rs","encrypted_content":"e"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"<<cg:0123456789abcdef>>"}]}],"store":false}"#,
+            r#"{"contents":[{"role":"model","parts":[{"text":"t","thought":true},{"functionCall":{"id":"f_1","name":"f","args":{}},"thoughtSignature":"c2ln"}]},{"parts":[{"functionResponse":{"id":"f_1","name":"f","response":{"output":"<<cg:0123456789abcdef>>","error":"e"}}},{"inlineData":{"data":"AA"}}]}],"systemInstruction":{"parts":[{"text":"s"}]}}"#,
         ]
         .map(|s| s.as_bytes().to_vec()),
     );
@@ -404,7 +406,7 @@ fn shorten(value: Value) -> Value {
 /// every tool output cut in half (valid JSON, every other top-level field byte-identical, and it
 /// parses again to the same number of messages).
 fn check_wire(input: &[u8]) {
-    for dialect in crate::proxy::DIALECTS {
+    for dialect in Dialect::ALL {
         let Ok(parsed) = wire::parse(input, dialect) else {
             continue;
         };
@@ -438,11 +440,7 @@ fn check_wire(input: &[u8]) {
             serde_json::from_str::<Value>(text)
                 .unwrap_or_else(|e| panic!("a spliced body is JSON ({e})"));
         }
-        let transcript = if dialect == Dialect::Responses {
-            "input"
-        } else {
-            "messages"
-        };
+        let transcript = dialect.transcript_key();
         assert_eq!(
             integration_tests::top_level_fields(text, transcript),
             integration_tests::top_level_fields(original, transcript),
@@ -457,6 +455,7 @@ fn check_wire(input: &[u8]) {
 
 /// Streams in the shapes providers send, with and without an expand call.
 fn sse_seeds() -> Vec<Vec<u8>> {
+    let gemini_expand = GEMINI_EXPAND;
     let anthropic_text = concat!(
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":5}}}\n\n",
         "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
@@ -496,12 +495,19 @@ fn sse_seeds() -> Vec<Vec<u8>> {
         openai_text,
         openai_expand,
         responses_expand,
+        gemini_expand,
         "data: x\r\n\r\ndata: y\r\r",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect()
 }
+
+/// Gemini's `alt=sse`: whole responses, CRLF-separated, a signed call whole in the last one.
+const GEMINI_EXPAND: &str = concat!(
+    "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Let me\"}],\"role\":\"model\"},\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":9,\"candidatesTokenCount\":1},\"modelVersion\":\"m\"}\r\n\r\n",
+    "data: {\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":\"context_guru_expand\",\"args\":{\"id\":\"0123456789abcdef\"}},\"thoughtSignature\":\"c2ln\"}],\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":0}],\"usageMetadata\":{\"promptTokenCount\":9,\"cachedContentTokenCount\":4,\"candidatesTokenCount\":7}}\r\n\r\n",
+);
 
 /// Feeds `input` to the decoder in chunks cut where `cuts` says.
 pub(crate) fn decode_chunked(input: &[u8], cuts: &[usize]) -> (Vec<Vec<u8>>, Vec<u8>) {
@@ -546,7 +552,7 @@ fn check_sse(input: &[u8]) {
     let (chunked, chunked_rest) = decode_chunked(input, &cuts);
     assert_eq!(chunked, whole, "framing does not depend on chunking");
     assert_eq!(chunked_rest, rest);
-    for dialect in crate::proxy::DIALECTS {
+    for dialect in Dialect::ALL {
         assert_eq!(relayed(&whole, dialect, &[1, 2, 3]), whole.concat());
         let mut relay = Relay::new(dialect);
         relay.push_frames(whole.clone());

@@ -6,6 +6,7 @@ mod corpus;
 mod dashboard;
 mod docs;
 mod fuzz;
+mod gemini;
 mod llm;
 mod parity;
 mod properties;

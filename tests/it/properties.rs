@@ -138,9 +138,9 @@ proptest! {
         expand_at in 0usize..6,
         cuts in prop::collection::vec(any::<usize>(), 0..10),
         batches in prop::collection::vec(1usize..4, 0..8),
-        which in 0usize..3,
+        which in 0usize..4,
     ) {
-        let dialect = crate::proxy::DIALECTS[which];
+        let dialect = STREAMED[which];
         let stream = provider_stream(dialect, &texts, expand_at);
         let (reference_frames, _) = decode_chunked(&stream, &[]);
         let reference = relayed(&reference_frames, dialect, &[]);
@@ -151,6 +151,14 @@ proptest! {
     }
 }
 
+/// Every dialect whose streams the relay reads.
+const STREAMED: [Dialect; 4] = [
+    Dialect::OpenAi,
+    Dialect::Anthropic,
+    Dialect::Responses,
+    Dialect::Gemini,
+];
+
 /// Text deltas with an expand call after `expand_at` of them (or none past the end).
 fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<u8> {
     let mut out = String::new();
@@ -158,6 +166,8 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
         Dialect::Anthropic => out.push_str(&format!("event: {name}\ndata: {data}\n\n")),
         Dialect::OpenAi => out.push_str(&format!("data: {data}\n\n")),
         Dialect::Responses => out.push_str(&format!("event: {name}\ndata: {data}\n\n")),
+        // Gemini: every chunk a whole response, frames cut by CRLF pairs.
+        Dialect::Gemini => out.push_str(&format!("data: {data}\r\n\r\n")),
     };
     for (i, text) in texts.iter().enumerate() {
         if i == expand_at {
@@ -177,6 +187,11 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
                     json!({"type": "response.output_item.added", "output_index": i, "sequence_number": 2 * i,
                     "item": {"type": "function_call", "call_id": "c", "name": "context_guru_expand", "arguments": ""}}),
                 ),
+                Dialect::Gemini => event(
+                    "chunk",
+                    json!({"candidates": [{"content": {"role": "model", "parts": [
+                    {"functionCall": {"name": "context_guru_expand", "args": {"id": "c"}}, "thoughtSignature": "c2ln"}]}}]}),
+                ),
             }
         }
         match dialect {
@@ -194,6 +209,11 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
                 json!({"type": "response.output_text.delta", "output_index": i, "content_index": 0,
                 "sequence_number": 2 * i + 1, "delta": text}),
             ),
+            Dialect::Gemini => event(
+                "chunk",
+                json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}}],
+                "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": i + 1}}),
+            ),
         }
     }
     match dialect {
@@ -202,6 +222,10 @@ fn provider_stream(dialect: Dialect, texts: &[String], expand_at: usize) -> Vec<
         Dialect::Responses => event(
             "response.completed",
             json!({"type": "response.completed", "response": {"output": []}}),
+        ),
+        Dialect::Gemini => event(
+            "chunk",
+            json!({"candidates": [{"content": {"role": "model", "parts": []}, "finishReason": "STOP"}]}),
         ),
     }
     out.into_bytes()

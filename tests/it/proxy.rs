@@ -59,6 +59,8 @@ pub(crate) async fn start_timed(
     let mut settings = Settings {
         anthropic_upstream: mock.url(),
         openai_upstream: mock.url(),
+        gemini_upstream: mock.url(),
+        vertex_upstream: Some(mock.url()),
         ..Settings::default()
     };
     tune(&mut settings);
@@ -158,7 +160,7 @@ impl Sluice {
 /// A corpus run's body in `dialect`; a Responses body is converted from the chat one.
 pub(crate) fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
     let file = match dialect {
-        Dialect::OpenAi | Dialect::Responses => "openai.json",
+        Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => "openai.json",
         Dialect::Anthropic => "anthropic.json",
     };
     let path = integration_tests::corpus_root()
@@ -168,6 +170,7 @@ pub(crate) fn corpus(run: &str, dialect: Dialect) -> Vec<u8> {
     let body = integration_tests::read_corpus_file(&path).unwrap_or_else(|e| panic!("{e}"));
     match dialect {
         Dialect::Responses => integration_tests::responses_from_chat(&body),
+        Dialect::Gemini => integration_tests::gemini_from_chat(&body),
         _ => body,
     }
 }
@@ -180,6 +183,8 @@ pub(crate) fn route(dialect: Dialect) -> &'static str {
         Dialect::OpenAi => "/openai/v1/chat/completions",
         Dialect::Anthropic => "/anthropic/v1/messages",
         Dialect::Responses => "/openai/v1/responses",
+        // The model is in the path; streaming is `gemini_route(true)`.
+        Dialect::Gemini => "/gemini/v1beta/models/gemini-2.5-pro:generateContent",
     }
 }
 
@@ -224,6 +229,12 @@ pub(crate) fn answer_text(body: &[u8], dialect: Dialect) -> String {
             .filter(|item| item["type"] == "message")
             .filter_map(|item| item["content"][0]["text"].as_str())
             .collect(),
+        Dialect::Gemini => value["candidates"][0]["content"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|part| part["text"].as_str())
+            .collect(),
     }
 }
 
@@ -255,6 +266,15 @@ pub(crate) fn streamed_text(body: &[u8]) -> String {
             && let Some(t) = value["delta"].as_str()
         {
             out.push_str(t);
+        }
+        for part in value["candidates"][0]["content"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(t) = part["text"].as_str() {
+                out.push_str(t);
+            }
         }
     }
     out

@@ -96,7 +96,8 @@ impl Offload for StaleReasoning {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
-        if cx.dialect() == Dialect::Anthropic {
+        // Anthropic's thinking blocks and Gemini's thought parts are signed: never rewritten.
+        if matches!(cx.dialect(), Dialect::Anthropic | Dialect::Gemini) {
             cx.gate("signed_thinking");
             return Ok(Vec::new());
         }

@@ -495,11 +495,17 @@ impl Summarize {
         let Some(after) = elements.get(covered) else {
             return Err("span_too_short");
         };
-        let role = match cx.dialect {
+        let message = match cx.dialect {
             // A Responses input item may be a bare `{role, content}` message too.
-            Dialect::OpenAi | Dialect::Responses => "system",
+            Dialect::OpenAi | Dialect::Responses => {
+                serde_json::json!({ "role": "system", "content": checkpoint.text })
+            }
             // Anthropic has no system role in `messages`; consecutive user turns are merged.
-            Dialect::Anthropic => "user",
+            Dialect::Anthropic => serde_json::json!({ "role": "user", "content": checkpoint.text }),
+            // Nor has Gemini's `contents`, whose entries hold `parts`.
+            Dialect::Gemini => {
+                serde_json::json!({ "role": "user", "parts": [{ "text": checkpoint.text }] })
+            }
         };
         // A reused checkpoint's span may have left the store: stash it again (its bytes are the
         // ones the checkpoint's hash covers), so the marker always resolves.
@@ -513,7 +519,7 @@ impl Summarize {
                 )
                 .map_err(|_| "store_full")?;
         }
-        let message = serde_json::json!({ "role": role, "content": checkpoint.text }).to_string();
+        let message = message.to_string();
         let (from, to) = (elements[head].start, after.start);
         let mut out = Vec::with_capacity(body.len());
         out.extend_from_slice(&body[..from]);

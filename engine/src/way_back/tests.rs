@@ -62,6 +62,7 @@ fn expand_tool_is_last(out: &[u8], dialect: Dialect) {
         Dialect::Anthropic => &last["name"],
         Dialect::OpenAi => &last["function"]["name"],
         Dialect::Responses => &last["name"],
+        Dialect::Gemini => unreachable!("Gemini declares inside `functionDeclarations`"),
     };
     assert_eq!(name, EXPAND_TOOL_NAME);
     assert_eq!(tools.len(), 2, "the agent's tool is kept");
@@ -358,4 +359,109 @@ fn a_partial_expand_of_a_json_output_is_of_the_text_in_its_string() {
         original,
         "whole: the stash as it is"
     );
+}
+
+/// gemini-cli's shape: one `tools` entry holding every declaration, after `contents` and
+/// `systemInstruction`; a signed model turn; the output in `response.output`.
+fn gemini_body(tools: &str) -> String {
+    let output = json::to_literal(&LONG.repeat(40));
+    format!(
+        r#"{{"contents":[{{"role":"user","parts":[{{"text":"run it"}}]}},{{"role":"model","parts":[{{"functionCall":{{"name":"run_shell_command","args":{{"command":"make"}}}},"thoughtSignature":"c2lnbmVk"}}]}},{{"role":"user","parts":[{{"functionResponse":{{"name":"run_shell_command","response":{{"output":{output}}}}}}}]}}],"systemInstruction":{{"parts":[{{"text":"You are a coding agent."}}]}}{tools},"generationConfig":{{"temperature":1}}}}"#
+    )
+}
+
+#[test]
+fn gemini_declares_the_tool_among_the_agents_functions() {
+    let declarations = r#","tools":[{"functionDeclarations":[{"name":"run_shell_command","parameters":{"type":"OBJECT"}}]},{"googleSearch":{}}]"#;
+    let body = gemini_body(declarations);
+    let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
+    let rewritten = rewrite(&body);
+    assert_ne!(rewritten, body);
+    let Ok(Injected::Added(out)) = inject(&parsed, rewritten.as_bytes()) else {
+        panic!("not injected");
+    };
+    let value: Value = serde_json::from_slice(&out).unwrap();
+    let list = value["tools"][0]["functionDeclarations"]
+        .as_array()
+        .unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[1]["name"], EXPAND_TOOL_NAME);
+    assert_eq!(list[1]["parameters"]["type"], "OBJECT");
+    assert_eq!(value["tools"][1], serde_json::json!({"googleSearch": {}}));
+    // The insertion is the only change to the rewrite.
+    let tool = tool_json(Dialect::Gemini);
+    let without = String::from_utf8(out.clone())
+        .unwrap()
+        .replace(&format!(",{tool}"), "");
+    assert_eq!(without, rewritten);
+    let again = wire::parse(&out, Dialect::Gemini).unwrap();
+    assert_eq!(inject(&again, &out), Ok(Injected::AlreadyDeclared));
+
+    // Only search tools: the declaration gets an entry of its own. No tools: a `tools` member.
+    let body = gemini_body(r#","tools":[{"googleSearch":{}}]"#);
+    let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
+    let Ok(Injected::Added(out)) = inject(&parsed, body.as_bytes()) else {
+        panic!("not injected");
+    };
+    let value: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        value["tools"][1]["functionDeclarations"][0]["name"],
+        EXPAND_TOOL_NAME
+    );
+    let body = gemini_body("");
+    let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
+    let Ok(Injected::Added(out)) = inject(&parsed, rewrite(&body).as_bytes()) else {
+        panic!("not injected");
+    };
+    let value: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        value["tools"][0]["functionDeclarations"][0]["name"],
+        EXPAND_TOOL_NAME
+    );
+    assert!(
+        String::from_utf8(out)
+            .unwrap()
+            .contains(r#""thoughtSignature":"c2lnbmVk""#)
+    );
+}
+
+#[test]
+fn gemini_withholds_where_the_model_could_not_call_it() {
+    let cases = [
+        (
+            r#""toolConfig":{"functionCallingConfig":{"mode":"NONE"}}"#,
+            Err(Withheld::ToolChoiceNone),
+        ),
+        (
+            r#""toolConfig":{"functionCallingConfig":{"mode":"ANY","allowedFunctionNames":["run_shell_command"]}}"#,
+            Err(Withheld::ToolChoiceNamed),
+        ),
+        (
+            r#""toolConfig":{"functionCallingConfig":{"mode":"ANY"}}"#,
+            Ok(()),
+        ),
+        (
+            r#""toolConfig":{"functionCallingConfig":{"mode":"AUTO"}}"#,
+            Ok(()),
+        ),
+        (
+            r#""toolConfig":{"functionCallingConfig":{"mode":"LATER"}}"#,
+            Err(Withheld::ToolChoiceUnknown),
+        ),
+        // gemini-cli's router asks for a JSON classification: no function may be declared.
+        (
+            r#""generationConfig":{"responseMimeType":"application/json"}"#,
+            Err(Withheld::JsonResponse),
+        ),
+        (
+            r#""generationConfig":{"responseJsonSchema":{"type":"object"}}"#,
+            Err(Withheld::JsonResponse),
+        ),
+    ];
+    for (member, expected) in cases {
+        let body =
+            format!(r#"{{"contents":[{{"role":"user","parts":[{{"text":"x"}}]}}],{member}}}"#);
+        let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
+        assert_eq!(reach(&parsed), expected, "{member}");
+    }
 }

@@ -10,6 +10,7 @@
 //! that made it. Correctness beats the marginal saving.
 
 mod anthropic;
+mod gemini;
 pub mod json;
 mod openai;
 mod responses;
@@ -30,11 +31,14 @@ pub enum Dialect {
     Anthropic,
     /// The OpenAI Responses API (`input` items, `instructions`): Codex, the Agents SDK.
     Responses,
+    /// Google's `generateContent` (`contents`, `systemInstruction`): gemini-cli, the Gemini
+    /// SDKs, Gemini on Vertex AI.
+    Gemini,
 }
 
 impl Dialect {
-    /// Guesses the dialect of a body for offline use, where no route says it: an `input` without
-    /// `messages` means Responses, a top-level `system` or any `tool_use`/`tool_result` block
+    /// Guesses the dialect of a body for offline use, where no route says it: `contents` without
+    /// `messages` means Gemini, an `input` without `messages` means Responses, a top-level `system` or any `tool_use`/`tool_result` block
     /// means Anthropic, anything else OpenAI chat completions.
     pub fn detect(body: &[u8]) -> Dialect {
         let Ok(text) = std::str::from_utf8(body) else {
@@ -43,8 +47,13 @@ impl Dialect {
         let Ok(root) = json::parse_document(text) else {
             return Dialect::OpenAi;
         };
-        if json::get(text, root, "messages").is_none() && json::get(text, root, "input").is_some() {
-            return Dialect::Responses;
+        if json::get(text, root, "messages").is_none() {
+            if json::get(text, root, "contents").is_some() {
+                return Dialect::Gemini;
+            }
+            if json::get(text, root, "input").is_some() {
+                return Dialect::Responses;
+            }
         }
         if json::get(text, root, "system").is_some() {
             return Dialect::Anthropic;
@@ -60,13 +69,24 @@ impl Dialect {
             Dialect::OpenAi => "openai",
             Dialect::Anthropic => "anthropic",
             Dialect::Responses => "responses",
+            Dialect::Gemini => "gemini",
         }
     }
 
-    /// The key of the transcript array: `messages`, or the Responses API's `input`.
-    fn transcript_key(self) -> &'static str {
+    /// Every dialect, in the order `/stats` lists them.
+    pub const ALL: [Dialect; 4] = [
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        Dialect::Responses,
+        Dialect::Gemini,
+    ];
+
+    /// The key of the transcript array: `messages`, the Responses API's `input`, or Gemini's
+    /// `contents`.
+    pub fn transcript_key(self) -> &'static str {
         match self {
             Dialect::Responses => "input",
+            Dialect::Gemini => "contents",
             Dialect::OpenAi | Dialect::Anthropic => "messages",
         }
     }
@@ -76,14 +96,15 @@ impl Dialect {
         match self {
             Dialect::Anthropic => Some("system"),
             Dialect::Responses => Some("instructions"),
+            Dialect::Gemini => Some("systemInstruction"),
             Dialect::OpenAi => None,
         }
     }
 }
 
-/// A dialect name that is neither `openai` nor `anthropic`.
+/// A dialect name sluice does not speak.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dialect `{0}` (expected `openai`, `anthropic` or `responses`)")]
+#[error("unknown dialect `{0}` (expected `openai`, `anthropic`, `responses` or `gemini`)")]
 pub struct UnknownDialect(pub String);
 
 impl std::str::FromStr for Dialect {
@@ -94,6 +115,7 @@ impl std::str::FromStr for Dialect {
             "openai" => Ok(Dialect::OpenAi),
             "anthropic" => Ok(Dialect::Anthropic),
             "responses" => Ok(Dialect::Responses),
+            "gemini" => Ok(Dialect::Gemini),
             other => Err(UnknownDialect(other.to_owned())),
         }
     }
@@ -112,12 +134,12 @@ pub enum WireError {
     /// The top-level value is not an object.
     #[error("body is not a JSON object")]
     NotObject,
-    /// There is no `messages` field (`input` for the Responses API).
-    #[error("body has no `messages` (or `input`) field")]
+    /// There is no `messages` field (`input` for the Responses API, `contents` for Gemini).
+    #[error("body has no `messages` (or `input`, `contents`) field")]
     NoMessages,
-    /// `messages` (or `input`) is not an array. A Responses `input` that is one string lands
-    /// here: there is nothing in it to compact.
-    #[error("`messages` (or `input`) is not an array")]
+    /// `messages` (or `input`, `contents`) is not an array. A Responses `input` that is one
+    /// string lands here: there is nothing in it to compact.
+    #[error("`messages` (or `input`, `contents`) is not an array")]
     MessagesNotArray,
     /// A message that cannot be read, with its index and what is wrong. [`parse`] keeps such a
     /// message as an opaque entry ([`ParsedBody::opaque_entries`]) and reads the rest; only
@@ -279,6 +301,7 @@ pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError>
         Dialect::OpenAi => openai::normalize(&mut parsed, &index)?,
         Dialect::Anthropic => anthropic::normalize(&mut parsed, &index)?,
         Dialect::Responses => responses::normalize(&mut parsed, &index)?,
+        Dialect::Gemini => gemini::normalize(&mut parsed, &index)?,
     }
     if let Some(tools) = tools_span {
         parsed.existing_breakpoints += index
@@ -326,7 +349,7 @@ impl<'a> ParsedBody<'a> {
     fn read_transcript(
         &mut self,
         doc: &json::Index,
-        read: impl Fn(&mut ParsedBody<'a>, &json::Index, usize, Span) -> Result<(), WireError>,
+        mut read: impl FnMut(&mut ParsedBody<'a>, &json::Index, usize, Span) -> Result<(), WireError>,
     ) {
         for (index, span) in doc.elements(self.messages_span).enumerate() {
             self.read_entry(Some(index), span, |parsed| read(parsed, doc, index, span));

@@ -427,3 +427,108 @@ fn a_responses_output_in_parts_gives_one_rewritable_message_per_text_part() {
         .replace(r#""line 1\nline 2""#, r#""cut <<cg:abc>>""#);
     assert_eq!(std::str::from_utf8(&out.body).unwrap(), expected);
 }
+
+/// gemini-cli 0.61's shape (recorded here with the npm package): a session context, a signed
+/// model turn whose call carries the CLI's own id, an output in `response.output`, an
+/// id-less call answered by name, an inline image, and a thought part.
+const GEMINI: &str = r#"{"contents":[
+ {"parts":[{"text":"<session_context>\nWorkspace\n</session_context>"}],"role":"user"},
+ {"parts":[{"text":"run it"}],"role":"user"},
+ {"parts":[{"text":"I'll run it."},{"functionCall":{"id":"run_shell_command_1796357324602_0","args":{"command":"make"},"name":"run_shell_command"},"thoughtSignature":"iL88+SJP"}],"role":"model"},
+ {"parts":[{"functionResponse":{"id":"run_shell_command_1796357324602_0","name":"run_shell_command","response":{"output":"Output: ok\n\u00e9"}}}],"role":"user"},
+ {"parts":[{"text":"thinking","thought":true},{"functionCall":{"name":"read_file","args":{"file_path":"a.py"}}},{"functionCall":{"name":"read_file","args":{"file_path":"b.py"}}}],"role":"model"},
+ {"parts":[{"functionResponse":{"name":"read_file","response":{"output":"A","error":"partial"}}},{"functionResponse":{"name":"read_file","response":{"content":{"nested":1}}}},{"inlineData":{"mimeType":"image/png","data":"AAA"}}],"role":"user"},
+ {"parts":[{"text":"done"}],"role":"model"}
+],"systemInstruction":{"parts":[{"text":"You are an agent."}],"role":"user"},
+"tools":[{"functionDeclarations":[{"name":"run_shell_command"},{"name":"read_file"}]}],"generationConfig":{"temperature":1}}"#;
+
+#[test]
+fn gemini_contents_normalize_with_calls_paired() {
+    let parsed = parse(GEMINI.as_bytes(), Dialect::Gemini).unwrap();
+    let msgs = parsed.messages();
+    let roles: Vec<Role> = msgs.iter().map(|m| m.role).collect();
+    use Role::{Assistant, System, Tool, User};
+    assert_eq!(
+        roles,
+        [
+            System, User, User, Assistant, Tool, Assistant, Tool, Tool, Tool, User, Assistant
+        ]
+    );
+    assert!(msgs[0].rewritable, "one text part of systemInstruction");
+    // A signed model turn is read, never rewritten.
+    assert_eq!(msgs[3].content, "I'll run it.");
+    assert!(!msgs[3].rewritable);
+    assert_eq!(msgs[3].tool_calls[0].arguments, r#"{"command":"make"}"#);
+    // Paired by the CLI's id, rewritable in place.
+    assert_eq!(
+        msgs[4].tool_call_id.as_deref(),
+        Some("run_shell_command_1796357324602_0")
+    );
+    assert_eq!(msgs[4].tool_name.as_deref(), Some("run_shell_command"));
+    assert_eq!(
+        msgs[4].tool_arguments.as_deref(),
+        Some(r#"{"command":"make"}"#)
+    );
+    assert_eq!(msgs[4].content, "Output: ok\né");
+    assert!(msgs[4].rewritable);
+    // A thought is reasoning; id-less calls get ids from their place and pair by name in order.
+    assert_eq!(msgs[5].reasoning, ["thinking"]);
+    assert_eq!(msgs[5].tool_calls[0].id, "read_file@4.1");
+    assert_eq!(msgs[6].tool_call_id.as_deref(), Some("read_file@4.1"));
+    assert_eq!(
+        msgs[6].tool_arguments.as_deref(),
+        Some(r#"{"file_path":"a.py"}"#)
+    );
+    assert_eq!(
+        (msgs[7].content.as_str(), msgs[7].is_error),
+        ("partial", true)
+    );
+    assert_eq!(
+        msgs[7].tool_call_id, msgs[6].tool_call_id,
+        "two strings of one response"
+    );
+    // Nested only: one output the components see and never rewrite.
+    assert_eq!(msgs[8].tool_call_id.as_deref(), Some("read_file@4.2"));
+    assert!(!msgs[8].rewritable);
+    // The image makes the content's own text (none) non-rewritable.
+    assert!(!msgs[9].rewritable);
+    assert!(msgs.iter().all(|m| !m.can_cache_control));
+}
+
+#[test]
+fn gemini_write_back_changes_only_the_output_string() {
+    let parsed = parse(GEMINI.as_bytes(), Dialect::Gemini).unwrap();
+    let mut rewritten = parsed.messages().to_vec();
+    rewritten[4].content = "<<cg:0123456789abcdef>> cut".into();
+    let out = parsed.write_back(&rewritten);
+    assert!(out.discarded.is_empty());
+    let text = String::from_utf8(out.body.into_owned()).unwrap();
+    let expected = GEMINI.replace(
+        r#""Output: ok\n\u00e9""#,
+        r#""<<cg:0123456789abcdef>> cut""#,
+    );
+    assert_eq!(text, expected);
+    // The signature and everything else stay byte-identical; a signed turn's text cannot change.
+    let mut signed = parsed.messages().to_vec();
+    signed[3].content = "shorter".into();
+    let out = parsed.write_back(&signed);
+    assert_eq!(out.discarded, vec![(3, Discard::ContentNotRewritable)]);
+    assert_eq!(out.body.as_ref(), GEMINI.as_bytes());
+}
+
+#[test]
+fn gemini_entries_it_cannot_read_stay_opaque() {
+    let body = r#"{"contents":[{"role":"tool","parts":[{"text":"x"}]},{"role":"user","parts":"x"},{"role":"user","parts":[{"text":"kept"}]}]}"#;
+    let parsed = parse(body.as_bytes(), Dialect::Gemini).unwrap();
+    assert_eq!(parsed.opaque_entries().len(), 2);
+    assert_eq!(parsed.messages()[2].content, "kept");
+    assert_eq!(
+        parse(br#"{"contents":{}}"#, Dialect::Gemini).unwrap_err(),
+        WireError::MessagesNotArray
+    );
+    assert_eq!(
+        parse(br#"{"messages":[]}"#, Dialect::Gemini).unwrap_err(),
+        WireError::NoMessages
+    );
+    assert_eq!(Dialect::detect(GEMINI.as_bytes()), Dialect::Gemini);
+}
