@@ -832,8 +832,9 @@ fn gemini_whole(reply: &Reply) -> Value {
 }
 
 /// A `streamGenerateContent?alt=sse` reply as Gemini sends it: each `data:` line a whole
-/// response, text a piece per chunk, a call whole in the last chunk, every chunk restating the
-/// usage so far (output growing), frames cut by `\r\n\r\n`.
+/// response, text a piece per chunk, a call whole in the last chunk beside the last piece of
+/// text (Gemini sends them either way), every chunk restating the usage so far (output
+/// growing), frames cut by `\r\n\r\n`.
 fn gemini_events(reply: &Reply, billed: Billed) -> Vec<String> {
     let text = reply_text(reply).unwrap_or_default();
     let size = text.len().div_ceil(3).max(1);
@@ -845,8 +846,10 @@ fn gemini_events(reply: &Reply, billed: Billed) -> Vec<String> {
         .into_iter()
         .filter(|p| p.get("functionCall").is_some())
         .collect();
-    if !calls.is_empty() || chunks.is_empty() {
-        chunks.push(calls);
+    match chunks.last_mut() {
+        Some(last) if !calls.is_empty() => last.extend(calls),
+        Some(_) => {}
+        None => chunks.push(calls),
     }
     let last = chunks.len() - 1;
     chunks

@@ -53,18 +53,30 @@ pub const UNSCOPED: &str = "u:";
 
 /// `sha256(system + "\0" + first user message)`, first 16 hex digits.
 pub fn derive(messages: &[Message]) -> String {
-    let system = messages
-        .iter()
-        .find(|m| m.role == Role::System)
-        .map_or("", |m| m.content.as_str());
+    let system = system_text(messages);
     let first_user = messages
         .iter()
         .find(|m| m.role == Role::User)
         .map_or("", |m| m.content.as_str());
+    key_of(system, std::iter::once(first_user))
+}
+
+/// The first system message's text ("" without one).
+fn system_text(messages: &[Message]) -> &str {
+    messages
+        .iter()
+        .find(|m| m.role == Role::System)
+        .map_or("", |m| m.content.as_str())
+}
+
+/// The derived key's hash: the system prompt, then each user text after a zero byte.
+fn key_of<'a>(system: &str, users: impl Iterator<Item = &'a str>) -> String {
     let mut hasher = Sha256::new();
     hasher.update(system.as_bytes());
-    hasher.update([0u8]);
-    hasher.update(first_user.as_bytes());
+    for user in users {
+        hasher.update([0u8]);
+        hasher.update(user.as_bytes());
+    }
     let digest = hasher.finalize();
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
@@ -114,7 +126,26 @@ pub fn for_request(header: Option<&str>, parsed: &ParsedBody<'_>) -> String {
     if let Some(id) = header.and_then(sanitize_explicit) {
         return id.to_owned();
     }
-    from_body(parsed).unwrap_or_else(|| derive(parsed.messages()))
+    from_body(parsed).unwrap_or_else(|| match parsed.dialect() {
+        // gemini-cli opens every session with a `<session_context>` user content (date, OS,
+        // workspace tree) that sessions of one workspace share on a day; the task follows it
+        // in the same leading run of user contents, which every later turn repeats.
+        crate::wire::Dialect::Gemini => derive_leading(parsed.messages(), 2),
+        _ => derive(parsed.messages()),
+    })
+}
+
+/// [`derive`] over the system prompt and up to `users` user messages of the transcript's
+/// leading run of user messages (the run before the first answer, the same on every turn).
+fn derive_leading(messages: &[Message], users: usize) -> String {
+    let system = system_text(messages);
+    let leading = messages
+        .iter()
+        .filter(|m| m.role != Role::System)
+        .take_while(|m| m.role == Role::User)
+        .take(users)
+        .map(|m| m.content.as_str());
+    key_of(system, leading)
 }
 
 #[cfg(test)]
@@ -220,5 +251,23 @@ mod tests {
         );
         assert_eq!(resolve(Some("../x"), &turn1), derive(&turn1));
         assert_eq!(resolve(Some("mine"), &turn1), "mine");
+    }
+
+    /// gemini-cli's first content is a session context two sessions of a workspace share on a
+    /// day; the task after it tells them apart, and the key holds for every later turn.
+    #[test]
+    fn gemini_sessions_are_told_apart_by_the_task_after_the_context() {
+        use crate::wire::{Dialect, parse};
+        let turn = |task: &str, more: &str| {
+            format!(
+                r#"{{"contents":[{{"role":"user","parts":[{{"text":"<session_context>same day</session_context>"}}]}},{{"role":"user","parts":[{{"text":"{task}"}}]}}{more}]}}"#
+            )
+        };
+        let key =
+            |body: String| for_request(None, &parse(body.as_bytes(), Dialect::Gemini).unwrap());
+        let first = key(turn("fix the tests", ""));
+        assert_ne!(first, key(turn("write the docs", "")));
+        let later = r#",{"role":"model","parts":[{"text":"ok"}]},{"role":"user","parts":[{"text":"and more"}]}"#;
+        assert_eq!(first, key(turn("fix the tests", later)));
     }
 }

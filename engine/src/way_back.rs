@@ -218,11 +218,17 @@ pub enum Withheld {
     /// `application/json`, or a response schema): Gemini refuses function calling there, so a
     /// declared tool would turn the request into a 400.
     JsonResponse,
+    /// A Gemini request on an explicit cache (`cachedContent`): Gemini refuses `tools` beside
+    /// one, since the cache holds the request's tools.
+    CachedContent,
+    /// A Gemini request whose `tools` are built-in ones only (`googleSearch`, code
+    /// execution): mixing function calling in is not accepted by every Gemini model.
+    BuiltinTools,
 }
 
 impl Withheld {
     /// Every reason, in label order: the counters' table.
-    pub const ALL: [Withheld; 7] = [
+    pub const ALL: [Withheld; 9] = [
         Withheld::ToolChoiceNone,
         Withheld::ToolChoiceNamed,
         Withheld::ToolChoiceUnknown,
@@ -230,6 +236,8 @@ impl Withheld {
         Withheld::Unplaced,
         Withheld::StoredResponse,
         Withheld::JsonResponse,
+        Withheld::CachedContent,
+        Withheld::BuiltinTools,
     ];
 
     pub fn label(self) -> &'static str {
@@ -241,6 +249,8 @@ impl Withheld {
             Withheld::Unplaced => "unplaced",
             Withheld::StoredResponse => "stored_response",
             Withheld::JsonResponse => "json_response",
+            Withheld::CachedContent => "cached_content",
+            Withheld::BuiltinTools => "builtin_tools",
         }
     }
 }
@@ -320,49 +330,77 @@ pub fn reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
 }
 
 /// [`reach`] for Gemini: `toolConfig.functionCallingConfig` in place of `tool_choice`, and no
-/// tool at all on a request that asks for a JSON reply.
+/// tool at all on a request that asks for a JSON reply, names an explicit cache, or carries
+/// only built-in tools. Google's JSON reads a field by its camelCase name or its proto
+/// (snake_case) name, so both are read.
 fn gemini_reach(parsed: &ParsedBody<'_>) -> Result<(), Withheld> {
     let text = parsed.text();
-    let string_at = |root: Option<Span>, path: &[&str]| -> Option<String> {
-        let span = path
-            .iter()
-            .try_fold(root?, |span, key| json::get(text, span, key))?;
-        json::decode_string(text, span).ok().map(|s| s.into_owned())
+    let top = |camel: &str, snake: &str| parsed.field(camel).or_else(|| parsed.field(snake));
+    let string = |span: Option<Span>| {
+        span.and_then(|s| json::decode_string(text, s).ok())
+            .map(|s| s.into_owned())
     };
-    let config = parsed.field("generationConfig");
-    let json_reply = string_at(config, &["responseMimeType"])
+    let config = top("generationConfig", "generation_config");
+    let json_reply = string(config.and_then(|c| gemini_get(text, c, "responseMimeType")))
         .is_some_and(|mime| mime.eq_ignore_ascii_case("application/json"))
         || config.is_some_and(|c| {
-            json::get(text, c, "responseSchema").is_some()
-                || json::get(text, c, "responseJsonSchema").is_some()
+            gemini_get(text, c, "responseSchema").is_some()
+                || gemini_get(text, c, "responseJsonSchema").is_some()
         });
     if json_reply {
         return Err(Withheld::JsonResponse);
     }
-    let calling = parsed
-        .field("toolConfig")
-        .and_then(|c| json::get(text, c, "functionCallingConfig"));
-    match string_at(calling, &["mode"]).as_deref() {
-        None | Some("AUTO" | "MODE_UNSPECIFIED" | "VALIDATED") => Ok(()),
+    // A request on an explicit cache may not carry `tools` of its own: Gemini refuses it.
+    if top("cachedContent", "cached_content").is_some_and(|c| json::kind_of(text, c) != Kind::Null)
+    {
+        return Err(Withheld::CachedContent);
+    }
+    if let Some(tools) = parsed.tools_span()
+        && json::elements(text, tools).next().is_some()
+        && !json::elements(text, tools)
+            .any(|t| gemini_get(text, t, "functionDeclarations").is_some())
+    {
+        return Err(Withheld::BuiltinTools);
+    }
+    let calling =
+        top("toolConfig", "tool_config").and_then(|c| gemini_get(text, c, "functionCallingConfig"));
+    match string(calling.and_then(|c| json::get(text, c, "mode"))).as_deref() {
+        None | Some("AUTO" | "MODE_UNSPECIFIED") => Ok(()),
         Some("NONE") => Err(Withheld::ToolChoiceNone),
-        Some("ANY") => {
-            // `allowedFunctionNames` narrows ANY to the tools it names.
-            let allowed = calling.and_then(|c| json::get(text, c, "allowedFunctionNames"));
-            match allowed {
-                None => Ok(()),
-                Some(names) => {
-                    let ours = json::elements(text, names)
-                        .any(|n| json::decode_string(text, n).is_ok_and(|n| n == EXPAND_TOOL_NAME));
-                    if ours {
-                        Ok(())
-                    } else {
-                        Err(Withheld::ToolChoiceNamed)
-                    }
-                }
+        // Both let the model call any declared function, unless `allowedFunctionNames` narrows
+        // them to the ones it names.
+        Some("ANY" | "VALIDATED") => {
+            let allowed = calling.and_then(|c| gemini_get(text, c, "allowedFunctionNames"));
+            let Some(names) = allowed else {
+                return Ok(());
+            };
+            let ours = json::elements(text, names)
+                .any(|n| json::decode_string(text, n).is_ok_and(|n| n == EXPAND_TOOL_NAME));
+            if ours {
+                Ok(())
+            } else {
+                Err(Withheld::ToolChoiceNamed)
             }
         }
         Some(_) => Err(Withheld::ToolChoiceUnknown),
     }
+}
+
+/// A Gemini object's member by its camelCase name, or by the proto name Google's JSON also
+/// reads (`functionDeclarations`, `function_declarations`).
+fn gemini_get(text: &str, object: Span, camel: &str) -> Option<Span> {
+    json::get(text, object, camel).or_else(|| {
+        let mut snake = String::with_capacity(camel.len() + 4);
+        for c in camel.chars() {
+            if c.is_ascii_uppercase() {
+                snake.push('_');
+                snake.push(c.to_ascii_lowercase());
+            } else {
+                snake.push(c);
+            }
+        }
+        json::get(text, object, &snake)
+    })
 }
 
 /// Whether `body` carries a marker, and so must declare the way back.
@@ -462,7 +500,7 @@ fn splice_gemini_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injec
     let mut empty = true;
     for tool in json::elements(text, tools) {
         empty = false;
-        let Some(list) = json::get(text, tool, "functionDeclarations")
+        let Some(list) = gemini_get(text, tool, "functionDeclarations")
             .filter(|l| json::kind_of(text, *l) == Kind::Array)
         else {
             continue;

@@ -497,14 +497,15 @@ pub async fn handle(
             chat(&app, Dialect::OpenAi, request).await
         }
         (&Method::POST, "/openai/v1/responses") => chat(&app, Dialect::Responses, request).await,
+        _ if has_dot_segment(&path) => {
+            ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")
+                .into_response()
+        }
+        // After the dot-segment guard: a Google path carries caller-chosen segments.
         (&Method::POST, google)
             if let Some(call) = crate::google::generates(google, request.uri().query()) =>
         {
             chat(&app, call.dialect, request).await
-        }
-        _ if has_dot_segment(&path) => {
-            ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")
-                .into_response()
         }
         _ => match upstream_for(&app.settings, &path) {
             Some(base) => passthrough(&app, &base, request).await,

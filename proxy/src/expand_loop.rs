@@ -171,7 +171,7 @@ impl Continuation {
                 None
             };
             let Some(next) = next else {
-                let bytes = match crate::usage_sum::add_to_reply(&bytes, &carried) {
+                let bytes = match crate::usage_sum::add_to_reply(&bytes, self.dialect, &carried) {
                     Some(summed) => {
                         parts.headers.remove(http::header::CONTENT_LENGTH);
                         Bytes::from(summed)
@@ -180,7 +180,7 @@ impl Continuation {
                 };
                 return Response::from_parts(parts, h::full(bytes));
             };
-            if let Some(usage) = crate::usage_sum::of_reply(&bytes) {
+            if let Some(usage) = crate::usage_sum::of_reply(&bytes, self.dialect) {
                 carried.add(&usage);
             }
             forwarded = Bytes::from(next);

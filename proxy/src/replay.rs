@@ -45,9 +45,12 @@ pub enum RunError {
     /// A session that does not replay.
     #[error(transparent)]
     Replay(#[from] ReplayError),
-    /// `--as-dialect` found no chat-completions session to convert, or a turn of one that is
-    /// not a chat-completions body.
-    #[error("{session}: no chat-completions body to convert to {to}")]
+    /// `--as-dialect` names a dialect sessions do not convert to (`responses` and `gemini`
+    /// do), found no chat-completions session to convert, or a turn of one that is not a
+    /// chat-completions body.
+    #[error(
+        "{session}: no chat-completions body to convert to {to} (`responses` and `gemini` are converted to)"
+    )]
     NotConvertible { session: String, to: &'static str },
 }
 
@@ -64,7 +67,12 @@ pub fn convert(sessions: &mut Vec<Recorded>, to: Dialect) -> Result<usize, RunEr
     let convert_one: fn(&[u8]) -> Option<Vec<u8>> = match to {
         Dialect::Gemini => gemini_from_chat,
         Dialect::Responses => responses_from_chat,
-        Dialect::OpenAi | Dialect::Anthropic => return Ok(0),
+        Dialect::OpenAi | Dialect::Anthropic => {
+            return Err(RunError::NotConvertible {
+                session: "--as-dialect".into(),
+                to: to.as_str(),
+            });
+        }
     };
     let before = sessions.len();
     sessions.retain(|s| s.dialect == Dialect::OpenAi);

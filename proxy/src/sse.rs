@@ -217,6 +217,11 @@ impl Relay {
     /// Takes complete frames from upstream and returns the bytes to send the client now.
     pub fn push_frames(&mut self, frames: Vec<Vec<u8>>) -> Bytes {
         let mut out = Vec::new();
+        let frames = if self.dialect == Dialect::Gemini && !self.holding {
+            frames.into_iter().flat_map(split_gemini_chunk).collect()
+        } else {
+            frames
+        };
         for frame in frames {
             let data = frame_data(&frame);
             let frame_len = frame.len();
@@ -694,6 +699,43 @@ fn aggregate_responses(frames: &[Value]) -> Value {
     json!({ "output": items })
 }
 
+/// A Gemini chunk that carries an expand call beside other parts (text said before the call),
+/// as two chunks: the other parts first, which the client gets, then the calls with the rest
+/// of the chunk (its finish reason, usage), which the relay holds. Held whole, the text would
+/// reach the model in the continuation and never the agent. Any other frame stays as it came.
+fn split_gemini_chunk(frame: Vec<u8>) -> Vec<Vec<u8>> {
+    let Some(data) = frame_data(&frame) else {
+        return vec![frame];
+    };
+    let Some(parts) = data["candidates"][0]["content"]["parts"].as_array() else {
+        return vec![frame];
+    };
+    let is_call = |p: &Value| p.get("functionCall").is_some();
+    if !starts_expand(Dialect::Gemini, &data) || parts.iter().all(is_call) {
+        return vec![frame];
+    }
+    let (calls, said): (Vec<Value>, Vec<Value>) = parts.iter().cloned().partition(is_call);
+    let end = if frame.ends_with(b"\r\n\r\n") {
+        "\r\n\r\n"
+    } else {
+        "\n\n"
+    };
+    let mut first = data.clone();
+    if let Some(object) = first.as_object_mut() {
+        object.remove("usageMetadata");
+    }
+    first["candidates"][0]["content"]["parts"] = Value::Array(said);
+    if let Some(candidate) = first["candidates"][0].as_object_mut() {
+        candidate.remove("finishReason");
+    }
+    let mut second = data;
+    second["candidates"][0]["content"]["parts"] = Value::Array(calls);
+    vec![
+        format!("data: {first}{end}").into_bytes(),
+        format!("data: {second}{end}").into_bytes(),
+    ]
+}
+
 /// A Gemini stream folded into one response: every chunk's parts of the first candidate, in
 /// order. A text part that is only text joins the one before it when that is only text too
 /// (a reply streams its text a few words per chunk); every other part stays as it came, so a
@@ -809,6 +851,27 @@ mod tests {
         }
         assert!(frames.over_bound());
         assert_eq!(frames.into_rest().len(), MAX_HELD_BYTES + (1 << 20));
+    }
+
+    /// Text said in the chunk that carries the expand call reaches the client; the call is held.
+    #[test]
+    fn gemini_text_beside_an_expand_call_streams_and_the_call_is_held() {
+        let chunk = "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"Let me look.\"},{\"functionCall\":{\"name\":\"context_guru_expand\",\"args\":{\"id\":\"ab\"}},\"thoughtSignature\":\"c2ln\"}]},\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":9}}\r\n\r\n";
+        let mut relay = Relay::new(Dialect::Gemini);
+        let sent = relay.push_frames(vec![chunk.as_bytes().to_vec()]);
+        let sent = String::from_utf8(sent.to_vec()).unwrap();
+        assert!(
+            sent.contains("Let me look.") && !sent.contains("context_guru_expand"),
+            "{sent}"
+        );
+        assert!(relay.holding());
+        let turn = relay.take_turn();
+        let parts = &turn["candidates"][0]["content"]["parts"];
+        assert_eq!(parts[0]["text"], "Let me look.");
+        assert_eq!(parts[1]["thoughtSignature"], "c2ln");
+        // Released (the turn was not answered), the call follows the text it came with.
+        let released = String::from_utf8(relay.release_held().to_vec()).unwrap();
+        assert!(released.contains("context_guru_expand") && !released.contains("Let me look."));
     }
 
     /// Text streamed a few words per chunk folds into one part; a signed call and a part that

@@ -10,6 +10,7 @@
 //! appended to it, and every other byte stays as the upstream sent it. What the rounds added is
 //! also counted apart in `/stats` (`expand_rounds`, `expand_reread_tokens`).
 
+use engine::wire::Dialect;
 use engine::wire::json::{self, Kind, Span};
 use serde_json::{Map, Value};
 
@@ -152,22 +153,33 @@ fn has_key(text: &str, object: Span, key: &str) -> bool {
     json::get(text, object, key).is_some()
 }
 
-/// The top-level `usage` of a whole (non-streamed) reply.
-pub fn of_reply(reply: &[u8]) -> Option<Value> {
-    let value: Value = serde_json::from_slice(reply).ok()?;
-    value.get("usage").filter(|u| u.is_object()).cloned()
+/// The key of a whole reply's usage object: `usage`, Gemini's `usageMetadata`.
+pub fn reply_key(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Gemini => "usageMetadata",
+        Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses => "usage",
+    }
 }
 
-/// A whole reply with `carried` (the earlier rounds' counts) added into its top-level `usage`;
+/// The top-level usage of a whole (non-streamed) reply of `dialect`.
+pub fn of_reply(reply: &[u8], dialect: Dialect) -> Option<Value> {
+    let value: Value = serde_json::from_slice(reply).ok()?;
+    value
+        .get(reply_key(dialect))
+        .filter(|u| u.is_object())
+        .cloned()
+}
+
+/// A whole reply with `carried` (the earlier rounds' counts) added into its top-level usage;
 /// the reply as it came when it has none or is not JSON.
-pub fn add_to_reply(reply: &[u8], carried: &Usage) -> Option<Vec<u8>> {
+pub fn add_to_reply(reply: &[u8], dialect: Dialect, carried: &Usage) -> Option<Vec<u8>> {
     if carried.is_empty() {
         return None;
     }
     let text = std::str::from_utf8(reply).ok()?;
     let root = json::parse_document(text).ok()?;
-    let span =
-        json::get(text, root, "usage").filter(|s| json::kind_of(text, *s) == Kind::Object)?;
+    let span = json::get(text, root, reply_key(dialect))
+        .filter(|s| json::kind_of(text, *s) == Kind::Object)?;
     let own: Value = serde_json::from_str(span.of(text)).ok()?;
     let mut own_counts = Usage::default();
     own_counts.add(&own);
@@ -191,7 +203,8 @@ mod tests {
             "output_tokens": 5, "service_tier": "standard",
             "cache_creation": {"ephemeral_5m_input_tokens": 7}}));
         let reply = br#"{"id":"m","usage": {"output_tokens":3, "input_tokens" : 2,"cache_read_input_tokens":null,"cache_creation":{"ephemeral_5m_input_tokens":1},"service_tier":"standard"},"z":1}"#;
-        let out = String::from_utf8(add_to_reply(reply, &carried).unwrap()).unwrap();
+        let out =
+            String::from_utf8(add_to_reply(reply, Dialect::Anthropic, &carried).unwrap()).unwrap();
         assert_eq!(
             out,
             r#"{"id":"m","usage": {"output_tokens":8, "input_tokens" : 12,"cache_read_input_tokens":100,"cache_creation":{"ephemeral_5m_input_tokens":8},"service_tier":"standard"},"z":1}"#
@@ -216,15 +229,44 @@ mod tests {
         );
     }
 
+    /// A Gemini reply's counts are `usageMetadata`; a round's are summed there.
+    #[test]
+    fn gemini_counts_are_summed_in_usage_metadata() {
+        let mut carried = Usage::default();
+        carried.add(
+            &json!({"promptTokenCount": 9000, "cachedContentTokenCount": 8192,
+            "candidatesTokenCount": 12, "totalTokenCount": 9012}),
+        );
+        let reply = br#"{"candidates":[],"usageMetadata":{"promptTokenCount":9100,"candidatesTokenCount":30,"totalTokenCount":9130},"modelVersion":"m"}"#;
+        let out =
+            String::from_utf8(add_to_reply(reply, Dialect::Gemini, &carried).unwrap()).unwrap();
+        assert_eq!(
+            out,
+            r#"{"candidates":[],"usageMetadata":{"promptTokenCount":18100,"candidatesTokenCount":42,"totalTokenCount":18142,"cachedContentTokenCount":8192},"modelVersion":"m"}"#
+        );
+        assert_eq!(
+            of_reply(reply, Dialect::Gemini).unwrap()["promptTokenCount"],
+            9100
+        );
+        assert_eq!(of_reply(reply, Dialect::OpenAi), None);
+    }
+
     #[test]
     fn no_carried_rounds_leave_the_reply_alone() {
         assert_eq!(
-            add_to_reply(br#"{"usage":{"input_tokens":1}}"#, &Usage::default()),
+            add_to_reply(
+                br#"{"usage":{"input_tokens":1}}"#,
+                Dialect::OpenAi,
+                &Usage::default()
+            ),
             None
         );
         let mut carried = Usage::default();
         carried.add(&json!({"input_tokens": 1}));
-        assert_eq!(add_to_reply(b"not json", &carried), None);
-        assert_eq!(add_to_reply(br#"{"no":"usage"}"#, &carried), None);
+        assert_eq!(add_to_reply(b"not json", Dialect::OpenAi, &carried), None);
+        assert_eq!(
+            add_to_reply(br#"{"no":"usage"}"#, Dialect::OpenAi, &carried),
+            None
+        );
     }
 }

@@ -496,6 +496,8 @@ fn sse_seeds() -> Vec<Vec<u8>> {
         openai_expand,
         responses_expand,
         gemini_expand,
+        // Text and the call in one chunk: the relay splits it.
+        "data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Let me\"},{\"functionCall\":{\"name\":\"context_guru_expand\",\"args\":{}}}]},\"finishReason\":\"STOP\"}]}\r\n\r\n",
         "data: x\r\n\r\ndata: y\r\r",
     ]
     .iter()
@@ -553,7 +555,16 @@ fn check_sse(input: &[u8]) {
     assert_eq!(chunked, whole, "framing does not depend on chunking");
     assert_eq!(chunked_rest, rest);
     for dialect in Dialect::ALL {
-        assert_eq!(relayed(&whole, dialect, &[1, 2, 3]), whole.concat());
+        if dialect == Dialect::Gemini {
+            // A Gemini chunk with text beside the expand call is split in two (the text goes to
+            // the client), so the bytes are not the input's; they must not depend on batching.
+            assert_eq!(
+                relayed(&whole, dialect, &[1, 2, 3]),
+                relayed(&whole, dialect, &[])
+            );
+        } else {
+            assert_eq!(relayed(&whole, dialect, &[1, 2, 3]), whole.concat());
+        }
         let mut relay = Relay::new(dialect);
         relay.push_frames(whole.clone());
         let turn = relay.take_turn();

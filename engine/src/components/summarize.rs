@@ -319,6 +319,12 @@ impl Element<'_> {
 
 impl Summarize {
     fn summarize(&self, body: &[u8], cx: &RunCx) -> Result<Restructured, &'static str> {
+        // Its span finder and renderer read `messages` shapes: on Gemini `contents` it would
+        // not see a `functionResponse` as a tool result (a tail could start on one whose call
+        // was summarized away, which Gemini refuses) nor render `parts`. Held until it does.
+        if cx.dialect == Dialect::Gemini {
+            return Err("dialect_unsupported");
+        }
         let parsed = wire::parse(body, cx.dialect).map_err(|_| "unparsed")?;
         let elements = elements_of(&parsed);
         let (head, tail) = self.span(&elements)?;

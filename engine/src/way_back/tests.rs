@@ -397,16 +397,27 @@ fn gemini_declares_the_tool_among_the_agents_functions() {
     let again = wire::parse(&out, Dialect::Gemini).unwrap();
     assert_eq!(inject(&again, &out), Ok(Injected::AlreadyDeclared));
 
-    // Only search tools: the declaration gets an entry of its own. No tools: a `tools` member.
-    let body = gemini_body(r#","tools":[{"googleSearch":{}}]"#);
+    // Declarations under the proto name are found too: the tool joins them, once.
+    let body =
+        gemini_body(r#","tools":[{"function_declarations":[{"name":"run_shell_command"}]}]"#);
     let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
     let Ok(Injected::Added(out)) = inject(&parsed, body.as_bytes()) else {
         panic!("not injected");
     };
     let value: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(
-        value["tools"][1]["functionDeclarations"][0]["name"],
+        value["tools"][0]["function_declarations"][1]["name"],
         EXPAND_TOOL_NAME
+    );
+    assert_eq!(value["tools"].as_array().unwrap().len(), 1);
+    let again = wire::parse(&out, Dialect::Gemini).unwrap();
+    assert_eq!(inject(&again, &out), Ok(Injected::AlreadyDeclared));
+    // Only built-in tools: no function is mixed in. No tools: a `tools` member.
+    let body = gemini_body(r#","tools":[{"googleSearch":{}}]"#);
+    let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
+    assert_eq!(
+        inject(&parsed, body.as_bytes()),
+        Err(Withheld::BuiltinTools)
     );
     let body = gemini_body("");
     let parsed = wire::parse(body.as_bytes(), Dialect::Gemini).unwrap();
@@ -456,6 +467,23 @@ fn gemini_withholds_where_the_model_could_not_call_it() {
         (
             r#""generationConfig":{"responseJsonSchema":{"type":"object"}}"#,
             Err(Withheld::JsonResponse),
+        ),
+        (
+            r#""toolConfig":{"functionCallingConfig":{"mode":"VALIDATED","allowedFunctionNames":["f"]}}"#,
+            Err(Withheld::ToolChoiceNamed),
+        ),
+        // The proto names Google's JSON reads as well.
+        (
+            r#""tool_config":{"function_calling_config":{"mode":"NONE"}}"#,
+            Err(Withheld::ToolChoiceNone),
+        ),
+        (
+            r#""generation_config":{"response_mime_type":"application/json"}"#,
+            Err(Withheld::JsonResponse),
+        ),
+        (
+            r#""cachedContent":"cachedContents/abc""#,
+            Err(Withheld::CachedContent),
         ),
     ];
     for (member, expected) in cases {
