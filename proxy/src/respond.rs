@@ -75,21 +75,26 @@ pub enum ProxyError {
 /// What a client that called a provider path directly should call instead: the base URL it
 /// was given lacks sluice's dialect prefix.
 fn route_hint(path: &str) -> String {
-    if !path.starts_with("/v1/") {
-        return String::new();
-    }
-    let anthropic = path.starts_with("/v1/messages");
-    let (prefix, base) = if anthropic {
+    let google = path.contains(":generateContent") || path.contains(":streamGenerateContent");
+    let (prefix, base) = if path.starts_with("/v1/projects/") {
+        (
+            "/vertex",
+            "ANTHROPIC_VERTEX_BASE_URL=http://HOST:PORT/vertex/v1",
+        )
+    } else if path.starts_with("/v1beta/") || google {
+        ("/gemini", "GOOGLE_GEMINI_BASE_URL=http://HOST:PORT/gemini")
+    } else if path.starts_with("/v1/messages") {
         (
             "/anthropic",
             "ANTHROPIC_BASE_URL=http://HOST:PORT/anthropic",
         )
-    } else {
+    } else if path.starts_with("/v1/") {
         ("/openai", "OPENAI_BASE_URL=http://HOST:PORT/openai/v1")
+    } else {
+        return String::new();
     };
     format!(
-        "; provider paths take a dialect prefix: {prefix}{path} (set {base}; the other dialect is under /{})",
-        if anthropic { "openai" } else { "anthropic" }
+        "; provider paths take a dialect prefix: {prefix}{path} (set {base}; the prefixes are /anthropic, /openai, /gemini and /vertex)"
     )
 }
 
@@ -185,6 +190,27 @@ mod tests {
         );
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains("/openai/v1/chat/completions"), "{message}");
+        // gemini-cli pointed at sluice's root, and Claude Code's Vertex base without /vertex.
+        for (path, wanted) in [
+            (
+                "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+                "GOOGLE_GEMINI_BASE_URL=http://HOST:PORT/gemini",
+            ),
+            (
+                "/v1/projects/p/locations/us-east5/publishers/anthropic/models/m:rawPredict",
+                "/vertex/v1/projects/p/",
+            ),
+        ] {
+            let (_, body) = read(
+                ProxyError::NotFound {
+                    method: Method::POST,
+                    path: path.into(),
+                }
+                .into_response(),
+            );
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.contains(wanted), "{message}");
+        }
         let (_, body) = read(
             ProxyError::NotFound {
                 method: Method::GET,
