@@ -4,6 +4,7 @@
 //! fresh clone anywhere runs the whole suite. `SLUICE_CORPUS` points the tests at a larger set
 //! laid out the same way, gzipped or plain; nothing outside the repository is looked for.
 
+pub mod aws;
 pub mod mock;
 pub mod redis;
 

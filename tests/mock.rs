@@ -1,6 +1,8 @@
 //! A mock model provider for tests and the load harness: hyper on `127.0.0.1:0`, Anthropic
-//! Messages, OpenAI chat completions, the OpenAI Responses API and Gemini's `generateContent`,
-//! with and without SSE. It records every request it gets and answers from a script.
+//! Messages (also as Claude on Vertex and on Bedrock, whose stream is AWS's event-stream and
+//! whose requests must carry a SigV4 signature when [`Mock::require_sigv4`] says so), OpenAI
+//! chat completions, the OpenAI Responses API and Gemini's `generateContent`, with and without
+//! SSE. It records every request it gets and answers from a script.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -89,6 +91,8 @@ pub struct Mock {
     /// The whole usage of every model reply, in order, in the reply's API shape (what a test
     /// sums to check the usage an agent sees).
     billed: Arc<Mutex<Vec<Value>>>,
+    /// Bedrock requests must be signed with these credentials for this region.
+    sigv4: Arc<Mutex<Option<(aws_credential_types::Credentials, String)>>>,
 }
 
 impl std::fmt::Debug for Mock {
@@ -126,6 +130,7 @@ impl Mock {
             curious: Arc::default(),
             prompt_cache: Arc::default(),
             billed: Arc::default(),
+            sigv4: Arc::default(),
         };
         let served = mock.clone();
         tokio::spawn(async move {
@@ -188,6 +193,12 @@ impl Mock {
             .store(curious, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// From now on a Bedrock request (`/model/{id}/invoke...`) must carry a SigV4 signature
+    /// these credentials make for `region`, or it is refused with 403 as AWS refuses it.
+    pub fn require_sigv4(&self, credentials: aws_credential_types::Credentials, region: &str) {
+        *self.sigv4.lock() = Some((credentials, region.to_owned()));
+    }
+
     /// The usage of every model reply so far, in order (whole: a stream's events split it).
     pub fn billed(&self) -> Vec<Value> {
         self.billed.lock().clone()
@@ -245,6 +256,10 @@ impl Mock {
             return json_response(200, self.recorded_json().to_string());
         }
         let headers = request.headers().clone();
+        let path_and_query = request
+            .uri()
+            .path_and_query()
+            .map_or(path.clone(), |p| p.as_str().to_owned());
         let body = request
             .into_body()
             .collect()
@@ -255,11 +270,28 @@ impl Mock {
             || headers.get("x-mock-model").is_some_and(|v| v == "curious");
         self.recorded.lock().push(Recorded {
             path: path.clone(),
-            headers,
+            headers: headers.clone(),
             body: body.clone(),
         });
+        // Claude on Bedrock: Messages at `/model/{id}/invoke` and `...-with-response-stream`.
+        let bedrock = path.starts_with("/model/")
+            && (path.ends_with("/invoke") || path.ends_with("/invoke-with-response-stream"));
+        if bedrock && let Some((credentials, region)) = self.sigv4.lock().clone() {
+            let signed = crate::aws::verify_sigv4(
+                &credentials,
+                &region,
+                ("POST", &path_and_query),
+                &headers,
+                &body,
+            );
+            if let Err(why) = signed {
+                let message =
+                    format!("The request signature we calculated does not match: {why:?}");
+                return json_response(403, json!({ "message": message }).to_string());
+            }
+        }
         // Claude on Vertex AI speaks Messages at `...:rawPredict` and `...:streamRawPredict`.
-        let anthropic = path == "/v1/messages" || path.ends_with("RawPredict");
+        let anthropic = path == "/v1/messages" || path.ends_with("RawPredict") || bedrock;
         let responses = path == "/v1/responses";
         let gemini = path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent");
         if !anthropic && !responses && !gemini && path != "/v1/chat/completions" {
@@ -269,7 +301,9 @@ impl Mock {
             );
         }
         let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let stream = request["stream"] == true || path.ends_with(":streamGenerateContent");
+        let stream = request["stream"] == true
+            || path.ends_with(":streamGenerateContent")
+            || path.ends_with("/invoke-with-response-stream");
         let dialect = if anthropic {
             Api::Anthropic
         } else if responses {
@@ -374,6 +408,13 @@ impl Mock {
                 };
                 let include_usage = request["stream_options"]["include_usage"] == true;
                 let events = with_usage(events, dialect, prompt.with_output(&reply), include_usage);
+                if bedrock {
+                    let frames = crate::aws::event_stream(&events);
+                    return event_stream_response(futures_stream(
+                        frames.into_iter().map(|f| Ok(Frame::data(f))).collect(),
+                        Duration::ZERO,
+                    ));
+                }
                 sse_response(futures_stream(
                     events
                         .into_iter()
@@ -532,6 +573,15 @@ fn sse_response(body: Body) -> Response<Body> {
     response
         .headers_mut()
         .insert("content-type", "text/event-stream".parse().unwrap());
+    response
+}
+
+fn event_stream_response(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        "content-type",
+        "application/vnd.amazon.eventstream".parse().unwrap(),
+    );
     response
 }
 

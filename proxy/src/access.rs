@@ -101,6 +101,14 @@ pub fn route_label(path: &str) -> &str {
         "/openai/... (passthrough)"
     } else if let Some(label) = crate::google::route_label(path) {
         label
+    } else if let Some((_, stream)) = crate::bedrock::invokes(path) {
+        if stream {
+            "/bedrock/model/{model}/invoke-with-response-stream"
+        } else {
+            "/bedrock/model/{model}/invoke"
+        }
+    } else if path.starts_with("/bedrock/") {
+        "/bedrock/... (passthrough)"
     } else {
         "(no route)"
     }

@@ -46,6 +46,13 @@ pub struct Settings {
     pub gemini_upstream: String,
     /// Where `/vertex/...` goes; `None`: the region's own endpoint the path names.
     pub vertex_upstream: Option<String>,
+    /// Where `/bedrock/...` goes; `None`: the signing region's runtime endpoint.
+    pub bedrock_upstream: Option<String>,
+    /// The region Bedrock requests are signed for; `None`: the AWS chain's (`AWS_REGION`, the
+    /// profile's), else `us-east-1`.
+    pub bedrock_region: Option<String>,
+    /// Where the credentials Bedrock requests are signed with come from.
+    pub bedrock_credentials: crate::bedrock::CredentialSource,
     /// Request bodies over this are refused with 413 (at once when declared).
     pub body_limit: usize,
     /// A request body that sends nothing for this long is given up with 408.
@@ -76,6 +83,9 @@ impl Default for Settings {
             openai_upstream: "https://api.openai.com".into(),
             gemini_upstream: "https://generativelanguage.googleapis.com".into(),
             vertex_upstream: None,
+            bedrock_upstream: None,
+            bedrock_region: None,
+            bedrock_credentials: crate::bedrock::CredentialSource::Chain,
             body_limit: 32 << 20,
             body_idle: std::time::Duration::from_secs(30),
             header_timeout: std::time::Duration::from_secs(10),
@@ -162,6 +172,8 @@ pub struct App {
     durable: Option<Arc<DurableStore>>,
     /// For `uptime_seconds`.
     started: std::time::Instant,
+    /// Bedrock's region and credentials, looked up on its first request.
+    pub(crate) bedrock: crate::bedrock::Bedrock,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -260,7 +272,13 @@ impl App {
             },
             results,
         );
+        let bedrock = crate::bedrock::Bedrock::new(
+            settings.bedrock_upstream.clone(),
+            settings.bedrock_region.clone(),
+            settings.bedrock_credentials.clone(),
+        );
         Ok(App {
+            bedrock,
             config,
             turns,
             stats: Arc::new(Stats::new()),
@@ -420,7 +438,7 @@ pub async fn handle(
         (
             &Method::HEAD,
             "/" | "/healthz" | "/anthropic" | "/anthropic/" | "/openai" | "/openai/" | "/gemini"
-            | "/gemini/" | "/vertex" | "/vertex/",
+            | "/gemini/" | "/vertex" | "/vertex/" | "/bedrock" | "/bedrock/",
         ) => h::text(StatusCode::OK, ""),
         (method, dash) if dash.starts_with("/dashboard") => {
             match crate::dashboard::route(method, dash) {
@@ -507,6 +525,10 @@ pub async fn handle(
         {
             chat(&app, call.dialect, request).await
         }
+        (&Method::POST, bedrock) if crate::bedrock::invokes(bedrock).is_some() => {
+            chat(&app, Dialect::Anthropic, request).await
+        }
+        _ if path.starts_with("/bedrock/") => bedrock_passthrough(&app, request).await,
         _ => match upstream_for(&app.settings, &path) {
             Some(base) => passthrough(&app, &base, request).await,
             None => ProxyError::NotFound {
@@ -557,6 +579,7 @@ pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
         .or_else(|| path.strip_prefix("/openai"))
         .or_else(|| path.strip_prefix("/gemini"))
         .or_else(|| path.strip_prefix("/vertex"))
+        .or_else(|| path.strip_prefix(crate::bedrock::PREFIX))
         .unwrap_or(path);
     let query = request_uri
         .query()
@@ -612,6 +635,22 @@ async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Respo
     app.stats.record_passthrough(false);
     let uri = upstream_uri(base, &parts.uri);
     send(app, parts.method, &uri, &parts.headers, body)
+        .await
+        .map_or_else(|e| ProxyError::Upstream(e).into_response(), relay)
+}
+
+/// Any other Bedrock call (`converse`, `count-tokens`, ...) goes as it came, signed by sluice
+/// when it holds credentials (the client's signature named sluice's host).
+async fn bedrock_passthrough(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(app, &parts.headers, body).await {
+        Ok(body) => body,
+        Err(err) => return err.into_response(),
+    };
+    app.stats.record_passthrough(false);
+    let uri = upstream_uri(&app.bedrock.upstream(parts.uri.path()).await, &parts.uri);
+    let auth = app.bedrock.auth(&parts.headers).await;
+    crate::chat::send_as(app, &auth, parts.method, &uri, &parts.headers, body)
         .await
         .map_or_else(|e| ProxyError::Upstream(e).into_response(), relay)
 }

@@ -6,6 +6,7 @@
 //! is forwarded untouched; only an upstream that cannot be reached gives 502/504, and an
 //! upstream error status passes through verbatim.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,6 +27,7 @@ use parking_lot::Mutex;
 
 use crate::access::Access;
 use crate::app::{App, read_body, upstream_uri};
+use crate::bedrock::Auth;
 use crate::capture::Capture;
 use crate::decode::{Decoder, Encoding};
 use crate::expand_loop::Continuation;
@@ -63,53 +65,47 @@ pub(crate) async fn chat(
     };
     app.stats.record_dialect(dialect.as_str());
     let mut access = Access::new(dialect, body.len());
-    // The route matched, so the path names its upstream (a Vertex path, its location).
-    let Some(base) = app.upstream_of(dialect, parts.uri.path()) else {
+    let Some(out) = Outgoing::prepare(app, dialect, parts.method, parts.headers, &parts.uri).await
+    else {
         return ProxyError::NotFound {
-            method: parts.method,
+            method: Method::POST,
             path: parts.uri.path().to_owned(),
         }
         .into_response();
     };
-    let uri = upstream_uri(&base, &parts.uri);
-    let mut headers = parts.headers;
-    // sluice reads the reply on these routes (the expand loop, the provider's cache report), so
-    // it asks for it uncompressed whatever the agent accepts; see `decode.rs` for an upstream
-    // that compresses all the same.
-    headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    let capture = Capture::start(app.dashboard(), dialect, app.mode(), &headers);
-    // Google's paths say what other dialects say in the body (the model; for Gemini whether
+    if !out.auth.may_rewrite() {
+        // The agent signed the body and sluice cannot sign another (`crate::bedrock`).
+        app.stats.record_passthrough(false);
+        app.stats.record_untouched("client_signed");
+        let capture = out.capture.clone();
+        return out
+            .untouched(body)
+            .forward(app, access, "client_signed", None, capture)
+            .await;
+    }
+    // Google's and Bedrock's paths say what other dialects say in the body (the model; whether
     // the reply streams), and Gemini may send its key in the query.
-    let google = crate::google::generates(parts.uri.path(), parts.uri.query());
+    let routed = path_call(&parts.uri);
     let key_headers = (dialect == Dialect::Gemini)
-        .then(|| crate::google::turn_headers(&headers, &parts.uri))
+        .then(|| crate::google::turn_headers(&out.headers, &parts.uri))
         .flatten();
-    let turn_headers = key_headers.as_ref().unwrap_or(&headers);
+    let turn_headers = key_headers.as_ref().unwrap_or(&out.headers);
     if let Some(observer) = app.observer() {
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
+        let capture = out.capture.clone();
         let meet = observe(app, observer, dialect, turn_headers, &body, capture.clone());
         app.stats.record_passthrough(false);
-        let sent = Untouched {
-            method: parts.method,
-            uri: &uri,
-            headers: &headers,
-            body,
-        };
-        return sent
-            .forward(
-                app,
-                access,
-                "observe",
-                Some(Report::Observed(meet)),
-                capture,
-            )
+        let report = Some(Report::Observed(meet));
+        return out
+            .untouched(body)
+            .forward(app, access, "observe", report, capture)
             .await;
     }
     let models = RequestModels {
         llm: &app.llm,
         dialect,
-        headers: &headers,
-        uri: &uri,
+        headers: &out.headers,
+        uri: &out.uri,
     };
     let input = TurnInput {
         dialect,
@@ -122,95 +118,161 @@ pub(crate) async fn chat(
     if let Some(session) = turn.session() {
         access.session(session);
     }
-    let mut forward = match turn {
+    match turn {
         Turn::Forward(mut forward) => {
-            if let Some(call) = &google {
+            if let Some(call) = &routed {
                 if let Some(stream) = call.stream {
                     forward.stream = stream;
                 }
-                forward.model.get_or_insert_with(|| call.model.to_owned());
+                forward
+                    .model
+                    .get_or_insert_with(|| call.model.clone().into_owned());
             }
-            forward
+            out.send_turn(app, access, &body, forward).await
         }
         Turn::Untouched {
             session, reason, ..
         } => {
-            let sent = Untouched {
-                method: parts.method,
-                uri: &uri,
-                headers: &headers,
-                body,
-            };
             // A bypassed turn was recorded by the tracker: its cache report belongs there.
+            let capture = out.capture.clone();
             if let Some(capture) = &capture {
                 capture.untouched(reason.label(), session.as_deref());
             }
             // It settles no cost-guard turn: it ran none.
             let report = session.map(|s| Report::Live(s, None));
-            return sent
+            out.untouched(body)
                 .forward(app, access, reason.label(), report, capture)
-                .await;
+                .await
         }
-    };
-    access.turn(&forward.report, forward.added);
-    access.bytes_out = forward.body.len();
-    access.expandable = forward.expandable;
-    if let Some(capture) = &capture {
-        capture.turn(&mut forward, &body, dialect);
     }
-    let sent = timed_send(
-        app,
-        &mut access,
-        parts.method.clone(),
-        &uri,
-        &headers,
-        forward.body.clone(),
-    )
-    .await;
-    let response = match sent {
-        Ok(response) => response,
-        Err(err) => {
-            let response = ProxyError::Upstream(err).into_response();
-            if let Some(capture) = &capture {
-                capture.answered(response.status().as_u16(), access.upstream);
-            }
-            return access.attach(response);
-        }
-    };
-    if let Some(capture) = &capture {
-        capture.answered(response.status().as_u16(), access.upstream);
+}
+
+/// Where and how a rewritten route's request goes upstream.
+struct Outgoing {
+    dialect: Dialect,
+    method: Method,
+    uri: String,
+    /// The agent's, asking for an identity reply.
+    headers: HeaderMap,
+    auth: Auth,
+    capture: Option<Capture>,
+}
+
+impl Outgoing {
+    /// `None` when the path names no upstream (a Vertex path with a bad location).
+    async fn prepare(
+        app: &App,
+        dialect: Dialect,
+        method: Method,
+        mut headers: HeaderMap,
+        uri: &http::Uri,
+    ) -> Option<Outgoing> {
+        let bedrock = uri.path().starts_with(crate::bedrock::PREFIX);
+        // The route matched, so the path names its upstream (a Vertex path, its location;
+        // Bedrock the signing region's).
+        let base = if bedrock {
+            Cow::Owned(app.bedrock.upstream(uri.path()).await)
+        } else {
+            app.upstream_of(dialect, uri.path())?
+        };
+        // sluice reads the reply on these routes (the expand loop, the provider's cache
+        // report), so it asks for it uncompressed whatever the agent accepts; see `decode.rs`
+        // for an upstream that compresses all the same.
+        headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        let auth = if bedrock {
+            app.bedrock.auth(&headers).await
+        } else {
+            Auth::AsItCame
+        };
+        Some(Outgoing {
+            dialect,
+            method,
+            uri: upstream_uri(&base, uri),
+            capture: Capture::start(app.dashboard(), dialect, app.mode(), &headers),
+            headers,
+            auth,
+        })
     }
-    // The turn's writes reach the state store while the upstream thinks; the reply waits for
-    // them, so the agent's next turn (on any replica, or after a restart) finds them. A store
-    // that does not acknowledge in time is counted there; the reply goes regardless.
-    let flushed = std::mem::replace(&mut forward.flushed, modes::turn::Flush::done());
-    flushed.wait(FLUSH_WAIT).await;
-    if !forward.expandable || !response.status().is_success() {
-        if forward.stream {
-            app.stats.record_stream(StreamRelay::Streamed, None);
+
+    fn untouched(&self, body: Bytes) -> Untouched<'_> {
+        Untouched {
+            method: self.method.clone(),
+            uri: &self.uri,
+            headers: &self.headers,
+            body,
+            auth: &self.auth,
         }
-        return access.attach(relay_reporting(
+    }
+
+    /// Sends the turn's body and relays the reply, through the expand loop when the turn
+    /// declared the way back.
+    async fn send_turn(
+        self,
+        app: &Arc<App>,
+        mut access: Access,
+        body: &Bytes,
+        mut forward: Box<modes::turn::Forward>,
+    ) -> Response<Body> {
+        access.turn(&forward.report, forward.added);
+        access.bytes_out = forward.body.len();
+        access.expandable = forward.expandable;
+        let capture = self.capture;
+        if let Some(capture) = &capture {
+            capture.turn(&mut forward, body, self.dialect);
+        }
+        let sent = timed_send(
             app,
-            Report::Live(forward.session, forward.facts.ledger_turn),
-            response,
+            &mut access,
+            &self.auth,
+            self.method,
+            &self.uri,
+            &self.headers,
+            forward.body.clone(),
+        )
+        .await;
+        let answered = |status: u16, upstream| {
+            if let Some(capture) = &capture {
+                capture.answered(status, upstream);
+            }
+        };
+        let response = match sent {
+            Ok(response) => response,
+            Err(err) => {
+                let response = ProxyError::Upstream(err).into_response();
+                answered(response.status().as_u16(), access.upstream);
+                return access.attach(response);
+            }
+        };
+        answered(response.status().as_u16(), access.upstream);
+        // The turn's writes reach the state store while the upstream thinks; the reply waits
+        // for them, so the agent's next turn (on any replica, or after a restart) finds them. A
+        // store that does not acknowledge in time is counted there; the reply goes regardless.
+        let flushed = std::mem::replace(&mut forward.flushed, modes::turn::Flush::done());
+        flushed.wait(FLUSH_WAIT).await;
+        if !forward.expandable || !response.status().is_success() {
+            if forward.stream {
+                app.stats.record_stream(StreamRelay::Streamed, None);
+            }
+            let report = Report::Live(forward.session, forward.facts.ledger_turn);
+            return access.attach(relay_reporting(app, report, response, capture));
+        }
+        let call = Continuation {
+            app: app.clone(),
+            dialect: self.dialect,
+            uri: self.uri,
+            headers: self.headers,
+            auth: self.auth,
+            session: forward.session,
+            prompt_tokens: forward.report.tokens_after as u64,
+            ledger_turn: forward.facts.ledger_turn,
             capture,
-        ));
+        };
+        access.attach(if forward.stream {
+            call.stream(forward.body, response)
+        } else {
+            call.buffered(forward.body, response).await
+        })
     }
-    let call = Continuation {
-        app: app.clone(),
-        dialect,
-        uri,
-        headers,
-        session: forward.session,
-        prompt_tokens: forward.report.tokens_after as u64,
-        ledger_turn: forward.facts.ledger_turn,
-        capture,
-    };
-    access.attach(if forward.stream {
-        call.stream(forward.body, response)
-    } else {
-        call.buffered(forward.body, response).await
-    })
 }
 
 /// A request that goes upstream as it came.
@@ -219,6 +281,7 @@ struct Untouched<'a> {
     uri: &'a str,
     headers: &'a HeaderMap,
     body: Bytes,
+    auth: &'a Auth,
 }
 
 impl Untouched<'_> {
@@ -237,6 +300,7 @@ impl Untouched<'_> {
         let sent = timed_send(
             app,
             &mut access,
+            self.auth,
             self.method,
             self.uri,
             self.headers,
@@ -255,19 +319,52 @@ impl Untouched<'_> {
     }
 }
 
-/// [`send`], with the time to the response head in `access`.
+/// [`send_as`], with the time to the response head in `access`.
 async fn timed_send(
     app: &App,
     access: &mut Access,
+    auth: &Auth,
     method: Method,
     uri: &str,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response<Incoming>, UpstreamError> {
     let started = Instant::now();
-    let sent = send(app, method, uri, headers, body).await;
+    let sent = send_as(app, auth, method, uri, headers, body).await;
     access.upstream = Some(started.elapsed());
     sent
+}
+
+/// [`send`], signed first when `auth` says sluice signs (a Bedrock request).
+pub(crate) async fn send_as(
+    app: &App,
+    auth: &Auth,
+    method: Method,
+    uri: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Incoming>, UpstreamError> {
+    if !matches!(auth, Auth::Sign(_)) {
+        return send(app, method, uri, headers, body).await;
+    }
+    let mut headers = headers.clone();
+    app.bedrock
+        .sign_for(auth, &method, uri, &mut headers, &body)
+        .await?;
+    send(app, method, uri, &headers, body).await
+}
+
+/// The call a path-addressed provider route makes (Google's, Bedrock's): the model and
+/// whether the reply streams, where other dialects put them in the body.
+pub(crate) fn path_call(uri: &http::Uri) -> Option<crate::google::Generate<'_>> {
+    if let Some((model, stream)) = crate::bedrock::invokes(uri.path()) {
+        return Some(crate::google::Generate {
+            dialect: Dialect::Anthropic,
+            model,
+            stream: Some(stream),
+        });
+    }
+    crate::google::generates(uri.path(), uri.query())
 }
 
 pub(crate) async fn send(
@@ -364,12 +461,20 @@ fn relay_reporting(
             Report::Observed(meet) => meet.usage(cache, &sessions, &stats),
         }
     });
+    // An event stream (Bedrock) is scanned as the SSE it carries; the agent gets its bytes.
+    let mut unframe =
+        crate::bedrock::is_event_stream(&parts.headers).then(crate::bedrock::Unframe::default);
     let body = match decoder {
         None => body
             .map_err(|e| Box::new(e) as BoxError)
             .map_frame(move |frame| {
                 if let Some(data) = frame.data_ref() {
-                    scanner.scan(data);
+                    match unframe.as_mut().map(|u| u.feed(data)) {
+                        None => scanner.scan(data),
+                        Some(Ok(text)) => scanner.scan(&text),
+                        // Unreadable: the agent still gets every byte; the report is lost.
+                        Some(Err(_)) => unframe = None,
+                    }
                 }
                 frame
             })

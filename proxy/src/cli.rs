@@ -234,6 +234,15 @@ struct ServeArgs {
     /// its path names (`https://LOCATION-aiplatform.googleapis.com`).
     #[arg(long, env = "SLUICE_VERTEX_UPSTREAM")]
     vertex_upstream: Option<String>,
+    /// Where Bedrock requests go (`/bedrock/...`); unset, the signing region's endpoint
+    /// (`https://bedrock-runtime.REGION.amazonaws.com`).
+    #[arg(long, env = "SLUICE_BEDROCK_UPSTREAM")]
+    bedrock_upstream: Option<String>,
+    /// The region Bedrock requests are signed for; unset, the AWS chain's (`AWS_REGION`,
+    /// `AWS_DEFAULT_REGION`, the profile's), else us-east-1. Credentials come from the AWS
+    /// chain (environment, profile, SSO, web identity, container, instance metadata).
+    #[arg(long, env = "SLUICE_BEDROCK_REGION")]
+    bedrock_region: Option<String>,
     /// Seconds to wait for an upstream connection.
     #[arg(long, env = "SLUICE_CONNECT_TIMEOUT", default_value_t = 10)]
     connect_timeout: u64,
@@ -626,6 +635,10 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             openai_upstream: args.openai_upstream.clone(),
             gemini_upstream: args.gemini_upstream.clone(),
             vertex_upstream: args.vertex_upstream.clone(),
+            bedrock_upstream: args.bedrock_upstream.clone(),
+            bedrock_region: args.bedrock_region.clone(),
+            // The AWS chain, looked up on the first Bedrock request.
+            bedrock_credentials: crate::bedrock::CredentialSource::Chain,
             body_limit: args.body_limit_mb.saturating_mul(1 << 20),
             body_idle: Duration::from_secs(args.body_idle_timeout.max(1)),
             header_timeout: Duration::from_secs(args.header_timeout.max(1)),

@@ -24,7 +24,8 @@ use hyper::body::{Frame, Incoming};
 use modes::stats::StreamRelay;
 
 use crate::app::App;
-use crate::chat::{live_report, send};
+use crate::bedrock::{Reframe, Unframe};
+use crate::chat::{live_report, send_as};
 use crate::decode::{Decoder, Encoding};
 use crate::expand;
 use crate::respond::{self as h, Body, BoxError, ProxyError};
@@ -40,6 +41,8 @@ pub(crate) struct Continuation {
     pub(crate) dialect: Dialect,
     pub(crate) uri: String,
     pub(crate) headers: HeaderMap,
+    /// How each round is sent (a Bedrock round is signed again: its body changed).
+    pub(crate) auth: crate::bedrock::Auth,
     pub(crate) session: String,
     /// Content tokens of the forwarded prompt, which every round sends upstream again.
     pub(crate) prompt_tokens: u64,
@@ -107,7 +110,8 @@ impl Continuation {
 
     /// Sends the next request of the loop with the agent's own headers.
     async fn resend(&self, body: Bytes) -> Result<Response<Incoming>, UpstreamError> {
-        send(&self.app, Method::POST, &self.uri, &self.headers, body).await
+        let (app, auth) = (&self.app, &self.auth);
+        send_as(app, auth, Method::POST, &self.uri, &self.headers, body).await
     }
 
     /// Non-streamed: read each response whole, loop while it is all expand calls.
@@ -221,10 +225,18 @@ impl Continuation {
             }
         };
         parts.headers.remove(http::header::CONTENT_LENGTH);
+        // Bedrock's event stream is read as the SSE it carries and written back framed.
+        let framed = crate::bedrock::is_event_stream(&parts.headers);
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(32);
-        tokio::spawn(self.drive_stream(forwarded, body, decoder, tx));
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
+        tokio::spawn(self.drive_stream(forwarded, body, decoder, framed, tx));
+        let reframe = framed.then(Reframe::default);
+        let stream = futures::stream::unfold((rx, reframe), |(mut rx, mut reframe)| async move {
+            let item = rx.recv().await?;
+            let item = match (item, reframe.as_mut()) {
+                (Ok(frame), Some(reframe)) => Ok(frame.map_data(|data| reframe.feed(&data))),
+                (item, _) => item,
+            };
+            Some((item, (rx, reframe)))
         });
         Response::from_parts(parts, BodyExt::boxed(StreamBody::new(stream)))
     }
@@ -234,6 +246,7 @@ impl Continuation {
         mut forwarded: Bytes,
         mut body: Incoming,
         mut decoder: Option<Box<Decoder>>,
+        framed: bool,
         tx: Sender,
     ) {
         let started = Instant::now();
@@ -253,10 +266,11 @@ impl Continuation {
                     report.scan(data);
                 }
             };
+            let mut unframe = framed.then(Unframe::default);
             let Some(pending) = self
                 .stream_round(
                     &mut body,
-                    decoder.as_deref_mut(),
+                    (decoder.as_deref_mut(), unframe.as_mut()),
                     &mut relay,
                     &tx,
                     (round == 0).then_some(started),
@@ -320,7 +334,7 @@ impl Continuation {
     async fn stream_round(
         &self,
         body: &mut Incoming,
-        mut decoder: Option<&mut Decoder>,
+        (mut decoder, mut unframe): (Option<&mut Decoder>, Option<&mut Unframe>),
         relay: &mut sse::Relay,
         tx: &Sender,
         mut first_byte_since: Option<Instant>,
@@ -350,12 +364,23 @@ impl Continuation {
                     return None;
                 }
             };
+            let data = match unframe.as_deref_mut().map(|u| u.feed(&data)) {
+                None => data,
+                Some(Ok(text)) => text,
+                // Not an event stream after all: what was held goes out, then the error.
+                Some(Err(err)) => {
+                    self.app.stats.record_expand_unread("bad_framing");
+                    let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+                    let _ = tx.send(Err(Box::new(err))).await;
+                    return None;
+                }
+            };
             scan(&data);
             let complete = frames.push(&data);
             let out = relay.push_frames(complete);
             if frames.over_bound() || relay.held_len() > sse::MAX_HELD_BYTES {
                 let _ = tx.send(Ok(Frame::data(out))).await;
-                self.give_up(relay, frames.into_rest(), body, decoder, tx)
+                self.give_up(relay, frames.into_rest(), body, (decoder, unframe), tx)
                     .await;
                 return None;
             }
@@ -374,6 +399,11 @@ impl Continuation {
         match decoder.map(Decoder::finish) {
             None => {}
             Some(Ok(tail)) => {
+                let tail = match unframe.map(|u| u.feed(&tail)) {
+                    None => tail,
+                    Some(Ok(text)) => text,
+                    Some(Err(_)) => Bytes::new(),
+                };
                 let complete = frames.push(&tail);
                 let out = relay.push_frames(complete);
                 if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
@@ -399,7 +429,7 @@ impl Continuation {
         relay: &mut sse::Relay,
         rest: Vec<u8>,
         body: &mut Incoming,
-        mut decoder: Option<&mut Decoder>,
+        (mut decoder, mut unframe): (Option<&mut Decoder>, Option<&mut Unframe>),
         tx: &Sender,
     ) {
         self.app.stats.record_expand_unread("over_bound");
@@ -423,15 +453,18 @@ impl Continuation {
             };
             let item = match frame.map(Frame::into_data) {
                 Ok(Ok(data)) => match decoder.as_deref_mut() {
-                    Some(d) => d
-                        .feed(&data)
-                        .map(Frame::data)
-                        .map_err(|e| Box::new(e) as BoxError),
-                    None => Ok(Frame::data(data)),
+                    Some(d) => d.feed(&data).map_err(|e| Box::new(e) as BoxError),
+                    None => Ok(data),
                 },
                 Ok(Err(_)) => continue,
                 Err(err) => Err(Box::new(err) as BoxError),
             };
+            // An event stream stays one: its SSE is framed again on the way out.
+            let item = match (item, unframe.as_deref_mut()) {
+                (Ok(data), Some(u)) => u.feed(&data).map_err(|e| Box::new(e) as BoxError),
+                (item, _) => item,
+            }
+            .map(Frame::data);
             let failed = item.is_err();
             if tx.send(item).await.is_err() || failed {
                 return;

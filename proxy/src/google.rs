@@ -27,8 +27,8 @@ pub const KEY_HEADER: &str = "x-goog-api-key";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Generate<'a> {
     pub dialect: Dialect,
-    /// The model named in the path (`gemini-2.5-pro`, `claude-opus-4-1@20250805`).
-    pub model: &'a str,
+    /// The model named in the path (`gemini-2.5-pro`, `claude-opus-4-1@20250805`), decoded.
+    pub model: Cow<'a, str>,
     /// Whether the reply is server-sent events, when the path says so (Gemini); `None` when
     /// the body's `stream` does (Claude on Vertex).
     pub stream: Option<bool>,
@@ -48,7 +48,7 @@ pub fn generates<'a>(path: &'a str, query: Option<&str>) -> Option<Generate<'a>>
             let known = matches!(method, "rawPredict" | "streamRawPredict");
             (known && is_model(model) && model != "count-tokens").then_some(Generate {
                 dialect: Dialect::Anthropic,
-                model,
+                model: Cow::Borrowed(model),
                 stream: None,
             })
         }
@@ -72,7 +72,7 @@ fn gemini_call<'a>(version: &str, target: &'a str, query: Option<&str>) -> Optio
     };
     Some(Generate {
         dialect: Dialect::Gemini,
-        model,
+        model: Cow::Borrowed(model),
         stream: Some(stream),
     })
 }
@@ -188,7 +188,7 @@ mod tests {
     use super::*;
 
     fn call(path: &str, query: Option<&str>) -> Option<(Dialect, String, Option<bool>)> {
-        generates(path, query).map(|g| (g.dialect, g.model.to_owned(), g.stream))
+        generates(path, query).map(|g| (g.dialect, g.model.into_owned(), g.stream))
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod access;
 pub mod admit;
 pub mod app;
+pub mod bedrock;
 mod capture;
 pub mod chart;
 mod chat;

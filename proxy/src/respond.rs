@@ -81,6 +81,11 @@ fn route_hint(path: &str) -> String {
             "/vertex",
             "ANTHROPIC_VERTEX_BASE_URL=http://HOST:PORT/vertex/v1",
         )
+    } else if path.starts_with("/model/") {
+        (
+            "/bedrock",
+            "ANTHROPIC_BEDROCK_BASE_URL=http://HOST:PORT/bedrock",
+        )
     } else if path.starts_with("/v1beta/") || google {
         ("/gemini", "GOOGLE_GEMINI_BASE_URL=http://HOST:PORT/gemini")
     } else if path.starts_with("/v1/messages") {
@@ -94,7 +99,7 @@ fn route_hint(path: &str) -> String {
         return String::new();
     };
     format!(
-        "; provider paths take a dialect prefix: {prefix}{path} (set {base}; the prefixes are /anthropic, /openai, /gemini and /vertex)"
+        "; provider paths take a dialect prefix: {prefix}{path} (set {base}; the prefixes are /anthropic, /openai, /gemini, /vertex and /bedrock)"
     )
 }
 

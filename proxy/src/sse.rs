@@ -61,7 +61,7 @@ impl Frames {
 
 /// The end (past the separator) of the first frame whose blank line starts at or after `from`'s
 /// newline scan: each `\n` is a candidate for `\n\n` or the second half of `\r\n\r\n`.
-fn frame_end(buf: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn frame_end(buf: &[u8], from: usize) -> Option<usize> {
     let mut at = from;
     while let Some(offset) = memchr::memchr(b'\n', &buf[at.min(buf.len())..]) {
         let p = at + offset;

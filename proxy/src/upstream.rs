@@ -30,6 +30,9 @@ pub enum UpstreamError {
     /// The configured upstream plus the path is not a valid URI.
     #[error("bad upstream URI: {0}")]
     BadUri(String),
+    /// A Bedrock request sluice had to sign and could not.
+    #[error(transparent)]
+    Sign(#[from] crate::bedrock::SignError),
 }
 
 /// Timeouts for upstream calls.

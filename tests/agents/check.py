@@ -21,7 +21,10 @@ Checks:
                       injected expand tool, and strings in the transcript that sluice cut
                       (carrying a marker, or shorter) put back as the direct run had them
   headers_forwarded   the same request line query and headers, but hop-by-hop, length and
-                      encoding headers and the normalised ids
+                      encoding headers and the normalised ids (and, on Bedrock, the SigV4
+                      headers sluice signed with)
+  bedrock_signed      (Bedrock) every request sluice forwarded, re-asks included, carried a
+                      SigV4 signature the model server verified with botocore
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ LONG_OUTPUT_PROBE = "batch 0003 parse"  # a line near the top of gen.py's log (a
 # Objects whose key order an agent does not keep from run to run (Codex serialises a hash map):
 # compared as values, with JSON-in-strings parsed.
 UNORDERED = {("client_metadata",)}
+# The headers of the signature sluice makes for a Bedrock request (the agent sent none).
+SIGV4_HEADERS = {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 SKIP_HEADERS = {"host", "content-length", "accept-encoding", "connection", "transfer-encoding",
                 "te", "keep-alive", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "via"}
 
@@ -433,7 +438,8 @@ def check_agent(run: Path, agent: str) -> dict:
         if a.get("query") != b.get("query"):
             hdr_diffs.append(f"step {a.get('step')}: query {a.get('query')!r} / {b.get('query')!r}")
         ha = [(k.lower(), normalise(v)) for k, v in a["headers"] if k.lower() not in SKIP_HEADERS]
-        hb = [(k.lower(), normalise(v)) for k, v in b["headers"] if k.lower() not in SKIP_HEADERS]
+        skip_b = SKIP_HEADERS | (SIGV4_HEADERS if b.get("sigv4") == "verified" else set())
+        hb = [(k.lower(), normalise(v)) for k, v in b["headers"] if k.lower() not in skip_b]
         if sorted(ha) != sorted(hb):
             only_a = sorted(set(ha) - set(hb))
             only_b = sorted(set(hb) - set(ha))
@@ -441,6 +447,14 @@ def check_agent(run: Path, agent: str) -> dict:
     put("headers_forwarded", not hdr_diffs and bool(pairs),
         f"{len(pairs) - len(hdr_diffs)}/{len(pairs)} with the same query and headers"
         + ("; " + " | ".join(hdr_diffs[:2]) if hdr_diffs else ""))
+
+    bedrock = [r for r in s_turns if r.get("bedrock")]
+    refused = [r for r in s_all if r.get("kind") == "bad_sigv4"]
+    if bedrock or refused:
+        verified = sum(1 for r in bedrock if r.get("sigv4") == "verified")
+        put("bedrock_signed", verified == len(bedrock) and not refused,
+            f"{verified}/{len(bedrock)} Bedrock request(s) through sluice signed and verified"
+            + (f"; {len(refused)} refused: {refused[0].get('why')}" if refused else ""))
 
     access = access_lines(s_dir / "sluice.log")
     stats = {}

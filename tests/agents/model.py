@@ -2,7 +2,9 @@
 """A scripted model server for tests/agents: plays one deterministic coding task.
 
 Speaks Anthropic Messages (POST /v1/messages, also ?beta=true, streamed or not, plus
-count_tokens; and as Claude on Vertex AI, :rawPredict and :streamRawPredict), OpenAI Responses
+count_tokens; as Claude on Vertex AI, :rawPredict and :streamRawPredict; and as Claude on
+Bedrock, /model/M/invoke and /model/M/invoke-with-response-stream, the stream in AWS's binary
+event-stream framing), OpenAI Responses
 (POST /v1/responses) and chat completions
 (POST /v1/chat/completions), each streamed or not, Gemini (POST /v1beta/models/M:generateContent
 and :streamGenerateContent?alt=sse, plus :countTokens), and GET /v1/models.
@@ -25,8 +27,13 @@ Every request is appended to --record as one JSON line: method, path, query, hea
 headers redacted), the raw body (utf-8 or base64), and what the server made of it (agent, kind
 task|expand|side, step, markers seen, expand id asked).
 
+Bedrock requests may come unsigned (Claude Code with CLAUDE_CODE_SKIP_BEDROCK_AUTH, directly);
+a signed one must verify against the credentials in MODEL_SIGV4 (`KEY:SECRET:TOKEN:REGION`)
+by AWS's own Python signer (botocore, from tests/agents/requirements.txt), or it is refused
+with 403 as AWS refuses it. The record says which (`sigv4`: verified or absent).
+
 Usage: python3 model.py --record requests.jsonl [--port 0]   (prints `listening on URL`)
-Python 3.11 standard library only.
+Python 3.11; botocore only for Bedrock signatures.
 """
 from __future__ import annotations
 
@@ -34,10 +41,12 @@ import argparse
 import base64
 import hashlib
 import json
+import os
 import re
 import socket
 import sys
 import threading
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -59,6 +68,46 @@ LOCK = threading.Lock()
 RECORD_LOCK = threading.Lock()
 RECORD_PATH = None
 SEQ = [0]
+
+
+# ---------------------------------------------------------------- Bedrock
+
+
+def eventstream_frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """One AWS event-stream message: prelude (total and headers length, CRC-32), string
+    headers, payload, CRC-32 of everything before it."""
+    head = b"".join(bytes([len(k)]) + k.encode() + b"\x07" + len(v.encode()).to_bytes(2, "big") + v.encode()
+                    for k, v in headers.items())
+    total = 12 + len(head) + len(payload) + 4
+    prelude = total.to_bytes(4, "big") + len(head).to_bytes(4, "big")
+    prelude += zlib.crc32(prelude).to_bytes(4, "big")
+    message = prelude + head + payload
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def verify_sigv4(method: str, path: str, headers, body: bytes) -> str:
+    """`absent`, `verified`, or why the signature is refused (see the module's doc)."""
+    auth = headers.get("authorization")
+    if not auth:
+        return "absent"
+    key, secret, token, region = (os.environ.get("MODEL_SIGV4") or ":::").split(":", 3)
+    m = re.fullmatch(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
+                     r"SignedHeaders=([^,]+), Signature=([0-9a-f]{64})", auth)
+    if not m:
+        return "malformed authorization"
+    if (m.group(1), m.group(3), m.group(4)) != (key, region, "bedrock"):
+        return f"wrong scope {m.group(1)}/{m.group(3)}/{m.group(4)}"
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    signed = m.group(5).split(";")
+    request = AWSRequest(method=method, url=f"http://{headers.get('host')}{path}", data=body,
+                         headers={h: headers.get(h, "") for h in signed})
+    request.context["timestamp"] = headers.get("x-amz-date", "")
+    signer = SigV4Auth(Credentials(key, secret, token or None), "bedrock", region)
+    canonical = signer.canonical_request(request)
+    computed = signer.signature(signer.string_to_sign(request, canonical), request)
+    return "verified" if computed == m.group(6) else "signature mismatch"
 
 
 # ---------------------------------------------------------------- transcripts
@@ -340,6 +389,7 @@ def count_breakpoints(obj) -> int:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "scripted-model/1"
+    eventstream = False  # this request's stream is Bedrock's event-stream, not SSE
 
     def setup(self):
         super().setup()
@@ -391,7 +441,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _sse_start(self, extra_headers=()):
         self.send_response(200)
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("content-type", "application/vnd.amazon.eventstream" if self.eventstream
+                         else "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
         for k, v in extra_headers:
@@ -408,6 +459,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _event(self, name: str | None, obj):
         payload = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+        if self.eventstream:  # Bedrock: each event a `chunk` frame, base64 inside JSON
+            chunk = {"bytes": base64.b64encode(payload.encode()).decode(), "p": "abcdefgh"[: len(payload) % 8 + 1]}
+            return self._chunk(eventstream_frame({":event-type": "chunk", ":content-type": "application/json",
+                                                  ":message-type": "event"}, json.dumps(chunk).encode()))
         head = f"event: {name}\n" if name else ""
         self._chunk(f"{head}data: {payload}\n\n".encode())
 
@@ -436,6 +491,7 @@ class Handler(BaseHTTPRequestHandler):
         return self._json(404, {"error": {"type": "not_found_error", "message": f"no route {path}"}})
 
     def do_POST(self):
+        self.eventstream = False  # a kept-alive connection serves the next request here
         path = urlsplit(self.path).path
         raw = self._body()
         try:
@@ -448,6 +504,19 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {"input_tokens": max(1, len(raw) // 4)})
         if path.endswith("/v1/messages"):
             return self._turn("anthropic", raw, body)
+        bedrock = re.fullmatch(r"/model/([^/]+)/(invoke|invoke-with-response-stream)", path)
+        if bedrock:  # Claude on Bedrock
+            sigv4 = verify_sigv4("POST", urlsplit(self.path).path, self.headers, raw)
+            if sigv4 not in ("verified", "absent"):
+                self._record(raw, {"kind": "bad_sigv4", "why": sigv4})
+                return self._json(403, {"message": f"The request signature we calculated does not match: {sigv4}"})
+            if body.get("anthropic_version") != "bedrock-2023-05-31" or "model" in body or "stream" in body:
+                self._record(raw, {"kind": "bad_bedrock_body"})
+                return self._json(400, {"message": "anthropic_version must be bedrock-2023-05-31, no model, no stream"})
+            body["model"] = bedrock.group(1)
+            body["stream"] = bedrock.group(2) == "invoke-with-response-stream"
+            self.eventstream = body["stream"]
+            return self._turn("anthropic", raw, body, {"sigv4": sigv4, "bedrock": True})
         if path.endswith(":rawPredict") or path.endswith(":streamRawPredict"):  # Claude on Vertex AI
             if body.get("anthropic_version") != "vertex-2023-10-16" or "model" in body:
                 self._record(raw, {"kind": "bad_vertex_body"})
@@ -475,7 +544,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- one model turn
 
-    def _turn(self, dialect: str, raw: bytes, body: dict):
+    def _turn(self, dialect: str, raw: bytes, body: dict, extra: dict | None = None):
         names = tool_names(dialect, body)
         events = transcript(dialect, body)
         agent = detect_agent(dialect, names, body)
@@ -504,7 +573,8 @@ class Handler(BaseHTTPRequestHandler):
             action, kind = next_action(agent, step, names, body, dialect, events), "task"
         info = {"agent": agent, "kind": kind, "step": step, "dialect": dialect, "tools": names,
                 "markers": markers, "expand_id": expand_id, "after_expand": last_is_expand,
-                "stream": bool(body.get("stream")), "action": action[:3] if action[0] != "text" else ["text"]}
+                "stream": bool(body.get("stream")), "action": action[:3] if action[0] != "text" else ["text"],
+                **(extra or {})}
         self._record(raw, info)
         seed = f"{agent}|{kind}|{step}|{expand_id}|{dialect}"
         # Gemini caches a repeated prefix without being asked (its implicit cache).

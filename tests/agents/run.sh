@@ -3,9 +3,11 @@
 # against a scripted model server (tests/agents/model.py), each directly and through sluice,
 # compared by tests/agents/check.py.
 #
-# Usage: bash tests/agents/run.sh [claude|claude-vertex|codex|codex-gpt5|gemini|mini|aider ...]
+# Usage: bash tests/agents/run.sh [claude|claude-vertex|claude-bedrock|codex|codex-gpt5|gemini|mini|aider ...]
 #   (default: all)
 #   claude-vertex is Claude Code on Vertex AI (CLAUDE_CODE_USE_VERTEX=1), sluice's /vertex route;
+#   claude-bedrock is Claude Code on Bedrock (CLAUDE_CODE_USE_BEDROCK=1), sluice's /bedrock route,
+#     sluice signing with test credentials the model server verifies (botocore);
 #   codex is Codex on its default model (tools in an `additional_tools` input item, code mode);
 #   codex-gpt5 is the same Codex with `model = "gpt-5-codex"` (top-level function tools).
 #   SLUICE_BIN=path/to/sluice      use that binary (default: cargo build --bin sluice, debug)
@@ -22,7 +24,7 @@ home="${SLUICE_AGENTS_HOME:-$HOME/.cache/sluice-agents}"
 out="${SLUICE_AGENTS_OUT:-$home/last-run}"
 per_run_timeout="${SLUICE_AGENTS_TIMEOUT:-60}"
 agents=("$@")
-[[ ${#agents[@]} -gt 0 ]] || agents=(claude claude-vertex codex codex-gpt5 gemini mini aider)
+[[ ${#agents[@]} -gt 0 ]] || agents=(claude claude-vertex claude-bedrock codex codex-gpt5 gemini mini aider)
 started=$SECONDS
 
 CLAUDE_VERSION=2.1.332
@@ -98,8 +100,16 @@ make_repo() {
     )
 }
 
+# The AWS credentials sluice signs Bedrock requests with, and the model server checks them by.
+# Test values: nothing here reaches AWS.
+aws_key=AKIASLUICEAGENTS
+aws_secret=c2x1aWNlLWFnZW50cy10ZXN0LXNlY3JldC1rZXk
+aws_token=c2x1aWNlLXNlc3Npb24tdG9rZW4
+aws_region=us-east-1
+
 start_model() { # DIR -> sets model_url
-    python3 "$here/model.py" --record "$1/requests.jsonl" > "$1/model.out" 2> "$1/model.err" &
+    MODEL_SIGV4="$aws_key:$aws_secret:$aws_token:$aws_region" \
+        "$venv/bin/python" "$here/model.py" --record "$1/requests.jsonl" > "$1/model.out" 2> "$1/model.err" &
     pids+=($!)
     for _ in $(seq 100); do grep -q listening "$1/model.out" 2>/dev/null && break; sleep 0.05; done
     model_url="$(sed -n 's/^listening on //p' "$1/model.out")"
@@ -109,8 +119,12 @@ start_model() { # DIR -> sets model_url
 start_sluice() { # DIR UPSTREAM -> sets sluice_url
     local port
     port="$(free_port)"
+    # Only these credentials: no profile file, no instance metadata.
+    AWS_ACCESS_KEY_ID="$aws_key" AWS_SECRET_ACCESS_KEY="$aws_secret" AWS_SESSION_TOKEN="$aws_token" \
+    AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true \
     "$sluice" serve --listen "127.0.0.1:$port" --store memory --log-format json \
         --anthropic-upstream "$2" --openai-upstream "$2" --gemini-upstream "$2" --vertex-upstream "$2" \
+        --bedrock-upstream "$2" --bedrock-region "$aws_region" \
         > "$1/sluice.out" 2> "$1/sluice.log" &
     pids+=($!)
     sluice_pid=$!
@@ -119,10 +133,10 @@ start_sluice() { # DIR UPSTREAM -> sets sluice_url
     echo "sluice did not answer /healthz" >&2; cat "$1/sluice.log" >&2; exit 1
 }
 
-# run_agent AGENT ANTHROPIC_BASE OPENAI_BASE GEMINI_BASE VERTEX_BASE DIR: runs in $work/repo
-# with a throwaway HOME.
+# run_agent AGENT ANTHROPIC_BASE OPENAI_BASE GEMINI_BASE VERTEX_BASE BEDROCK_BASE DIR: runs in
+# $work/repo with a throwaway HOME.
 run_agent() {
-    local agent="$1" abase="$2" obase="$3" gbase="$4" vbase="$5" dir="$6" h="$work/home"
+    local agent="$1" abase="$2" obase="$3" gbase="$4" vbase="$5" bbase="$6" dir="$7" h="$work/home"
     # PYTHONHASHSEED: aider lists the files in its chat in set order, which varies per process.
     local -a envs=(PATH="$base_path" HOME="$h" LANG=C.UTF-8 TERM=dumb PYTHONHASHSEED=0)
     local -a cmd
@@ -139,6 +153,14 @@ run_agent() {
                    DISABLE_AUTOUPDATER=1 CLAUDE_CODE_USE_VERTEX=1 CLAUDE_CODE_SKIP_VERTEX_AUTH=1
                    ANTHROPIC_VERTEX_BASE_URL="$vbase" ANTHROPIC_VERTEX_PROJECT_ID=sluice-test
                    CLOUD_ML_REGION=us-east5)
+            cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions) ;;
+        claude-bedrock)
+            # Claude Code 2.1.332 on Bedrock: it adds model/M/invoke-with-response-stream to the
+            # base URL; the skip flag sends no signature, so sluice signs with its own
+            # credentials (docs/agents.md).
+            envs+=(CLAUDE_CONFIG_DIR="$h/.claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+                   DISABLE_AUTOUPDATER=1 CLAUDE_CODE_USE_BEDROCK=1 CLAUDE_CODE_SKIP_BEDROCK_AUTH=1
+                   ANTHROPIC_BEDROCK_BASE_URL="$bbase" AWS_REGION="$aws_region")
             cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions) ;;
         codex|codex-gpt5)
             local model="${CODEX_MODEL:-}"
@@ -199,7 +221,7 @@ TOML
 
 agent_version() {
     case "$1" in
-        claude|claude-vertex) "$claude_bin" --version 2>/dev/null | head -1 ;;
+        claude|claude-vertex|claude-bedrock) "$claude_bin" --version 2>/dev/null | head -1 ;;
         codex|codex-gpt5) "$codex_bin" --version 2>/dev/null | head -1 ;;
         gemini) echo "gemini-cli $("$gemini_bin" --version 2>/dev/null | head -1)" ;;
         mini) "$venv/bin/python" -c 'import importlib.metadata as m; print("mini-swe-agent", m.version("mini-swe-agent"))' ;;
@@ -209,14 +231,14 @@ agent_version() {
 
 # ------------------------------------------------------------------ the runs
 for agent in "${agents[@]}"; do
-    case "$agent" in claude|claude-vertex|codex|codex-gpt5|gemini|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
+    case "$agent" in claude|claude-vertex|claude-bedrock|codex|codex-gpt5|gemini|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
     agent_version "$agent" > "$out/$agent.version" || echo unknown > "$out/$agent.version"
 
     dir="$out/$agent/direct"
     mkdir -p "$dir"
     make_repo
     start_model "$dir"
-    run_agent "$agent" "$model_url" "$model_url/v1" "$model_url" "$model_url/v1" "$dir"
+    run_agent "$agent" "$model_url" "$model_url/v1" "$model_url" "$model_url/v1" "$model_url" "$dir"
     echo "$agent direct: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2
 
     dir="$out/$agent/sluice"
@@ -225,7 +247,7 @@ for agent in "${agents[@]}"; do
     start_model "$dir"
     start_sluice "$dir" "$model_url"
     run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$sluice_url/gemini" \
-        "$sluice_url/vertex/v1" "$dir"
+        "$sluice_url/vertex/v1" "$sluice_url/bedrock" "$dir"
     curl -fs "$sluice_url/stats" > "$dir/stats.json" 2>/dev/null || echo '{}' > "$dir/stats.json"
     kill "$sluice_pid" 2>/dev/null || true
     echo "$agent through sluice: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2

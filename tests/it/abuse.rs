@@ -534,11 +534,16 @@ async fn raw_post(url: &str, dialect: Dialect, body: &[u8], chunked: bool) -> Op
 /// A POST whose response body may end in an error (a reset upstream): the status and what
 /// arrived before it.
 async fn lossy_chat(sluice: &Sluice, dialect: Dialect, body: Vec<u8>) -> (u16, Vec<u8>) {
+    lossy_post(&format!("{}{}", sluice.url, route(dialect)), body).await
+}
+
+/// POSTs `body` and reads the reply until it ends or fails.
+async fn lossy_post(url: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
     use http_body_util::{BodyExt, Full};
     let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(hyper_util::client::legacy::connect::HttpConnector::new());
-    let request = http::Request::post(format!("{}{}", sluice.url, route(dialect)))
+    let request = http::Request::post(url)
         .body(Full::new(Bytes::from(body)))
         .unwrap();
     let response = client.request(request).await.unwrap();
@@ -777,6 +782,73 @@ async fn hostile_upstreams() {
                 && message.contains("Connection refused"),
             "{message}"
         );
+    }
+    assert_eq!(sluice.get("/healthz").await.status, 200);
+}
+
+/// Bedrock's event stream from a broken or hostile upstream, into the expand loop: garbage, a
+/// prelude that claims 4 GiB, a frame cut short, a chunk that is not base64. The agent gets
+/// what came (or a cut stream), promptly, and sluice keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bedrock_streams() {
+    let sluice = start_timed(
+        |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
+        |s| {
+            s.bedrock_upstream = Some(s.anthropic_upstream.clone());
+            s.bedrock_credentials = proxy::bedrock::CredentialSource::Off;
+        },
+        Timeouts::default(),
+    )
+    .await;
+    let mut body: Value = serde_json::from_slice(&compactable(Dialect::Anthropic, false)).unwrap();
+    body.as_object_mut().unwrap().remove("model");
+    body["anthropic_version"] = json!("bedrock-2023-05-31");
+    let body = serde_json::to_vec(&body).unwrap();
+    let url = format!("{}/bedrock/model/m/invoke-with-response-stream", sluice.url);
+    let not_base64 = {
+        let mut frame =
+            integration_tests::aws::event_stream(&["data: {\"type\":\"ping\"}\n\n".to_owned()])[0]
+                .to_vec();
+        // `bytes` holds `eyJ0...`; a `!` in it is no base64, and the checksums still match
+        // (the decoder must read the frame, then fail to read the chunk).
+        let at = frame.windows(3).position(|w| w == b"eyJ").unwrap();
+        frame[at] = b'!';
+        let n = frame.len();
+        let message = crate::fuzz::crc32(&frame[..n - 4]);
+        frame[n - 4..].copy_from_slice(&message.to_be_bytes());
+        frame
+    };
+    let whole =
+        integration_tests::aws::event_stream(&["data: {\"type\":\"message_stop\"}\n\n".to_owned()])
+            [0]
+        .clone();
+    let cases: [(&str, Vec<u8>, bool); 4] = [
+        ("garbage", b"\x00\xff\xfe garbage".to_vec(), false),
+        (
+            "4 GiB prelude",
+            vec![0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0],
+            false,
+        ),
+        ("cut short", whole[..whole.len() - 5].to_vec(), false),
+        ("chunk not base64", not_base64, true),
+    ];
+    for (what, garbage, relayed_whole) in cases {
+        sluice.mock.script([Reply::Raw {
+            status: 200,
+            headers: vec![("content-type", "application/vnd.amazon.eventstream")],
+            body: Bytes::from(garbage.clone()),
+            piece: 3,
+        }]);
+        let started = std::time::Instant::now();
+        let (status, got) =
+            tokio::time::timeout(Duration::from_secs(10), lossy_post(&url, body.clone()))
+                .await
+                .unwrap_or_else(|_| panic!("{what}: the reply never ended"));
+        assert_eq!(status, 200, "{what}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+        if relayed_whole {
+            assert_eq!(got, garbage, "{what}: its own bytes again");
+        }
     }
     assert_eq!(sluice.get("/healthz").await.status, 200);
 }

@@ -1,6 +1,6 @@
 //! Structure-aware fuzzing on the stable toolchain: the wire parse, normalize and splice; the SSE
-//! decoder and the in-stream expand relay; filter DSL documents and their regexes; config YAML;
-//! the sandbox's deletion-only check.
+//! decoder and the in-stream expand relay; Bedrock's event-stream decoder and its re-framing;
+//! filter DSL documents and their regexes; config YAML; the sandbox's deletion-only check.
 //!
 //! Each target takes bytes a mutator made from real seeds (corpus bodies cut to a few messages,
 //! the embedded config and filters, recorded-shape SSE streams) and checks an invariant, not just
@@ -294,6 +294,13 @@ pub(crate) const TARGETS: &[Target] = &[
         check: check_sse,
     },
     Target {
+        name: "eventstream",
+        short: 3000,
+        seeds: eventstream_seeds,
+        max: 16 << 10,
+        check: check_eventstream,
+    },
+    Target {
         name: "dsl",
         short: 300,
         seeds: dsl_seeds,
@@ -571,6 +578,100 @@ fn check_sse(input: &[u8]) {
         let _ = proxy::expand::expand_calls(turn.to_string().as_bytes(), dialect);
         relay.continue_in_place();
         relay.push_frames(whole.clone());
+    }
+}
+
+// ---- Bedrock's event stream: unframe, re-frame ------------------------------------------------
+
+/// The Anthropic seeds as Bedrock frames them (AWS's encoder), and a stream exception.
+fn eventstream_seeds() -> Vec<Vec<u8>> {
+    let mut seeds = Vec::new();
+    for seed in sse_seeds().iter().take(2) {
+        let (frames, _) = decode_chunked(seed, &[]);
+        let events: Vec<String> = frames
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect();
+        seeds.push(integration_tests::aws::event_stream(&events).concat());
+    }
+    let exception = integration_tests::aws::exception_frame("throttlingException", "slow down");
+    seeds.push([seeds[0].clone(), exception.to_vec()].concat());
+    seeds
+}
+
+/// CRC-32 (IEEE), the event-stream checksum.
+pub(crate) fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// `input` with every frame's checksums made right again, so a mutation reaches the headers,
+/// the payload and the chunk inside it rather than stopping at the checksum.
+fn with_checksums(input: &[u8]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    let mut at = 0;
+    while at + 12 <= out.len() {
+        let total = u32::from_be_bytes(out[at..at + 4].try_into().unwrap()) as usize;
+        if total < 16 || at + total > out.len() {
+            break;
+        }
+        let prelude = crc32(&out[at..at + 8]);
+        out[at + 8..at + 12].copy_from_slice(&prelude.to_be_bytes());
+        let message = crc32(&out[at..at + total - 4]);
+        out[at + total - 4..at + total].copy_from_slice(&message.to_be_bytes());
+        at += total;
+    }
+    out
+}
+
+/// The decoder never panics and does not depend on chunking; what it reads, re-framed and read
+/// again, is the same text (the expand loop's round trip).
+fn check_eventstream(input: &[u8]) {
+    use proxy::bedrock::{Reframe, Unframe};
+    for input in [input.to_vec(), with_checksums(input)] {
+        let whole = Unframe::default().feed(&input);
+        let n = input.len();
+        let mut chunked = Unframe::default();
+        let mut text = Vec::new();
+        let mut failed = false;
+        let cuts = [
+            0,
+            n / 3,
+            (n / 3 + 1).min(n),
+            n.saturating_sub(1).max(n / 3 + 1).min(n),
+            n,
+        ];
+        for piece in cuts.windows(2).map(|w| &input[w[0]..w[1]]) {
+            match chunked.feed(piece) {
+                Ok(t) => text.extend_from_slice(&t),
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        match whole {
+            Ok(whole) => {
+                assert!(!failed, "chunking made a readable stream fail");
+                assert_eq!(
+                    text,
+                    whole.as_ref(),
+                    "unframing does not depend on chunking"
+                );
+                let again = Reframe::default().feed(&whole);
+                let read = Unframe::default()
+                    .feed(&again)
+                    .expect("re-framed is readable");
+                assert_eq!(read, whole, "re-framing keeps every event");
+            }
+            Err(_) => assert!(failed, "a broken stream fails however it is cut"),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod abuse;
 mod agents;
+mod bedrock;
 mod corpus;
 mod dashboard;
 mod docs;

@@ -3,7 +3,8 @@
 //! - the splice preserves every byte it was not asked to change, for arbitrary JSON bodies;
 //! - SSE decoding does not depend on how the stream is chunked;
 //! - the in-stream expand relay shows the client the same stream however it is chunked and
-//!   however its frames are batched.
+//!   however its frames are batched;
+//! - Bedrock's event stream reads the same however it is chunked, and re-frames to itself.
 
 use engine::message::Message;
 use engine::wire::{self, Dialect};
@@ -148,6 +149,38 @@ proptest! {
         cuts.sort_unstable();
         let (frames, _) = decode_chunked(&stream, &cuts);
         prop_assert_eq!(relayed(&frames, dialect, &batches), reference);
+    }
+
+    /// The same stream as Bedrock frames it: the event-stream decoder gives the relay the same
+    /// SSE for any chunking, and the client gets the same frames back.
+    #[test]
+    fn bedrock_event_streams_do_not_depend_on_chunking(
+        texts in prop::collection::vec("[\\PC]{0,30}", 0..6),
+        expand_at in 0usize..6,
+        cuts in prop::collection::vec(any::<usize>(), 0..10),
+    ) {
+        let sse = provider_stream(Dialect::Anthropic, &texts, expand_at);
+        let (events, _) = decode_chunked(&sse, &[]);
+        let events: Vec<String> =
+            events.iter().map(|e| String::from_utf8_lossy(e).into_owned()).collect();
+        let stream = integration_tests::aws::event_stream(&events).concat();
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
+        cuts.sort_unstable();
+        cuts.push(stream.len());
+        let mut unframe = proxy::bedrock::Unframe::default();
+        let (mut text, mut from) = (Vec::new(), 0);
+        for cut in cuts {
+            text.extend_from_slice(&unframe.feed(&stream[from..cut]).expect("valid"));
+            from = cut;
+        }
+        unframe.finish().expect("whole frames");
+        let whole = proxy::bedrock::Unframe::default().feed(&stream).expect("valid");
+        prop_assert_eq!(&text, &whole.to_vec());
+        let (frames, _) = decode_chunked(&whole, &[]);
+        let shown = relayed(&frames, Dialect::Anthropic, &[]);
+        let reframed = proxy::bedrock::Reframe::default().feed(&shown);
+        let read = proxy::bedrock::Unframe::default().feed(&reframed).expect("readable");
+        prop_assert_eq!(read.to_vec(), shown);
     }
 }
 

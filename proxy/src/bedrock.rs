@@ -1,0 +1,861 @@
+//! Claude on Amazon Bedrock (`/bedrock/...`): the routes, the reply's event-stream framing,
+//! and the SigV4 signature a rewritten body needs.
+//!
+//! Rewritten, everything else under the prefix goes upstream as it came:
+//! - `POST /bedrock/model/{modelId}/invoke`: the Messages API without `model` and `stream` and
+//!   with `anthropic_version`, answered with a Messages JSON reply;
+//! - `POST /bedrock/model/{modelId}/invoke-with-response-stream`: the same body, answered with
+//!   AWS's binary event-stream (`application/vnd.amazon.eventstream`), not SSE. Each `chunk`
+//!   event carries `{"bytes": base64}` whose decoded bytes are one Messages stream event.
+//!
+//! Signing. A client's SigV4 signature covers the body and the host, so it cannot survive a
+//! rewrite (nor, in fact, the hop: it names sluice's host). sluice signs what it forwards
+//! itself, with AWS's own signer (`aws-sigv4`) and the standard credential chain
+//! (`aws-config`: environment, profile, SSO, web identity, container, instance metadata),
+//! looked up on the first Bedrock request, not at start-up, so no other user of sluice ever
+//! probes the instance-metadata address. Which request is rewritten and how it is sent
+//! ([`Auth`]):
+//! - a Bedrock API key (`Authorization: Bearer`, Claude Code's `AWS_BEARER_TOKEN_BEDROCK`)
+//!   binds no body: rewritten, sent as it came;
+//! - with credentials, every request to the Bedrock upstream is signed by sluice, rewritten
+//!   or not (the client's signature named the wrong host);
+//! - without credentials, a request the client signed goes upstream untouched (it is the only
+//!   chance its signature has), and sluice says so once in its log; an unsigned one (Claude
+//!   Code's `CLAUDE_CODE_SKIP_BEDROCK_AUTH`, a gateway that authenticates on its own) is
+//!   rewritten and sent unsigned.
+//!
+//! The reply. The expand loop and the cache report read Messages server-sent events, so an
+//! event-stream reply is read through [`Unframe`] (each `chunk` event becomes the SSE event it
+//! carries; any other frame, an exception say, becomes a `bedrock_frame` event holding its raw
+//! bytes) and, when the loop rewrote it, written back through [`Reframe`]. A reply the loop
+//! leaves alone reaches the agent as its bytes came.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::ProvideCredentials;
+use aws_smithy_eventstream::frame::{read_message_from, write_message_to};
+use aws_smithy_types::event_stream::{Header, HeaderValue as FrameValue, Message};
+use bytes::{Bytes, BytesMut};
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use tokio::sync::{OnceCell, watch};
+
+/// The path prefix the routes live under.
+pub const PREFIX: &str = "/bedrock";
+
+/// The reply's content type when it is an event stream.
+pub const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
+
+/// The signing name of Bedrock's runtime API.
+const SERVICE: &str = "bedrock";
+
+/// AWS bounds one event-stream message at 16 MiB; a prelude that claims more is not one.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// The SSE event an unframed non-`chunk` frame becomes (its raw bytes, base64, in `raw`).
+pub const RAW_FRAME_EVENT: &str = "bedrock_frame";
+
+/// What a rewritten path asks for: the model id (percent-decoded, for labels and prices) and
+/// whether the reply streams.
+pub fn invokes(path: &str) -> Option<(Cow<'_, str>, bool)> {
+    let rest = path.strip_prefix("/bedrock/model/")?;
+    let (model, method) = rest.split_once('/')?;
+    let stream = match method {
+        "invoke" => false,
+        "invoke-with-response-stream" => true,
+        _ => return None,
+    };
+    if model.is_empty() || model.len() > 2048 {
+        return None;
+    }
+    Some((percent_decoded(model), stream))
+}
+
+/// `%XX` escapes decoded (`us.anthropic.claude-sonnet-4-5-20250929-v1%3A0` is the model id
+/// `...-v1:0`); a string that does not decode to UTF-8 is kept as it came.
+fn percent_decoded(text: &str) -> Cow<'_, str> {
+    if !text.contains('%') {
+        return Cow::Borrowed(text);
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_or(Cow::Borrowed(text), Cow::Owned)
+}
+
+/// How a Bedrock request goes upstream.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// As it came: a Bedrock API key, or no credentials of sluice's and no signature of the
+    /// client's. May be rewritten.
+    AsItCame,
+    /// Signed by sluice with these credentials. May be rewritten.
+    Sign(Credentials),
+    /// The client signed it and sluice holds no credentials: it goes untouched.
+    ClientSigned,
+}
+
+impl Auth {
+    /// Whether the body may change.
+    pub fn may_rewrite(&self) -> bool {
+        !matches!(self, Auth::ClientSigned)
+    }
+}
+
+/// Where and when a signature is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// The signing name (`bedrock`; AWS's test suite uses others).
+    pub service: &'a str,
+    pub region: &'a str,
+    pub time: SystemTime,
+}
+
+/// Signs `headers` for `method uri body` with SigV4: the client's own signature headers go,
+/// `Authorization`, `X-Amz-Date` and (for temporary credentials) `X-Amz-Security-Token` come.
+/// Signed: the host (from `uri`, as the HTTP client will send it), `content-type` and the
+/// client's other `x-amz-*` headers; whatever else a hop may add or reorder stays out of the
+/// signature.
+pub fn sign(
+    credentials: &Credentials,
+    scope: Scope<'_>,
+    (method, uri): (&Method, &str),
+    headers: &mut HeaderMap,
+    body: &[u8],
+) -> Result<(), SignError> {
+    use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign as sigv4};
+    use aws_sigv4::sign::v4;
+
+    // The client's own signature (or part of it) goes.
+    for name in [
+        AUTHORIZATION.as_str(),
+        "x-amz-date",
+        "x-amz-security-token",
+        "x-amz-content-sha256",
+    ] {
+        headers.remove(name);
+    }
+    let signed: Vec<(&str, &str)> = headers
+        .iter()
+        .filter(|(name, _)| *name == CONTENT_TYPE || name.as_str().starts_with("x-amz-"))
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect();
+    let identity = credentials.clone().into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(scope.region)
+        .name(scope.service)
+        .time(scope.time)
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| SignError(e.to_string()))?
+        .into();
+    let request = SignableRequest::new(
+        method.as_str(),
+        uri,
+        signed.into_iter(),
+        SignableBody::Bytes(body),
+    )
+    .map_err(|e| SignError(e.to_string()))?;
+    let (instructions, _signature) = sigv4(request, &params)
+        .map_err(|e| SignError(e.to_string()))?
+        .into_parts();
+    let (new_headers, _query) = instructions.into_parts();
+    for header in new_headers {
+        let name = HeaderName::from_static(header.name());
+        let value = HeaderValue::from_str(header.value()).map_err(|e| SignError(e.to_string()))?;
+        headers.insert(name, value);
+    }
+    Ok(())
+}
+
+/// A request sluice could not sign (a credential or URI the signer refuses); it is not sent.
+#[derive(Debug, thiserror::Error)]
+#[error("SigV4 signing failed: {0}")]
+pub struct SignError(String);
+
+/// Where the credentials Bedrock requests are signed with come from.
+#[derive(Debug, Clone, Default)]
+pub enum CredentialSource {
+    /// AWS's chain, looked up on the first Bedrock request and kept fresh.
+    #[default]
+    Chain,
+    /// These (an embedder's, a test's).
+    Fixed(Credentials),
+    /// None: sluice signs nothing.
+    Off,
+}
+
+/// The region and credentials Bedrock requests are signed with, found on first use.
+pub struct Bedrock {
+    /// `--bedrock-upstream`; else the region's runtime endpoint.
+    configured: Option<String>,
+    /// `--bedrock-region`; else the AWS chain's (`AWS_REGION`, the profile's, ...).
+    region: Option<String>,
+    source: CredentialSource,
+    aws: OnceCell<Aws>,
+    said_unsigned: AtomicBool,
+}
+
+struct Aws {
+    region: String,
+    /// `--bedrock-upstream`, when set: every Bedrock call goes there.
+    configured: Option<String>,
+    credentials: watch::Receiver<Found>,
+}
+
+/// The credential chain's latest answer.
+#[derive(Debug, Clone)]
+enum Found {
+    Looking,
+    Nothing,
+    Credentials(Credentials),
+}
+
+/// How long the first Bedrock request waits for the chain (instance metadata may time out).
+const FIRST_LOOKUP: Duration = Duration::from_secs(5);
+
+impl std::fmt::Debug for Bedrock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bedrock")
+            .field("configured", &self.configured)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bedrock {
+    pub fn new(
+        configured: Option<String>,
+        region: Option<String>,
+        source: CredentialSource,
+    ) -> Self {
+        Self {
+            configured,
+            region,
+            source,
+            aws: OnceCell::new(),
+            said_unsigned: AtomicBool::new(false),
+        }
+    }
+
+    async fn aws(&self) -> &Aws {
+        self.aws.get_or_init(|| self.load()).await
+    }
+
+    async fn load(&self) -> Aws {
+        let (tx, credentials) = watch::channel(Found::Looking);
+        let given = match &self.source {
+            CredentialSource::Chain => None,
+            CredentialSource::Fixed(fixed) => Some(Found::Credentials(fixed.clone())),
+            CredentialSource::Off => Some(Found::Nothing),
+        };
+        if let Some(found) = given {
+            let region = self.region.clone().unwrap_or_else(|| "us-east-1".into());
+            let _ = tx.send(found);
+            return self.with(region, credentials);
+        }
+        let client = aws_smithy_http_client::Builder::new()
+            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
+        let loaded = tokio::time::timeout(
+            FIRST_LOOKUP,
+            aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .http_client(client)
+                .load(),
+        )
+        .await
+        .ok();
+        let region = self
+            .region
+            .clone()
+            .or_else(|| Some(loaded.as_ref()?.region()?.to_string()))
+            .unwrap_or_else(|| "us-east-1".into());
+        match loaded.and_then(|config| config.credentials_provider()) {
+            Some(provider) => {
+                tokio::spawn(refresh(provider, tx));
+            }
+            None => {
+                let _ = tx.send(Found::Nothing);
+            }
+        }
+        self.with(region, credentials)
+    }
+
+    fn with(&self, region: String, credentials: watch::Receiver<Found>) -> Aws {
+        Aws {
+            region,
+            configured: self.configured.clone(),
+            credentials,
+        }
+    }
+
+    /// Where `/bedrock{path}` goes: the configured upstream, else the region's runtime
+    /// endpoint for a model call (`/model/...`) and its control plane for the rest. One base
+    /// URL serves both for Claude Code, which lists `/inference-profiles` at start-up.
+    pub async fn upstream(&self, path: &str) -> String {
+        let aws = self.aws().await;
+        if let Some(configured) = &aws.configured {
+            return configured.clone();
+        }
+        let region = &aws.region;
+        if path.starts_with("/bedrock/model/") {
+            format!("https://bedrock-runtime.{region}.amazonaws.com")
+        } else {
+            format!("https://bedrock.{region}.amazonaws.com")
+        }
+    }
+
+    /// The region requests are signed for.
+    pub async fn region(&self) -> String {
+        self.aws().await.region.clone()
+    }
+
+    /// How a request with `headers` goes upstream (see the module's list).
+    pub async fn auth(&self, headers: &HeaderMap) -> Auth {
+        let authorization = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes);
+        if authorization.is_some_and(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")) {
+            return Auth::AsItCame;
+        }
+        if let Some(credentials) = self.credentials().await {
+            return Auth::Sign(credentials);
+        }
+        if authorization.is_none() {
+            return Auth::AsItCame;
+        }
+        if !self.said_unsigned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "Bedrock: sluice found no AWS credentials (environment, profile, SSO, container, \
+                 instance metadata), so requests the agent signed go upstream untouched and \
+                 uncompacted; give sluice credentials, or a Bedrock API key to the agent"
+            );
+        }
+        Auth::ClientSigned
+    }
+
+    async fn credentials(&self) -> Option<Credentials> {
+        let mut found = self.aws().await.credentials.clone();
+        let settled = tokio::time::timeout(
+            FIRST_LOOKUP,
+            found.wait_for(|f| !matches!(f, Found::Looking)),
+        )
+        .await;
+        match settled.ok()?.ok()?.clone() {
+            Found::Credentials(credentials) => Some(credentials),
+            Found::Looking | Found::Nothing => None,
+        }
+    }
+
+    /// Signs a request sluice is about to send with `auth` (nothing to do unless it is
+    /// [`Auth::Sign`]).
+    pub async fn sign_for(
+        &self,
+        auth: &Auth,
+        method: &Method,
+        uri: &str,
+        headers: &mut HeaderMap,
+        body: &[u8],
+    ) -> Result<(), SignError> {
+        let Auth::Sign(credentials) = auth else {
+            return Ok(());
+        };
+        let region = self.region().await;
+        let scope = Scope {
+            service: SERVICE,
+            region: &region,
+            time: SystemTime::now(),
+        };
+        sign(credentials, scope, (method, uri), headers, body)
+    }
+}
+
+/// Keeps the chain's answer fresh: temporary credentials are renewed five minutes before they
+/// expire, static ones re-read every fifteen minutes (a rotated profile), and a chain that
+/// found nothing is asked again every minute (an `aws sso login` after sluice started).
+async fn refresh(
+    provider: aws_credential_types::provider::SharedCredentialsProvider,
+    tx: watch::Sender<Found>,
+) {
+    loop {
+        let found = match provider.provide_credentials().await {
+            Ok(credentials) => Found::Credentials(credentials),
+            Err(err) => {
+                if matches!(*tx.borrow(), Found::Looking) {
+                    tracing::info!(error = %err, "Bedrock: no AWS credentials found");
+                }
+                Found::Nothing
+            }
+        };
+        let wait = match &found {
+            Found::Credentials(c) => c
+                .expiry()
+                .and_then(|at| at.duration_since(SystemTime::now()).ok())
+                .map_or(Duration::from_secs(900), |left| {
+                    left.saturating_sub(Duration::from_secs(300))
+                        .max(Duration::from_secs(30))
+                }),
+            Found::Looking | Found::Nothing => Duration::from_secs(60),
+        };
+        if tx.send(found).is_err() {
+            return;
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The SSE event one frame becomes (see the module's doc).
+fn sse_of(message: &Message, raw: &[u8], out: &mut Vec<u8>) {
+    if let Some(data) = chunk_event(message) {
+        let kind = serde_json::from_slice::<serde_json::Value>(&data)
+            .ok()
+            .and_then(|v| v.get("type")?.as_str().map(str::to_owned));
+        // SSE carries one `data:` line here; a pretty-printed event is re-written compact.
+        let data = if data.contains(&b'\n') {
+            serde_json::from_slice::<serde_json::Value>(&data)
+                .map_or(data, |v| v.to_string().into_bytes())
+        } else {
+            data
+        };
+        if let (Some(kind), false) = (kind, data.contains(&b'\n')) {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(kind.as_bytes());
+            out.extend_from_slice(b"\ndata: ");
+            out.extend_from_slice(&data);
+            out.extend_from_slice(b"\n\n");
+            return;
+        }
+    }
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(RAW_FRAME_EVENT.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"");
+    out.extend_from_slice(RAW_FRAME_EVENT.as_bytes());
+    out.extend_from_slice(b"\",\"raw\":\"");
+    out.extend_from_slice(aws_smithy_types::base64::encode(raw).as_bytes());
+    out.extend_from_slice(b"\"}\n\n");
+}
+
+/// The Messages event a `chunk` frame carries, decoded.
+fn chunk_event(message: &Message) -> Option<Vec<u8>> {
+    let header = |name: &str| {
+        message.headers().iter().find_map(|h| match h.value() {
+            FrameValue::String(s) if h.name().as_str() == name => Some(s.as_str()),
+            _ => None,
+        })
+    };
+    if header(":message-type") != Some("event") || header(":event-type") != Some("chunk") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Chunk {
+        bytes: String,
+    }
+    let chunk: Chunk = serde_json::from_slice(message.payload()).ok()?;
+    aws_smithy_types::base64::decode(&chunk.bytes).ok()
+}
+
+/// An event-stream reply that is not one: a bad prelude, a checksum that does not match, a
+/// message over [`MAX_FRAME_BYTES`].
+#[derive(Debug, thiserror::Error)]
+#[error("the Bedrock reply is not a valid event stream: {0}")]
+pub struct FramingError(String);
+
+/// Event-stream bytes in, Messages SSE out, however the bytes are chunked.
+#[derive(Debug, Default)]
+pub struct Unframe {
+    buf: BytesMut,
+}
+
+impl Unframe {
+    /// The SSE text of every frame `data` completes.
+    pub fn feed(&mut self, data: &[u8]) -> Result<Bytes, FramingError> {
+        self.buf.extend_from_slice(data);
+        let mut out = Vec::new();
+        while self.buf.len() >= 4 {
+            let total =
+                u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+            if !(16..=MAX_FRAME_BYTES).contains(&total) {
+                return Err(FramingError(format!("a message of {total} bytes")));
+            }
+            if self.buf.len() < total {
+                break;
+            }
+            let raw = self.buf.split_to(total).freeze();
+            let message =
+                read_message_from(raw.clone()).map_err(|e| FramingError(e.to_string()))?;
+            sse_of(&message, &raw, &mut out);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// The end of the reply: bytes of an unfinished frame are an error.
+    pub fn finish(self) -> Result<(), FramingError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(FramingError(format!(
+                "{} bytes of an unfinished message",
+                self.buf.len()
+            )))
+        }
+    }
+}
+
+/// Messages SSE in (whole events, as the expand loop sends them), event-stream bytes out.
+#[derive(Debug, Default)]
+pub struct Reframe {
+    buf: Vec<u8>,
+}
+
+impl Reframe {
+    /// The frames of every event `data` completes.
+    pub fn feed(&mut self, data: &[u8]) -> Bytes {
+        self.buf.extend_from_slice(data);
+        let mut out = Vec::new();
+        let mut start = 0;
+        while let Some(end) = crate::sse::frame_end(&self.buf, start) {
+            frame_of(&self.buf[start..end], &mut out);
+            start = end;
+        }
+        self.buf.drain(..start);
+        Bytes::from(out)
+    }
+}
+
+/// The event-stream message of one SSE event: a `bedrock_frame` is its raw frame again, any
+/// other event a `chunk` whose bytes are the event's data; an event without data is dropped.
+fn frame_of(event: &[u8], out: &mut Vec<u8>) {
+    let mut data: Option<&[u8]> = None;
+    for line in event.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(value) = line.strip_prefix(b"data:") {
+            data = Some(value.strip_prefix(b" ").unwrap_or(value));
+        }
+    }
+    let Some(data) = data else { return };
+    if let Some(raw) = raw_frame(data) {
+        out.extend_from_slice(&raw);
+        return;
+    }
+    let payload = format!(
+        "{{\"bytes\":\"{}\"}}",
+        aws_smithy_types::base64::encode(data)
+    );
+    let message = Message::new(payload.into_bytes())
+        .add_header(Header::new(
+            ":event-type",
+            FrameValue::String("chunk".into()),
+        ))
+        .add_header(Header::new(
+            ":content-type",
+            FrameValue::String("application/json".into()),
+        ))
+        .add_header(Header::new(
+            ":message-type",
+            FrameValue::String("event".into()),
+        ));
+    // Writing a message only fails over the format's limits, which one event cannot reach.
+    let _ = write_message_to(&message, out);
+}
+
+/// The raw frame a `bedrock_frame` event holds.
+fn raw_frame(data: &[u8]) -> Option<Vec<u8>> {
+    #[derive(serde::Deserialize)]
+    struct Raw<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        raw: &'a str,
+    }
+    let raw: Raw<'_> = serde_json::from_slice(data).ok()?;
+    (raw.kind == RAW_FRAME_EVENT)
+        .then(|| aws_smithy_types::base64::decode(raw.raw).ok())
+        .flatten()
+}
+
+/// Whether a reply's headers say it is an event stream.
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(EVENT_STREAM))
+}
+
+/// One `chunk` frame carrying `event` (a Messages stream event's JSON), as Bedrock sends it:
+/// for tests, the mock provider and the fuzz seeds.
+pub fn chunk_frame(event: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    frame_of(&[b"data: ", event, b"\n\n"].concat(), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn test_credentials(token: Option<&str>) -> Credentials {
+        Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            token.map(str::to_owned),
+            None,
+            "test",
+        )
+    }
+
+    fn at(rfc3339_secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(rfc3339_secs)
+    }
+
+    fn signature(headers: &HeaderMap) -> String {
+        let auth = headers[AUTHORIZATION].to_str().unwrap();
+        auth.rsplit_once("Signature=").unwrap().1.to_owned()
+    }
+
+    /// Signs through [`sign`] and returns the headers it set.
+    fn signed(
+        credentials: &Credentials,
+        scope: Scope<'_>,
+        method: Method,
+        uri: &str,
+        body: &[u8],
+    ) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        sign(credentials, scope, (&method, uri), &mut headers, body).unwrap();
+        headers
+    }
+
+    /// AWS's SigV4 test suite (the vectors `aws-sigv4` ships), through [`sign`].
+    #[test]
+    fn signs_aws_test_vectors() {
+        // `double-url-encode`: a path with `%3A`, as Bedrock model ids have (`...-v1%3A0`).
+        let headers = signed(
+            &test_credentials(None),
+            Scope {
+                service: "lambda",
+                region: "us-east-2",
+                time: at(1_620_747_645), // 2021-05-11T15:40:45Z
+            },
+            Method::POST,
+            "https://lambda.us-east-2.amazonaws.com/2015-03-31/functions/\
+             arn%3Aaws%3Alambda%3Aus-west-2%3A892717189312%3Afunction%3Amy-rusty-fun/invocations",
+            b"",
+        );
+        assert_eq!(
+            headers[AUTHORIZATION],
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20210511/us-east-2/lambda/aws4_request, \
+             SignedHeaders=host;x-amz-date, \
+             Signature=4b93abbcc68be32bd64c18e2c71150660ab4c29bbd6c32a383a7517a88fc1804"
+        );
+        let vanilla = Scope {
+            service: "service",
+            region: "us-east-1",
+            time: at(1_440_938_160), // 2015-08-30T12:36:00Z
+        };
+        // `post-vanilla`.
+        let headers = signed(
+            &test_credentials(None),
+            vanilla,
+            Method::POST,
+            "https://example.amazonaws.com/",
+            b"",
+        );
+        assert_eq!(
+            signature(&headers),
+            "5da7c1a2acd57cee7505fc6676e4e544621c30862966e37dddb68e92efbe5d6b"
+        );
+        assert_eq!(headers["x-amz-date"], "20150830T123600Z");
+        // `get-vanilla-with-session-token`.
+        let token = "6e86291e8372ff2a2260956d9b8aae1d763fbf315fa00fa31553b73ebf194267";
+        let headers = signed(
+            &test_credentials(Some(token)),
+            vanilla,
+            Method::GET,
+            "https://example.amazonaws.com/",
+            b"",
+        );
+        assert_eq!(
+            signature(&headers),
+            "07ec1639c89043aa0e3e2de82b96708f198cceab042d4a97044c66dd9f74e7f8"
+        );
+        assert_eq!(headers["x-amz-security-token"], token);
+    }
+
+    #[test]
+    fn sign_replaces_the_clients_signature() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("AWS4-HMAC-SHA256 old"),
+        );
+        headers.insert("x-amz-date", HeaderValue::from_static("20000101T000000Z"));
+        headers.insert("x-amz-content-sha256", HeaderValue::from_static("UNSIGNED"));
+        headers.insert("anthropic-beta", HeaderValue::from_static("x"));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let credentials = test_credentials(Some("token-1"));
+        let scope = Scope {
+            service: SERVICE,
+            region: "us-west-2",
+            time: at(1_700_000_000),
+        };
+        let uri = "https://bedrock-runtime.us-west-2.amazonaws.com/model/m/invoke";
+        sign(
+            &credentials,
+            scope,
+            (&Method::POST, uri),
+            &mut headers,
+            b"{}",
+        )
+        .unwrap();
+        let auth = headers[AUTHORIZATION].to_str().unwrap();
+        assert!(auth.starts_with(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20231114/us-west-2/bedrock/aws4_request"
+        ));
+        assert!(
+            auth.contains("SignedHeaders=content-type;host;x-amz-date;x-amz-security-token,"),
+            "{auth}"
+        );
+        assert_eq!(headers["x-amz-date"], "20231114T221320Z");
+        assert_eq!(headers["x-amz-security-token"], "token-1");
+        assert!(!headers.contains_key("x-amz-content-sha256"));
+        assert_eq!(headers["anthropic-beta"], "x");
+        // A different body is a different signature.
+        let first = signature(&headers);
+        sign(
+            &credentials,
+            scope,
+            (&Method::POST, uri),
+            &mut headers,
+            b"{ }",
+        )
+        .unwrap();
+        assert_ne!(first, signature(&headers));
+    }
+
+    #[tokio::test]
+    async fn upstreams_follow_the_region_and_the_call() {
+        let bedrock = Bedrock::new(None, Some("eu-west-3".into()), CredentialSource::Off);
+        assert_eq!(
+            bedrock.upstream("/bedrock/model/m/invoke").await,
+            "https://bedrock-runtime.eu-west-3.amazonaws.com"
+        );
+        assert_eq!(
+            bedrock.upstream("/bedrock/inference-profiles").await,
+            "https://bedrock.eu-west-3.amazonaws.com"
+        );
+        let configured = Bedrock::new(Some("http://gw".into()), None, CredentialSource::Off);
+        assert_eq!(
+            configured.upstream("/bedrock/inference-profiles").await,
+            "http://gw"
+        );
+        assert!(matches!(
+            configured.auth(&HeaderMap::new()).await,
+            Auth::AsItCame
+        ));
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(
+            invokes("/bedrock/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"),
+            Some((
+                Cow::Borrowed("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
+                false
+            ))
+        );
+        assert_eq!(
+            invokes("/bedrock/model/m/invoke-with-response-stream"),
+            Some((Cow::Borrowed("m"), true))
+        );
+        assert_eq!(invokes("/bedrock/model/m/converse"), None);
+        assert_eq!(invokes("/bedrock/model//invoke"), None);
+        assert_eq!(invokes("/bedrock/model/a/b/invoke"), None);
+        assert_eq!(percent_decoded("a%ZZ%3a"), "a%ZZ:");
+        assert_eq!(percent_decoded("%ff"), "%ff");
+    }
+
+    fn exception_frame() -> Vec<u8> {
+        let message = Message::new(&b"{\"message\":\"slow down\"}"[..])
+            .add_header(Header::new(
+                ":exception-type",
+                FrameValue::String("throttlingException".into()),
+            ))
+            .add_header(Header::new(
+                ":message-type",
+                FrameValue::String("exception".into()),
+            ));
+        let mut out = Vec::new();
+        write_message_to(&message, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn unframes_chunks_and_keeps_other_frames_raw() {
+        let start = br#"{"type":"message_start","message":{"id":"m"}}"#;
+        let stream = [
+            chunk_frame(start),
+            exception_frame(),
+            chunk_frame(br#"{"type":"message_stop"}"#),
+        ]
+        .concat();
+        // Any chunking gives the same text.
+        let whole = Unframe::default().feed(&stream).unwrap();
+        for size in [1, 3, 17, 100] {
+            let mut unframe = Unframe::default();
+            let mut text = Vec::new();
+            for piece in stream.chunks(size) {
+                text.extend_from_slice(&unframe.feed(piece).unwrap());
+            }
+            unframe.finish().unwrap();
+            assert_eq!(text, whole);
+        }
+        let text = std::str::from_utf8(&whole).unwrap();
+        assert!(text.starts_with(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\"}}\n\n"
+        ));
+        assert!(text.contains("event: bedrock_frame\ndata: {\"type\":\"bedrock_frame\""));
+        assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+        // And back: the exception frame is its own bytes again, the chunks decode the same.
+        let mut reframe = Reframe::default();
+        let again = reframe.feed(&whole);
+        assert_eq!(Unframe::default().feed(&again).unwrap(), whole);
+        assert!(
+            again
+                .windows(exception_frame().len())
+                .any(|w| w == exception_frame().as_slice())
+        );
+    }
+
+    #[test]
+    fn refuses_broken_frames() {
+        let mut frame = chunk_frame(br#"{"type":"ping"}"#);
+        let last = frame.len() - 1;
+        frame[last] ^= 1;
+        assert!(Unframe::default().feed(&frame).is_err());
+        // A prelude claiming 4 GiB is refused at once, not waited for.
+        assert!(
+            Unframe::default()
+                .feed(&[0xff, 0xff, 0xff, 0xff, 0, 0])
+                .is_err()
+        );
+        let mut cut = Unframe::default();
+        cut.feed(&chunk_frame(b"{}")[..10]).unwrap();
+        assert!(cut.finish().is_err());
+    }
+}
