@@ -110,7 +110,7 @@ pub fn save_state(store: &dyn Store, key: &str, state: &SessionState) {
 }
 
 /// Asks the tracker about a turn carrying `parsed`, and records it.
-pub fn begin_turn(
+pub(crate) fn begin_turn(
     state: &mut SessionState,
     parsed: &ParsedBody<'_>,
     now: std::time::Duration,
@@ -132,7 +132,7 @@ pub fn begin_turn(
 /// One turn: the tracker's facts, then the pipeline under them. `cx` carries the request's
 /// session, store and clock; its boundary and coldness are overwritten here. With
 /// `cache.amortize` on, a warm staircase turn also weighs a depth re-write (see [`amortize`]).
-pub fn run_turn<'a>(
+pub(crate) fn run_turn<'a>(
     state: &mut SessionState,
     parsed: &ParsedBody<'a>,
     pipeline: &Pipeline,
@@ -212,7 +212,7 @@ fn run_under<'a>(
 /// Runs the pipeline again for a turn [`run_turn`] already began: the tracker is not consulted
 /// again and its facts (boundary, cold) stand. The proxy does this once when a model job it
 /// waited for finished within the deadline, so the result lands on this turn.
-pub fn rerun<'a>(
+pub(crate) fn rerun<'a>(
     parsed: &ParsedBody<'a>,
     pipeline: &Pipeline,
     mut cx: RunCx,

@@ -362,6 +362,19 @@ impl TurnService {
         self
     }
 
+    /// Live turns whose sessions persist to this service's own store, their actors on the
+    /// current tokio runtime, with the default limits: one process and its memory store (the
+    /// flip test, the turn's own tests).
+    #[must_use]
+    pub fn with_local_sessions(self, amortize: AmortizeConfig) -> TurnService {
+        let sessions = Sessions::new(
+            actors::sessions::SessionLimits::DEFAULT,
+            Arc::new(crate::StorePersist::new(self.store.clone())),
+            tokio::runtime::Handle::current(),
+        );
+        self.with_sessions(sessions, amortize)
+    }
+
     /// Prepare each turn's new outputs on a background worker (the proxy does; replay does not
     /// need to: preparing only fills memos, it never changes a decision).
     #[must_use]

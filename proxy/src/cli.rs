@@ -177,11 +177,18 @@ enum ConfigChoice {
     Embedded,
 }
 
+/// `--listen`, declared once for every subcommand that takes it.
 #[derive(Debug, Args)]
-struct WrapArgs {
-    /// Where sluice listens (or is listening already).
+struct ListenArg {
+    /// Where sluice listens (for `wrap`: or is listening already).
     #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:4000")]
     listen: std::net::SocketAddr,
+}
+
+#[derive(Debug, Args)]
+struct WrapArgs {
+    #[command(flatten)]
+    listen: ListenArg,
     /// Arguments for the `sluice serve` it starts (`--preset agent`, `--store memory`, ...).
     #[arg(long = "serve-arg", allow_hyphen_values = true)]
     serve_args: Vec<String>,
@@ -197,9 +204,8 @@ struct WrapArgs {
 struct ServeArgs {
     #[command(flatten)]
     config: ConfigArgs,
-    /// Address to listen on.
-    #[arg(long, env = "SLUICE_LISTEN", default_value = "127.0.0.1:4000")]
-    listen: std::net::SocketAddr,
+    #[command(flatten)]
+    listen: ListenArg,
     /// Where sessions' state lives: `sqlite:PATH` (the default, under the user's state
     /// directory), `redis://HOST:PORT/DB` (shared by replicas), `memory` (this run only) or
     /// `off`. Beats `store.backend` in the config.
@@ -623,8 +629,8 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let spec = store_spec(args.store.clone(), &config.store, args.listen)?;
-        let dashboard = dashboard(&args.dashboard, &spec, args.listen)?;
+        let spec = store_spec(args.store.clone(), &config.store, args.listen.listen)?;
+        let dashboard = dashboard(&args.dashboard, &spec, args.listen.listen)?;
         let state = state_store(spec, &config.store)?;
         let timeouts = Timeouts {
             connect: Duration::from_secs(args.connect_timeout),
@@ -667,9 +673,9 @@ fn serve(args: &ServeArgs) -> Result<(), Failure> {
             .map_err(|errs| config_failure(Path::new("config"), &errs))?;
         // Before listening: the first request should not pay for building tables.
         engine::tokens::warm_up();
-        let (listener, local) = crate::server::bind(args.listen)
+        let (listener, local) = crate::server::bind(args.listen.listen)
             .await
-            .map_err(|e| Failure(format!("listen on {}: {e}", args.listen)))?;
+            .map_err(|e| Failure(format!("listen on {}: {e}", args.listen.listen)))?;
         tracing::info!(%local, pipeline = %pipeline_names, "sluice is listening.");
         if !local.ip().is_loopback() {
             tracing::warn!(
@@ -1052,7 +1058,7 @@ fn sluice_answers(addr: std::net::SocketAddr) -> bool {
 
 /// `sluice wrap`: see the subcommand's help. Exits with the command's own code.
 fn wrap(args: &WrapArgs) -> Result<(), Failure> {
-    let started = if sluice_answers(args.listen) {
+    let started = if sluice_answers(args.listen.listen) {
         None
     } else {
         let exe = std::env::current_exe()
@@ -1065,7 +1071,7 @@ fn wrap(args: &WrapArgs) -> Result<(), Failure> {
             None => std::process::Stdio::null(),
         };
         let child = std::process::Command::new(exe)
-            .args(["serve", "--listen", &args.listen.to_string()])
+            .args(["serve", "--listen", &args.listen.listen.to_string()])
             .args(&args.serve_args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -1074,14 +1080,14 @@ fn wrap(args: &WrapArgs) -> Result<(), Failure> {
             .map_err(|e| Failure(format!("cannot start sluice serve: {e}")))?;
         let mut child = StopOnDrop(child);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        while !sluice_answers(args.listen) {
+        while !sluice_answers(args.listen.listen) {
             if let Ok(Some(status)) = child.0.try_wait() {
                 return Err(Failure(format!("sluice serve exited at start ({status})")));
             }
             if std::time::Instant::now() > deadline {
                 return Err(Failure(format!(
                     "sluice serve did not answer on {}",
-                    args.listen
+                    args.listen.listen
                 )));
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -1096,11 +1102,11 @@ fn wrap(args: &WrapArgs) -> Result<(), Failure> {
         .args(rest)
         .env(
             "ANTHROPIC_BASE_URL",
-            format!("http://{}/anthropic", args.listen),
+            format!("http://{}/anthropic", args.listen.listen),
         )
         .env(
             "OPENAI_BASE_URL",
-            format!("http://{}/openai/v1", args.listen),
+            format!("http://{}/openai/v1", args.listen.listen),
         )
         .status()
         .map_err(|e| Failure(format!("cannot run {program}: {e}")))?;

@@ -1,16 +1,15 @@
-//! Every public corpus session replayed turn by turn through the real session machinery, with
-//! every built component: no turn may change a byte the previous turn forwarded.
+//! Every public corpus session replayed turn by turn through the turn service (the one the
+//! proxy runs: session actors, the tracker, freeze and replay), with every built component: no
+//! turn may change a byte the previous turn forwarded.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use engine::clock::ManualClock;
 use engine::config::Config;
-use engine::pipeline::RunCx;
-use engine::store::MemoryStore;
-use engine::wire;
+use engine::store::{MemoryStore, Store};
 use integration_tests::{bodies, session_turns as turns, wire_messages};
-use modes::{SessionState, run_turn};
+use modes::{Turn, TurnInput, TurnService};
 
 /// The start of the pipeline, in the order a user would run them: lossless repacking first,
 /// then the offloaders, `linecap` last among the reference's.
@@ -43,23 +42,37 @@ fn all_built() -> String {
     format!("pipeline: [{}]", names.join(", "))
 }
 
-#[test]
-fn every_public_session_replays_turn_by_turn_with_zero_flips() {
+/// The turn service over every built component, a memory store and a clock the test moves.
+fn service(config: &Config, clock: &Arc<ManualClock>) -> TurnService {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+    TurnService::new(
+        Arc::new(config.build_pipeline().unwrap()),
+        store,
+        clock.clone(),
+    )
+    .with_local_sessions(config.cache.amortize)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_public_session_replays_turn_by_turn_with_zero_flips() {
     let config = Config::parse(&all_built()).unwrap();
     assert_eq!(
         config.pipeline.len(),
         engine::components::ALL.len(),
         "every registered component runs"
     );
-    let pipeline = config.build_pipeline().unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        modes::turn::SESSION_HEADER,
+        http::HeaderValue::from_static("replay"),
+    );
     let (mut sessions, mut checked, mut replayed, mut cold_acted) = (0, 0, 0u64, 0);
     for body in bodies()
         .iter()
         .filter(|b| b.path.to_string_lossy().contains("/public/"))
     {
         let clock = Arc::new(ManualClock::new());
-        let store = Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-        let mut state = SessionState::default();
+        let service = service(&config, &clock);
         let mut previous: Vec<String> = Vec::new();
         let turns = turns(&body.bytes);
         let cold_turn = turns.len() / 2;
@@ -67,11 +80,16 @@ fn every_public_session_replays_turn_by_turn_with_zero_flips() {
             // Warm turns 40 s apart, with one long break half way through the session.
             let gap = if k == cold_turn { 3 * 3600 } else { 40 };
             clock.advance(Duration::from_secs(gap));
-            let parsed = wire::parse(turn, body.dialect).unwrap();
-            let cx = RunCx::new(body.dialect, "replay", store.clone(), clock.clone());
-            let (applied, facts) =
-                run_turn(&mut state, &parsed, &pipeline, cx, &config.cache.amortize);
-            assert!(applied.error.is_none(), "{}", body.path.display());
+            let input = TurnInput {
+                dialect: body.dialect,
+                body: &bytes::Bytes::from(turn.clone()),
+                headers: &headers,
+                models: None,
+            };
+            let Turn::Forward(applied) = service.run(input).await else {
+                panic!("{} turn {k}: untouched", body.path.display());
+            };
+            let facts = &applied.facts;
             let forwarded = wire_messages(&applied.body);
             let frozen = applied.report.frozen();
             // The bytes below are the flip check. A decision the store lost (the 3 h break

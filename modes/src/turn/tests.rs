@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use actors::sessions::{SessionLimits, Sessions};
 use engine::clock::ManualClock;
 use engine::config::Config;
 use engine::marker;
@@ -11,7 +10,6 @@ use engine::store::{MemoryStore, MemoryStoreLimits};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::StorePersist;
 
 /// A pytest run long enough for `collapse` to cut: a marker and a stash every time.
 fn pytest_log(i: usize) -> String {
@@ -51,17 +49,12 @@ fn service(clock: &Arc<ManualClock>) -> TurnService {
     let config = Config::parse("pipeline: [format, dedup, collapse, linecap]").unwrap();
     let store: Arc<dyn Store> =
         Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
-    let sessions = Sessions::new(
-        SessionLimits::DEFAULT,
-        Arc::new(StorePersist::new(store.clone())),
-        tokio::runtime::Handle::current(),
-    );
     TurnService::new(
         Arc::new(config.build_pipeline().unwrap()),
         store,
         clock.clone(),
     )
-    .with_sessions(sessions, config.cache.amortize)
+    .with_local_sessions(config.cache.amortize)
 }
 
 fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {

@@ -1,0 +1,199 @@
+//! The two component kinds ([`Reformat`], [`Offload`]), the proof of a stash
+//! ([`StashKey`]), how decisions carry across turns ([`Freeze`]), and a built [`Stage`].
+
+use super::*;
+
+/// What a component reports when it fails. The pipeline reverts it and carries on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ComponentError(pub String);
+
+/// Proof that an original was stashed: only [`ApplyCx::stash`] makes one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StashKey {
+    pub(super) id: String,
+}
+
+impl StashKey {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `<<cg:ID>>`.
+    pub fn marker(&self) -> String {
+        marker::marker(&self.id)
+    }
+}
+
+/// A lossless component: repacks text in place, nothing leaves the wire.
+pub trait Reformat: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// How its decisions carry across turns. Stateless unless it skips by position (a
+    /// `keep_recent` window): then whether it acts depends on later history, and its decisions
+    /// are frozen like an offloader's.
+    fn freeze(&self) -> Freeze {
+        Freeze::Stateless
+    }
+
+    /// # Errors
+    /// Any error reverts this component for this request.
+    fn reformat(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError>;
+}
+
+/// How an offloader's decisions carry across the turns of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Freeze {
+    /// Whether and how it rewrites a message is a pure function of that message and the ones
+    /// before it (linecap, dedup): every turn re-derives the same bytes, at any depth, so there
+    /// is nothing to remember and no cached prefix to respect.
+    Stateless,
+    /// Whether it acts depends on position or later history (mask acts once an output is old),
+    /// but the replacement is a pure function of content and config. New decisions only beyond
+    /// the cached prefix (or on a cold turn, when opted in); decisions are frozen and replayed;
+    /// a lost freeze is re-derived at any depth, since the bytes come out the same.
+    Rederivable,
+    /// The replacement is sampled (an LLM wrote it): frozen and replayed, never re-derived.
+    Sampled,
+}
+
+/// A lossy but reversible component: replaces content with a marker and stashes the original.
+pub trait Offload: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// How its decisions carry across turns. Defaults to [`Freeze::Stateless`].
+    fn freeze(&self) -> Freeze {
+        Freeze::Stateless
+    }
+
+    /// Whether it may make new decisions inside the cached prefix on a provably cold turn.
+    /// Only meaningful for [`Freeze::Rederivable`]: a cold decision must be re-derivable later.
+    fn cold_cache(&self) -> bool {
+        false
+    }
+
+    /// Whether it changes more than tool-output text (an assistant's call arguments or
+    /// reasoning): then its frozen decisions record and replay whole messages.
+    fn whole_messages(&self) -> bool {
+        false
+    }
+
+    /// Whether a lost decision may be re-derived (a [`Freeze::Rederivable`] component whose
+    /// act-or-not choice can differ with age, such as trimming a block that would later be
+    /// removed, answers false).
+    fn repairable(&self) -> bool {
+        true
+    }
+
+    /// Work on one message that can be done before any turn needs it, off the request path:
+    /// the host calls [`Pipeline::prepare`] on a worker after forwarding a turn, for the
+    /// messages that turn added. Whatever it computes must be memoized by content, so a later
+    /// `offload` finds it; it must never change what `offload` decides. Defaults to nothing.
+    fn prepare(&self, message: &Message) {
+        let _ = message;
+    }
+
+    /// Whether [`Offload::restructure`] is implemented: the host checks what the body-level
+    /// rewrite may not touch (`tools:` rules) only for components that have one.
+    fn restructures(&self) -> bool {
+        false
+    }
+
+    /// A body-level rewrite that changes the message count (`summarize`): runs after every
+    /// component and the splice, on the body about to be forwarded. `None` (the default) for
+    /// every component that works on messages; `Err` is the gate that says why it did nothing.
+    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, &'static str>> {
+        let _ = (body, cx);
+        None
+    }
+
+    /// Returns the keys of every original it stashed.
+    ///
+    /// # Errors
+    /// Any error reverts this component for this request.
+    fn offload(
+        &self,
+        messages: &mut Transcript<'_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError>;
+}
+
+/// What a body-level restructure produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restructured {
+    /// The whole body to forward: untouched bytes outside the replaced span.
+    pub body: Vec<u8>,
+    /// Tokens of the replaced messages minus the tokens of their replacement.
+    pub saved_tokens: usize,
+    /// The stash id of what was replaced.
+    pub stashed: String,
+}
+
+/// A built component, as the pipeline holds it.
+pub enum Stage {
+    Reformat(Box<dyn Reformat>),
+    Offload(Box<dyn Offload>),
+}
+
+impl Stage {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Stage::Reformat(c) => c.name(),
+            Stage::Offload(c) => c.name(),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Stage::Reformat(_) => Kind::Reformat,
+            Stage::Offload(_) => Kind::Offload,
+        }
+    }
+
+    pub fn freeze(&self) -> Freeze {
+        match self {
+            Stage::Reformat(c) => c.freeze(),
+            Stage::Offload(c) => c.freeze(),
+        }
+    }
+
+    pub(super) fn whole_messages(&self) -> bool {
+        match self {
+            Stage::Reformat(_) => false,
+            Stage::Offload(c) => c.whole_messages(),
+        }
+    }
+
+    pub(super) fn repairable(&self) -> bool {
+        match self {
+            Stage::Reformat(_) => true,
+            Stage::Offload(c) => c.repairable(),
+        }
+    }
+
+    pub(super) fn cold_cache(&self) -> bool {
+        match self {
+            // A lossless repacking is always re-derivable, so a cold turn may apply it anywhere.
+            Stage::Reformat(c) => c.freeze() == Freeze::Rederivable,
+            Stage::Offload(c) => c.freeze() == Freeze::Rederivable && c.cold_cache(),
+        }
+    }
+}
+
+impl fmt::Debug for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}({})", self.kind(), self.name())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Reformat,
+    Offload,
+}
