@@ -93,7 +93,7 @@ pub trait TurnModels: Models {
 
 /// Where a turn gets its model view, once its body is parsed (the model a request names, its
 /// upstream and credentials come from the request).
-pub trait ModelSource: Send + Sync {
+pub trait TurnModelsSource: Send + Sync {
     fn for_turn(&self, parsed: &ParsedBody<'_>) -> Arc<dyn TurnModels>;
 }
 
@@ -103,7 +103,7 @@ pub struct TurnInput<'a> {
     pub body: &'a Bytes,
     pub headers: &'a HeaderMap,
     /// The host's model service; `None` offline.
-    pub models: Option<&'a dyn ModelSource>,
+    pub models: Option<&'a dyn TurnModelsSource>,
 }
 
 /// Why a request goes upstream exactly as it came.
@@ -360,6 +360,11 @@ impl TurnService {
         self.sessions = Some(sessions);
         self.amortize = amortize;
         self
+    }
+
+    /// The durable store behind the live turns, when state lives beyond this process.
+    pub fn durable(&self) -> Option<&Arc<DurableStore>> {
+        self.durable.as_ref()
     }
 
     /// Live turns whose sessions persist to this service's own store, their actors on the
@@ -629,29 +634,13 @@ impl TurnService {
         }
     }
 
-    /// A one-off rewrite (`POST /compact`, `sluice compact`): no tracker, any depth, and a
-    /// session namespace of its own (`compact:<session>`), so its frozen decisions are never
-    /// replayed into a live session's cached prefix. `pipeline` overrides the service's.
-    ///
-    /// Only for a service without a durable store (its writes would never be committed): a host
-    /// with one calls [`TurnService::compact_kept`].
-    pub fn compact(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
-        debug_assert!(
-            self.durable.is_none(),
-            "use compact_kept with a durable store"
-        );
-        match self.compact_admit(input) {
-            Ok((parsed, session)) => {
-                self.compact_run(input, &parsed, session, pipeline, Flush::done())
-            }
-            Err(untouched) => untouched,
-        }
-    }
-
-    /// [`TurnService::compact`] with its session opened in the durable store and its writes
-    /// handed to it (`Forward::flushed`), so its markers expand on any replica and after a
-    /// restart.
-    pub async fn compact_kept(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
+    /// A one-off rewrite (`POST /compact`, `/v1/compress`, `sluice compact`): no tracker, any
+    /// depth, and a session namespace of its own (`compact:<session>`), so its frozen decisions
+    /// are never replayed into a live session's cached prefix. `pipeline` overrides the
+    /// service's. With a durable store its session is opened there and its writes handed to it
+    /// (`Forward::flushed`), so its markers expand on any replica and after a restart; the
+    /// caller decides nothing.
+    pub async fn compact(&self, input: &TurnInput<'_>, pipeline: Option<&Pipeline>) -> Turn {
         let (parsed, session) = match self.compact_admit(input) {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,

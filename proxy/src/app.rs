@@ -168,8 +168,6 @@ pub struct App {
     observer: Option<Observer>,
     /// The LLM actor: model jobs for `extract_llm`, `extract` (`strategy: code`), `summarize`.
     pub llm: llm::LlmService,
-    /// The durable store behind the live turns, if state lives beyond this process.
-    durable: Option<Arc<DurableStore>>,
     /// For `uptime_seconds`.
     started: std::time::Instant,
     /// Bedrock's region and credentials, looked up on its first request.
@@ -286,7 +284,6 @@ impl App {
             settings,
             observer,
             llm,
-            durable,
             started: std::time::Instant::now(),
         })
     }
@@ -295,8 +292,8 @@ impl App {
         StoreView {
             store: self.store().stats(),
             durable: self
-                .durable
-                .as_ref()
+                .turns
+                .durable()
                 .map(|d| d.durable_stats())
                 .unwrap_or_default(),
         }
@@ -304,7 +301,7 @@ impl App {
 
     /// `sqlite:PATH`, a redacted Redis URL, `memory` or `off`.
     pub(crate) fn store_backend(&self) -> String {
-        match &self.durable {
+        match self.turns.durable() {
             Some(durable) => durable.describe(),
             None if self.store().persists() => "memory".to_owned(),
             None => "off".to_owned(),
@@ -340,15 +337,10 @@ impl App {
             .collect())
     }
 
-    /// The durable store, when state lives beyond this process.
-    pub fn durable(&self) -> Option<&Arc<DurableStore>> {
-        self.durable.as_ref()
-    }
-
     /// The original behind `id` in `session`: from memory, else (a replica that did not cut it,
     /// a restart) from the durable store.
     pub(crate) async fn resolve(&self, session: &str, id: &str) -> Option<Arc<str>> {
-        match &self.durable {
+        match self.turns.durable() {
             Some(durable) => durable.fetch(Some(session), id).await,
             None => self.store().resolve(session, id),
         }
@@ -357,7 +349,7 @@ impl App {
     /// The original behind `id` in any session (a person at a trusted address, a gateway's
     /// retrieve).
     pub(crate) async fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
-        match &self.durable {
+        match self.turns.durable() {
             Some(durable) => durable.fetch(None, id).await,
             None => self.store().resolve_any(id),
         }
@@ -743,10 +735,7 @@ async fn one_off_rewrite(
     input: &TurnInput<'_>,
     pipeline: Option<&engine::pipeline::Pipeline>,
 ) -> Option<Bytes> {
-    let turn = match app.durable {
-        Some(_) => app.turns().compact_kept(input, pipeline).await,
-        None => app.turns().compact(input, pipeline),
-    };
+    let turn = app.turns().compact(input, pipeline).await;
     match turn {
         Turn::Forward(forward) => {
             let forward = *forward;

@@ -21,7 +21,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use modes::stats::{Stats, StreamRelay};
-use modes::turn::{ModelSource, Turn, TurnInput, TurnModels, TurnService};
+use modes::turn::{Turn, TurnInput, TurnModels, TurnModelsSource, TurnService};
 use modes::{CacheUsage, SessionState};
 use parking_lot::Mutex;
 
@@ -101,7 +101,7 @@ pub(crate) async fn chat(
             .forward(app, access, "observe", report, capture)
             .await;
     }
-    let models = RequestModels {
+    let models = IncomingModels {
         llm: &app.llm,
         dialect,
         headers: &out.headers,
@@ -194,8 +194,8 @@ impl Outgoing {
         })
     }
 
-    fn untouched(&self, body: Bytes) -> Untouched<'_> {
-        Untouched {
+    fn untouched(&self, body: Bytes) -> PassedOn<'_> {
+        PassedOn {
             method: self.method.clone(),
             uri: &self.uri,
             headers: &self.headers,
@@ -276,7 +276,7 @@ impl Outgoing {
 }
 
 /// A request that goes upstream as it came.
-struct Untouched<'a> {
+struct PassedOn<'a> {
     method: Method,
     uri: &'a str,
     headers: &'a HeaderMap,
@@ -284,7 +284,7 @@ struct Untouched<'a> {
     auth: &'a Auth,
 }
 
-impl Untouched<'_> {
+impl PassedOn<'_> {
     /// Sends it and relays the reply, its cache report to `report` (none: no session to give it
     /// to); `why` for the access log.
     async fn forward(
@@ -650,14 +650,14 @@ fn observe(
 /// What `model.source: incoming` reuses: the request's protocol, upstream URL, model and the
 /// caller's headers that may go upstream (credentials included; they live only as long as this
 /// request's jobs and are never logged). Compression is not asked for: the reply is parsed.
-struct RequestModels<'a> {
+struct IncomingModels<'a> {
     llm: &'a llm::LlmService,
     dialect: Dialect,
     headers: &'a HeaderMap,
     uri: &'a str,
 }
 
-impl ModelSource for RequestModels<'_> {
+impl TurnModelsSource for IncomingModels<'_> {
     fn for_turn(&self, parsed: &ParsedBody<'_>) -> Arc<dyn TurnModels> {
         Arc::new(ModelsOfRequest {
             inner: self.llm.for_request(incoming_model(

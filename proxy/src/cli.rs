@@ -736,7 +736,11 @@ fn compact(args: &CompactArgs) -> Result<(), Failure> {
         models: None,
     };
     // The same turn `POST /compact` runs: a body that carries a marker declares the expand tool.
-    let applied = match turns.compact(&input, None) {
+    // No durable store and no session actors: the rewrite never waits, a small runtime drives it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| Failure(format!("start the runtime: {e}")))?;
+    let applied = match runtime.block_on(turns.compact(&input, None)) {
         modes::Turn::Forward(forward) => *forward,
         // An agent compacting its own transcript: what the proxy forwards, the body as it came.
         modes::Turn::Untouched { reason, .. } => {

@@ -107,10 +107,7 @@ pub(crate) async fn compress_route(app: &App, request: Request<Incoming>) -> Res
         headers: &parts.headers,
         models: None,
     };
-    let turn = match app.durable() {
-        Some(_) => app.turns().compact_kept(&input, None).await,
-        None => app.turns().compact(&input, None),
-    };
+    let turn = app.turns().compact(&input, None).await;
     let Turn::Forward(forward) = turn else {
         return answer(&messages, 0, 0, &[], &[]);
     };

@@ -193,7 +193,7 @@ async fn a_one_off_rewrite_has_its_own_namespace_and_the_same_way_back() {
         headers: &headers(&[(SESSION_HEADER, "s-3")]),
         models: None,
     };
-    let compacted = forward(service.compact(&input, None));
+    let compacted = forward(service.compact(&input, None).await);
     assert_eq!(compacted.session, "compact:u:s-3");
     let live = forward(run(&service, &body, &headers(&[(SESSION_HEADER, "s-3")])).await);
     // The same pipeline, no history: the same bytes either way.
