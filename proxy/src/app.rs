@@ -23,16 +23,15 @@ use engine::wire::Dialect;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use modes::stats::{Stats, table};
+use modes::stats::Stats;
 use modes::turn::{Turn, TurnInput, TurnService};
 use modes::{SessionState, StorePersist};
 
 use crate::chat::{FLUSH_WAIT, chat, relay, send};
 use crate::clock::SystemClock;
-use crate::dashboard_stats::{DASHBOARD_FIELDS, DashboardView};
-use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::respond::{self as h, Body, ProxyError};
-use crate::store_stats::{STORE_FIELDS, StoreView};
+use crate::sections::SECTIONS;
+use crate::store_stats::StoreView;
 use crate::upstream::Upstream;
 
 pub use crate::expand_loop::MAX_EXPAND_ROUNDS;
@@ -288,7 +287,7 @@ impl App {
         })
     }
 
-    fn store_view(&self) -> StoreView {
+    pub(crate) fn store_view(&self) -> StoreView {
         StoreView {
             store: self.store().stats(),
             durable: self
@@ -457,12 +456,10 @@ pub async fn handle(
                 app.observer.as_ref().map(|o| o.pool.stats()),
                 Some(app.live_sessions().stats()),
             );
-            let llm = LlmView::new(app.llm.counts(), &app.stats);
             if let Some(object) = stats.as_object_mut() {
-                table::write_json(LLM_FIELDS, &llm, object);
-                table::write_json(STORE_FIELDS, &app.store_view(), object);
-                let dashboard = DashboardView::of(app.dashboard().map(|d| &**d));
-                table::write_json(DASHBOARD_FIELDS, &dashboard, object);
+                for section in SECTIONS {
+                    (section.json)(&app, object);
+                }
                 object.insert("store_backend".into(), app.store_backend().into());
                 object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
                 object.insert(
@@ -474,11 +471,9 @@ pub async fn handle(
         }
         (&Method::GET, "/metrics") => {
             let mut text = app.stats.to_prometheus();
-            let llm = LlmView::new(app.llm.counts(), &app.stats);
-            table::write_prometheus(LLM_FIELDS, &llm, &mut text);
-            table::write_prometheus(STORE_FIELDS, &app.store_view(), &mut text);
-            let dashboard = DashboardView::of(app.dashboard().map(|d| &**d));
-            table::write_prometheus(DASHBOARD_FIELDS, &dashboard, &mut text);
+            for section in SECTIONS {
+                (section.prometheus)(&app, &mut text);
+            }
             write_build_info(&mut text, app.started.elapsed());
             h::text(StatusCode::OK, text)
         }

@@ -28,6 +28,7 @@ pub mod llm_stats;
 mod reference;
 pub mod replay;
 pub mod respond;
+pub mod sections;
 pub mod server;
 pub mod sidecar;
 pub mod sse;
