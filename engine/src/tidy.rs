@@ -181,3 +181,35 @@ fn engine_modules_form_a_tree() {
         assert!(!code.contains(forbidden), "{file} uses {forbidden}");
     }
 }
+
+/// A component's name is written twice, by its factory and by the component it builds: the two
+/// must agree, or `/stats`, the config and the freeze keys would name it differently. And a
+/// component that says it does not restructure must not (the host checks `tools:` rules only for
+/// those that say they do).
+#[test]
+fn every_factory_builds_a_component_of_its_own_name() {
+    use crate::components::ComponentSource;
+    use crate::pipeline::{RunCx, Stage};
+    let clock = std::sync::Arc::new(crate::clock::ManualClock::new());
+    let store = std::sync::Arc::new(crate::store::MemoryStore::new(
+        crate::store::MemoryStoreLimits::DEFAULT,
+        clock.clone(),
+    ));
+    let cx = RunCx::new(crate::wire::Dialect::Anthropic, "s", store, clock);
+    let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    for factory in ALL {
+        let stage = factory
+            .build(&ComponentSource::defaults(factory.name()))
+            .unwrap_or_else(|e| panic!("{}: {e}", factory.name()));
+        assert_eq!(stage.name(), factory.name());
+        if let Stage::Offload(offload) = &stage
+            && !offload.restructures()
+        {
+            assert!(
+                offload.restructure(body, &cx).is_none(),
+                "{} restructures without saying so",
+                factory.name()
+            );
+        }
+    }
+}
