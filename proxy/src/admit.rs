@@ -80,9 +80,14 @@ impl Admission {
     ///
     /// # Errors
     /// A 403 saying why not.
-    pub fn check(&self, peer: IpAddr, headers: &HeaderMap) -> Result<(), ProxyError> {
+    /// Whether `peer` is loopback or in a trusted network (the address half of [`check`]).
+    pub fn trusts(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
-        if !peer.is_loopback() && !self.trusted.iter().any(|net| net.contains(peer)) {
+        peer.is_loopback() || self.trusted.iter().any(|net| net.contains(peer))
+    }
+
+    pub fn check(&self, peer: IpAddr, headers: &HeaderMap) -> Result<(), ProxyError> {
+        if !self.trusts(peer) {
             return Err(ProxyError::Forbidden(
                 "operator routes answer loopback and trusted networks only",
             ));

@@ -417,10 +417,24 @@ impl App {
 pub async fn handle(
     app: Arc<App>,
     peer: SocketAddr,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let started = std::time::Instant::now();
     let path = request.uri().path().to_owned();
+    if path.starts_with("/bedrock/") {
+        // Whether sluice may sign this caller's Bedrock calls with its own credentials: a
+        // loopback or --trusted peer, naming sluice by an address, localhost or a
+        // --dashboard-host name (not a web page that re-points its own name at 127.0.0.1).
+        let trusted = app.settings.admission.trusts(peer.ip())
+            && crate::dashboard::host_is_ours(
+                request.uri(),
+                request.headers(),
+                &app.settings.dashboard_hosts,
+            );
+        request
+            .extensions_mut()
+            .insert(crate::bedrock::Caller { trusted });
+    }
     let method = request.method().clone();
     let response = match (&method, path.as_str()) {
         (&Method::GET, "/healthz") => h::text(StatusCode::OK, "ok"),
@@ -626,8 +640,9 @@ async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Respo
         .map_or_else(|e| ProxyError::Upstream(e).into_response(), relay)
 }
 
-/// Any other Bedrock call (`converse`, `count-tokens`, ...) goes as it came, signed by sluice
-/// when it holds credentials (the client's signature named sluice's host).
+/// Any other Bedrock call goes as it came; sluice signs the ones Claude Code makes besides model
+/// calls (`GET /inference-profiles`, `/foundation-models`), for a caller it trusts, when it holds
+/// credentials (the client's signature named sluice's host). See `bedrock::signable`.
 async fn bedrock_passthrough(app: &App, request: Request<Incoming>) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let body = match read_body(app, &parts.headers, body).await {
@@ -636,7 +651,8 @@ async fn bedrock_passthrough(app: &App, request: Request<Incoming>) -> Response<
     };
     app.stats.record_passthrough(false);
     let uri = upstream_uri(&app.bedrock.upstream(parts.uri.path()).await, &parts.uri);
-    let auth = app.bedrock.auth(&parts.headers).await;
+    let signable = crate::bedrock::signable(&parts.extensions, &parts.method, parts.uri.path());
+    let auth = app.bedrock.auth(&parts.headers, signable).await;
     crate::chat::send_as(app, &auth, parts.method, &uri, &parts.headers, body)
         .await
         .map_or_else(|e| ProxyError::Upstream(e).into_response(), relay)

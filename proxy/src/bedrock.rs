@@ -17,18 +17,22 @@
 //! ([`Auth`]):
 //! - a Bedrock API key (`Authorization: Bearer`, Claude Code's `AWS_BEARER_TOKEN_BEDROCK`)
 //!   binds no body: rewritten, sent as it came;
-//! - with credentials, every request to the Bedrock upstream is signed by sluice, rewritten
-//!   or not (the client's signature named the wrong host);
-//! - without credentials, a request the client signed goes upstream untouched (it is the only
-//!   chance its signature has), and sluice says so once in its log; an unsigned one (Claude
-//!   Code's `CLAUDE_CODE_SKIP_BEDROCK_AUTH`, a gateway that authenticates on its own) is
-//!   rewritten and sent unsigned.
+//! - with credentials, sluice signs what it forwards, rewritten or not (the client's signature
+//!   named the wrong host), each expand round again with the latest credentials;
+//! - without credentials, a request the client signed goes upstream untouched, and sluice says
+//!   so once in its log (AWS will refuse it: its signature names sluice's host; a gateway may
+//!   not); an unsigned one (Claude Code's `CLAUDE_CODE_SKIP_BEDROCK_AUTH`, a gateway that
+//!   authenticates on its own) is rewritten and sent unsigned.
+//! - sluice lends its signature only to the calls Claude Code makes (model calls, the listing
+//!   of inference profiles and models) from a caller it trusts ([`signable`]).
 //!
 //! The reply. The expand loop and the cache report read Messages server-sent events, so an
 //! event-stream reply is read through [`Unframe`] (each `chunk` event becomes the SSE event it
 //! carries; any other frame, an exception say, becomes a `bedrock_frame` event holding its raw
-//! bytes) and, when the loop rewrote it, written back through [`Reframe`]. A reply the loop
-//! leaves alone reaches the agent as its bytes came.
+//! bytes) and, when the expand loop read it, written back through [`Reframe`], event for event
+//! (a raw frame as its own bytes; a `chunk` re-encoded, without Bedrock's `p` padding). A reply
+//! the loop does not read (a request that could not reach the expand tool) reaches the agent as
+//! its bytes came.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,14 +103,56 @@ fn percent_decoded(text: &str) -> Cow<'_, str> {
     String::from_utf8(out).map_or(Cow::Borrowed(text), Cow::Owned)
 }
 
+/// What `app::handle` learned of a Bedrock request's caller, for [`signable`].
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    /// A loopback or `--trusted` peer that named sluice by an address, `localhost` or a
+    /// `--dashboard-host` name.
+    pub trusted: bool,
+}
+
+/// Whether sluice may sign this call with its own credentials: only the calls Claude Code makes
+/// (a model call; the inference profiles and models it lists at start-up), and only for a
+/// trusted caller. Anything else (creating or deleting resources on the control plane, a page
+/// that rebinds its own name to 127.0.0.1) goes as it came: sluice lends its identity to its
+/// own agents, not to whoever reaches its port.
+pub fn signable(extensions: &http::Extensions, method: &Method, path: &str) -> bool {
+    let trusted = extensions.get::<Caller>().is_some_and(|c| c.trusted);
+    let Some(rest) = path.strip_prefix(PREFIX) else {
+        return false;
+    };
+    let call = if *method == Method::POST {
+        rest.strip_prefix("/model/")
+            .and_then(|r| r.split_once('/'))
+            .is_some_and(|(model, action)| {
+                !model.is_empty()
+                    && matches!(
+                        action,
+                        "invoke"
+                            | "invoke-with-response-stream"
+                            | "converse"
+                            | "converse-stream"
+                            | "count-tokens"
+                    )
+            })
+    } else if *method == Method::GET {
+        let listing = |p: &str| rest == p || rest.starts_with(&format!("{p}/"));
+        listing("/inference-profiles") || listing("/foundation-models")
+    } else {
+        false
+    };
+    trusted && call
+}
+
 /// How a Bedrock request goes upstream.
 #[derive(Debug, Clone)]
 pub enum Auth {
     /// As it came: a Bedrock API key, or no credentials of sluice's and no signature of the
     /// client's. May be rewritten.
     AsItCame,
-    /// Signed by sluice with these credentials. May be rewritten.
-    Sign(Credentials),
+    /// Signed by sluice, each send with the latest credentials (an expand round may outlive
+    /// temporary ones). May be rewritten.
+    Sign,
     /// The client signed it and sluice holds no credentials: it goes untouched.
     ClientSigned,
 }
@@ -116,6 +162,14 @@ impl Auth {
     pub fn may_rewrite(&self) -> bool {
         !matches!(self, Auth::ClientSigned)
     }
+}
+
+/// An AWS region as AWS names them (`us-east-1`, `eu-central-2`, `us-gov-west-1`).
+fn is_region(region: &str) -> bool {
+    (1..=32).contains(&region.len())
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// Where and when a signature is made.
@@ -142,6 +196,15 @@ pub fn sign(
     use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign as sigv4};
     use aws_sigv4::sign::v4;
 
+    // An `x-amz-*` header the signature cannot cover (not text) does not go either.
+    let unsignable: Vec<HeaderName> = headers
+        .iter()
+        .filter(|(name, value)| name.as_str().starts_with("x-amz-") && value.to_str().is_err())
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in unsignable {
+        headers.remove(name);
+    }
     // The client's own signature (or part of it) goes.
     for name in [
         AUTHORIZATION.as_str(),
@@ -271,36 +334,54 @@ impl Bedrock {
             let _ = tx.send(found);
             return self.with(region, credentials);
         }
-        let client = aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https();
-        let loaded = tokio::time::timeout(
-            FIRST_LOOKUP,
-            aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .http_client(client)
-                .load(),
-        )
-        .await
-        .ok();
-        let region = self
-            .region
-            .clone()
-            .or_else(|| Some(loaded.as_ref()?.region()?.to_string()))
-            .unwrap_or_else(|| "us-east-1".into());
-        match loaded.and_then(|config| config.credentials_provider()) {
-            Some(provider) => {
-                tokio::spawn(refresh(provider, tx));
+        // The chain loads in the background and keeps refreshing there: a slow first lookup
+        // (instance metadata off EC2) delays the first request at most FIRST_LOOKUP, and
+        // credentials that arrive later are used from then on.
+        let (region_tx, region_rx) = tokio::sync::oneshot::channel();
+        let configured_region = self.region.clone();
+        tokio::spawn(async move {
+            let client = aws_smithy_http_client::Builder::new()
+                .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                    aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+                ))
+                .build_https();
+            let mut loader =
+                aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(client);
+            if let Some(region) = configured_region {
+                loader = loader.region(aws_config::Region::new(region));
             }
-            None => {
-                let _ = tx.send(Found::Nothing);
+            let config = loader.load().await;
+            let _ = region_tx.send(config.region().map(ToString::to_string));
+            match config.credentials_provider() {
+                Some(provider) => refresh(provider, tx).await,
+                None => {
+                    let _ = tx.send(Found::Nothing);
+                }
             }
-        }
+        });
+        let region = match self.region.clone() {
+            Some(region) => region,
+            None => tokio::time::timeout(FIRST_LOOKUP, region_rx)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+                .unwrap_or_else(|| {
+                    tracing::warn!("Bedrock: no AWS region found; signing for us-east-1");
+                    "us-east-1".into()
+                }),
+        };
         self.with(region, credentials)
     }
 
     fn with(&self, region: String, credentials: watch::Receiver<Found>) -> Aws {
+        // The region becomes part of a host name: nothing else is one.
+        let region = if is_region(&region) {
+            region
+        } else {
+            tracing::warn!("Bedrock: `{region}` is not an AWS region; signing for us-east-1");
+            "us-east-1".into()
+        };
         Aws {
             region,
             configured: self.configured.clone(),
@@ -329,23 +410,26 @@ impl Bedrock {
         self.aws().await.region.clone()
     }
 
-    /// How a request with `headers` goes upstream (see the module's list).
-    pub async fn auth(&self, headers: &HeaderMap) -> Auth {
+    /// How a request with `headers` goes upstream (see the module's list); `signable`: the
+    /// call and its caller may have sluice's signature ([`signable`]).
+    pub async fn auth(&self, headers: &HeaderMap, signable: bool) -> Auth {
         let authorization = headers.get(AUTHORIZATION).map(HeaderValue::as_bytes);
         if authorization.is_some_and(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ")) {
             return Auth::AsItCame;
         }
-        if let Some(credentials) = self.credentials().await {
-            return Auth::Sign(credentials);
+        if signable && self.credentials().await.is_some() {
+            return Auth::Sign;
         }
         if authorization.is_none() {
             return Auth::AsItCame;
         }
         if !self.said_unsigned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                "Bedrock: sluice found no AWS credentials (environment, profile, SSO, container, \
-                 instance metadata), so requests the agent signed go upstream untouched and \
-                 uncompacted; give sluice credentials, or a Bedrock API key to the agent"
+                "Bedrock: a request the agent signed goes upstream untouched and uncompacted \
+                 (sluice found no AWS credentials in the environment, profile, SSO, container or \
+                 instance metadata, or does not sign for this caller); its signature names \
+                 sluice's host, so AWS refuses it: give sluice credentials and run the agent with \
+                 CLAUDE_CODE_SKIP_BEDROCK_AUTH=1, or give the agent a Bedrock API key"
             );
         }
         Auth::ClientSigned
@@ -374,16 +458,20 @@ impl Bedrock {
         headers: &mut HeaderMap,
         body: &[u8],
     ) -> Result<(), SignError> {
-        let Auth::Sign(credentials) = auth else {
+        if !matches!(auth, Auth::Sign) {
             return Ok(());
-        };
+        }
+        let credentials = self
+            .credentials()
+            .await
+            .ok_or_else(|| SignError("the AWS credentials are gone".into()))?;
         let region = self.region().await;
         let scope = Scope {
             service: SERVICE,
             region: &region,
             time: SystemTime::now(),
         };
-        sign(credentials, scope, (method, uri), headers, body)
+        sign(&credentials, scope, (method, uri), headers, body)
     }
 }
 
@@ -434,6 +522,12 @@ fn sse_of(message: &Message, raw: &[u8], out: &mut Vec<u8>) {
         } else {
             data
         };
+        // The type becomes the `event:` line: one that is not a plain name stays raw.
+        let kind = kind.filter(|k| {
+            !k.is_empty()
+                && k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        });
         if let (Some(kind), false) = (kind, data.contains(&b'\n')) {
             out.extend_from_slice(b"event: ");
             out.extend_from_slice(kind.as_bytes());
@@ -505,14 +599,15 @@ impl Unframe {
         Ok(Bytes::from(out))
     }
 
-    /// The end of the reply: bytes of an unfinished frame are an error.
-    pub fn finish(self) -> Result<(), FramingError> {
+    /// The end of the reply: bytes of an unfinished frame are an error (a cut stream must not
+    /// read as a whole one).
+    pub fn finish(&mut self) -> Result<(), FramingError> {
         if self.buf.is_empty() {
             Ok(())
         } else {
+            let left = std::mem::take(&mut self.buf).len();
             Err(FramingError(format!(
-                "{} bytes of an unfinished message",
-                self.buf.len()
+                "{left} bytes of an unfinished message"
             )))
         }
     }

@@ -65,8 +65,15 @@ pub(crate) async fn chat(
     };
     app.stats.record_dialect(dialect.as_str());
     let mut access = Access::new(dialect, body.len());
-    let Some(out) = Outgoing::prepare(app, dialect, parts.method, parts.headers, &parts.uri).await
-    else {
+    let prepared = Outgoing::prepare(
+        app,
+        dialect,
+        &parts.extensions,
+        parts.method,
+        parts.headers,
+        &parts.uri,
+    );
+    let Some(out) = prepared.await else {
         return ProxyError::NotFound {
             method: Method::POST,
             path: parts.uri.path().to_owned(),
@@ -163,6 +170,7 @@ impl Outgoing {
     async fn prepare(
         app: &App,
         dialect: Dialect,
+        extensions: &http::Extensions,
         method: Method,
         mut headers: HeaderMap,
         uri: &http::Uri,
@@ -180,7 +188,8 @@ impl Outgoing {
         // for an upstream that compresses all the same.
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         let auth = if bedrock {
-            app.bedrock.auth(&headers).await
+            let signable = crate::bedrock::signable(extensions, &method, uri.path());
+            app.bedrock.auth(&headers, signable).await
         } else {
             Auth::AsItCame
         };
@@ -344,7 +353,7 @@ pub(crate) async fn send_as(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response<Incoming>, UpstreamError> {
-    if !matches!(auth, Auth::Sign(_)) {
+    if !matches!(auth, Auth::Sign) {
         return send(app, method, uri, headers, body).await;
     }
     let mut headers = headers.clone();

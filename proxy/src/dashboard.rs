@@ -195,7 +195,7 @@ pub(crate) async fn handle(
 /// or a name in `--dashboard-host`. A browser page on another site that re-points its own name
 /// at 127.0.0.1 (DNS rebinding) reaches the port from loopback, but sends its own name here,
 /// so content and config stay out of its reach.
-fn host_is_ours(uri: &http::Uri, headers: &HeaderMap, allowed: &[String]) -> bool {
+pub(crate) fn host_is_ours(uri: &http::Uri, headers: &HeaderMap, allowed: &[String]) -> bool {
     // HTTP/2 (and an absolute-form request) carries the authority in the URI.
     let host = uri.authority().map(|a| a.as_str().to_owned()).or_else(|| {
         headers

@@ -358,9 +358,8 @@ impl Continuation {
                 None => data,
                 Some(Ok(decoded)) => decoded,
                 Some(Err(err)) => {
-                    self.app.stats.record_expand_unread(unread_reason(&err));
-                    let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
-                    let _ = tx.send(Err(Box::new(err))).await;
+                    self.cut(unread_reason(&err), relay, tx, Box::new(err))
+                        .await;
                     return None;
                 }
             };
@@ -369,9 +368,7 @@ impl Continuation {
                 Some(Ok(text)) => text,
                 // Not an event stream after all: what was held goes out, then the error.
                 Some(Err(err)) => {
-                    self.app.stats.record_expand_unread("bad_framing");
-                    let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
-                    let _ = tx.send(Err(Box::new(err))).await;
+                    self.cut("bad_framing", relay, tx, Box::new(err)).await;
                     return None;
                 }
             };
@@ -396,29 +393,39 @@ impl Continuation {
                 return None; // The client went away: nothing left to deliver.
             }
         }
-        match decoder.map(Decoder::finish) {
-            None => {}
-            Some(Ok(tail)) => {
-                let tail = match unframe.map(|u| u.feed(&tail)) {
-                    None => tail,
-                    Some(Ok(text)) => text,
-                    Some(Err(_)) => Bytes::new(),
-                };
-                let complete = frames.push(&tail);
-                let out = relay.push_frames(complete);
-                if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
-                    return None;
-                }
-            }
+        let tail = match decoder.map(Decoder::finish) {
+            None => Bytes::new(),
+            Some(Ok(tail)) => tail,
             // A truncated or corrupt end: what was held goes out, then the error.
             Some(Err(err)) => {
-                self.app.stats.record_expand_unread(unread_reason(&err));
-                let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
-                let _ = tx.send(Err(Box::new(err))).await;
+                self.cut(unread_reason(&err), relay, tx, Box::new(err))
+                    .await;
                 return None;
             }
+        };
+        // An event stream must end on a whole frame: a cut one must not read as a whole reply.
+        let tail = match unframe.map(|u| u.feed(&tail).and_then(|text| u.finish().map(|()| text))) {
+            None => tail,
+            Some(Ok(text)) => text,
+            Some(Err(err)) => {
+                self.cut("bad_framing", relay, tx, Box::new(err)).await;
+                return None;
+            }
+        };
+        let complete = frames.push(&tail);
+        let out = relay.push_frames(complete);
+        if !out.is_empty() && tx.send(Ok(Frame::data(out))).await.is_err() {
+            return None;
         }
         Some(frames.into_rest())
+    }
+
+    /// A reply that cannot be read on: counted as `expand_unread{reason}`, what was held goes
+    /// out, then the error.
+    async fn cut(&self, reason: &'static str, relay: &mut sse::Relay, tx: &Sender, err: BoxError) {
+        self.app.stats.record_expand_unread(reason);
+        let _ = tx.send(Ok(Frame::data(relay.release_held()))).await;
+        let _ = tx.send(Err(err)).await;
     }
 
     /// Past the bound the loop stops reading: what was held, the unfinished frame and the rest
@@ -439,16 +446,21 @@ impl Continuation {
         }
         loop {
             let Some(frame) = body.frame().await else {
-                // The decoder may still hold the end of the reply.
-                match decoder.as_deref_mut().map(Decoder::finish) {
-                    Some(Ok(tail)) => {
-                        let _ = tx.send(Ok(Frame::data(tail))).await;
-                    }
-                    Some(Err(err)) => {
-                        let _ = tx.send(Err(Box::new(err))).await;
-                    }
-                    None => {}
-                }
+                // The decoder may still hold the end of the reply; an event stream must end on
+                // a whole frame.
+                let tail = match decoder.as_deref_mut().map(Decoder::finish) {
+                    Some(Ok(tail)) => Ok(tail),
+                    Some(Err(err)) => Err(Box::new(err) as BoxError),
+                    None => Ok(Bytes::new()),
+                };
+                let tail = match (tail, unframe.as_deref_mut()) {
+                    (Ok(tail), Some(u)) => u
+                        .feed(&tail)
+                        .and_then(|text| u.finish().map(|()| text))
+                        .map_err(|e| Box::new(e) as BoxError),
+                    (tail, _) => tail,
+                };
+                let _ = tx.send(tail.map(Frame::data)).await;
                 return;
             };
             let item = match frame.map(Frame::into_data) {

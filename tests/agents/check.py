@@ -23,8 +23,9 @@ Checks:
   headers_forwarded   the same request line query and headers, but hop-by-hop, length and
                       encoding headers and the normalised ids (and, on Bedrock, the SigV4
                       headers sluice signed with)
-  bedrock_signed      (Bedrock) every request sluice forwarded, re-asks included, carried a
-                      SigV4 signature the model server verified with botocore
+  bedrock_signed      (Bedrock) every request sluice forwarded, re-asks and the start-up
+                      listing included, carried a SigV4 signature the model server verified
+                      with botocore
 """
 from __future__ import annotations
 
@@ -448,7 +449,7 @@ def check_agent(run: Path, agent: str) -> dict:
         f"{len(pairs) - len(hdr_diffs)}/{len(pairs)} with the same query and headers"
         + ("; " + " | ".join(hdr_diffs[:2]) if hdr_diffs else ""))
 
-    bedrock = [r for r in s_turns if r.get("bedrock")]
+    bedrock = [r for r in s_all if r.get("bedrock")]
     refused = [r for r in s_all if r.get("kind") == "bad_sigv4"]
     if bedrock or refused:
         verified = sum(1 for r in bedrock if r.get("sigv4") == "verified")

@@ -476,6 +476,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = urlsplit(self.path).path
+        if path == "/inference-profiles":  # Claude Code on Bedrock lists them at start-up
+            sigv4 = verify_sigv4("GET", urlsplit(self.path).path + ("?" + urlsplit(self.path).query if urlsplit(self.path).query else ""), self.headers, b"")
+            if sigv4 not in ("verified", "absent"):
+                self._record(b"", {"kind": "bad_sigv4", "why": sigv4})
+                return self._json(403, {"message": f"The request signature we calculated does not match: {sigv4}"})
+            self._record(b"", {"kind": "probe", "sigv4": sigv4, "bedrock": True})
+            return self._json(404, {"message": "no inference profiles here"})
         self._record(b"", {"kind": "probe"})
         if path.rstrip("/").endswith("/models"):
             if self.headers.get("anthropic-version"):

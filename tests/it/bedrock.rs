@@ -156,6 +156,18 @@ async fn bedrock_invoke_is_compacted_signed_and_expanded() {
     assert!(!text.contains("context_guru_expand"), "{text}");
     assert_eq!(text.matches("event: message_start").count(), 1);
 
+    // sluice's identity is for its own agents' calls: not for a page that rebinds its own name
+    // to 127.0.0.1 (the mock refuses the unsigned request, as AWS would), nor for the control
+    // plane's writes.
+    let rebound = [("host", "rebound.example")];
+    let reply = call("POST", &url(&sluice, "invoke"), &rebound, body.clone()).await;
+    assert_eq!(reply.status, 403);
+    let provision = format!("{}/bedrock/provisioned-model-throughput", sluice.url);
+    call("POST", &provision, &[], b"{}".to_vec()).await;
+    let sent = sluice.mock.recorded().last().unwrap().clone();
+    assert_eq!(sent.path, "/provisioned-model-throughput");
+    assert!(!sent.headers.contains_key("authorization"));
+
     // A stream exception frame reaches the agent as its bytes came.
     let exception =
         integration_tests::aws::exception_frame("throttlingException", "Too many tokens");

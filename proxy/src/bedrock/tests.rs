@@ -158,7 +158,7 @@ async fn upstreams_follow_the_region_and_the_call() {
         "http://gw"
     );
     assert!(matches!(
-        configured.auth(&HeaderMap::new()).await,
+        configured.auth(&HeaderMap::new(), true).await,
         Auth::AsItCame
     ));
 }
@@ -250,4 +250,45 @@ fn refuses_broken_frames() {
     let mut cut = Unframe::default();
     cut.feed(&chunk_frame(b"{}")[..10]).unwrap();
     assert!(cut.finish().is_err());
+}
+
+#[test]
+fn sluice_signs_only_claude_codes_calls_for_a_trusted_caller() {
+    let mut trusted = http::Extensions::new();
+    trusted.insert(Caller { trusted: true });
+    let mut stranger = http::Extensions::new();
+    stranger.insert(Caller { trusted: false });
+    let post = Method::POST;
+    for (method, path, expected) in [
+        (&post, "/bedrock/model/m/invoke", true),
+        (&post, "/bedrock/model/m/invoke-with-response-stream", true),
+        (&post, "/bedrock/model/m/converse-stream", true),
+        (&post, "/bedrock/model/m/count-tokens", true),
+        (&Method::GET, "/bedrock/inference-profiles", true),
+        (&Method::GET, "/bedrock/foundation-models/x", true),
+        // The control plane's writes, and anything else: never with sluice's identity.
+        (&post, "/bedrock/provisioned-model-throughput", false),
+        (&Method::DELETE, "/bedrock/custom-models/x", false),
+        (&Method::PUT, "/bedrock/logging/modelinvocations", false),
+        (&post, "/bedrock/model//invoke", false),
+        (&Method::GET, "/bedrock/inference-profiles-x", false),
+    ] {
+        assert_eq!(
+            signable(&trusted, method, path),
+            expected,
+            "{method} {path}"
+        );
+        assert!(!signable(&stranger, method, path), "{method} {path}");
+        assert!(!signable(&http::Extensions::new(), method, path));
+    }
+}
+
+#[test]
+fn regions_and_event_names_stay_plain() {
+    assert!(is_region("us-gov-west-1") && is_region("eu-central-2"));
+    assert!(!is_region("evil.example.com/x") && !is_region("") && !is_region("US-EAST-1"));
+    // A chunk whose `type` would inject an SSE line stays a raw frame.
+    let frame = chunk_frame(br#"{"type":"ping\ndata: x"}"#);
+    let text = Unframe::default().feed(&frame).unwrap();
+    assert!(text.starts_with(b"event: bedrock_frame\n"), "{text:?}");
 }
