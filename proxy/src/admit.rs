@@ -76,16 +76,17 @@ pub struct Admission {
 }
 
 impl Admission {
-    /// Whether a caller at `peer` sending `headers` may use an operator route.
-    ///
-    /// # Errors
-    /// A 403 saying why not.
-    /// Whether `peer` is loopback or in a trusted network (the address half of [`check`]).
+    /// Whether `peer` is loopback or in a trusted network (the address half of
+    /// [`Admission::check`]).
     pub fn trusts(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
         peer.is_loopback() || self.trusted.iter().any(|net| net.contains(peer))
     }
 
+    /// Whether a caller at `peer` sending `headers` may use an operator route.
+    ///
+    /// # Errors
+    /// A 403 saying why not.
     pub fn check(&self, peer: IpAddr, headers: &HeaderMap) -> Result<(), ProxyError> {
         if !self.trusts(peer) {
             return Err(ProxyError::Forbidden(

@@ -424,11 +424,19 @@ pub async fn handle(
     if path.starts_with("/bedrock/") {
         // Whether sluice may sign this caller's Bedrock calls with its own credentials: a
         // loopback or --trusted peer, naming sluice by an address, localhost or a
-        // --dashboard-host name (not a web page that re-points its own name at 127.0.0.1).
-        let trusted = app.settings.admission.trusts(peer.ip())
+        // --dashboard-host name (not a web page that re-points its own name at 127.0.0.1), and
+        // not a browser (a page on any site may POST to 127.0.0.1 blind; browsers say so with
+        // `Origin` and `Sec-Fetch-Site`, agents send neither).
+        let headers = request.headers();
+        let browser = headers.contains_key(http::header::ORIGIN)
+            || headers
+                .get("sec-fetch-site")
+                .is_some_and(|site| site.as_bytes() != b"none");
+        let trusted = !browser
+            && app.settings.admission.trusts(peer.ip())
             && crate::dashboard::host_is_ours(
                 request.uri(),
-                request.headers(),
+                headers,
                 &app.settings.dashboard_hosts,
             );
         request

@@ -113,8 +113,9 @@ pub struct Caller {
 
 /// Whether sluice may sign this call with its own credentials: only the calls Claude Code makes
 /// (a model call; the inference profiles and models it lists at start-up), and only for a
-/// trusted caller. Anything else (creating or deleting resources on the control plane, a page
-/// that rebinds its own name to 127.0.0.1) goes as it came: sluice lends its identity to its
+/// trusted caller (see `app::handle`: loopback or `--trusted`, naming sluice as its own, not a
+/// browser). Anything else (creating or deleting resources on the control plane, a web page
+/// that posts to 127.0.0.1 or rebinds its own name to it) goes as it came: sluice lends its identity to its
 /// own agents, not to whoever reaches its port.
 pub fn signable(extensions: &http::Extensions, method: &Method, path: &str) -> bool {
     let trusted = extensions.get::<Caller>().is_some_and(|c| c.trusted);

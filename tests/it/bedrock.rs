@@ -162,6 +162,13 @@ async fn bedrock_invoke_is_compacted_signed_and_expanded() {
     let rebound = [("host", "rebound.example")];
     let reply = call("POST", &url(&sluice, "invoke"), &rebound, body.clone()).await;
     assert_eq!(reply.status, 403);
+    // Nor for a page on another site that POSTs to 127.0.0.1 blind (`mode: "no-cors"`).
+    let page = [
+        ("origin", "https://elsewhere.example"),
+        ("sec-fetch-site", "cross-site"),
+    ];
+    let reply = call("POST", &url(&sluice, "invoke"), &page, body.clone()).await;
+    assert_eq!(reply.status, 403);
     let provision = format!("{}/bedrock/provisioned-model-throughput", sluice.url);
     call("POST", &provision, &[], b"{}".to_vec()).await;
     let sent = sluice.mock.recorded().last().unwrap().clone();
