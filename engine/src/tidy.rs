@@ -147,41 +147,6 @@ fn the_configuration_doc_shows_every_top_level_config_key() {
     }
 }
 
-/// A file's code before its `#[cfg(test)]` module: what the library itself depends on.
-fn library_part(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    match text.find("#[cfg(test)]") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
-    }
-}
-
-/// The engine's modules form a tree: `config` builds pipelines from the component registry,
-/// so no component reaches back into `config` (or `apply`, which runs pipelines), and the
-/// filter DSL that `cmdfilter` uses does not reach into `components`.
-#[test]
-fn engine_modules_form_a_tree() {
-    let dir = repo().join("engine/src/components");
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("testing.rs") {
-            continue;
-        }
-        let code = library_part(&path);
-        for upward in ["crate::config", "crate::apply"] {
-            assert!(!code.contains(upward), "{} uses {upward}", path.display());
-        }
-    }
-    for (file, forbidden) in [
-        ("engine/src/dsl.rs", "crate::components"),
-        ("engine/src/yaml.rs", "crate::config"),
-        ("engine/src/terminal.rs", "crate::"),
-    ] {
-        let code = library_part(&repo().join(file));
-        assert!(!code.contains(forbidden), "{file} uses {forbidden}");
-    }
-}
-
 /// A component's name is written twice, by its factory and by the component it builds: the two
 /// must agree, or `/stats`, the config and the freeze keys would name it differently. And a
 /// component that says it does not restructure must not (the host checks `tools:` rules only for

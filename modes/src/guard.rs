@@ -47,8 +47,6 @@
 use engine::pipeline::CutFloor;
 use serde::{Deserialize, Serialize};
 
-use crate::SessionState;
-
 /// Input-token equivalents of each tier (fresh input is 1).
 const READ: f64 = 0.1;
 const WRITE: f64 = 1.25;
@@ -184,7 +182,7 @@ impl CostGuard {
 
     /// Sets the floor from message `from` on, at the price of one round: the latest round's
     /// prompt re-read, against what a cut saves by not being written. An earlier floor stays.
-    fn set_floor(&mut self, from: usize) {
+    pub(crate) fn set_floor(&mut self, from: usize) {
         let prompt = self.round_prompt.max(self.last_cached.unwrap_or(0)) as f64;
         let write = if self.bills_writes { WRITE } else { 1.0 };
         self.floor.get_or_insert(CutFloor {
@@ -193,7 +191,7 @@ impl CostGuard {
         });
     }
 
-    fn judge(&mut self) -> Option<BackOff> {
+    pub(crate) fn judge(&mut self) -> Option<BackOff> {
         if self.backed_off.is_some() || self.settled_turns < MIN_TURNS {
             return None;
         }
@@ -209,43 +207,6 @@ impl CostGuard {
         self.backed_off = Some(why);
         Some(why)
     }
-}
-
-/// Settles turn `seq` of `state` with the provider's report and, when the guard decides to
-/// back off, holds the cuts from the next new message on (see the module docs).
-pub fn settle(state: &mut SessionState, seq: u64, billed: Billed) -> Option<BackOff> {
-    let why = state.guard.settle(seq, billed)?;
-    back_off(state, why);
-    Some(why)
-}
-
-/// From the session's frontier on (the most messages any of its requests had), so nothing a
-/// longer transcript already forwarded can change: every tool output lossless after cache
-/// misses, a floor under cuts after expand rounds (see the module docs).
-fn back_off(state: &mut SessionState, why: BackOff) {
-    let from = state.frontier.max(state.seen_messages);
-    match why {
-        BackOff::CacheMisses => {
-            state
-                .lossless_tools
-                .entry(engine::tools::EVERY_TOOL.to_owned())
-                .or_insert(from);
-        }
-        BackOff::ExpandRounds => state.guard.set_floor(from),
-    }
-}
-
-/// An expand round the session's model asked for. Returns the back-off it decided, if any
-/// (expand rounds alone never settle a turn, but they can tip a judged session).
-pub fn expand_round(
-    state: &mut SessionState,
-    prompt_tokens: u64,
-    restored_tokens: u64,
-) -> Option<BackOff> {
-    state.guard.expand_round(prompt_tokens, restored_tokens);
-    let why = state.guard.judge()?;
-    back_off(state, why);
-    Some(why)
 }
 
 /// What a turn did, from its run and the tracker's facts: removed tokens split at the
@@ -271,6 +232,7 @@ pub fn work(report: &engine::pipeline::RunReport, facts: &crate::tracker::TurnFa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::SessionState;
 
     fn warm(saved_new: u64) -> TurnWork {
         TurnWork {
@@ -382,7 +344,7 @@ mod tests {
         for _ in 0..4 {
             state.guard.expand_round(50_000, 1_000);
             let seq = state.guard.turn(warm(10)).unwrap();
-            result = result.or(settle(&mut state, seq, billed(1_000, 500)));
+            result = result.or(state.settle(seq, billed(1_000, 500)));
         }
         assert_eq!(result, Some(BackOff::ExpandRounds));
         // A shorter request came last (a sub-agent): the floor starts past the longest one,
@@ -405,12 +367,12 @@ mod tests {
             ..SessionState::default()
         };
         let seq = state.guard.turn(warm(0)).unwrap();
-        settle(&mut state, seq, billed(0, 50_000));
+        state.settle(seq, billed(0, 50_000));
         let mut result = None;
         for _ in 0..3 {
             // Each re-write was read back 40,000 short of what the last report cached.
             let seq = state.guard.turn(warm(10)).unwrap();
-            result = result.or(settle(&mut state, seq, billed(10_000, 40_000)));
+            result = result.or(state.settle(seq, billed(10_000, 40_000)));
         }
         assert_eq!(result, Some(BackOff::CacheMisses));
         assert_eq!(
@@ -426,12 +388,12 @@ mod tests {
         for _ in 0..3 {
             state.guard.expand_round(100_000, 5_000);
             let seq = state.guard.turn(warm(10)).unwrap();
-            settle(&mut state, seq, billed(20_000, 5_000));
+            state.settle(seq, billed(20_000, 5_000));
         }
         assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(8_000));
         state.guard.expand_round(200_000, 5_000);
         let seq = state.guard.turn(warm(10)).unwrap();
-        settle(&mut state, seq, billed(195_000, 5_000));
+        state.settle(seq, billed(195_000, 5_000));
         assert_eq!(state.guard.cut_floor().map(|f| f.min_saved), Some(8_000));
     }
 
@@ -443,8 +405,7 @@ mod tests {
         for _ in 0..3 {
             state.guard.expand_round(30_000, 2_000);
             let seq = state.guard.turn(warm(10)).unwrap();
-            settle(
-                &mut state,
+            state.settle(
                 seq,
                 Billed {
                     read: 0,

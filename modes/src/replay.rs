@@ -1,7 +1,7 @@
 //! Offline replay of recorded sessions, turn by turn, with a prompt-cache cost model.
 //!
 //! A session is a list of request bodies, one per turn. Each goes through the same session
-//! state, freeze and cold-cache machinery the proxy uses ([`crate::run_turn`]), on a simulated
+//! state, freeze and cold-cache machinery the proxy uses ([`crate::turn::TurnService`]), on a simulated
 //! clock. Both arms, the bodies as recorded (baseline) and as sluice would forward them, are
 //! billed by one model:
 //!
@@ -45,8 +45,9 @@ use serde::Serialize;
 
 use http::HeaderMap;
 
+use crate::session::StorePersist;
+use crate::tracker;
 use crate::turn::{Forward, SESSION_HEADER, Turn, TurnInput, TurnService};
-use crate::{StorePersist, tracker};
 
 /// Relative prices of one input token by how it is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -476,7 +477,7 @@ pub fn billed_usage(
     forwarded: &[u8],
     previous: Option<&[u8]>,
     dialect: Dialect,
-) -> Option<crate::CacheUsage> {
+) -> Option<crate::tracker::CacheUsage> {
     let billable = |body: &[u8]| {
         wire::parse(body, dialect)
             .ok()
@@ -485,7 +486,7 @@ pub fn billed_usage(
     let now = billable(forwarded)?;
     let previous = previous.and_then(billable);
     let bill = bill(&now, previous.as_ref(), previous.is_some());
-    Some(crate::CacheUsage {
+    Some(crate::tracker::CacheUsage {
         read: bill.cache_read as u64,
         written: Some(bill.cache_write as u64),
     })

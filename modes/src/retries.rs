@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use engine::marker;
 use engine::message::{Message, Role};
 
-use crate::SessionState;
+use crate::session::SessionState;
 
 /// At most this many marker ids are remembered per session (the oldest half goes first).
 const MAX_MARKERS: usize = 4096;

@@ -12,6 +12,13 @@ use engine::wire;
 use serde_json::json;
 
 use super::*;
+use crate::run::{begin_turn, run_turn};
+use actors::sessions::Persist;
+use engine::config::AmortizeConfig;
+use engine::pipeline::Pipeline;
+use engine::pipeline::RunCx;
+use engine::store::Store;
+use engine::wire::Dialect;
 
 /// A realistic build log for call `i`: some runs fail, all are big enough to mask.
 fn output(i: usize) -> String {

@@ -46,7 +46,9 @@ use engine::way_back::{self, Injected, Withheld};
 use engine::wire::{self, Dialect, ParsedBody, WireError};
 use http::HeaderMap;
 
-use crate::{SessionState, TurnFacts, rerun, run_turn};
+use crate::run::{begin_turn, learned, rerun, run_turn};
+use crate::session::{SessionState, StorePersist, load_state, save_state};
+use crate::tracker::{CacheUsage, TurnFacts};
 
 /// The session header; wins over the derived key once sanitized.
 pub const SESSION_HEADER: &str = "x-context-guru-session";
@@ -374,7 +376,7 @@ impl TurnService {
     pub fn with_local_sessions(self, amortize: AmortizeConfig) -> TurnService {
         let sessions = Sessions::new(
             actors::sessions::SessionLimits::DEFAULT,
-            Arc::new(crate::StorePersist::new(self.store.clone())),
+            Arc::new(StorePersist::new(self.store.clone())),
             tokio::runtime::Handle::current(),
         );
         self.with_sessions(sessions, amortize)
@@ -492,12 +494,12 @@ impl TurnService {
         if opened.as_ref().is_some_and(|o| o.reloaded) {
             // Another replica, or this process before a restart, ran the session's latest turn:
             // the store's state is newer than the actor's.
-            *lease = crate::load_state(&*self.store, &session);
+            *lease = load_state(&*self.store, &session);
             lease.tracker.set_never_cold(self.never_cold);
         }
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
             // A bypassed turn still happened: the provider cached it, so the tracker records it.
-            let facts = crate::begin_turn(&mut lease, &parsed, self.clock.now());
+            let facts = begin_turn(&mut lease, &parsed, self.clock.now());
             self.keep(&session, &lease);
             return Turn::Untouched {
                 reason: Untouched::Bypassed(reason),
@@ -511,7 +513,7 @@ impl TurnService {
         let (mut applied, facts) =
             run_turn(&mut lease, &parsed, &pipeline, cx.clone(), &self.amortize);
         // A re-run of this turn holds to what this turn learned (tools kept whole, a floor), too.
-        let cx = crate::learned(&lease, cx);
+        let cx = learned(&lease, cx);
         self.keep(&session, &lease);
         drop(lease);
         if let Some(models) = models.as_ref().filter(|m| m.pending() > 0) {
@@ -549,7 +551,7 @@ impl TurnService {
     pub async fn settle(
         &self,
         session: &str,
-        usage: crate::CacheUsage,
+        usage: CacheUsage,
         ledger_turn: Option<u64>,
     ) -> Settlement {
         let Some(sessions) = &self.sessions else {
@@ -580,7 +582,7 @@ impl TurnService {
             .iter()
             .filter(|id| crate::retries::note_expand(&mut state, id))
             .count();
-        let backoff = crate::guard::expand_round(&mut state, prompt_tokens, restored_tokens);
+        let backoff = state.expand_round(prompt_tokens, restored_tokens);
         self.keep(session, &state);
         ExpandOutcome { repeats, backoff }
     }
@@ -630,7 +632,7 @@ impl TurnService {
     /// gets it from the actor when the actor stops).
     fn keep(&self, session: &str, state: &SessionState) {
         if self.durable.is_some() {
-            crate::save_state(&*self.store, session, state);
+            save_state(&*self.store, session, state);
         }
     }
 
@@ -753,7 +755,7 @@ pub struct ExpandOutcome {
 /// settle no ledger, pass `None`).
 pub fn settle_state(
     state: &mut SessionState,
-    usage: crate::CacheUsage,
+    usage: CacheUsage,
     ledger_turn: Option<u64>,
 ) -> Settlement {
     let before = state.tracker.counts.cold_mispredicted;
@@ -764,7 +766,7 @@ pub fn settle_state(
     };
     Settlement {
         cold_mispredicted: state.tracker.counts.cold_mispredicted > before,
-        backoff: ledger_turn.and_then(|turn| crate::guard::settle(state, turn, billed)),
+        backoff: ledger_turn.and_then(|turn| state.settle(turn, billed)),
     }
 }
 

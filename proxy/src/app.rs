@@ -12,109 +12,19 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use actors::pool::WorkerPool;
-use actors::sessions::{SessionLimits, Sessions};
-use actors::store::DurableStore;
 use bytes::Bytes;
 use engine::config::Config;
 use engine::session;
-use engine::store::{MemoryStore, Store};
 use engine::wire::Dialect;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use modes::stats::Stats;
-use modes::turn::{Turn, TurnInput, TurnService};
-use modes::{SessionState, StorePersist};
+use modes::turn::{SESSION_HEADER, Turn, TurnInput};
 
-use crate::chat::{FLUSH_WAIT, chat, relay, send};
-use crate::clock::SystemClock;
+use crate::chat::chat;
+use crate::forward::{FLUSH_WAIT, Outbound, read_body, relay, send, upstream_uri};
 use crate::respond::{self as h, Body, ProxyError};
 use crate::sections::SECTIONS;
-use crate::store_stats::StoreView;
-use crate::upstream::Upstream;
-
-pub use crate::expand_loop::MAX_EXPAND_ROUNDS;
-pub use modes::turn::{BYPASS_HEADER, SESSION_HEADER};
-
-/// Where requests go and how big they may be.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub anthropic_upstream: String,
-    pub openai_upstream: String,
-    pub gemini_upstream: String,
-    /// Where `/vertex/...` goes; `None`: the region's own endpoint the path names.
-    pub vertex_upstream: Option<String>,
-    /// Where `/bedrock/...` goes; `None`: the signing region's runtime endpoint.
-    pub bedrock_upstream: Option<String>,
-    /// The region Bedrock requests are signed for; `None`: the AWS chain's (`AWS_REGION`, the
-    /// profile's), else `us-east-1`.
-    pub bedrock_region: Option<String>,
-    /// Where the credentials Bedrock requests are signed with come from.
-    pub bedrock_credentials: crate::bedrock::CredentialSource,
-    /// Request bodies over this are refused with 413 (at once when declared).
-    pub body_limit: usize,
-    /// A request body that sends nothing for this long is given up with 408.
-    pub body_idle: std::time::Duration,
-    /// How long a connection may take to send a request's headers, and may sit idle between
-    /// requests, before it is closed.
-    pub header_timeout: std::time::Duration,
-    /// Connections served at once; past it new ones wait in the listen backlog.
-    pub max_connections: usize,
-    /// Who the operator routes answer (loopback, trusted networks, an optional token).
-    pub admission: crate::admit::Admission,
-    /// Where model-written filters run: `sluice serve` uses a child process of itself.
-    pub sandbox: llm::Isolation,
-    /// Keys the credential scope of session keys (`SLUICE_SCOPE_SECRET`); replicas sharing a
-    /// store must share it.
-    pub scope_secret: Vec<u8>,
-    /// The dashboard store, when `--dashboard` is on.
-    pub dashboard: Option<Arc<actors::dashboard::Dashboard>>,
-    /// Host names the dashboard's content answers besides IP literals and `localhost`
-    /// (`--dashboard-host`).
-    pub dashboard_hosts: Vec<String>,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            anthropic_upstream: "https://api.anthropic.com".into(),
-            openai_upstream: "https://api.openai.com".into(),
-            gemini_upstream: "https://generativelanguage.googleapis.com".into(),
-            vertex_upstream: None,
-            bedrock_upstream: None,
-            bedrock_region: None,
-            bedrock_credentials: crate::bedrock::CredentialSource::Chain,
-            body_limit: 32 << 20,
-            body_idle: std::time::Duration::from_secs(30),
-            header_timeout: std::time::Duration::from_secs(10),
-            max_connections: 1024,
-            admission: crate::admit::Admission::default(),
-            sandbox: llm::Isolation::InProcess,
-            scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
-            dashboard: None,
-            dashboard_hosts: Vec::new(),
-        }
-    }
-}
-
-/// Where the live turns keep their state.
-#[derive(Clone)]
-pub enum StateStore {
-    /// This process only (`memory`, `off`, tests).
-    Local(Arc<dyn Store>),
-    /// SQLite or Redis: sessions survive restarts and are shared by replicas.
-    Durable(Arc<DurableStore>),
-}
-
-impl StateStore {
-    fn store(&self) -> Arc<dyn Store> {
-        match self {
-            StateStore::Local(store) => store.clone(),
-            StateStore::Durable(durable) => durable.clone(),
-        }
-    }
-}
+use crate::state::{App, Settings};
 
 /// `sluice_build_info` (the version as a label, value 1, as Prometheus exporters do) and the
 /// process's uptime.
@@ -130,287 +40,6 @@ fn write_build_info(out: &mut String, uptime: std::time::Duration) {
         "# HELP sluice_uptime_seconds Seconds since this process started.\n# TYPE sluice_uptime_seconds gauge\nsluice_uptime_seconds {}",
         uptime.as_secs()
     );
-}
-
-/// The cheap model's accepted results, kept in the durable store under their session (frozen
-/// key `llm:<content key>`): loaded with the session, written at once.
-struct DurableResults(Arc<DurableStore>);
-
-impl DurableResults {
-    fn key(key: u128) -> String {
-        format!("llm:{key:032x}")
-    }
-}
-
-impl llm::ResultStore for DurableResults {
-    fn load(&self, session: &str, key: u128) -> Option<String> {
-        self.0
-            .get_frozen(session, &Self::key(key))
-            .map(|v| v.to_string())
-    }
-
-    fn save(&self, session: &str, key: u128, text: &str) {
-        // Not waited for: a result that does not land is asked for again, nothing worse.
-        let _ = self.0.put_now(session, &Self::key(key), text);
-    }
-}
-
-/// Everything a request needs, shared by all of them.
-pub struct App {
-    pub config: Config,
-    /// The turn: sync mode's live turns, and `POST /compact` in either mode.
-    turns: TurnService,
-    pub stats: Arc<Stats>,
-    upstream: Upstream,
-    settings: Settings,
-    /// Observe mode's off-path measurement; `None` in sync mode.
-    observer: Option<Observer>,
-    /// The LLM actor: model jobs for `extract_llm`, `extract` (`strategy: code`), `summarize`.
-    pub llm: llm::LlmService,
-    /// For `uptime_seconds`.
-    started: std::time::Instant,
-    /// Bedrock's region and credentials, looked up on its first request.
-    pub(crate) bedrock: crate::bedrock::Bedrock,
-}
-
-/// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
-///
-/// The shadow turn has its own store and session actors, disjoint from the live ones, so no
-/// decision observe made can ever be resolved or replayed for a real request. Jobs hold only what
-/// they need (never the `App`), so the last reference to the pool is never dropped on one of its
-/// own threads.
-pub(crate) struct Observer {
-    pub(crate) pool: WorkerPool,
-    pub(crate) shadow: Arc<TurnService>,
-}
-
-impl std::fmt::Debug for App {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("App")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
-impl App {
-    /// Must be called on a tokio runtime: session actors are spawned on it.
-    ///
-    /// # Errors
-    /// The config's problems, if its pipeline does not build.
-    pub fn new(
-        config: Config,
-        settings: Settings,
-        upstream: Upstream,
-        state: StateStore,
-    ) -> Result<App, Vec<engine::config::ConfigError>> {
-        let store = state.store();
-        let durable = match state {
-            StateStore::Durable(durable) => Some(durable),
-            StateStore::Local(_) => None,
-        };
-        let pipeline = Arc::new(config.build_pipeline()?);
-        let clock = Arc::new(SystemClock);
-        let runtime = tokio::runtime::Handle::current();
-        let sessions_over = |state_store: Arc<dyn Store>| {
-            Sessions::new(
-                SessionLimits {
-                    max_sessions: config.store.max_sessions,
-                    ..SessionLimits::DEFAULT
-                },
-                Arc::new(StorePersist::new(state_store)),
-                runtime.clone(),
-            )
-        };
-        let amortize = config.cache.amortize;
-        let live = TurnService::new(pipeline.clone(), store.clone(), clock.clone())
-            .with_scope_secret(&settings.scope_secret);
-        // Live turns and one-off rewrites keep their state in the durable store, if there is one.
-        let live = match &durable {
-            Some(durable) => live.with_durable(durable.clone()),
-            None => live,
-        };
-        // Session state is saved in the store of the mode that runs the pipeline: observe must
-        // never write the live store.
-        let (turns, observer) = match config.mode {
-            engine::config::Mode::Sync => {
-                let live = live
-                    .with_sessions(sessions_over(store.clone()), amortize)
-                    .with_preparer();
-                (live, None)
-            }
-            engine::config::Mode::Observe => {
-                let shadow_store: Arc<dyn Store> =
-                    Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-                let shadow = TurnService::new(pipeline, shadow_store.clone(), clock)
-                    .with_scope_secret(&settings.scope_secret)
-                    .with_sessions(sessions_over(shadow_store), amortize);
-                let observer = Observer {
-                    pool: WorkerPool::new(
-                        "sluice-observe",
-                        config.observe.workers,
-                        config.observe.max_queue,
-                    ),
-                    shadow: Arc::new(shadow),
-                };
-                (live, Some(observer))
-            }
-        };
-        // Model calls go through the agent's own pooled client; with a durable store, accepted
-        // results are kept there too, for every replica and the next process.
-        let results = durable
-            .clone()
-            .map(|d| Arc::new(DurableResults(d)) as Arc<dyn llm::ResultStore>);
-        let llm = llm::LlmService::start_with(
-            Arc::new(upstream.clone()),
-            llm::CheapModelEnv::from_env(),
-            llm::Options {
-                isolation: settings.sandbox.clone(),
-                ..llm::Options::default()
-            },
-            results,
-        );
-        let bedrock = crate::bedrock::Bedrock::new(
-            settings.bedrock_upstream.clone(),
-            settings.bedrock_region.clone(),
-            settings.bedrock_credentials.clone(),
-        );
-        Ok(App {
-            bedrock,
-            config,
-            turns,
-            stats: Arc::new(Stats::new()),
-            upstream,
-            settings,
-            observer,
-            llm,
-            started: std::time::Instant::now(),
-        })
-    }
-
-    pub(crate) fn store_view(&self) -> StoreView {
-        StoreView {
-            store: self.store().stats(),
-            durable: self
-                .turns
-                .durable()
-                .map(|d| d.durable_stats())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// `sqlite:PATH`, a redacted Redis URL, `memory` or `off`.
-    pub(crate) fn store_backend(&self) -> String {
-        match self.turns.durable() {
-            Some(durable) => durable.describe(),
-            None if self.store().persists() => "memory".to_owned(),
-            None => "off".to_owned(),
-        }
-    }
-
-    /// Applies a reloaded config (SIGHUP): its pipeline and component settings take effect for
-    /// every later turn, atomically. What the running process cannot change (`mode`, `store`,
-    /// `observe`, `count_tokens`, `cache`) is named in the result and keeps its running value.
-    ///
-    /// # Errors
-    /// The new pipeline's problems; the running one stays.
-    pub fn reload(
-        &self,
-        config: &Config,
-    ) -> Result<Vec<&'static str>, Vec<engine::config::ConfigError>> {
-        let pipeline = Arc::new(config.build_pipeline()?);
-        self.turns.set_pipeline(pipeline.clone());
-        if let Some(observer) = &self.observer {
-            observer.shadow.set_pipeline(pipeline);
-        }
-        let running = &self.config;
-        let needs_restart = [
-            ("mode", config.mode != running.mode),
-            ("store", config.store != running.store),
-            ("observe", config.observe != running.observe),
-            ("count_tokens", config.count_tokens != running.count_tokens),
-            ("cache", config.cache != running.cache),
-        ];
-        Ok(needs_restart
-            .into_iter()
-            .filter_map(|(key, changed)| changed.then_some(key))
-            .collect())
-    }
-
-    /// The original behind `id` in `session`: from memory, else (a replica that did not cut it,
-    /// a restart) from the durable store.
-    pub(crate) async fn resolve(&self, session: &str, id: &str) -> Option<Arc<str>> {
-        match self.turns.durable() {
-            Some(durable) => durable.fetch(Some(session), id).await,
-            None => self.store().resolve(session, id),
-        }
-    }
-
-    /// The original behind `id` in any session (a person at a trusted address, a gateway's
-    /// retrieve).
-    pub(crate) async fn resolve_any(&self, id: &str) -> Option<Arc<str>> {
-        match self.turns.durable() {
-            Some(durable) => durable.fetch(None, id).await,
-            None => self.store().resolve_any(id),
-        }
-    }
-
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
-    pub(crate) fn turns(&self) -> &TurnService {
-        &self.turns
-    }
-
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
-        self.turns.store()
-    }
-
-    pub(crate) fn observer(&self) -> Option<&Observer> {
-        self.observer.as_ref()
-    }
-
-    pub(crate) fn upstream(&self) -> &Upstream {
-        &self.upstream
-    }
-
-    /// Where a rewritten request of `dialect` to `path` goes: the dialect's upstream, or for a
-    /// path under `/vertex/` the Vertex AI one.
-    pub(crate) fn upstream_of(&self, dialect: Dialect, path: &str) -> Option<Cow<'_, str>> {
-        if path.starts_with("/vertex/") {
-            return crate::google::vertex_upstream(self.settings.vertex_upstream.as_deref(), path);
-        }
-        Some(Cow::Borrowed(self.upstream_base(dialect)))
-    }
-
-    pub(crate) fn upstream_base(&self, dialect: Dialect) -> &str {
-        match dialect {
-            Dialect::Anthropic => &self.settings.anthropic_upstream,
-            Dialect::OpenAi | Dialect::Responses => &self.settings.openai_upstream,
-            Dialect::Gemini => &self.settings.gemini_upstream,
-        }
-    }
-
-    /// The session actors whose trackers run turns: the live ones in sync mode, the shadow ones
-    /// in observe mode.
-    pub(crate) fn live_sessions(&self) -> &Sessions<SessionState> {
-        let service = self.observer.as_ref().map_or(&self.turns, |o| &o.shadow);
-        service
-            .sessions()
-            .expect("the turn service of the running mode has session actors")
-    }
-
-    /// The dashboard store, when it is on.
-    pub fn dashboard(&self) -> Option<&Arc<actors::dashboard::Dashboard>> {
-        self.settings.dashboard.as_ref()
-    }
-
-    pub(crate) fn mode(&self) -> &'static str {
-        match self.config.mode {
-            engine::config::Mode::Sync => "sync",
-            engine::config::Mode::Observe => "observe",
-        }
-    }
 }
 
 /// The service function: never fails, every outcome is a response.
@@ -433,11 +62,11 @@ pub async fn handle(
                 .get("sec-fetch-site")
                 .is_some_and(|site| site.as_bytes() != b"none");
         let trusted = !browser
-            && app.settings.admission.trusts(peer.ip())
+            && app.settings().admission.trusts(peer.ip())
             && crate::dashboard::host_is_ours(
                 request.uri(),
                 headers,
-                &app.settings.dashboard_hosts,
+                &app.settings().dashboard_hosts,
             );
         request
             .extensions_mut()
@@ -468,14 +97,14 @@ pub async fn handle(
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
         (&Method::GET, "/stats" | "/metrics" | "/expand")
         | (&Method::POST, "/compact" | "/v1/compress")
-            if let Err(refused) = app.settings.admission.check(peer.ip(), request.headers()) =>
+            if let Err(refused) = app.settings().admission.check(peer.ip(), request.headers()) =>
         {
             refused.into_response()
         }
         (&Method::GET, "/stats") => {
             let mut stats = app.stats.to_json(
                 app.mode(),
-                app.observer.as_ref().map(|o| o.pool.stats()),
+                app.observer().map(|o| o.pool.stats()),
                 Some(app.live_sessions().stats()),
             );
             if let Some(object) = stats.as_object_mut() {
@@ -484,10 +113,7 @@ pub async fn handle(
                 }
                 object.insert("store_backend".into(), app.store_backend().into());
                 object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
-                object.insert(
-                    "uptime_seconds".into(),
-                    app.started.elapsed().as_secs().into(),
-                );
+                object.insert("uptime_seconds".into(), app.uptime().as_secs().into());
             }
             h::json(StatusCode::OK, stats.to_string())
         }
@@ -496,14 +122,14 @@ pub async fn handle(
             for section in SECTIONS {
                 (section.prometheus)(&app, &mut text);
             }
-            write_build_info(&mut text, app.started.elapsed());
+            write_build_info(&mut text, app.uptime());
             h::text(StatusCode::OK, text)
         }
         (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,
         (&Method::POST, "/compact") => compact_route(&app, request).await,
         (&Method::POST, "/v1/compress") => crate::sidecar::compress_route(&app, request).await,
         (&Method::GET, retrieve) if retrieve.starts_with("/v1/retrieve/") => {
-            match app.settings.admission.check(peer.ip(), request.headers()) {
+            match app.settings().admission.check(peer.ip(), request.headers()) {
                 Err(refused) => refused.into_response(),
                 Ok(()) => {
                     let hash = retrieve.trim_start_matches("/v1/retrieve/");
@@ -538,7 +164,7 @@ pub async fn handle(
             chat(&app, Dialect::Anthropic, request).await
         }
         _ if path.starts_with("/bedrock/") => bedrock_passthrough(&app, request).await,
-        _ => match upstream_for(&app.settings, &path) {
+        _ => match upstream_for(app.settings(), &path) {
             Some(base) => passthrough(&app, &base, request).await,
             None => ProxyError::NotFound {
                 method: method.clone(),
@@ -580,61 +206,6 @@ fn has_dot_segment(path: &str) -> bool {
     })
 }
 
-/// `/anthropic/v1/x?q` → `<base>/v1/x?q`.
-pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
-    let path = request_uri.path();
-    let rest = path
-        .strip_prefix("/anthropic")
-        .or_else(|| path.strip_prefix("/openai"))
-        .or_else(|| path.strip_prefix("/gemini"))
-        .or_else(|| path.strip_prefix("/vertex"))
-        .or_else(|| path.strip_prefix(crate::bedrock::PREFIX))
-        .unwrap_or(path);
-    let query = request_uri
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-    format!("{}{rest}{query}", base.trim_end_matches('/'))
-}
-
-/// Reads a request body whole: refused at once (413) when its declared length is over the
-/// limit, and given up (408) when the client sends nothing for `body_idle`, so a client that
-/// declares a body and stalls does not hold a connection open indefinitely.
-pub(crate) async fn read_body(
-    app: &App,
-    headers: &http::HeaderMap,
-    mut body: Incoming,
-) -> Result<Bytes, ProxyError> {
-    let limit = app.settings.body_limit;
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ProxyError::BodyTooLarge { limit });
-    }
-    let idle = app.settings.body_idle;
-    let mut out = Vec::with_capacity(declared.map_or(0, |n| n as usize));
-    loop {
-        let frame = match tokio::time::timeout(idle, body.frame()).await {
-            Err(_) => {
-                return Err(ProxyError::BodyStalled {
-                    seconds: idle.as_secs(),
-                });
-            }
-            Ok(None) => return Ok(Bytes::from(out)),
-            Ok(Some(Err(_))) => return Err(ProxyError::BodyUnreadable),
-            Ok(Some(Ok(frame))) => frame,
-        };
-        if let Ok(data) = frame.into_data() {
-            if out.len() + data.len() > limit {
-                return Err(ProxyError::BodyTooLarge { limit });
-            }
-            out.extend_from_slice(&data);
-        }
-    }
-}
-
 async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let body = match read_body(app, &parts.headers, body).await {
@@ -661,7 +232,15 @@ async fn bedrock_passthrough(app: &App, request: Request<Incoming>) -> Response<
     let uri = upstream_uri(&app.bedrock.upstream(parts.uri.path()).await, &parts.uri);
     let signable = crate::bedrock::signable(&parts.extensions, &parts.method, parts.uri.path());
     let auth = app.bedrock.auth(&parts.headers, signable).await;
-    crate::chat::send_as(app, &auth, parts.method, &uri, &parts.headers, body)
+    let outbound = Outbound {
+        method: parts.method,
+        uri: &uri,
+        headers: &parts.headers,
+        body,
+        auth: &auth,
+    };
+    outbound
+        .send(app)
         .await
         .map_or_else(|e| ProxyError::Upstream(e).into_response(), relay)
 }
@@ -781,7 +360,7 @@ async fn count_tokens_route(app: &App, request: Request<Incoming>) -> Response<B
         models: None,
     };
     let counted = one_off_rewrite(app, &input, None).await.unwrap_or(body);
-    let uri = upstream_uri(&app.settings.anthropic_upstream, &parts.uri);
+    let uri = upstream_uri(&app.settings().anthropic_upstream, &parts.uri);
     match send(app, parts.method, &uri, &parts.headers, counted).await {
         Ok(response) => relay(response),
         Err(err) => ProxyError::Upstream(err).into_response(),

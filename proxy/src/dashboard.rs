@@ -21,8 +21,8 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 
-use crate::app::App;
 use crate::respond::{self as h, Body, BoxError, ProxyError};
+use crate::state::App;
 
 /// Who a route answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +184,7 @@ pub(crate) async fn handle(
         "/dashboard/api/config" => api_json(config_view(app)),
         api => match read(dashboard, api, query, trusted).await {
             Ok(Some(value)) => api_json(value),
-            Ok(None) => h::json(StatusCode::NOT_FOUND, r#"{"error":"no such request"}"#),
+            Ok(None) => ProxyError::Missing("no such request").into_response(),
             Err(response) => response,
         },
     };
@@ -252,13 +252,11 @@ async fn read(
     // blocking threads: reads wait their turn here (a page asks for three at once), briefly.
     let waited = tokio::time::timeout(READ_WAIT, read_permits().acquire()).await;
     let Ok(Ok(permit)) = waited else {
-        let mut busy = h::json(
-            StatusCode::TOO_MANY_REQUESTS,
-            r#"{"error":"the dashboard is answering other reads; try again"}"#,
-        );
-        busy.headers_mut()
-            .insert("retry-after", HeaderValue::from_static("1"));
-        return Err(busy);
+        return Err(ProxyError::Busy {
+            why: "the dashboard is answering other reads".into(),
+            retry_after: 1,
+        }
+        .into_response());
     };
     let read = tokio::task::spawn_blocking(move || {
         let _permit = permit;
@@ -303,15 +301,9 @@ async fn read(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => {
             tracing::warn!(%error, "dashboard read failed");
-            Err(h::json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                r#"{"error":"the dashboard store could not be read"}"#,
-            ))
+            Err(ProxyError::Unavailable("the dashboard store could not be read").into_response())
         }
-        Err(_) => Err(h::json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            r#"{"error":"the dashboard read was cancelled"}"#,
-        )),
+        Err(_) => Err(ProxyError::Unavailable("the dashboard read was cancelled").into_response()),
     }
 }
 
@@ -466,11 +458,11 @@ fn events(dashboard: &Dashboard, headers: &HeaderMap, query: &str) -> Response<B
     let subscription = match dashboard.subscribe(last) {
         Ok(subscription) => subscription,
         Err(full) => {
-            let mut response = h::text(StatusCode::TOO_MANY_REQUESTS, full.to_string());
-            response
-                .headers_mut()
-                .insert("retry-after", HeaderValue::from_static("5"));
-            return response;
+            return ProxyError::Busy {
+                why: full.to_string(),
+                retry_after: 5,
+            }
+            .into_response();
         }
     };
     let mut response = Response::new(sse_body(subscription));

@@ -23,13 +23,13 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use modes::stats::StreamRelay;
 
-use crate::app::App;
 use crate::bedrock::{Reframe, Unframe};
-use crate::chat::{live_report, send_as};
 use crate::decode::{Decoder, Encoding};
 use crate::expand;
+use crate::forward::{Outbound, live_report};
 use crate::respond::{self as h, Body, BoxError, ProxyError};
 use crate::sse;
+use crate::state::App;
 use crate::upstream::{UpstreamError, strip_hop_by_hop};
 
 /// Expand rounds per request before the response goes to the agent as it is.
@@ -110,8 +110,14 @@ impl Continuation {
 
     /// Sends the next request of the loop with the agent's own headers.
     async fn resend(&self, body: Bytes) -> Result<Response<Incoming>, UpstreamError> {
-        let (app, auth) = (&self.app, &self.auth);
-        send_as(app, auth, Method::POST, &self.uri, &self.headers, body).await
+        let outbound = Outbound {
+            method: Method::POST,
+            uri: &self.uri,
+            headers: &self.headers,
+            body,
+            auth: &self.auth,
+        };
+        outbound.send(&self.app).await
     }
 
     /// Non-streamed: read each response whole, loop while it is all expand calls.

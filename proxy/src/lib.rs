@@ -19,6 +19,7 @@ pub mod dashboard_stats;
 pub mod decode;
 pub mod expand;
 mod expand_loop;
+mod forward;
 pub use expand_loop::MAX_EXPAND_ROUNDS;
 #[cfg(test)]
 mod generated;
@@ -32,7 +33,10 @@ pub mod sections;
 pub mod server;
 pub mod sidecar;
 pub mod sse;
+pub mod state;
 pub mod store_stats;
+#[cfg(test)]
+mod tidy;
 pub mod upstream;
 pub mod usage;
 pub mod usage_sum;

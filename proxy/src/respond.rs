@@ -64,6 +64,15 @@ pub enum ProxyError {
     /// The request lacks what the route needs (400).
     #[error("{0}")]
     BadRequest(&'static str),
+    /// The route exists, the thing it names does not (404).
+    #[error("{0}")]
+    Missing(&'static str),
+    /// Sluice is serving enough of these already (429, with `Retry-After`).
+    #[error("{why}; try again in {retry_after} s")]
+    Busy { why: String, retry_after: u32 },
+    /// A store sluice reads for this route failed (503); the log has why.
+    #[error("{0}")]
+    Unavailable(&'static str),
     /// The upstream could not be reached (502) or sent no headers in time (504).
     #[error(transparent)]
     Upstream(crate::upstream::UpstreamError),
@@ -109,8 +118,10 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::BodyUnreadable | ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::BodyStalled { .. } => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ProxyError::NotFound { .. } | ProxyError::Missing(_) => StatusCode::NOT_FOUND,
             ProxyError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ProxyError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Upstream(crate::upstream::UpstreamError::Timeout) => {
                 StatusCode::GATEWAY_TIMEOUT
             }
@@ -124,8 +135,10 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } => "request_too_large",
             ProxyError::BodyUnreadable | ProxyError::BadRequest(_) => "invalid_request_error",
             ProxyError::BodyStalled { .. } => "request_timeout",
-            ProxyError::NotFound { .. } => "not_found_error",
+            ProxyError::NotFound { .. } | ProxyError::Missing(_) => "not_found_error",
             ProxyError::Forbidden(_) => "permission_error",
+            ProxyError::Busy { .. } => "rate_limit_error",
+            ProxyError::Unavailable(_) => "unavailable",
             ProxyError::Upstream(crate::upstream::UpstreamError::Timeout) => "upstream_timeout",
             ProxyError::Upstream(_) | ProxyError::UpstreamBody(_) => "upstream_error",
         }
@@ -134,11 +147,17 @@ impl ProxyError {
     /// The one place sluice's own error responses are made: status, provider-shaped JSON with
     /// the error's type and message.
     pub fn into_response(self) -> Response<Body> {
-        error(
+        let mut response = error(
             self.status(),
             self.kind(),
             &crate::upstream::error_chain(&self),
-        )
+        );
+        if let ProxyError::Busy { retry_after, .. } = self {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, retry_after.into());
+        }
+        response
     }
 }
 
@@ -168,6 +187,30 @@ mod tests {
             .unwrap()
             .to_bytes();
         (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn a_busy_route_says_when_to_come_back() {
+        let response = ProxyError::Busy {
+            why: "the dashboard is answering other reads".into(),
+            retry_after: 1,
+        }
+        .into_response();
+        assert_eq!(response.headers()[http::header::RETRY_AFTER], "1");
+        let (status, body) = read(response);
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(body["error"]["type"], "rate_limit_error");
+        assert_eq!(
+            body["error"]["message"],
+            "the dashboard is answering other reads; try again in 1 s"
+        );
+        let (status, body) = read(ProxyError::Unavailable("the store is down").into_response());
+        assert_eq!(
+            (status, &body["error"]["type"]),
+            (StatusCode::SERVICE_UNAVAILABLE, &"unavailable".into())
+        );
+        let (status, _) = read(ProxyError::Missing("no such request").into_response());
+        assert_eq!(status, StatusCode::NOT_FOUND);
     }
 
     #[test]

@@ -5,9 +5,9 @@
 use modes::stats::table;
 use serde_json::{Map, Value};
 
-use crate::app::App;
 use crate::dashboard_stats::{DASHBOARD_FIELDS, DashboardView};
 use crate::llm_stats::{LLM_FIELDS, LlmView};
+use crate::state::App;
 use crate::store_stats::{STORE_FIELDS, StoreView};
 
 /// One table of rows: its name in `docs/stats.md`, and how it renders.

@@ -24,7 +24,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::app::{App, handle};
+use crate::app::handle;
+use crate::state::App;
 
 /// How long open requests and streams may run after a stop signal. Defaults to 25 s.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(25);

@@ -26,8 +26,9 @@ use hyper::body::Incoming;
 use modes::turn::{Turn, TurnInput};
 use serde_json::{Value, json};
 
-use crate::app::{App, read_body};
+use crate::forward::read_body;
 use crate::respond::{self as h, Body, ProxyError};
+use crate::state::App;
 
 /// The bypass header of the gateways' guardrail.
 pub const BYPASS_HEADER: &str = "x-headroom-bypass";
@@ -112,7 +113,7 @@ pub(crate) async fn compress_route(app: &App, request: Request<Incoming>) -> Res
         return answer(&messages, 0, 0, &[], &[]);
     };
     let forward = *forward;
-    forward.flushed.wait(crate::chat::FLUSH_WAIT).await;
+    forward.flushed.wait(crate::forward::FLUSH_WAIT).await;
     let rewritten = serde_json::from_slice::<Value>(&forward.body)
         .ok()
         .and_then(|v| v.get("messages").cloned())

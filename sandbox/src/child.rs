@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{Limits, Program, SandboxError};
+use crate::program::{Limits, Program, SandboxError};
 
 /// The argument the host binary dispatches to [`child_main`].
 pub const CHILD_ARG: &str = "__sandbox-child";

@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use integration_tests::mock::{Mock, Reply};
-use proxy::app::{App, Settings, StateStore};
+use proxy::state::{App, Settings, StateStore};
 use proxy::upstream::{Timeouts, Upstream};
 use serde_json::{Value, json};
 

@@ -239,8 +239,8 @@ pub(super) fn dashboard(
 pub(super) fn state_store(
     spec: actors::store::StoreSpec,
     config: &config::StoreConfig,
-) -> Result<crate::app::StateStore, Failure> {
-    use crate::app::StateStore;
+) -> Result<crate::state::StateStore, Failure> {
+    use crate::state::StateStore;
     use actors::store::{DurableLimits, DurableStore, StoreSpec};
     use std::time::Duration;
 
@@ -297,7 +297,7 @@ pub(super) fn sandbox_isolation(choice: SandboxArg) -> Result<llm::Isolation, Fa
 }
 
 pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
-    use crate::app::{App, Settings};
+    use crate::state::{App, Settings};
     use crate::upstream::{Timeouts, Upstream};
     use std::time::Duration;
 
@@ -384,7 +384,7 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
 /// On SIGHUP, reads the config again (the same `--config` / `--preset` / environment) and applies
 /// it; a config with problems is refused whole, every problem logged, and the running one stays.
 pub(super) fn reload_on_hangup(
-    app: Arc<crate::app::App>,
+    app: Arc<crate::state::App>,
     config: ConfigArgs,
     mode: Option<config::Mode>,
 ) {

@@ -1,0 +1,389 @@
+//! The two ends of a hop: the agent's request body read under its limits, the call upstream
+//! (signed first for Bedrock, timed, its failure logged without a secret), and the reply relayed
+//! back as it streams, its usage and the provider's cache report handed to the session's tracker
+//! and the dashboard on the way.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actors::dashboard::ReplyUsage;
+use actors::sessions::Sessions;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use modes::stats::Stats;
+use modes::{CacheUsage, SessionState};
+use parking_lot::Mutex;
+
+use crate::access::Access;
+use crate::bedrock::Auth;
+use crate::capture::Capture;
+use crate::decode::{Decoder, Encoding};
+use crate::respond::{Body, BoxError, ProxyError};
+use crate::state::App;
+use crate::upstream::{UpstreamError, strip_hop_by_hop};
+use crate::usage::{UsageScanner, cache_report};
+
+/// The scheme and host of an upstream URI, for logs: the path, the query and any credentials
+/// in the authority (`https://user:key@host`) stay out.
+fn uri_authority(uri: &str) -> String {
+    let after_scheme = uri.find("://").map_or(0, |i| i + 3);
+    let end = uri[after_scheme..]
+        .find('/')
+        .map_or(uri.len(), |i| after_scheme + i);
+    let authority = &uri[after_scheme..end];
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{}{host}", &uri[..after_scheme])
+}
+
+/// How long a reply waits for the state store to acknowledge its turn's writes (they started
+/// before the request went upstream, so this is almost never waited).
+pub(crate) const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `/anthropic/v1/x?q` → `<base>/v1/x?q`.
+pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
+    let path = request_uri.path();
+    let rest = path
+        .strip_prefix("/anthropic")
+        .or_else(|| path.strip_prefix("/openai"))
+        .or_else(|| path.strip_prefix("/gemini"))
+        .or_else(|| path.strip_prefix("/vertex"))
+        .or_else(|| path.strip_prefix(crate::bedrock::PREFIX))
+        .unwrap_or(path);
+    let query = request_uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    format!("{}{rest}{query}", base.trim_end_matches('/'))
+}
+
+/// Reads a request body whole: refused at once (413) when its declared length is over the
+/// limit, and given up (408) when the client sends nothing for `body_idle`, so a client that
+/// declares a body and stalls does not hold a connection open indefinitely.
+pub(crate) async fn read_body(
+    app: &App,
+    headers: &http::HeaderMap,
+    mut body: Incoming,
+) -> Result<Bytes, ProxyError> {
+    let limit = app.settings().body_limit;
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ProxyError::BodyTooLarge { limit });
+    }
+    let idle = app.settings().body_idle;
+    let mut out = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => {
+                return Err(ProxyError::BodyStalled {
+                    seconds: idle.as_secs(),
+                });
+            }
+            Ok(None) => return Ok(Bytes::from(out)),
+            Ok(Some(Err(_))) => return Err(ProxyError::BodyUnreadable),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(ProxyError::BodyTooLarge { limit });
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+}
+
+/// A request on its way upstream: where, with what, and whether sluice signs it.
+pub(crate) struct Outbound<'a> {
+    pub(crate) method: Method,
+    pub(crate) uri: &'a str,
+    pub(crate) headers: &'a HeaderMap,
+    pub(crate) body: Bytes,
+    pub(crate) auth: &'a Auth,
+}
+
+impl Outbound<'_> {
+    /// [`send`], signed first when `auth` says sluice signs (a Bedrock request).
+    pub(crate) async fn send(self, app: &App) -> Result<Response<Incoming>, UpstreamError> {
+        if !matches!(self.auth, Auth::Sign) {
+            return send(app, self.method, self.uri, self.headers, self.body).await;
+        }
+        let mut headers = self.headers.clone();
+        app.bedrock
+            .sign_for(self.auth, &self.method, self.uri, &mut headers, &self.body)
+            .await?;
+        send(app, self.method, self.uri, &headers, self.body).await
+    }
+
+    /// [`Outbound::send`], with the time to the response head in `access`.
+    pub(crate) async fn send_timed(
+        self,
+        app: &App,
+        access: &mut Access,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let started = Instant::now();
+        let sent = self.send(app).await;
+        access.upstream = Some(started.elapsed());
+        sent
+    }
+}
+
+pub(crate) async fn send(
+    app: &App,
+    method: Method,
+    uri: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Incoming>, UpstreamError> {
+    let started = Instant::now();
+    let result = app.upstream().send(method, uri, headers, body).await;
+    if let Err(error) = &result {
+        // The agent gets a 502 or 504; the operator gets the why (never a header or a body).
+        let error = crate::upstream::error_chain(error);
+        tracing::warn!(%error, upstream = %uri_authority(uri), "upstream call failed");
+    }
+    app.stats
+        .record_upstream(started.elapsed(), result.is_err());
+    result
+}
+
+/// An upstream response passed through as it streams in.
+pub(crate) fn relay(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
+}
+
+/// A reply to a body sluice could not read, relayed as it came; the dashboard reads its usage
+/// when it is not compressed.
+pub(crate) fn relay_counted(
+    response: Response<Incoming>,
+    capture: Option<Capture>,
+) -> Response<Body> {
+    let Some(capture) = capture else {
+        return relay(response);
+    };
+    if response
+        .headers()
+        .contains_key(http::header::CONTENT_ENCODING)
+    {
+        return relay(response);
+    }
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let mut scanner = UsageScanner::new(move |usage| capture.usage(usage));
+    let body = body
+        .map_err(|e| Box::new(e) as BoxError)
+        .map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                scanner.scan(data);
+            }
+            frame
+        })
+        .boxed();
+    Response::from_parts(parts, body)
+}
+
+/// Where a reply's cache report goes.
+pub(crate) enum Report {
+    /// The session's tracker, known now, and the cost guard's turn this reply settles.
+    Live(String, Option<u64>),
+    /// Observe mode's shadow tracker, once the shadow run has named the session.
+    Observed(Arc<Meet>),
+}
+
+/// Relays `response` and, once its body is done, hands the provider's cache report for this
+/// turn to the session's tracker and its usage to the dashboard. A compressed reply is decoded
+/// on the way (sluice asked for identity); one it cannot decode goes through as it came,
+/// unread.
+pub(crate) fn relay_reporting(
+    app: &Arc<App>,
+    to: Report,
+    response: Response<Incoming>,
+    capture: Option<Capture>,
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let decoder = match Encoding::take(&mut parts.headers) {
+        Encoding::Identity => None,
+        Encoding::Decode(decoder) => Some(decoder),
+        Encoding::Unknown => {
+            return Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed());
+        }
+    };
+    let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
+    let mut scanner = UsageScanner::new(move |usage: ReplyUsage| {
+        let cache = cache_report(&usage);
+        if let Some(capture) = capture {
+            capture.usage(usage);
+        }
+        let Some(cache) = cache else {
+            return;
+        };
+        match to {
+            Report::Live(session, turn) => apply_usage(&sessions, &stats, &session, cache, turn),
+            Report::Observed(meet) => meet.usage(cache, &sessions, &stats),
+        }
+    });
+    // An event stream (Bedrock) is scanned as the SSE it carries; the agent gets its bytes.
+    let mut unframe =
+        crate::bedrock::is_event_stream(&parts.headers).then(crate::bedrock::Unframe::default);
+    let body = match decoder {
+        None => body
+            .map_err(|e| Box::new(e) as BoxError)
+            .map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    match unframe.as_mut().map(|u| u.feed(data)) {
+                        None => scanner.scan(data),
+                        Some(Ok(text)) => scanner.scan(&text),
+                        // Unreadable: the agent still gets every byte; the report is lost.
+                        Some(Err(_)) => unframe = None,
+                    }
+                }
+                frame
+            })
+            .boxed(),
+        Some(decoder) => decoding(body, decoder, scanner),
+    };
+    Response::from_parts(parts, body)
+}
+
+/// `body` decoded as it streams, scanned for the cache report; the scanner reports when the
+/// stream ends and it is dropped.
+fn decoding<F>(body: Incoming, decoder: Box<Decoder>, scanner: UsageScanner<F>) -> Body
+where
+    F: FnOnce(ReplyUsage) + Send + Sync + 'static,
+{
+    let stream =
+        futures::stream::unfold(Some((body, Some(decoder), scanner)), |state| async move {
+            let (mut body, mut decoder, mut scanner) = state?;
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    let frame = match frame.into_data() {
+                        Ok(data) => {
+                            let data = match decoder.as_mut().map(|d| d.feed(&data)) {
+                                None => data,
+                                Some(Ok(decoded)) => decoded,
+                                // Corrupt, or a bomb: decoded bytes have gone out without
+                                // `Content-Encoding`, so the rest cannot follow raw. The stream
+                                // ends in an error the agent sees as a cut reply.
+                                Some(Err(err)) => {
+                                    return Some((Err(Box::new(err) as BoxError), None));
+                                }
+                            };
+                            scanner.scan(&data);
+                            Frame::data(data)
+                        }
+                        Err(frame) => frame,
+                    };
+                    Some((Ok(frame), Some((body, decoder, scanner))))
+                }
+                Some(Err(err)) => Some((Err(Box::new(err) as BoxError), None)),
+                None => match decoder?.finish() {
+                    Ok(tail) if tail.is_empty() => None,
+                    Ok(tail) => {
+                        scanner.scan(&tail);
+                        Some((Ok(Frame::data(tail)), None))
+                    }
+                    // A truncated or corrupt end (a failed gzip check): the agent must not take
+                    // the reply for whole.
+                    Err(err) => Some((Err(Box::new(err) as BoxError), None)),
+                },
+            }
+        });
+    BodyExt::boxed(StreamBody::new(stream))
+}
+
+/// A scanner that hands the cache report it finds to `session`'s tracker, and the usage to the
+/// dashboard, when dropped (the expand loop scans its first reply with it: that reply's report
+/// describes the turn).
+pub(crate) fn live_report(
+    app: &App,
+    session: String,
+    ledger_turn: Option<u64>,
+    capture: Option<Capture>,
+) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
+    let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
+    UsageScanner::new(move |usage: ReplyUsage| {
+        let cache = cache_report(&usage);
+        if let Some(capture) = capture {
+            capture.usage(usage);
+        }
+        if let Some(cache) = cache {
+            apply_usage(&sessions, &stats, &session, cache, ledger_turn);
+        }
+    })
+}
+
+/// The provider's cache report for a session's latest turn, to its tracker, and to its cost
+/// guard for `ledger_turn` (the turn that sent this request, when one ran the pipeline).
+fn apply_usage(
+    sessions: &Sessions<SessionState>,
+    stats: &Arc<Stats>,
+    session: &str,
+    usage: CacheUsage,
+    ledger_turn: Option<u64>,
+) {
+    let stats = stats.clone();
+    sessions.apply(session, move |state: &mut SessionState| {
+        // The turn's reply half, the one replay runs too (`modes::turn::settle_state`).
+        let settled = modes::turn::settle_state(state, usage, ledger_turn);
+        if settled.cold_mispredicted {
+            stats.record_cold_mispredicted();
+        }
+        if let Some(why) = settled.backoff {
+            stats.record_cost_guard_backoff(why.label());
+        }
+    });
+}
+
+/// Observe mode learns a turn's session off the request path (the shadow run parses the body)
+/// and its cache report from the relayed reply, in either order; whichever arrives second hands
+/// the report to the shadow tracker, after the shadow run recorded the turn it belongs to.
+#[derive(Debug, Default)]
+pub(crate) struct Meet {
+    state: Mutex<(Option<String>, Option<CacheUsage>)>,
+}
+
+impl Meet {
+    pub(crate) fn session(
+        &self,
+        session: &str,
+        sessions: &Sessions<SessionState>,
+        stats: &Arc<Stats>,
+    ) {
+        let usage = {
+            let mut state = self.state.lock();
+            state.0 = Some(session.to_owned());
+            state.1.take()
+        };
+        if let Some(usage) = usage {
+            // Observe's shadow ledger would judge untouched traffic: it settles nothing.
+            apply_usage(sessions, stats, session, usage, None);
+        }
+    }
+
+    pub(crate) fn usage(
+        &self,
+        usage: CacheUsage,
+        sessions: &Sessions<SessionState>,
+        stats: &Arc<Stats>,
+    ) {
+        let session = {
+            let mut state = self.state.lock();
+            if state.0.is_none() {
+                state.1 = Some(usage);
+                return;
+            }
+            state.0.clone()
+        };
+        if let Some(session) = session {
+            apply_usage(sessions, stats, &session, usage, None);
+        }
+    }
+}

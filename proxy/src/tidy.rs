@@ -1,0 +1,411 @@
+//! Tidy: the crate graph and each crate's module graph, read from the sources' paths (a small
+//! lexer skips comments and literals, then `use` trees and inline `crate::`/`super::` paths are
+//! parsed), rendered into `docs/ARCHITECTURE.md` and required to have no cycle.
+//!
+//! A module of a crate is a top-level `mod` of its root; a file under `src/foo/` belongs to
+//! `foo`. Test code is left out: `tests.rs` files, modules the root declares `#[cfg(test)]`, and
+//! a file's `#[cfg(test)] mod` block. The root itself only declares modules and re-exports, so
+//! no module may name an item through it (`crate::Item`): that edge would be invisible here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The library crates, each a directory of the workspace with a `src/lib.rs`.
+const CRATES: &[&str] = &["engine", "sandbox", "actors", "modes", "llm", "proxy"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `text` with comments, string and char literals blanked out (newlines kept), so that only
+/// code is left to read paths from.
+fn code_only(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &text[i..];
+        let skip = if rest.starts_with("//") {
+            rest.find('\n').unwrap_or(rest.len())
+        } else if rest.starts_with("/*") {
+            rest.find("*/").map_or(rest.len(), |end| end + 2)
+        } else if let Some(len) = raw_string_len(rest) {
+            len
+        } else if rest.starts_with('"') {
+            quoted_len(rest, '"')
+        } else if rest.starts_with('\'') && is_char_literal(rest) {
+            quoted_len(rest, '\'')
+        } else {
+            let ch = rest.chars().next().expect("not at the end");
+            out.push(ch);
+            i += ch.len_utf8();
+            continue;
+        };
+        out.extend(rest[..skip].chars().filter(|&c| c == '\n'));
+        out.push(' ');
+        i += skip;
+    }
+    out
+}
+
+/// The length of a raw string literal (`r"..."`, `r#"..."#`, `br"..."`) at the start of `s`.
+fn raw_string_len(s: &str) -> Option<usize> {
+    let after_prefix = s.strip_prefix("br").or_else(|| s.strip_prefix('r'))?;
+    let hashes = after_prefix.len() - after_prefix.trim_start_matches('#').len();
+    let body = after_prefix[hashes..].strip_prefix('"')?;
+    let close = format!("\"{}", "#".repeat(hashes));
+    let end = body.find(&close)?;
+    Some(s.len() - body.len() + end + close.len())
+}
+
+/// The length of a `quote`-delimited literal with backslash escapes at the start of `s`.
+fn quoted_len(s: &str, quote: char) -> usize {
+    let mut escaped = false;
+    for (at, ch) in s.char_indices().skip(1) {
+        match ch {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            c if c == quote => return at + 1,
+            _ => {}
+        }
+    }
+    s.len()
+}
+
+/// Whether the `'` at the start of `s` opens a char literal rather than a lifetime.
+fn is_char_literal(s: &str) -> bool {
+    let mut chars = s.chars().skip(1);
+    matches!(
+        (chars.next(), chars.next()),
+        (Some('\\'), _) | (Some(_), Some('\''))
+    )
+}
+
+/// The first segment after each `crate::` and, from a file directly under `src/`, each
+/// `super::` in `code`, including every branch of a `use crate::{a, b::c}` tree.
+fn named_modules(code: &str, super_is_root: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut prefixes = vec!["crate::"];
+    if super_is_root {
+        prefixes.push("super::");
+    }
+    for prefix in prefixes {
+        for (at, _) in code.match_indices(prefix) {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let rest = code[at + prefix.len()..].trim_start();
+            match rest.strip_prefix('{') {
+                Some(tree) => out.extend(tree_heads(tree)),
+                None => out.extend(ident(rest)),
+            }
+        }
+    }
+    out
+}
+
+/// The first identifier of each top-level branch of a `{...}` use tree (the text after `{`).
+fn tree_heads(tree: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let (mut depth, mut branch_start) = (0usize, true);
+    for (at, ch) in tree.char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => branch_start = true,
+            c if branch_start && !c.is_whitespace() => {
+                branch_start = false;
+                heads.extend(ident(&tree[at..]));
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+fn ident(s: &str) -> Option<String> {
+    let end = s
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    (end > 0).then(|| s[..end].to_owned())
+}
+
+/// A file's library code: its `#[cfg(test)] mod ... { ... }` blocks left out.
+fn library_code(text: &str) -> String {
+    let mut code = code_only(text);
+    let mut from = 0;
+    while let Some(at) = code[from..].find("#[cfg(test)]").map(|at| from + at) {
+        from = at + 1;
+        let item = code[at + "#[cfg(test)]".len()..].trim_start();
+        let item = item.strip_prefix("pub(crate) ").unwrap_or(item);
+        let opens = item.find('{');
+        if !item.starts_with("mod ") || opens.is_none_or(|o| item.find(';').is_some_and(|s| s < o))
+        {
+            continue;
+        }
+        let open = code.len() - item.len() + opens.expect("checked");
+        let mut depth = 0usize;
+        let close = code[open..]
+            .char_indices()
+            .find_map(|(i, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                (depth == 0).then_some(open + i + 1)
+            })
+            .unwrap_or(code.len());
+        code.replace_range(at..close, "");
+        from = at;
+    }
+    code
+}
+
+/// The files a source file declares test-only (`#[cfg(test)] mod NAME;`): for each, the path
+/// of `NAME.rs` and of the directory `NAME/`.
+fn test_only_paths(file: &Path, text: &str) -> Vec<PathBuf> {
+    let code = code_only(text);
+    let stem = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or_default();
+    let dir = file.parent().expect("a file in a directory");
+    let dir = if matches!(stem, "lib" | "main" | "mod") {
+        dir.to_path_buf()
+    } else {
+        dir.join(stem)
+    };
+    code.match_indices("#[cfg(test)]")
+        .filter_map(|(at, attr)| {
+            let item = code[at + attr.len()..].trim_start();
+            let item = item.strip_prefix("pub(crate) ").unwrap_or(item);
+            let name = ident(item.strip_prefix("mod ")?)?;
+            item[4 + name.len()..]
+                .trim_start()
+                .starts_with(';')
+                .then_some(name)
+        })
+        .flat_map(|name| [dir.join(format!("{name}.rs")), dir.join(name)])
+        .collect()
+}
+
+/// A crate's module graph: each top-level module and the modules it names.
+#[derive(Debug, Default)]
+struct Graph {
+    uses: BTreeMap<String, BTreeSet<String>>,
+    /// `crate::Item` paths, where `Item` is not a module: each a `(module, item)`.
+    through_root: Vec<(String, String)>,
+}
+
+fn module_graph(krate: &str) -> Graph {
+    let src = repo().join(krate).join("src");
+    let mut files = Vec::new();
+    collect_rs(&src, &mut files);
+    let texts: Vec<String> = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).expect("a source file"))
+        .collect();
+    let test_only: Vec<PathBuf> = files
+        .iter()
+        .zip(&texts)
+        .flat_map(|(file, text)| test_only_paths(file, text))
+        .collect();
+    let mut graph = Graph::default();
+    let mut names = BTreeMap::new();
+    for (file, text) in files.iter().zip(&texts) {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let module = relative
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .expect("a path under src")
+            .trim_end_matches(".rs")
+            .to_owned();
+        let in_tests = relative.ends_with("tests.rs")
+            || relative.iter().any(|part| part == "tests")
+            || test_only.iter().any(|t| file.starts_with(t));
+        if module == "lib" || module == "main" || in_tests {
+            continue;
+        }
+        graph.uses.entry(module.clone()).or_default();
+        let super_is_root = relative.components().count() == 1;
+        names
+            .entry(module)
+            .or_insert_with(Vec::new)
+            .extend(named_modules(&library_code(text), super_is_root));
+    }
+    let test_modules: BTreeSet<&str> = test_only
+        .iter()
+        .filter(|t| t.parent() == Some(src.as_path()))
+        .filter_map(|t| t.file_stem()?.to_str())
+        .collect();
+    for (module, named) in names {
+        for name in named {
+            if name == module || name == "self" || name == "super" {
+                continue;
+            }
+            if graph.uses.contains_key(&name) || test_modules.contains(name.as_str()) {
+                graph.uses.get_mut(&module).expect("seen").insert(name);
+            } else {
+                graph.through_root.push((module.clone(), name));
+            }
+        }
+    }
+    graph
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .expect("a source directory")
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// A cycle in `uses`, as the modules along it, if there is one.
+fn cycle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        node: &'a str,
+        uses: &'a BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<&'a str>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| *n == node) {
+            let mut found: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            found.push(node.to_owned());
+            return Some(found);
+        }
+        if !done.insert(node) {
+            return None;
+        }
+        path.push(node);
+        for next in uses.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, uses, done, path) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    uses.keys()
+        .find_map(|node| visit(node, uses, &mut done, &mut Vec::new()))
+}
+
+/// How far each module sits above the modules it uses (0: it uses none).
+fn layers(uses: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<&str, usize> {
+    let mut layer: BTreeMap<&str, usize> = BTreeMap::new();
+    while layer.len() < uses.len() {
+        for (module, named) in uses {
+            if layer.contains_key(module.as_str()) {
+                continue;
+            }
+            let below: Option<Vec<usize>> = named
+                .iter()
+                .map(|n| layer.get(n.as_str()).copied())
+                .collect();
+            if let Some(below) = below {
+                layer.insert(module, below.into_iter().max().map_or(0, |m| m + 1));
+            }
+        }
+    }
+    layer
+}
+
+/// `uses` as a table, highest layer first: who may read whom, at a glance.
+fn render(uses: &BTreeMap<String, BTreeSet<String>>) -> String {
+    let layer = layers(uses);
+    let mut rows: Vec<(&str, usize)> = layer.iter().map(|(m, l)| (*m, *l)).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let mut out = String::from("| module | uses |\n|---|---|\n");
+    for (module, _) in rows {
+        let named: Vec<String> = uses[module].iter().map(|n| format!("`{n}`")).collect();
+        out.push_str(&format!("| `{module}` | {} |\n", named.join(", ")));
+    }
+    out
+}
+
+/// Our crates each crate's `[dependencies]` names.
+fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
+    CRATES
+        .iter()
+        .map(|krate| {
+            let manifest = std::fs::read_to_string(repo().join(krate).join("Cargo.toml"))
+                .expect("the crate's Cargo.toml");
+            let dependencies = manifest
+                .split("\n[")
+                .find(|section| section.starts_with("dependencies]"))
+                .unwrap_or_default();
+            let ours = dependencies
+                .lines()
+                .filter_map(|line| ident(line.trim()))
+                .filter(|name| CRATES.contains(&name.as_str()))
+                .collect();
+            (krate.to_string(), ours)
+        })
+        .collect()
+}
+
+#[test]
+fn crates_and_modules_form_trees() {
+    let crates = crate_graph();
+    assert_eq!(cycle(&crates), None, "the crate graph has a cycle");
+    let mut blocks = vec![(
+        "crates".to_owned(),
+        render(&crates).replace("module", "crate"),
+    )];
+    for krate in CRATES {
+        let graph = module_graph(krate);
+        assert_eq!(
+            graph.through_root,
+            [],
+            "{krate}: items named through the crate root"
+        );
+        assert_eq!(
+            cycle(&graph.uses),
+            None,
+            "{krate}'s module graph has a cycle"
+        );
+        blocks.push((format!("modules-{krate}"), render(&graph.uses)));
+    }
+    crate::generated::check_doc("ARCHITECTURE.md", "crates_and_modules_form_trees", |doc| {
+        blocks.iter().fold(doc.to_owned(), |doc, (name, table)| {
+            crate::generated::splice(&doc, name, table)
+        })
+    });
+}
+
+#[test]
+fn the_path_reader_reads_paths_and_nothing_else() {
+    let code = code_only(
+        "use crate::{a::B, b, c::{d, e}};\n// crate::comment\nlet s = \"crate::string\";\n\
+         let r = r#\"crate::raw\"#; let c = '\"'; fn f<'a>(x: &'a crate::f::X) {}\n/* crate::block */ super::g();",
+    );
+    assert_eq!(named_modules(&code, false), ["a", "b", "c", "f"]);
+    assert_eq!(named_modules(&code, true), ["a", "b", "c", "f", "g"]);
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", &["b"][..]), ("b", &["c"]), ("c", &["a"])]
+            .iter()
+            .map(|(m, u)| (m.to_string(), u.iter().map(|s| s.to_string()).collect()))
+            .collect();
+    assert_eq!(
+        cycle(&graph),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        library_code("use crate::x;\n#[cfg(test)]\nmod tests {\n use crate::y;\n}\nfn z() {}\n")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["use", "crate::x;", "fn", "z()", "{}"]
+    );
+}
