@@ -177,17 +177,63 @@ pub struct Filter {
     pub tests: Vec<TestCase>,
 }
 
-/// Why a document did not load.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct LoadError(pub String);
+/// Why a document, or one filter of it, did not load.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// Not YAML of a filter document's shape: the parser's first line (where, and why).
+    #[error("{origin}: {reason}")]
+    Document { origin: String, reason: String },
+    #[error("{origin}: schema_version must be 1, got {got}")]
+    SchemaVersion { origin: String, got: u32 },
+    #[error("{origin}: tests for unknown filter `{filter}`")]
+    UnknownTests { origin: String, filter: String },
+    #[error("{origin}: duplicate filter `{filter}`")]
+    Duplicate { origin: String, filter: String },
+    /// One filter of a document: why it did not compile or failed its tests.
+    #[error("{origin}: {error}")]
+    Filter {
+        origin: String,
+        error: Box<LoadError>,
+    },
+    #[error("filter `{filter}`: `match` is required")]
+    NoSelector { filter: String },
+    #[error("filter `{filter}`: strip_lines_matching and keep_lines_matching cannot both be set")]
+    BothLineRules { filter: String },
+    #[error("filter `{filter}`: cap_reduce needs cap")]
+    CapReduceWithoutCap { filter: String },
+    /// A regex that does not compile; `field` is where the filter has it.
+    #[error("filter `{filter}`: {field}: {}", first_line(&.source.to_string()))]
+    Pattern {
+        filter: String,
+        field: &'static str,
+        source: regex::Error,
+    },
+    /// A test with a command that the set routes to another filter, or to none.
+    #[error("filter `{filter}`, test `{test}`: routes to {routed}")]
+    Routes {
+        filter: String,
+        test: String,
+        routed: String,
+    },
+    /// A test whose output differs, at the first line that does.
+    #[error(
+        "filter `{filter}`, test `{test}` failed at line {line}:\n  expected: {expected:?}\n  got:      {got:?}"
+    )]
+    TestFailed {
+        filter: String,
+        test: String,
+        line: usize,
+        expected: String,
+        got: String,
+    },
+}
 
-fn compile(filter: &str, field: &str, pattern: &str) -> Result<Regex, LoadError> {
-    Regex::new(pattern).map_err(|e| {
-        LoadError(format!(
-            "filter `{filter}`: {field}: {}",
-            first_line(&e.to_string())
-        ))
+fn compile(filter: &str, field: &'static str, pattern: &str) -> Result<Regex, LoadError> {
+    Regex::new(pattern).map_err(|source| LoadError::Pattern {
+        filter: filter.to_owned(),
+        field,
+        source,
     })
 }
 
@@ -197,16 +243,18 @@ fn first_line(s: &str) -> &str {
 
 impl Filter {
     fn compile(name: &str, def: Def, tests: Vec<TestCase>) -> Result<Filter, LoadError> {
-        let selector = def
-            .selector
-            .ok_or_else(|| LoadError(format!("filter `{name}`: `match` is required")))?;
+        let selector = def.selector.ok_or_else(|| LoadError::NoSelector {
+            filter: name.to_owned(),
+        })?;
         if !def.strip_lines_matching.is_empty() && !def.keep_lines_matching.is_empty() {
-            return Err(LoadError(format!(
-                "filter `{name}`: strip_lines_matching and keep_lines_matching cannot both be set"
-            )));
+            return Err(LoadError::BothLineRules {
+                filter: name.to_owned(),
+            });
         }
         if def.cap_reduce.is_some() && def.cap.is_none() {
-            return Err(LoadError(format!("filter `{name}`: cap_reduce needs cap")));
+            return Err(LoadError::CapReduceWithoutCap {
+                filter: name.to_owned(),
+            });
         }
         let lines = match (&def.strip_lines_matching, &def.keep_lines_matching) {
             (strip, _) if !strip.is_empty() => Some((strip, false)),
@@ -215,12 +263,13 @@ impl Filter {
         };
         let lines = lines
             .map(|(patterns, keep)| {
-                RegexSet::new(patterns).map(|set| (set, keep)).map_err(|e| {
-                    LoadError(format!(
-                        "filter `{name}`: line patterns: {}",
-                        first_line(&e.to_string())
-                    ))
-                })
+                RegexSet::new(patterns)
+                    .map(|set| (set, keep))
+                    .map_err(|source| LoadError::Pattern {
+                        filter: name.to_owned(),
+                        field: "line patterns",
+                        source,
+                    })
             })
             .transpose()?;
         let max_lines = def.max_lines.or_else(|| {
@@ -415,40 +464,44 @@ impl FilterSet {
             let doc: Document = match serde_saphyr::from_str(yaml) {
                 Ok(doc) => doc,
                 Err(e) => {
-                    errors.push(LoadError(format!(
-                        "{origin}: {}",
-                        first_line(&e.to_string())
-                    )));
+                    errors.push(LoadError::Document {
+                        origin: origin.to_string(),
+                        reason: first_line(&e.to_string()).to_owned(),
+                    });
                     continue;
                 }
             };
             if doc.schema_version != 1 {
-                errors.push(LoadError(format!(
-                    "{origin}: schema_version must be 1, got {}",
-                    doc.schema_version
-                )));
+                errors.push(LoadError::SchemaVersion {
+                    origin: origin.to_string(),
+                    got: doc.schema_version,
+                });
                 continue;
             }
             let mut tests = doc.tests;
             for name in tests.keys() {
                 if !doc.filters.contains_key(name) {
-                    errors.push(LoadError(format!(
-                        "{origin}: tests for unknown filter `{name}`"
-                    )));
+                    errors.push(LoadError::UnknownTests {
+                        origin: origin.to_string(),
+                        filter: name.clone(),
+                    });
                 }
             }
             for (name, def) in doc.filters {
                 if filters.iter().any(|f| f.name == name) {
-                    errors.push(LoadError(format!("{origin}: duplicate filter `{name}`")));
+                    errors.push(LoadError::Duplicate {
+                        origin: origin.to_string(),
+                        filter: name,
+                    });
                     continue;
                 }
                 let cases = tests.remove(&name).unwrap_or_default();
-                match Filter::compile(&name, def, cases) {
-                    Ok(filter) => match run_tests(&filter) {
-                        Ok(()) => filters.push(filter),
-                        Err(e) => errors.push(LoadError(format!("{origin}: {e}"))),
-                    },
-                    Err(e) => errors.push(LoadError(format!("{origin}: {e}"))),
+                match Filter::compile(&name, def, cases).and_then(|f| run_tests(&f).map(|()| f)) {
+                    Ok(filter) => filters.push(filter),
+                    Err(error) => errors.push(LoadError::Filter {
+                        origin: origin.to_string(),
+                        error: Box::new(error),
+                    }),
                 }
             }
         }
@@ -465,12 +518,11 @@ impl FilterSet {
             for case in filter.tests.iter().filter(|c| c.command.is_some()) {
                 let routed = set.select(&selector(case.command.as_deref(), &case.input));
                 if routed.map(|f| f.name.as_str()) != Some(filter.name.as_str()) {
-                    errors.push(LoadError(format!(
-                        "filter `{}`, test `{}`: routes to {}",
-                        filter.name,
-                        case.name,
-                        routed.map_or("no filter".to_owned(), |f| format!("`{}`", f.name))
-                    )));
+                    errors.push(LoadError::Routes {
+                        filter: filter.name.clone(),
+                        test: case.name.clone(),
+                        routed: routed.map_or("no filter".to_owned(), |f| format!("`{}`", f.name)),
+                    });
                 }
             }
         }
@@ -533,14 +585,13 @@ pub fn run_tests(filter: &Filter) -> Result<(), LoadError> {
                 .zip(&w)
                 .position(|(a, b)| a != b)
                 .unwrap_or(g.len().min(w.len()));
-            return Err(LoadError(format!(
-                "filter `{}`, test `{}` failed at line {}:\n  expected: {:?}\n  got:      {:?}",
-                filter.name,
-                case.name,
-                at + 1,
-                w.get(at).copied().unwrap_or("<end of output>"),
-                g.get(at).copied().unwrap_or("<end of output>"),
-            )));
+            return Err(LoadError::TestFailed {
+                filter: filter.name.clone(),
+                test: case.name.clone(),
+                line: at + 1,
+                expected: w.get(at).copied().unwrap_or("<end of output>").to_owned(),
+                got: g.get(at).copied().unwrap_or("<end of output>").to_owned(),
+            });
         }
     }
     Ok(())

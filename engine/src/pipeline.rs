@@ -453,7 +453,7 @@ fn verdict(
             .any(|(i, _)| is_new(acx, messages, *i) && !acx.may_mutate(*i));
     match outcome {
         Err(panic) => Some(Revert::Panicked(panic_message(panic.as_ref()))),
-        Ok(Err(err)) => Some(Revert::Failed(err.0.clone())),
+        Ok(Err(err)) => Some(Revert::Failed(err.with_causes())),
         Ok(Ok(_)) if after > total => Some(Revert::Grew),
         Ok(Ok(_)) if in_cached_prefix => Some(Revert::CachedPrefix),
         Ok(Ok(keys)) if stage.kind() == Kind::Offload && after < total && keys.is_empty() => {

@@ -72,41 +72,44 @@ tests:
     let errs = FilterSet::load(&[("mine.yaml", failing)]).unwrap_err();
     assert!(
         errs[0]
-            .0
+            .to_string()
             .contains("mine.yaml: filter `pytest-lite`, test `keeps the summary` failed at line 1"),
         "{errs:?}"
     );
     assert!(
-        errs[0].0.contains("expected: \"2 passed\"")
-            && errs[0].0.contains("got:      \"1 passed\"")
+        errs[0].to_string().contains("expected: \"2 passed\"")
+            && errs[0].to_string().contains("got:      \"1 passed\"")
     );
 
     let unknown = "schema_version: 1\nfilters:\n  x:\n    match: a\n    strip_line_matching: [b]\n";
     let errs = FilterSet::load(&[("typo.yaml", unknown)]).unwrap_err();
-    assert!(errs[0].0.contains("strip_line_matching"), "{errs:?}");
+    assert!(
+        errs[0].to_string().contains("strip_line_matching"),
+        "{errs:?}"
+    );
 
     let both = "schema_version: 1\nfilters:\n  x:\n    match: a\n    strip_lines_matching: [b]\n    keep_lines_matching: [c]\n";
     assert!(
         FilterSet::load(&[("both.yaml", both)]).unwrap_err()[0]
-            .0
+            .to_string()
             .contains("cannot both be set")
     );
     let version = "schema_version: 2\nfilters: {}\n";
     assert!(
         FilterSet::load(&[("v2.yaml", version)]).unwrap_err()[0]
-            .0
+            .to_string()
             .contains("schema_version must be 1")
     );
     let regex = "schema_version: 1\nfilters:\n  x:\n    match: '(unclosed'\n";
     assert!(
         FilterSet::load(&[("re.yaml", regex)]).unwrap_err()[0]
-            .0
+            .to_string()
             .contains("filter `x`: match")
     );
     let dup = "schema_version: 1\nfilters:\n  pytest:\n    match: x\n";
     assert!(
         FilterSet::load(&[("builtins", BUILTINS), ("dup.yaml", dup)]).unwrap_err()[0]
-            .0
+            .to_string()
             .contains("duplicate filter `pytest`")
     );
 }

@@ -3,10 +3,31 @@
 
 use super::*;
 
-/// What a component reports when it fails. The pipeline reverts it and carries on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ComponentError(pub String);
+/// What a component reports when it fails. The pipeline reverts it and carries on; the run
+/// report keeps the message with its causes ([`ComponentError::with_causes`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    /// The store would not keep an original the component meant to cut.
+    #[error("stashing an original failed")]
+    Stash(#[from] StoreError),
+    /// Anything else the component found wrong.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ComponentError {
+    /// The message and each of its causes, `: `-joined.
+    pub fn with_causes(&self) -> String {
+        let mut out = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(error) = cause {
+            out.push_str(": ");
+            out.push_str(&error.to_string());
+            cause = error.source();
+        }
+        out
+    }
+}
 
 /// Proof that an original was stashed: only [`ApplyCx::stash`] makes one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -17,9 +17,7 @@ impl Offload for Shorten {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<Vec<StashKey>, ComponentError> {
-        let key = cx
-            .stash(&messages[1].content)
-            .map_err(|e| ComponentError(e.to_string()))?;
+        let key = cx.stash(&messages[1].content)?;
         messages.get_mut(1).content = format!("short {}", key.marker());
         Ok(vec![key])
     }
@@ -51,7 +49,7 @@ impl Reformat for Fails {
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         messages.get_mut(2).content = "half done".into();
-        Err(ComponentError("gave up".into()))
+        Err(ComponentError::Other("gave up".into()))
     }
 }
 
@@ -454,7 +452,7 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
             _: &mut Transcript<'_>,
             _: &mut ApplyCx<'_>,
         ) -> Result<Vec<StashKey>, ComponentError> {
-            Err(ComponentError("bug on a later message".into()))
+            Err(ComponentError::Other("bug on a later message".into()))
         }
     }
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
@@ -519,11 +517,9 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
             let original = turn(2)[1].content.clone();
             if self.undo_and_fail {
                 messages.set_content(1, original);
-                return Err(ComponentError("failed after its replay".into()));
+                return Err(ComponentError::Other("failed after its replay".into()));
             }
-            let key = cx
-                .stash(&original)
-                .map_err(|e| ComponentError(e.to_string()))?;
+            let key = cx.stash(&original)?;
             messages.set_content(1, " ".repeat(original.len()));
             Ok(vec![key])
         }
@@ -601,4 +597,17 @@ fn a_cut_floor_puts_back_only_the_cuts_that_save_less_from_its_index_on() {
     assert_eq!(component.changed, vec![1, 2, 4]);
     assert_eq!(m[3], transcript()[3]);
     assert_eq!(component.gates.get("below_cost_floor"), Some(&1));
+}
+
+#[test]
+fn a_failure_report_keeps_its_causes() {
+    let refused = ComponentError::from(crate::store::StoreError::Full);
+    assert_eq!(
+        refused.with_causes(),
+        "stashing an original failed: store reserve is full of live stashes"
+    );
+    assert_eq!(
+        ComponentError::Other("gave up".into()).with_causes(),
+        "gave up"
+    );
 }

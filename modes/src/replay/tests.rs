@@ -97,9 +97,7 @@ fn an_injected_flip_is_detected() {
             if m.len() < 7 || m[2].content.contains("<<cg:") {
                 return Ok(Vec::new());
             }
-            let key = cx
-                .stash(&m[2].content)
-                .map_err(|e| ComponentError(e.to_string()))?;
+            let key = cx.stash(&m[2].content)?;
             m.get_mut(2).content = key.marker();
             Ok(vec![key])
         }
