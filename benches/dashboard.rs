@@ -5,9 +5,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actors::dashboard::query::{self, Filter};
-use actors::dashboard::{ComponentEvent, Dashboard, DashboardOptions, Event, ReplyUsage};
 use criterion::{Criterion, criterion_group, criterion_main};
+use dashboard::query::{self, Filter};
+use dashboard::{ComponentEvent, Dashboard, DashboardOptions, Event, ReplyUsage};
 use engine::wire::Dialect;
 
 const ROWS: u64 = 200_000;

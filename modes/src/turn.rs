@@ -30,8 +30,6 @@ use std::time::Duration;
 use crate::stats::Stats;
 use actors::pool::WorkerPool;
 use actors::sessions::{Lease, Sessions};
-pub use actors::store::Flush;
-use actors::store::{DurableStore, Opened, Unavailable};
 use async_trait::async_trait;
 use bytes::Bytes;
 use engine::apply::{Applied, Discarded, apply_parsed};
@@ -45,6 +43,8 @@ use engine::store::Store;
 use engine::way_back::{self, Injected, Withheld};
 use engine::wire::{self, Dialect, ParsedBody, WireError};
 use http::HeaderMap;
+pub use store::Flush;
+use store::{DurableStore, Opened, Unavailable};
 
 use crate::run::{begin_turn, learned, rerun, run_turn};
 use crate::session::{SessionState, StorePersist, load_state, save_state};

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actors::dashboard::{ComponentEvent, ContentSource, Dashboard, Event, ReplyUsage};
 use bytes::Bytes;
+use dashboard::{ComponentEvent, ContentSource, Dashboard, Event, ReplyUsage};
 use engine::pipeline::{Kind, RunReport};
 use engine::wire::Dialect;
 use http::HeaderMap;
@@ -66,7 +66,7 @@ impl Capture {
             None
         };
         let event = Event {
-            ts_ms: actors::dashboard::now_ms(),
+            ts_ms: dashboard::now_ms(),
             dialect: Some(dialect),
             mode,
             // Until an answer is known: the client went away first (nginx's "client closed").

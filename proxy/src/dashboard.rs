@@ -12,9 +12,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actors::dashboard::query::{self, Filter};
-use actors::dashboard::{Dashboard, Subscription};
 use bytes::Bytes;
+use dashboard::query::{self, Filter};
+use dashboard::{Dashboard, Subscription};
 use futures::StreamExt;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -321,7 +321,7 @@ fn capture_counts(dashboard: &Dashboard) -> serde_json::Value {
     })
 }
 
-/// The effective config, allowlisted and scrubbed (`actors::dashboard::redact::config_view`).
+/// The effective config, allowlisted and scrubbed (`dashboard::redact::config_view`).
 fn config_view(app: &App) -> serde_json::Value {
     let config = &app.config;
     let raw = serde_json::json!({
@@ -337,7 +337,7 @@ fn config_view(app: &App) -> serde_json::Value {
                 .collect::<serde_json::Map<String, serde_json::Value>>(),
         },
     });
-    actors::dashboard::redact::config_view(&raw)
+    dashboard::redact::config_view(&raw)
 }
 
 fn asset(content_type: &'static str, text: &'static str) -> Response<Body> {
@@ -562,7 +562,7 @@ mod tests {
     /// `SLUICE_BLESS=1 cargo test -p proxy dashboard_doc` rewrites them.
     #[test]
     fn dashboard_doc_matches_the_tables() {
-        use actors::dashboard::{prices::PRICES, redact::PATTERNS};
+        use dashboard::{prices::PRICES, redact::PATTERNS};
         let audience = |a: Audience| match a {
             Audience::Open => "anyone who reaches the port",
             Audience::OpenWithContent => "anyone; content only to loopback and `--trusted`",

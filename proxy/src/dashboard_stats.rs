@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use actors::dashboard::Dashboard;
+use dashboard::Dashboard;
 use modes::stats::table::{Field, Kind};
 
 use crate::store_stats::{count, row};

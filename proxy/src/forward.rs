@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use actors::dashboard::ReplyUsage;
 use actors::sessions::Sessions;
 use bytes::Bytes;
+use dashboard::ReplyUsage;
 use http::{HeaderMap, Method, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};

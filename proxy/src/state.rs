@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use actors::pool::WorkerPool;
 use actors::sessions::{SessionLimits, Sessions};
-use actors::store::DurableStore;
 use engine::config::Config;
 use engine::store::{MemoryStore, Store};
 use engine::wire::Dialect;
 use modes::stats::Stats;
 use modes::turn::TurnService;
 use modes::{SessionState, StorePersist};
+use store::DurableStore;
 
 use crate::clock::SystemClock;
 use crate::store_stats::StoreView;
@@ -52,7 +52,7 @@ pub struct Settings {
     /// store must share it.
     pub scope_secret: Vec<u8>,
     /// The dashboard store, when `--dashboard` is on.
-    pub dashboard: Option<Arc<actors::dashboard::Dashboard>>,
+    pub dashboard: Option<Arc<dashboard::Dashboard>>,
     /// Host names the dashboard's content answers besides IP literals and `localhost`
     /// (`--dashboard-host`).
     pub dashboard_hosts: Vec<String>,
@@ -373,7 +373,7 @@ impl App {
     }
 
     /// The dashboard store, when it is on.
-    pub fn dashboard(&self) -> Option<&Arc<actors::dashboard::Dashboard>> {
+    pub fn dashboard(&self) -> Option<&Arc<dashboard::Dashboard>> {
         self.settings.dashboard.as_ref()
     }
 

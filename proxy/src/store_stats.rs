@@ -2,9 +2,9 @@
 //! refusals, evictions, backend errors and lease waits, one table ([`STORE_FIELDS`]) rendered
 //! into both, like `modes::stats::FIELDS`.
 
-use actors::store::DurableStats;
 use engine::store::StoreStats;
 use modes::stats::table::{Field, Kind, Num};
+use store::DurableStats;
 
 /// What the rows read: the engine-side counters every store has, and the durable store's own
 /// (zero for `memory` and `off`).

@@ -11,7 +11,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The library crates, each a directory of the workspace with a `src/lib.rs`.
-const CRATES: &[&str] = &["engine", "sandbox", "actors", "modes", "llm", "proxy"];
+const CRATES: &[&str] = &[
+    "engine",
+    "sandbox",
+    "actors",
+    "store",
+    "dashboard",
+    "modes",
+    "llm",
+    "proxy",
+];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -9,7 +9,7 @@
 //! largest value of each is reported once, when the body is dropped (a streamed count grows, so
 //! the largest is the last).
 
-use actors::dashboard::ReplyUsage;
+use dashboard::ReplyUsage;
 use memchr::memmem;
 use modes::CacheUsage;
 

@@ -515,9 +515,9 @@ async fn a_flood_of_sessions_does_not_shrink_a_new_sessions_saving() {
 /// the holder that took the session after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_lease_holder_cannot_overwrite_its_successor() {
-    use actors::store::redis::RedisBackend;
-    use actors::store::{Backend, Commit, Committed};
     use std::sync::Arc;
+    use store::redis::RedisBackend;
+    use store::{Backend, Commit, Committed};
 
     let Some(redis) = RedisServer::start() else {
         return;
@@ -599,8 +599,8 @@ async fn a_stalled_lease_holder_cannot_overwrite_its_successor() {
 /// than wait without bound, and is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_held_too_long_fails_open() {
-    use actors::store::Backend;
-    use actors::store::redis::RedisBackend;
+    use store::Backend;
+    use store::redis::RedisBackend;
 
     let Some(redis) = RedisServer::start() else {
         return;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actors::dashboard::{Dashboard, DashboardOptions};
+use dashboard::{Dashboard, DashboardOptions};
 use engine::wire::Dialect;
 use http_body_util::BodyExt;
 use integration_tests::mock::Reply;

@@ -12,7 +12,7 @@ pub(super) struct ServeArgs {
     /// directory), `redis://HOST:PORT/DB` (shared by replicas), `memory` (this run only) or
     /// `off`. Beats `store.backend` in the config.
     #[arg(long, env = "SLUICE_STORE", hide_env_values = true)]
-    pub(super) store: Option<actors::store::StoreSpec>,
+    pub(super) store: Option<store::StoreSpec>,
     /// Log lines as `text` or `json` (one object a line). What is logged: `SLUICE_LOG`, else
     /// `RUST_LOG`, else `info` (which includes one access line per request).
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -150,20 +150,20 @@ pub(super) enum SandboxArg {
 
 /// The store `serve` keeps state in: `--store` / `SLUICE_STORE`, else `store.backend`, else
 /// nothing kept when `store.enabled` is false, else SQLite under the user's state directory, in
-/// a file of the listen address's own (`actors::store::sqlite::default_path_for`).
+/// a file of the listen address's own (`store::sqlite::default_path_for`).
 pub(super) fn store_spec(
-    flag: Option<actors::store::StoreSpec>,
+    flag: Option<store::StoreSpec>,
     config: &config::StoreConfig,
     listen: std::net::SocketAddr,
-) -> Result<actors::store::StoreSpec, Failure> {
-    use actors::store::StoreSpec;
+) -> Result<store::StoreSpec, Failure> {
+    use store::StoreSpec;
     Ok(match (flag, &config.backend) {
         (Some(spec), _) => spec,
         (None, _) if !config.enabled => StoreSpec::Off,
         (None, Some(backend)) => backend
             .parse()
             .map_err(|e| Failure(format!("store.backend: {e}")))?,
-        (None, None) => StoreSpec::Sqlite(actors::store::sqlite::default_path_for(listen)),
+        (None, None) => StoreSpec::Sqlite(store::sqlite::default_path_for(listen)),
     })
 }
 
@@ -171,11 +171,11 @@ pub(super) fn store_spec(
 /// file beside it), else only with `--dashboard`; `--no-dashboard` turns it off.
 pub(super) fn dashboard(
     args: &DashboardArgs,
-    spec: &actors::store::StoreSpec,
+    spec: &store::StoreSpec,
     listen: std::net::SocketAddr,
-) -> Result<Option<Arc<actors::dashboard::Dashboard>>, Failure> {
-    use actors::dashboard::{Dashboard, DashboardOptions, beside};
-    use actors::store::StoreSpec;
+) -> Result<Option<Arc<dashboard::Dashboard>>, Failure> {
+    use dashboard::{Dashboard, DashboardOptions, beside};
+    use store::StoreSpec;
     let on_disk = match spec {
         StoreSpec::Sqlite(path) => Some(path.as_path()),
         _ => None,
@@ -200,7 +200,7 @@ pub(super) fn dashboard(
         (Some(path), _) if path.as_os_str() == ":memory:" => None,
         (Some(path), _) => Some(path.clone()),
         (None, Some(state)) => Some(beside(state)),
-        (None, None) => Some(beside(&actors::store::sqlite::default_path_for(listen))),
+        (None, None) => Some(beside(&store::sqlite::default_path_for(listen))),
     };
     let hours = |h: u64| (h > 0).then(|| std::time::Duration::from_secs(h.saturating_mul(3600)));
     let options = DashboardOptions {
@@ -237,12 +237,12 @@ pub(super) fn dashboard(
 }
 
 pub(super) fn state_store(
-    spec: actors::store::StoreSpec,
+    spec: store::StoreSpec,
     config: &config::StoreConfig,
 ) -> Result<crate::state::StateStore, Failure> {
     use crate::state::StateStore;
-    use actors::store::{DurableLimits, DurableStore, StoreSpec};
     use std::time::Duration;
+    use store::{DurableLimits, DurableStore, StoreSpec};
 
     tracing::info!(store = %spec, "state store");
     let limits = DurableLimits {
@@ -253,7 +253,7 @@ pub(super) fn state_store(
         lease_wait: Duration::from_millis(config.lease_wait_ms),
         ..DurableLimits::DEFAULT
     };
-    let backend: Arc<dyn actors::store::Backend> = match spec {
+    let backend: Arc<dyn store::Backend> = match spec {
         StoreSpec::Memory => {
             let clock = Arc::new(SystemClock);
             let store = MemoryStore::new(config.limits(), clock);
@@ -261,12 +261,12 @@ pub(super) fn state_store(
         }
         StoreSpec::Off => return Ok(StateStore::Local(Arc::new(engine::store::NopStore))),
         StoreSpec::Sqlite(path) => Arc::new(
-            actors::store::sqlite::SqliteBackend::open(&path)
+            store::sqlite::SqliteBackend::open(&path)
                 .map_err(|e| Failure(format!("store: {e}")))?,
         ),
         StoreSpec::Redis(url) => Arc::new(
-            actors::store::redis::RedisBackend::connect(&url)
-                .map_err(|e| Failure(format!("store {}: {e}", actors::store::redact_url(&url))))?,
+            store::redis::RedisBackend::connect(&url)
+                .map_err(|e| Failure(format!("store {}: {e}", store::redact_url(&url))))?,
         ),
     };
     Ok(StateStore::Durable(DurableStore::new(backend, limits)))

@@ -20,7 +20,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use super::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
+use crate::backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
 
 /// Jobs waiting for the writer before senders block (off the request path: commits are spawned).
 const QUEUE: usize = 1024;

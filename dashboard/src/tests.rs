@@ -1,11 +1,13 @@
 //! The dashboard store end to end: events in, rows, prices, pages and content out.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use engine::wire::Dialect;
 
 use super::query::{self, Filter};
+
 use super::*;
 
 fn event(ts_ms: u64, session: &str, saved: u64) -> Event {

@@ -11,7 +11,24 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
-use super::DashboardError;
+/// Why the dashboard could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    #[error("dashboard database {path}: {source}")]
+    Open {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("dashboard directory {path}: {source}")]
+    Directory {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("dashboard query: {0}")]
+    Query(#[from] rusqlite::Error),
+    #[error("{0} is not a dashboard file (another program's, or the state store's)")]
+    NotADashboard(String),
+}
 
 pub(super) const VERSION: i64 = 2;
 /// `PRAGMA application_id` of a dashboard file ("sdsh"): a file of another kind (the state

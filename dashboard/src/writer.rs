@@ -16,9 +16,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use parking_lot::Mutex;
 use rusqlite::{Connection, params};
 
-use super::hub::Hub;
-use super::prices::{self, Billed, Work};
-use super::{Counts, Event, redact, schema};
+use crate::event::{ComponentEvent, ContentSource, Counts, Event, now_ms};
+use crate::hub::Hub;
+use crate::prices::{self, Billed, Work};
+use crate::{redact, schema};
 
 /// Events written in one transaction at most.
 pub(super) const BATCH: usize = 128;
@@ -191,10 +192,7 @@ fn fresh_input(event: &Event) -> Option<u64> {
 }
 
 /// The changed messages' text before and after, redacted, capped and gzipped.
-fn content_rows(
-    source: &super::ContentSource,
-    components: &[super::ComponentEvent],
-) -> Vec<ContentRow> {
+fn content_rows(source: &ContentSource, components: &[ComponentEvent]) -> Vec<ContentRow> {
     let Ok(parsed) = engine::wire::parse(&source.original, source.dialect) else {
         return Vec::new();
     };
@@ -387,7 +385,7 @@ pub(super) fn sweep(
 ) -> rusqlite::Result<u64> {
     let mut deleted = 0;
     if let Some(age) = retention {
-        let cutoff = super::now_ms().saturating_sub(age.as_millis() as u64);
+        let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
         deleted += conn.execute("DELETE FROM requests WHERE ts < ?1", [cutoff as i64])? as u64;
     }
     if let Some(max) = max_bytes {

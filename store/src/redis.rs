@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 
-use super::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
+use crate::backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
 
 /// Takes the lease if free: returns `{fence, version}`, or `{0, 0}` while another holds it.
 /// KEYS: lease, fence, ver. ARGV: hold ms, ttl ms (the fence counter lives as long as the
@@ -82,7 +82,7 @@ pub struct RedisBackend {
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("url", &super::redact_url(&self.url))
+            .field("url", &crate::spec::redact_url(&self.url))
             .finish_non_exhaustive()
     }
 }
@@ -125,7 +125,7 @@ impl RedisBackend {
 #[async_trait]
 impl Backend for RedisBackend {
     fn describe(&self) -> String {
-        super::redact_url(&self.url)
+        crate::spec::redact_url(&self.url)
     }
 
     fn shared(&self) -> bool {

@@ -177,7 +177,7 @@ pub fn series(conn: &Connection, filter: &Filter, bucket_ms: u64) -> rusqlite::R
     };
     let span = filter
         .until
-        .unwrap_or_else(super::now_ms)
+        .unwrap_or_else(crate::event::now_ms)
         .saturating_sub(since);
     let bucket = bucket_ms
         .max(1000)

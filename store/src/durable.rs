@@ -1,5 +1,5 @@
 //! [`DurableStore`]: the engine's `Store` over a [`Backend`], a session at a time (see the
-//! module docs of `actors::store` for the open / run / close cycle).
+//! module docs of `store` for the open / run / close cycle).
 //!
 //! Memory holds a *copy* of each session in use: its replay entries as of its last load, the
 //! stashes this process has seen, and what the running turn wrote. The copy is bounded in bytes
@@ -15,7 +15,7 @@ use engine::store::{Store, StoreError, StoreStats};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::{Acquired, Backend, BackendError, Commit, Committed, Occupancy};
+use crate::backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
 
 /// Sizing and patience of a [`DurableStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +216,7 @@ impl Copies {
     /// Replaces a session's replay entries with a loaded snapshot. Its stashes stay (an id names
     /// one content forever), and so do entries written here and not yet committed: they are
     /// newer than anything the backend has.
-    fn replace_frozen(&mut self, session: &str, snapshot: super::Snapshot) {
+    fn replace_frozen(&mut self, session: &str, snapshot: Snapshot) {
         let copy = self.touch(session);
         let old_bytes = copy.bytes();
         let old_count = copy.frozen.len();
