@@ -122,6 +122,25 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         report.tokens_after = messages.iter().map(message_tokens).sum();
     }
     let mut body = written.body;
+    split_system_block(parsed, &messages, &mut body, &mut report);
+    restructure(parsed, pipeline, &cx, &mut body, &mut report);
+    Applied {
+        body,
+        report,
+        discarded,
+        error: None,
+        messages,
+    }
+}
+
+/// `cachesplit` (or `cacheinject`) moves the system prompt's volatile tail out of its cached
+/// block, on the written body; counted on the component that asked for it.
+fn split_system_block(
+    parsed: &ParsedBody<'_>,
+    messages: &[Message],
+    body: &mut Cow<'_, [u8]>,
+    report: &mut RunReport,
+) {
     if let Some(at) = report
         .components
         .iter()
@@ -139,15 +158,26 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             .zip(messages.first())
             .is_some_and(|(before, after)| before.role == Role::System && before != after);
         let component = &mut report.components[at];
-        match split_system(parsed, &body, system_changed) {
+        match split_system(parsed, body, system_changed) {
             Ok(split) => {
-                body = Cow::Owned(split);
+                *body = Cow::Owned(split);
                 component.mutated = true;
                 *component.gates.entry("system_split").or_insert(0) += 1;
             }
             Err(reason) => *component.gates.entry(reason).or_insert(0) += 1,
         }
     }
+}
+
+/// The offloaders that restructure the body itself (a span summary), after the messages are
+/// written back; each held to the same `tools:` rules as a message-level cut.
+fn restructure(
+    parsed: &ParsedBody<'_>,
+    pipeline: &Pipeline,
+    cx: &RunCx,
+    body: &mut Cow<'_, [u8]>,
+    report: &mut RunReport,
+) {
     for stage in pipeline.stages() {
         let crate::pipeline::Stage::Offload(offload) = stage else {
             continue;
@@ -156,10 +186,10 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             continue;
         }
         // A span summary would take protected outputs with it: it is held to the same rules.
-        let protected = protected_output(parsed.messages(), pipeline, &cx, offload.name());
+        let protected = protected_output(parsed.messages(), pipeline, cx, offload.name());
         let outcome = match protected {
             Some(reason) => Err(reason),
-            None => match offload.restructure(&body, &cx) {
+            None => match offload.restructure(body, cx) {
                 Some(outcome) => outcome,
                 None => continue,
             },
@@ -173,7 +203,7 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         };
         match outcome {
             Ok(done) => {
-                body = Cow::Owned(done.body);
+                *body = Cow::Owned(done.body);
                 component.saved_tokens += done.saved_tokens;
                 component.tokens_after = component.tokens_after.saturating_sub(done.saved_tokens);
                 component.acted = true;
@@ -183,13 +213,6 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             }
             Err(gate) => *component.gates.entry(gate).or_insert(0) += 1,
         }
-    }
-    Applied {
-        body,
-        report,
-        discarded,
-        error: None,
-        messages,
     }
 }
 

@@ -252,33 +252,8 @@ fn run_stage(
             tool_rules.applies(m.tool_name.as_deref()).allows(component)
         });
     }
-    if stage.kind() == Kind::Offload && (!cx.lossless_tools.is_empty() || cx.cut_floor.is_some()) {
-        let every = cx.lossless_tools.get(crate::tools::EVERY_TOOL);
-        let counts = &state.counts;
-        // Measured against the output as it reached this stage: a lossless repack before it
-        // is not the cut's saving.
-        let below_floor = |i: usize, m: &Message| {
-            cx.cut_floor.is_some_and(|floor| {
-                i >= floor.from && counts[i].saturating_sub(message_tokens(m)) < floor.min_saved
-            })
-        };
-        let retried = |i: usize, m: &Message| {
-            m.tool_name.as_ref().is_some_and(|tool| {
-                let kind = crate::tools::output_kind(tool, m.tool_arguments.as_deref());
-                cx.lossless_tools.get(&kind).is_some_and(|from| i >= *from)
-            })
-        };
-        hold_outputs(&mut saved, &mut acx, messages, |i, m| {
-            if m.is_tool() && every.is_some_and(|from| i >= *from) {
-                Err("cost_guard")
-            } else if retried(i, m) {
-                Err("retried_after_compaction")
-            } else if m.is_tool() && below_floor(i, m) {
-                Err("below_cost_floor")
-            } else {
-                Ok(())
-            }
-        });
+    if stage.kind() == Kind::Offload {
+        hold_learned(cx, &state.counts, &mut saved, &mut acx, messages);
     }
     let new_counts: Vec<(usize, usize)> = saved
         .iter()
@@ -335,6 +310,46 @@ fn run_stage(
         }
     }
     component
+}
+
+/// Puts back the offloader's cuts the session learned not to make: any tool output once the
+/// cost guard stopped cuts, a tool the model needed whole again, and a cut under the guard's
+/// floor.
+fn hold_learned(
+    cx: &RunCx,
+    counts: &[usize],
+    saved: &mut Vec<(usize, Message)>,
+    acx: &mut ApplyCx<'_>,
+    messages: &mut [Message],
+) {
+    if cx.lossless_tools.is_empty() && cx.cut_floor.is_none() {
+        return;
+    }
+    let every = cx.lossless_tools.get(crate::tools::EVERY_TOOL);
+    // Measured against the output as it reached this stage: a lossless repack before it
+    // is not the cut's saving.
+    let below_floor = |i: usize, m: &Message| {
+        cx.cut_floor.is_some_and(|floor| {
+            i >= floor.from && counts[i].saturating_sub(message_tokens(m)) < floor.min_saved
+        })
+    };
+    let retried = |i: usize, m: &Message| {
+        m.tool_name.as_ref().is_some_and(|tool| {
+            let kind = crate::tools::output_kind(tool, m.tool_arguments.as_deref());
+            cx.lossless_tools.get(&kind).is_some_and(|from| i >= *from)
+        })
+    };
+    hold_outputs(saved, acx, messages, |i, m| {
+        if m.is_tool() && every.is_some_and(|from| i >= *from) {
+            Err("cost_guard")
+        } else if retried(i, m) {
+            Err("retried_after_compaction")
+        } else if m.is_tool() && below_floor(i, m) {
+            Err("below_cost_floor")
+        } else {
+            Ok(())
+        }
+    });
 }
 
 /// Puts back every tool output the stage changed that `allowed` keeps from it (a `tools:`

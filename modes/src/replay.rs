@@ -39,7 +39,7 @@ use engine::marker;
 use engine::message::{Message, Role};
 use engine::pipeline::{Pipeline, message_tokens};
 use engine::store::{MemoryStore, Store};
-use engine::wire::{self, Dialect, WireError};
+use engine::wire::{self, Dialect, ParsedBody, WireError};
 use regex::Regex;
 use serde::Serialize;
 
@@ -216,7 +216,7 @@ pub struct ComponentTally {
 }
 
 /// One session's replay.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct SessionReport {
     pub name: String,
     pub turns: Vec<TurnRecord>,
@@ -576,31 +576,13 @@ async fn replay_on(
     let headers = session_headers(name);
     let mut report = SessionReport {
         name: name.to_owned(),
-        turns: Vec::new(),
-        components: BTreeMap::new(),
-        largest: Vec::new(),
-        frozen_flips: 0,
-        suggested_range: None,
-        bodies: Vec::new(),
+        ..SessionReport::default()
     };
     let mut unique: BTreeSet<(&'static str, u64)> = BTreeSet::new();
-    // The longest body holds every answer; when it ends with one it is a record, not a request.
-    let full = match turns.last() {
-        Some(last) => wire::parse(last, dialect).map_err(|error| ReplayError::Unparsed {
-            session: name.to_owned(),
-            error,
-        })?,
-        None => return Ok(report),
+    let Some((full, requests)) = requests_of(name, turns, dialect)? else {
+        return Ok(report);
     };
     let full_messages = full.messages();
-    let requests = if full_messages
-        .last()
-        .is_some_and(|m| m.role == Role::Assistant)
-    {
-        &turns[..turns.len() - 1]
-    } else {
-        turns
-    };
     let (mut prev_in, mut prev_out): (Option<Billable>, Option<Billable>) = (None, None);
     // Markers this session's rounds expanded, to tell a repeat from a first look.
     let mut expanded: BTreeSet<String> = BTreeSet::new();
@@ -614,23 +596,7 @@ async fn replay_on(
             turn: k,
             error,
         })?;
-        let bytes = Bytes::copy_from_slice(body);
-        let input = TurnInput {
-            dialect,
-            body: &bytes,
-            headers: &headers,
-            models: None,
-        };
-        let applied = match service.run(input).await {
-            Turn::Forward(forward) => *forward,
-            // Bypassed (the agent compacting itself): forwarded as it came.
-            Turn::Untouched { session, facts, .. } => Forward::untouched(
-                bytes.clone(),
-                &parsed,
-                session.unwrap_or_default(),
-                facts.unwrap_or_default(),
-            ),
-        };
+        let applied = forward_turn(&service, &parsed, &headers).await;
         let facts = applied.facts;
         let incoming = parsed.messages();
         let now = clock.now();
@@ -668,19 +634,12 @@ async fn replay_on(
                 recall(&a, incoming, &forwarded, store, session, options.expand)
             },
         );
-        if let Some(round) = round.as_ref().filter(|_| options.learn_from_rounds) {
-            let ids: Vec<&str> = round.markers.iter().map(String::as_str).collect();
-            let (prompt, restored) = (round.bill.cache_read as u64, round.bill.cache_write as u64);
-            service
-                .expand_round(&applied.session, &ids, prompt, restored)
-                .await;
-        }
-        let repeat = round
-            .as_ref()
-            .is_some_and(|r| r.markers.iter().all(|m| expanded.contains(m)));
-        if let Some(round) = &round {
-            expanded.extend(round.markers.iter().cloned());
-        }
+        let repeat = match &round {
+            Some(round) => {
+                round_taken(&service, &applied.session, round, &mut expanded, options).await
+            }
+            None => false,
+        };
         tally(&mut report, &mut unique, k, &applied.report);
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
@@ -704,6 +663,79 @@ async fn replay_on(
     }
     keep_largest(&mut report.largest);
     Ok(report)
+}
+
+/// The longest body of a session, parsed, and the requests to replay.
+type Requests<'a> = (ParsedBody<'a>, &'a [Vec<u8>]);
+
+/// The session's requests, and the longest body, which holds every answer: when it ends with
+/// one it is a record, not a request. `None` for a session of no turns.
+fn requests_of<'a>(
+    name: &str,
+    turns: &'a [Vec<u8>],
+    dialect: Dialect,
+) -> Result<Option<Requests<'a>>, ReplayError> {
+    let Some(last) = turns.last() else {
+        return Ok(None);
+    };
+    let full = wire::parse(last, dialect).map_err(|error| ReplayError::Unparsed {
+        session: name.to_owned(),
+        error,
+    })?;
+    let record = full
+        .messages()
+        .last()
+        .is_some_and(|m| m.role == Role::Assistant);
+    let requests = if record {
+        &turns[..turns.len() - 1]
+    } else {
+        turns
+    };
+    Ok(Some((full, requests)))
+}
+
+/// One turn through the proxy's turn service; a bypassed body (the agent compacting itself) is
+/// forwarded as it came.
+async fn forward_turn(
+    service: &TurnService,
+    parsed: &ParsedBody<'_>,
+    headers: &http::HeaderMap,
+) -> Forward {
+    let bytes = Bytes::copy_from_slice(parsed.text().as_bytes());
+    let input = TurnInput {
+        dialect: parsed.dialect(),
+        body: &bytes,
+        headers,
+        models: None,
+    };
+    match service.run(input).await {
+        Turn::Forward(forward) => *forward,
+        Turn::Untouched { session, facts, .. } => Forward::untouched(
+            bytes.clone(),
+            parsed,
+            session.unwrap_or_default(),
+            facts.unwrap_or_default(),
+        ),
+    }
+}
+
+/// An expand round the turn's answer needed: the session learns from it (when the options say
+/// so), and it is a repeat when every marker it opens was opened before.
+async fn round_taken(
+    service: &TurnService,
+    session: &str,
+    round: &Round,
+    expanded: &mut BTreeSet<String>,
+    options: &Options,
+) -> bool {
+    if options.learn_from_rounds {
+        let ids: Vec<&str> = round.markers.iter().map(String::as_str).collect();
+        let (prompt, restored) = (round.bill.cache_read as u64, round.bill.cache_write as u64);
+        service.expand_round(session, &ids, prompt, restored).await;
+    }
+    let repeat = round.markers.iter().all(|m| expanded.contains(m));
+    expanded.extend(round.markers.iter().cloned());
+    repeat
 }
 
 /// The proxy's turn service on a simulated clock and a store of its own.

@@ -547,51 +547,55 @@ impl Stats {
             "cg_sse_ttfb_seconds",
             "Time to the first byte relayed of a streamed response.",
         );
-        let _ = writeln!(
-            out,
-            "# HELP cg_component_runs_total Component runs by outcome (nested, not disjoint)."
-        );
-        let _ = writeln!(out, "# TYPE cg_component_runs_total counter");
-        for (name, c) in &t.live.components {
-            for (outcome, n) in [
-                ("ran", c.runs),
-                ("mutated", c.mutated),
-                ("acted", c.acted),
-                ("reverted", c.reverted),
-                ("discarded", c.discarded_changes),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "cg_component_runs_total{{component=\"{name}\",outcome=\"{outcome}\"}} {n}"
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP cg_component_gate_declines_total Items a component declined, by named reason."
-        );
-        let _ = writeln!(out, "# TYPE cg_component_gate_declines_total counter");
-        for (name, c) in &t.live.components {
-            for (gate, n) in &c.gates {
-                let _ = writeln!(
-                    out,
-                    "cg_component_gate_declines_total{{component=\"{name}\",gate=\"{gate}\"}} {n}"
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP cg_component_saved_tokens_unique_total Unique content tokens saved per component."
-        );
-        let _ = writeln!(out, "# TYPE cg_component_saved_tokens_unique_total counter");
-        for (name, c) in &t.live.components {
+        write_component_series(&mut out, &t.live.components);
+        out
+    }
+}
+
+/// The per-component series of `/metrics`: runs by outcome, declines by gate, unique savings.
+fn write_component_series(out: &mut String, components: &BTreeMap<&'static str, ComponentTotals>) {
+    let counter = |out: &mut String, name: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    };
+    let runs = "cg_component_runs_total";
+    counter(
+        out,
+        runs,
+        "Component runs by outcome (nested, not disjoint).",
+    );
+    for (name, c) in components {
+        for (outcome, n) in [
+            ("ran", c.runs),
+            ("mutated", c.mutated),
+            ("acted", c.acted),
+            ("reverted", c.reverted),
+            ("discarded", c.discarded_changes),
+        ] {
             let _ = writeln!(
                 out,
-                "cg_component_saved_tokens_unique_total{{component=\"{name}\"}} {}",
-                c.saved_tokens_unique
+                "{runs}{{component=\"{name}\",outcome=\"{outcome}\"}} {n}"
             );
         }
-        out
+    }
+    let declines = "cg_component_gate_declines_total";
+    counter(
+        out,
+        declines,
+        "Items a component declined, by named reason.",
+    );
+    for (name, c) in components {
+        for (gate, n) in &c.gates {
+            let _ = writeln!(
+                out,
+                "{declines}{{component=\"{name}\",gate=\"{gate}\"}} {n}"
+            );
+        }
+    }
+    let unique = "cg_component_saved_tokens_unique_total";
+    counter(out, unique, "Unique content tokens saved per component.");
+    for (name, c) in components {
+        let n = c.saved_tokens_unique;
+        let _ = writeln!(out, "{unique}{{component=\"{name}\"}} {n}");
     }
 }
 

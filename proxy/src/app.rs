@@ -51,26 +51,8 @@ pub async fn handle(
     let started = std::time::Instant::now();
     let path = request.uri().path().to_owned();
     if path.starts_with("/bedrock/") {
-        // Whether sluice may sign this caller's Bedrock calls with its own credentials: a
-        // loopback or --trusted peer, naming sluice by an address, localhost or a
-        // --dashboard-host name (not a web page that re-points its own name at 127.0.0.1), and
-        // not a browser (a page on any site may POST to 127.0.0.1 blind; browsers say so with
-        // `Origin` and `Sec-Fetch-Site`, agents send neither).
-        let headers = request.headers();
-        let browser = headers.contains_key(http::header::ORIGIN)
-            || headers
-                .get("sec-fetch-site")
-                .is_some_and(|site| site.as_bytes() != b"none");
-        let trusted = !browser
-            && app.settings().admission.trusts(peer.ip())
-            && crate::dashboard::host_is_ours(
-                request.uri(),
-                headers,
-                &app.settings().dashboard_hosts,
-            );
-        request
-            .extensions_mut()
-            .insert(crate::bedrock::Caller { trusted });
+        let caller = bedrock_caller(&app, peer, &request);
+        request.extensions_mut().insert(caller);
     }
     let method = request.method().clone();
     let response = match (&method, path.as_str()) {
@@ -101,30 +83,8 @@ pub async fn handle(
         {
             refused.into_response()
         }
-        (&Method::GET, "/stats") => {
-            let mut stats = app.stats.to_json(
-                app.mode(),
-                app.observer().map(|o| o.pool.stats()),
-                Some(app.live_sessions().stats()),
-            );
-            if let Some(object) = stats.as_object_mut() {
-                for section in SECTIONS {
-                    (section.json)(&app, object);
-                }
-                object.insert("store_backend".into(), app.store_backend().into());
-                object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
-                object.insert("uptime_seconds".into(), app.uptime().as_secs().into());
-            }
-            h::json(StatusCode::OK, stats.to_string())
-        }
-        (&Method::GET, "/metrics") => {
-            let mut text = app.stats.to_prometheus();
-            for section in SECTIONS {
-                (section.prometheus)(&app, &mut text);
-            }
-            write_build_info(&mut text, app.uptime());
-            h::text(StatusCode::OK, text)
-        }
+        (&Method::GET, "/stats") => stats_route(&app),
+        (&Method::GET, "/metrics") => metrics_route(&app),
         (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,
         (&Method::POST, "/compact") => compact_route(&app, request).await,
         (&Method::POST, "/v1/compress") => crate::sidecar::compress_route(&app, request).await,
@@ -180,6 +140,55 @@ pub async fn handle(
         started,
     );
     Ok(response)
+}
+
+/// Whether sluice may sign this caller's Bedrock calls with its own credentials: a loopback or
+/// --trusted peer, naming sluice by an address, localhost or a --dashboard-host name (not a web
+/// page that re-points its own name at 127.0.0.1), and not a browser (a page on any site may
+/// POST to 127.0.0.1 blind; browsers say so with `Origin` and `Sec-Fetch-Site`, agents send
+/// neither).
+fn bedrock_caller(
+    app: &App,
+    peer: SocketAddr,
+    request: &Request<Incoming>,
+) -> crate::bedrock::Caller {
+    let headers = request.headers();
+    let browser = headers.contains_key(http::header::ORIGIN)
+        || headers
+            .get("sec-fetch-site")
+            .is_some_and(|site| site.as_bytes() != b"none");
+    let trusted = !browser
+        && app.settings().admission.trusts(peer.ip())
+        && crate::dashboard::host_is_ours(request.uri(), headers, &app.settings().dashboard_hosts);
+    crate::bedrock::Caller { trusted }
+}
+
+/// `GET /stats`: the counters, every section's, and what this process is.
+fn stats_route(app: &App) -> Response<Body> {
+    let mut stats = app.stats.to_json(
+        app.mode(),
+        app.observer().map(|o| o.pool.stats()),
+        Some(app.live_sessions().stats()),
+    );
+    if let Some(object) = stats.as_object_mut() {
+        for section in SECTIONS {
+            (section.json)(app, object);
+        }
+        object.insert("store_backend".into(), app.store_backend().into());
+        object.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+        object.insert("uptime_seconds".into(), app.uptime().as_secs().into());
+    }
+    h::json(StatusCode::OK, stats.to_string())
+}
+
+/// `GET /metrics`: the same in Prometheus's text format.
+fn metrics_route(app: &App) -> Response<Body> {
+    let mut text = app.stats.to_prometheus();
+    for section in SECTIONS {
+        (section.prometheus)(app, &mut text);
+    }
+    write_build_info(&mut text, app.uptime());
+    h::text(StatusCode::OK, text)
 }
 
 /// The upstream base for a path under `/anthropic/`, `/openai/`, `/gemini/` or `/vertex/`.

@@ -195,99 +195,15 @@ pub fn continuation(
     let messages = json::get(text, root, dialect.transcript_key())?;
     let response_text = std::str::from_utf8(response).ok()?;
     let turn = assistant_turn(response_text, dialect)?;
-    let raw = turn.content.of(turn.text);
     let mut added = String::new();
     match dialect {
-        Dialect::Anthropic => {
-            added.push_str(r#"{"role":"assistant","content":"#);
-            added.push_str(raw);
-            added.push_str(r#"},{"role":"user","content":["#);
-            for (i, (call_id, original)) in results.iter().enumerate() {
-                if i > 0 {
-                    added.push(',');
-                }
-                push_result(
-                    &mut added,
-                    r#"{"type":"tool_result","tool_use_id":"#,
-                    call_id,
-                    "content",
-                    original,
-                );
-            }
-            added.push_str("]}");
-        }
-        Dialect::OpenAi => {
-            // A clean assistant message: the response's message may carry response-only
-            // fields (refusal, annotations) that a strict server rejects in a request.
-            let message = turn.content;
-            let content =
-                json::get(turn.text, message, "content").map_or("null", |s| s.of(turn.text));
-            let tool_calls =
-                json::get(turn.text, message, "tool_calls").map_or("[]", |s| s.of(turn.text));
-            added.push_str(&format!(
-                r#"{{"role":"assistant","content":{content},"tool_calls":{tool_calls}}}"#
-            ));
-            for (call_id, original) in results {
-                added.push(',');
-                push_result(
-                    &mut added,
-                    r#"{"role":"tool","tool_call_id":"#,
-                    call_id,
-                    "content",
-                    original,
-                );
-            }
-        }
+        Dialect::Anthropic => anthropic_turn(&mut added, &turn, results),
+        Dialect::OpenAi => openai_turn(&mut added, &turn, results),
         Dialect::Responses => {
             let stateless = json::get(text, root, "store").is_some_and(|s| s.of(text) == "false");
-            for item in json::elements(turn.text, turn.content) {
-                let Some(item) = replayable_item(turn.text, item, stateless) else {
-                    continue;
-                };
-                added.push_str(&item);
-                added.push(',');
-            }
-            for (i, (call_id, original)) in results.iter().enumerate() {
-                if i > 0 {
-                    added.push(',');
-                }
-                push_result(
-                    &mut added,
-                    r#"{"type":"function_call_output","call_id":"#,
-                    call_id,
-                    "output",
-                    original,
-                );
-            }
+            responses_turn(&mut added, &turn, stateless, results);
         }
-        Dialect::Gemini => {
-            // The model's content verbatim: its `thoughtSignature`s must come back as they were.
-            // (A content without its role would read as the user's.)
-            if json::get(turn.text, turn.content, "role").is_some() {
-                added.push_str(raw);
-            } else {
-                let parts =
-                    json::get(turn.text, turn.content, "parts").map_or("[]", |p| p.of(turn.text));
-                added.push_str(&format!(r#"{{"role":"model","parts":{parts}}}"#));
-            }
-            added.push_str(r#",{"role":"user","parts":["#);
-            for (i, (call_id, original)) in results.iter().enumerate() {
-                if i > 0 {
-                    added.push(',');
-                }
-                added.push_str(r#"{"functionResponse":{"name":"#);
-                json::encode_string(EXPAND_TOOL_NAME, &mut added);
-                // An id answers the call that had one; without, calls pair by name and order.
-                if !call_id.is_empty() {
-                    added.push_str(r#","id":"#);
-                    json::encode_string(call_id, &mut added);
-                }
-                added.push_str(r#","response":{"output":"#);
-                json::encode_string(original, &mut added);
-                added.push_str("}}}");
-            }
-            added.push_str("]}");
-        }
+        Dialect::Gemini => gemini_turn(&mut added, &turn, results),
     }
     let close = messages.end - 1;
     let empty = json::elements(text, messages).next().is_none();
@@ -299,6 +215,105 @@ pub fn continuation(
     out.extend_from_slice(added.as_bytes());
     out.extend_from_slice(&forwarded[close..]);
     Some(out)
+}
+
+/// Messages: the assistant's content verbatim, then one user turn of tool results.
+fn anthropic_turn(added: &mut String, turn: &AssistantTurn<'_>, results: &[(String, String)]) {
+    let raw = turn.content.of(turn.text);
+    added.push_str(r#"{"role":"assistant","content":"#);
+    added.push_str(raw);
+    added.push_str(r#"},{"role":"user","content":["#);
+    push_results(
+        added,
+        r#"{"type":"tool_result","tool_use_id":"#,
+        "content",
+        results,
+    );
+    added.push_str("]}");
+}
+
+/// Chat completions: a clean assistant message, then one tool message per call.
+fn openai_turn(added: &mut String, turn: &AssistantTurn<'_>, results: &[(String, String)]) {
+    // A clean assistant message: the response's message may carry response-only
+    // fields (refusal, annotations) that a strict server rejects in a request.
+    let message = turn.content;
+    let content = json::get(turn.text, message, "content").map_or("null", |s| s.of(turn.text));
+    let tool_calls = json::get(turn.text, message, "tool_calls").map_or("[]", |s| s.of(turn.text));
+    added.push_str(&format!(
+        r#"{{"role":"assistant","content":{content},"tool_calls":{tool_calls}}}"#
+    ));
+    for (call_id, original) in results {
+        added.push(',');
+        push_result(
+            added,
+            r#"{"role":"tool","tool_call_id":"#,
+            call_id,
+            "content",
+            original,
+        );
+    }
+}
+
+/// Responses: the output items a stateless request may carry again, then the call outputs.
+fn responses_turn(
+    added: &mut String,
+    turn: &AssistantTurn<'_>,
+    stateless: bool,
+    results: &[(String, String)],
+) {
+    for item in json::elements(turn.text, turn.content) {
+        let Some(item) = replayable_item(turn.text, item, stateless) else {
+            continue;
+        };
+        added.push_str(&item);
+        added.push(',');
+    }
+    push_results(
+        added,
+        r#"{"type":"function_call_output","call_id":"#,
+        "output",
+        results,
+    );
+}
+
+/// Gemini: the model's content, then one user turn of function responses.
+fn gemini_turn(added: &mut String, turn: &AssistantTurn<'_>, results: &[(String, String)]) {
+    let raw = turn.content.of(turn.text);
+    // The model's content verbatim: its `thoughtSignature`s must come back as they were.
+    // (A content without its role would read as the user's.)
+    if json::get(turn.text, turn.content, "role").is_some() {
+        added.push_str(raw);
+    } else {
+        let parts = json::get(turn.text, turn.content, "parts").map_or("[]", |p| p.of(turn.text));
+        added.push_str(&format!(r#"{{"role":"model","parts":{parts}}}"#));
+    }
+    added.push_str(r#",{"role":"user","parts":["#);
+    for (i, (call_id, original)) in results.iter().enumerate() {
+        if i > 0 {
+            added.push(',');
+        }
+        added.push_str(r#"{"functionResponse":{"name":"#);
+        json::encode_string(EXPAND_TOOL_NAME, added);
+        // An id answers the call that had one; without, calls pair by name and order.
+        if !call_id.is_empty() {
+            added.push_str(r#","id":"#);
+            json::encode_string(call_id, added);
+        }
+        added.push_str(r#","response":{"output":"#);
+        json::encode_string(original, added);
+        added.push_str("}}}");
+    }
+    added.push_str("]}");
+}
+
+/// [`push_result`] for each of `results`, comma-separated.
+fn push_results(out: &mut String, head: &str, key: &str, results: &[(String, String)]) {
+    for (i, (call_id, original)) in results.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_result(out, head, call_id, key, original);
+    }
 }
 
 /// Appends one tool result object: `head` (its opening up to the call id's key), the call id,

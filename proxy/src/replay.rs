@@ -378,6 +378,15 @@ type ComponentSum<'a> = (usize, usize, usize, BTreeMap<&'a str, u64>);
 /// The Markdown report.
 pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> String {
     let mut out = String::new();
+    write_totals(&mut out, t);
+    write_sessions(&mut out, reports, prices);
+    write_components(&mut out, reports);
+    write_largest(&mut out, reports);
+    out
+}
+
+/// The headline and the billed table.
+fn write_totals(out: &mut String, t: &Totals) {
     let _ = writeln!(out, "# sluice replay\n");
     let _ = writeln!(
         out,
@@ -426,6 +435,10 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
         "| sluice's expand rounds | {} | {} | {} | {:.0} |\n",
         t.expand.content_tokens, t.expand.cache_read, t.expand.cache_write, t.expand_cost
     );
+}
+
+/// A row per session.
+fn write_sessions(out: &mut String, reports: &[SessionReport], prices: &Prices) {
     let _ = writeln!(
         out,
         "## Sessions\n\n| session | turns | cold | content saved | net cost change | cost change | expand rounds | cache writes | flips | visible recall | recall | suggested range (last turn) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
@@ -453,6 +466,10 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
             s.recall_pct
         );
     }
+}
+
+/// A row per component, summed over every session.
+fn write_components(out: &mut String, reports: &[SessionReport]) {
     let mut components: BTreeMap<&str, ComponentSum<'_>> = BTreeMap::new();
     for r in reports {
         for (name, c) in &r.components {
@@ -479,6 +496,10 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
             top.join(", ")
         );
     }
+}
+
+/// The ten items that saved the most.
+fn write_largest(out: &mut String, reports: &[SessionReport]) {
     let mut largest: Vec<(&str, usize, usize, usize, &str)> = reports
         .iter()
         .flat_map(|r| {
@@ -495,7 +516,6 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
     for (s, k, i, n, c) in largest.iter().take(10) {
         let _ = writeln!(out, "| {} | {k} | {i} | {n} | {c} |", short(s));
     }
-    out
 }
 
 fn short(name: &str) -> &str {

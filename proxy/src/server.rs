@@ -68,54 +68,8 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let app = app.clone();
-                let (builder, watcher) = (builder.clone(), graceful.watcher());
-                tokio::spawn(async move {
-                    // A connection that never sends a byte is closed after the header timeout:
-                    // hyper's own timer starts only with the first byte of a request.
-                    let mut first = [0u8; 1];
-                    let wait = app.settings().header_timeout;
-                    if !matches!(tokio::time::timeout(wait, stream.peek(&mut first)).await, Ok(Ok(n)) if n > 0) {
-                        drop(slot);
-                        return;
-                    }
-                    let activity = Arc::new(Activity::new());
-                    let busy = activity.clone();
-                    let service = service_fn(move |request| {
-                        let (app, busy) = (app.clone(), busy.clone());
-                        async move {
-                            // Counted until the response body is done or dropped: a stream that
-                            // pauses (a model thinking) is not idle.
-                            let request_in_flight = busy.begin();
-                            let response = handle(app, peer, request).await?;
-                            Ok::<_, std::convert::Infallible>(response.map(|body| {
-                                BodyExt::boxed(Counted { body, _in_flight: request_in_flight })
-                            }))
-                        }
-                    });
-                    let io = TokioIo::new(Watched { inner: stream, activity: activity.clone() });
-                    let connection = builder.serve_connection_with_upgrades(io, service);
-                    let connection = watcher.watch(connection.into_owned());
-                    tokio::pin!(connection);
-                    loop {
-                        tokio::select! {
-                            ended = &mut connection => {
-                                if let Err(err) = ended {
-                                    tracing::debug!(error = %err, %peer, "Connection ended with an error.");
-                                }
-                                break;
-                            }
-                            () = tokio::time::sleep(wait / 2) => {
-                                // Idle: no request in flight, and none started or finished and no
-                                // byte written for the whole timeout. Dropping it closes it.
-                                if activity.idle_for() >= wait && activity.in_flight() == 0 {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    drop(slot);
-                });
+                let (app, builder, watcher) = (app.clone(), builder.clone(), graceful.watcher());
+                tokio::spawn(connection(app, stream, peer, builder, watcher, slot));
             }
             () = &mut stop => break,
         }
@@ -137,6 +91,66 @@ pub async fn serve(
     // The requests have ended: the last rows go to the dashboard's file before the process does.
     if let Some(dashboard) = app.dashboard().cloned() {
         let _ = tokio::task::spawn_blocking(move || dashboard.close()).await;
+    }
+}
+
+/// Serves one accepted connection until it ends, goes idle for the header timeout, or the
+/// drain closes it; `_slot` holds its place under `max_connections` until then.
+async fn connection(
+    app: Arc<App>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    builder: auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    // A connection that never sends a byte is closed after the header timeout:
+    // hyper's own timer starts only with the first byte of a request.
+    let mut first = [0u8; 1];
+    let wait = app.settings().header_timeout;
+    if !matches!(tokio::time::timeout(wait, stream.peek(&mut first)).await, Ok(Ok(n)) if n > 0) {
+        return;
+    }
+    let activity = Arc::new(Activity::new());
+    let busy = activity.clone();
+    let service = service_fn(move |request| {
+        let (app, busy) = (app.clone(), busy.clone());
+        async move {
+            // Counted until the response body is done or dropped: a stream that
+            // pauses (a model thinking) is not idle.
+            let request_in_flight = busy.begin();
+            let response = handle(app, peer, request).await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                BodyExt::boxed(Counted {
+                    body,
+                    _in_flight: request_in_flight,
+                })
+            }))
+        }
+    });
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        activity: activity.clone(),
+    });
+    let connection = builder.serve_connection_with_upgrades(io, service);
+    let connection = watcher.watch(connection.into_owned());
+    tokio::pin!(connection);
+    loop {
+        tokio::select! {
+            ended = &mut connection => {
+                if let Err(err) = ended {
+                    tracing::debug!(error = %err, %peer, "Connection ended with an error.");
+                }
+                break;
+            }
+            () = tokio::time::sleep(wait / 2) => {
+                // Idle: no request in flight, and none started or finished and no
+                // byte written for the whole timeout. Dropping it closes it.
+                if activity.idle_for() >= wait && activity.in_flight() == 0 {
+                    break;
+                }
+            }
+        }
     }
 }
 
