@@ -35,12 +35,10 @@ use actors::sessions::{SessionLimits, Sessions};
 use bytes::Bytes;
 use engine::clock::{Clock, ManualClock};
 use engine::config::Config;
-use engine::marker;
 use engine::message::{Message, Role};
-use engine::pipeline::{Pipeline, message_tokens};
+use engine::pipeline::Pipeline;
 use engine::store::{MemoryStore, Store};
 use engine::wire::{self, Dialect, ParsedBody, WireError};
-use regex::Regex;
 use serde::Serialize;
 
 use http::HeaderMap;
@@ -157,9 +155,6 @@ pub struct Recall {
     pub visible: usize,
     pub behind_marker: usize,
 }
-
-/// Tokens the model's expand call itself takes in the continuation (name, id, framing).
-const EXPAND_CALL_TOKENS: usize = 24;
 
 impl Recall {
     /// Share visible or one expand away (1.0 when nothing was referenced).
@@ -314,182 +309,6 @@ pub fn turns_of(body: &[u8]) -> Result<Vec<Vec<u8>>, ReplayError> {
     }
     out.push(serde_json::to_vec(&value).map_err(ReplayError::Serialize)?);
     Ok(out)
-}
-
-fn identifier() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        // Paths, dotted or snake/camel symbols, error names, numbers of 3+ digits.
-        Regex::new(
-            r"(?:[\w.-]*/[\w./-]*\w)|(?:\b[A-Za-z_]\w*(?:\.\w+)+\b)|(?:\b[a-z]+_\w+\b)|(?:\b[a-z]+[A-Z]\w*\b)|(?:\b\w*(?:Error|Exception)\b)|(?:\b\d{3,}\b)",
-        )
-        .expect("identifier regex is valid")
-    })
-}
-
-fn identifiers(text: &str) -> BTreeSet<&str> {
-    identifier()
-        .find_iter(text)
-        .map(|m| m.as_str())
-        .filter(|s| s.len() >= 3)
-        .collect()
-}
-
-/// The expand round an answer needed: what it is billed, and the markers it expanded.
-struct Round {
-    bill: Bill,
-    markers: Vec<String>,
-}
-
-/// Where the identifiers of `answer` that earlier tool outputs carried are in `forwarded`, and
-/// the expand round the answer needed: the originals (each once) that held the identifiers only
-/// a marker kept.
-fn recall(
-    answer: &str,
-    original: &[Message],
-    request: &Billable,
-    store: &dyn Store,
-    session: &str,
-    ask: ExpandAsk,
-) -> (Recall, Option<Round>) {
-    let forwarded = &request.messages;
-    let mut seen: BTreeSet<&str> = BTreeSet::new();
-    for m in original.iter().filter(|m| m.is_tool()) {
-        seen.extend(identifiers(&m.content));
-    }
-    let visible_text: String = forwarded
-        .iter()
-        .map(|m| m.content.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    let stashed: Vec<(&str, Arc<str>)> = forwarded
-        .iter()
-        .flat_map(|m| marker::marker_ids(&m.content))
-        .filter_map(|id| Some((id, store.resolve(session, id)?)))
-        .collect();
-    let mut r = Recall::default();
-    // Each original needed, with the identifiers the answer needed from it.
-    let mut needed: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
-    for id in identifiers(answer)
-        .into_iter()
-        .filter(|id| seen.contains(id))
-    {
-        r.referenced += 1;
-        if visible_text.contains(id) {
-            r.visible += 1;
-        } else if let Some(at) = stashed.iter().position(|(_, s)| s.contains(id)) {
-            r.behind_marker += 1;
-            needed.entry(at).or_default().push(id);
-        }
-    }
-    let round = (!needed.is_empty()).then(|| {
-        // The round re-sends the whole request: tools, system prompt and messages.
-        let prompt = request.tokens();
-        let restored: usize = needed
-            .iter()
-            .map(|(&i, ids)| match ask {
-                ExpandAsk::Whole => engine::tokens::count(&stashed[i].1) + EXPAND_CALL_TOKENS,
-                ExpandAsk::Pattern => ids
-                    .iter()
-                    .map(|id| {
-                        let part = engine::way_back::Ask::parse(Some(id), None);
-                        engine::tokens::count(&engine::way_back::excerpt(&stashed[i].1, &part))
-                            + EXPAND_CALL_TOKENS
-                    })
-                    .sum(),
-            })
-            .sum();
-        Round {
-            bill: Bill {
-                content_tokens: prompt + restored,
-                cache_read: prompt,
-                cache_write: restored,
-                fresh: 0,
-            },
-            markers: needed.keys().map(|&i| stashed[i].0.to_owned()).collect(),
-        }
-    });
-    (r, round)
-}
-
-/// A request as the cost model bills it: the `tools` value (the start of the provider's cached
-/// prefix, before the system prompt and the messages), then the messages.
-#[derive(Debug, Clone, Default)]
-struct Billable {
-    /// The `tools` value's bytes, when the body has one.
-    tools: Option<String>,
-    tools_tokens: usize,
-    messages: Vec<Message>,
-}
-
-impl Billable {
-    fn of(body: &[u8], messages: Vec<Message>) -> Billable {
-        let tools = std::str::from_utf8(body).ok().and_then(|text| {
-            let root = engine::wire::json::parse_document(text).ok()?;
-            engine::wire::json::get(text, root, "tools").map(|s| s.of(text).to_owned())
-        });
-        let tools_tokens = tools.as_deref().map_or(0, engine::tokens::count);
-        Billable {
-            tools,
-            tools_tokens,
-            messages,
-        }
-    }
-
-    /// Every token of the request: tools, system prompt, messages.
-    fn tokens(&self) -> usize {
-        self.tools_tokens + self.messages.iter().map(message_tokens).sum::<usize>()
-    }
-}
-
-/// Bills `now` given what the previous turn sent. The cached prefix runs from the start of the
-/// request: a `tools` value that changed (the expand tool declared on a later turn) caches
-/// nothing after it.
-fn bill(now: &Billable, previous: Option<&Billable>, warm: bool) -> Bill {
-    let counts: Vec<usize> = now.messages.iter().map(message_tokens).collect();
-    let total = now.tools_tokens + counts.iter().sum::<usize>();
-    let read = match previous {
-        Some(prev) if warm && prev.tools == now.tools => {
-            let prefix = now
-                .messages
-                .iter()
-                .zip(&prev.messages)
-                .take_while(|(a, b)| a == b)
-                .count();
-            now.tools_tokens + counts[..prefix].iter().sum::<usize>()
-        }
-        _ => 0,
-    };
-    Bill {
-        content_tokens: total,
-        cache_read: read,
-        cache_write: total - read,
-        fresh: 0,
-    }
-}
-
-/// What a provider that caches as the cost model assumes reports for `forwarded`, sent within
-/// the cache's lifetime after `previous` in the same session: the cached prefix read, the rest
-/// written. Replay settles each turn's reply with it, and the parity test's mock provider
-/// reports it, so both sides of that test judge a session on the same numbers. `None` for a
-/// body that does not parse.
-pub fn billed_usage(
-    forwarded: &[u8],
-    previous: Option<&[u8]>,
-    dialect: Dialect,
-) -> Option<crate::tracker::CacheUsage> {
-    let billable = |body: &[u8]| {
-        wire::parse(body, dialect)
-            .ok()
-            .map(|parsed| Billable::of(body, parsed.messages().to_vec()))
-    };
-    let now = billable(forwarded)?;
-    let previous = previous.and_then(billable);
-    let bill = bill(&now, previous.as_ref(), previous.is_some());
-    Some(crate::tracker::CacheUsage {
-        read: bill.cache_read as u64,
-        written: Some(bill.cache_write as u64),
-    })
 }
 
 /// `body` with a stand-in for the agent preamble the recording lacks: one more entry in `tools`
@@ -772,16 +591,6 @@ fn flips(
     prev_out.iter().zip(out).filter(|(a, b)| a != b).count()
 }
 
-/// The assistant message that answered a turn of `len` messages, with its call arguments.
-fn answer_after(full: &[Message], len: usize) -> Option<String> {
-    full.get(len)
-        .filter(|m| m.role == Role::Assistant)
-        .map(|m| {
-            let calls: Vec<&str> = m.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
-            format!("{}\n{}", m.content, calls.join("\n"))
-        })
-}
-
 /// Adds one turn's component reports to the session's tallies.
 fn tally(
     report: &mut SessionReport,
@@ -880,6 +689,12 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     t
 }
 
+mod bill;
 pub mod convert;
+mod recall;
+
+pub use bill::billed_usage;
+use bill::{Billable, bill};
+use recall::{Round, answer_after, recall};
 #[cfg(test)]
 mod tests;

@@ -32,16 +32,15 @@ use actors::pool::WorkerPool;
 use actors::sessions::{Lease, Sessions};
 use async_trait::async_trait;
 use bytes::Bytes;
-use engine::apply::{Applied, Discarded, apply_parsed};
+use engine::apply::{Discarded, apply_parsed};
 use engine::clock::Clock;
 use engine::config::AmortizeConfig;
-use engine::message::{Message, Role};
+use engine::message::Message;
 use engine::model::Models;
 use engine::pipeline::{Pipeline, RunCx, RunReport};
-use engine::session;
 use engine::store::Store;
-use engine::way_back::{self, Injected, Withheld};
-use engine::wire::{self, Dialect, ParsedBody, WireError};
+use engine::way_back::{self, Withheld};
+use engine::wire::{Dialect, ParsedBody, WireError};
 use http::HeaderMap;
 pub use store::Flush;
 use store::{DurableStore, Opened, Unavailable};
@@ -50,35 +49,23 @@ use crate::run::{begin_turn, learned, rerun, run_turn};
 use crate::session::{SessionState, StorePersist, load_state, save_state};
 use crate::tracker::{CacheUsage, TurnFacts};
 
+mod admit;
+mod declaration;
+mod reply;
+
+use admit::{admit, bypass_reason};
+pub use admit::{caller_scope, is_agent_compaction};
+use declaration::{Settled, declares_from_the_start};
+pub use reply::{ExpandOutcome, Settlement, settle_state};
+
 /// The session header; wins over the derived key once sanitized.
 pub const SESSION_HEADER: &str = "x-context-guru-session";
 
 /// `x-context-guru-bypass: true` forwards the request byte-identically (still counted).
 pub const BYPASS_HEADER: &str = "x-context-guru-bypass";
 
-/// The headers that carry a caller's credential, in the order they are read: Anthropic,
-/// OpenAI (and LiteLLM, and Vertex AI's bearer token), Azure OpenAI, Gemini.
-const CREDENTIAL_HEADERS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
-
 /// What keys the credential scope when the deployment sets no secret of its own.
 pub const DEFAULT_SCOPE_SECRET: &[u8] = b"sluice-credential-scope-v1";
-
-/// The scope of the caller's credential (see `engine::session::credential_scope`): the first
-/// credential header present.
-pub fn caller_scope(headers: &HeaderMap, secret: &[u8]) -> String {
-    let credential = CREDENTIAL_HEADERS
-        .iter()
-        .find_map(|name| headers.get(*name))
-        .map(http::HeaderValue::as_bytes);
-    session::credential_scope(secret, credential)
-}
-
-/// Phrases that open an agent's request to summarize its own conversation (Claude Code, and
-/// IBM Bob). Compacting that request would summarize our markers instead of the content.
-const AGENT_COMPACTION_PROMPTS: [&str; 2] = [
-    "Your task is to create a detailed summary of the ",
-    "First, reason in your scratchpad. Then, generate the ",
-];
 
 /// A request's view of the host's cheap-model service.
 ///
@@ -731,257 +718,6 @@ impl TurnService {
         let _ = preparer
             .pool
             .try_submit(key, move || pipeline.prepare(&new));
-    }
-}
-
-/// What settling a turn's reply decided, for the host to count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Settlement {
-    /// The provider read from its cache on a turn the tracker had read cold.
-    pub cold_mispredicted: bool,
-    /// This report tipped the session's cost guard into backing off.
-    pub backoff: Option<crate::guard::BackOff>,
-}
-
-/// What an expand round decided, for the host to count.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ExpandOutcome {
-    /// Markers the model had expanded before.
-    pub repeats: usize,
-    pub backoff: Option<crate::guard::BackOff>,
-}
-
-/// [`TurnService::settle`] on a state already leased (observe mode's shadow sessions, which
-/// settle no ledger, pass `None`).
-pub fn settle_state(
-    state: &mut SessionState,
-    usage: CacheUsage,
-    ledger_turn: Option<u64>,
-) -> Settlement {
-    let before = state.tracker.counts.cold_mispredicted;
-    state.tracker.observe_usage(usage);
-    let billed = crate::guard::Billed {
-        read: usage.read,
-        written: usage.written,
-    };
-    Settlement {
-        cold_mispredicted: state.tracker.counts.cold_mispredicted > before,
-        backoff: ledger_turn.and_then(|turn| state.settle(turn, billed)),
-    }
-}
-
-/// Parses the body and names its session (under `namespace`: the credential scope, and
-/// `compact:` for a one-off rewrite), or says why it goes untouched
-/// (a bypass header on a body that does not parse is still a bypass).
-fn admit<'b>(
-    input: &TurnInput<'b>,
-    namespace: &str,
-    warned: &crate::loud::WarnOnce,
-) -> Result<(ParsedBody<'b>, String), Turn> {
-    let untouched = |reason| Turn::Untouched {
-        reason,
-        session: None,
-        facts: None,
-    };
-    let parsed = match wire::parse(input.body, input.dialect) {
-        Ok(parsed) => parsed,
-        Err(_) if bypass_header(input.headers) => {
-            return Err(untouched(Untouched::Bypassed("header")));
-        }
-        Err(error) => {
-            let label = unparsed_label(&error);
-            // No session without a parse: the caller's credential scope stands for it.
-            if warned.first(namespace, label) {
-                tracing::warn!(
-                    scope = %crate::loud::log_id(namespace),
-                    dialect = input.dialect.as_str(),
-                    reason = label,
-                    path = %error.path(input.dialect),
-                    "a request body sluice cannot read goes upstream untouched (counted in /stats as untouched.{label})"
-                );
-            }
-            return Err(untouched(Untouched::Unparsed(label)));
-        }
-    };
-    let explicit = input
-        .headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok());
-    let session = format!("{namespace}{}", session::for_request(explicit, &parsed));
-    Ok((parsed, session))
-}
-
-fn bypass_header(headers: &HeaderMap) -> bool {
-    headers
-        .get(BYPASS_HEADER)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
-}
-
-fn bypass_reason(headers: &HeaderMap, parsed: &ParsedBody<'_>) -> Option<&'static str> {
-    if bypass_header(headers) {
-        Some("header")
-    } else if is_agent_compaction(parsed) {
-        Some("agent_compaction")
-    } else {
-        None
-    }
-}
-
-/// Whether the last user turn asks the model to summarize the conversation.
-pub fn is_agent_compaction(parsed: &ParsedBody<'_>) -> bool {
-    parsed.messages().last().is_some_and(|m| {
-        m.role == Role::User
-            && AGENT_COMPACTION_PROMPTS
-                .iter()
-                .any(|p| m.content.contains(p))
-    })
-}
-
-/// How the forwarded body gives the model its way back.
-#[derive(Debug)]
-enum WayBack {
-    /// No marker in the body: nothing to declare.
-    NotNeeded,
-    /// The body with the tool appended.
-    Injected(Vec<u8>),
-    /// The request already declares it.
-    Declared,
-    /// The body still carries a marker sluice did not cut (the agent's own history) and the
-    /// tool cannot be declared: nothing more can be done, and it is counted.
-    Unavailable,
-}
-
-/// Declares the expand tool when the body carries a marker, or on every turn of an agent
-/// (`declare`, see [`declares_from_the_start`]).
-///
-/// # Errors
-/// Why it could not.
-fn place_way_back(
-    parsed: &ParsedBody<'_>,
-    applied: &Applied<'_>,
-    declare: bool,
-) -> Result<WayBack, Withheld> {
-    if declare {
-        return match way_back::declare(parsed, &applied.body)? {
-            Injected::Added(body) => Ok(WayBack::Injected(body)),
-            Injected::AlreadyDeclared => Ok(WayBack::Declared),
-        };
-    }
-    // A stash this run made is a marker in the body (write-back may have discarded it, and then
-    // the tool is declared for nothing, as harmless as it is rare); otherwise the body itself is
-    // read, for replays of a reverted component and markers the agent's history brought in. A
-    // live session stashes on most turns, so the scan runs on few of them.
-    let stashed = applied
-        .report
-        .components
-        .iter()
-        .any(|c| !c.stashed.is_empty());
-    if !stashed && !way_back::carries_marker(&applied.body) {
-        return Ok(WayBack::NotNeeded);
-    }
-    match way_back::inject(parsed, &applied.body)? {
-        Injected::Added(body) => Ok(WayBack::Injected(body)),
-        Injected::AlreadyDeclared => Ok(WayBack::Declared),
-    }
-}
-
-/// Whether a turn declares the expand tool whether or not it carries a marker: an agent's
-/// request (it declares tools of its own) that a pipeline with a lossy offload may cut.
-///
-/// `tools` opens the provider's cached prefix (Anthropic and OpenAI alike), so a tool that
-/// appears on the turn of the first marker re-writes the whole prompt once per session. Declared
-/// from the first turn, in the same bytes and the same place, the list never changes within a
-/// session and the marker's way back is there before any marker is. A request without tools of
-/// its own (a plain chat) keeps the old rule, the tool only beside a marker: adding a tool list
-/// where there was none would change what the model is asked, and such a request has no tool
-/// outputs for the offloads to cut.
-fn declares_from_the_start(parsed: &ParsedBody<'_>, pipeline: &Pipeline) -> bool {
-    use engine::wire::json;
-    let text = parsed.text();
-    pipeline.cuts()
-        && parsed.tools_span().is_some_and(|tools| {
-            json::kind_of(text, tools) == json::Kind::Array
-                && json::elements(text, tools).next().is_some()
-        })
-}
-
-/// A run whose way back is settled: the body to forward and how it declares the expand tool.
-struct Settled<'a> {
-    applied: Applied<'a>,
-    way: WayBack,
-    /// Why lossy offloads did not run, if they did not.
-    withheld: Option<Withheld>,
-}
-
-impl<'a> Settled<'a> {
-    /// The run as it is, its way back placed.
-    ///
-    /// # Errors
-    /// Why the way back could not be placed: the caller runs the turn again without lossy
-    /// offloads and settles that with [`Settled::lossless`].
-    fn placed(
-        parsed: &ParsedBody<'_>,
-        applied: Applied<'a>,
-        reach: Result<(), Withheld>,
-        declare: bool,
-    ) -> Result<Settled<'a>, Withheld> {
-        // A `tool_choice` that keeps the model from calling it still gets the declaration (the
-        // same `tools` as the session's other turns); a stored request or a `tools` that is not
-        // an array gets none.
-        let declare = declare
-            && !matches!(
-                reach,
-                Err(Withheld::StoredResponse | Withheld::ToolsNotArray)
-            );
-        let way = place_way_back(parsed, &applied, declare)?;
-        Ok(Settled {
-            applied,
-            way,
-            withheld: reach.err(),
-        })
-    }
-
-    /// The run again without lossy offloads. A marker it still carries came with the agent's
-    /// history; the tool is declared when it can be, and the turn goes either way.
-    fn lossless(parsed: &ParsedBody<'_>, applied: Applied<'a>, reason: Withheld) -> Settled<'a> {
-        let way = place_way_back(parsed, &applied, false).unwrap_or(WayBack::Unavailable);
-        Settled {
-            applied,
-            way,
-            withheld: Some(reason),
-        }
-    }
-
-    fn forward(
-        self,
-        original: &Bytes,
-        parsed: &ParsedBody<'_>,
-        session: String,
-        facts: TurnFacts,
-        added: Duration,
-        flushed: Flush,
-    ) -> Turn {
-        let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
-        let body = match (self.way, self.applied.body) {
-            (WayBack::Injected(body), _) => Bytes::from(body),
-            (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),
-            (_, std::borrow::Cow::Borrowed(_)) => original.clone(),
-        };
-        Turn::Forward(Box::new(Forward {
-            body,
-            session,
-            expandable,
-            stream: is_stream(parsed),
-            model: model_of(parsed),
-            messages: self.applied.messages,
-            facts,
-            report: self.applied.report,
-            discarded: self.applied.discarded,
-            withheld: self.withheld,
-            opaque: parsed.opaque_entries().len(),
-            added,
-            flushed,
-        }))
     }
 }
 

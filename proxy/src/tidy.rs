@@ -209,23 +209,54 @@ struct Graph {
     through_root: Vec<(String, String)>,
 }
 
-fn module_graph(krate: &str) -> Graph {
+/// A crate's library code: each file's path under `src/` with its code (comments, literals and
+/// `#[cfg(test)] mod` blocks blanked), test files and test-only modules left out; and the
+/// top-level modules that are test-only.
+struct Library {
+    files: Vec<(PathBuf, String)>,
+    test_modules: BTreeSet<String>,
+}
+
+fn library(krate: &str) -> Library {
     let src = repo().join(krate).join("src");
-    let mut files = Vec::new();
-    collect_rs(&src, &mut files);
-    let texts: Vec<String> = files
+    let mut paths = Vec::new();
+    collect_rs(&src, &mut paths);
+    let texts: Vec<String> = paths
         .iter()
         .map(|f| std::fs::read_to_string(f).expect("a source file"))
         .collect();
-    let test_only: Vec<PathBuf> = files
+    let test_only: Vec<PathBuf> = paths
         .iter()
         .zip(&texts)
         .flat_map(|(file, text)| test_only_paths(file, text))
         .collect();
+    let files = paths
+        .iter()
+        .zip(&texts)
+        .filter_map(|(file, text)| {
+            let relative = file.strip_prefix(&src).expect("under src");
+            let in_tests = relative.ends_with("tests.rs")
+                || relative.iter().any(|part| part == "tests")
+                || test_only.iter().any(|t| file.starts_with(t));
+            (!in_tests).then(|| (relative.to_path_buf(), library_code(text)))
+        })
+        .collect();
+    let test_modules = test_only
+        .iter()
+        .filter(|t| t.parent() == Some(src.as_path()))
+        .filter_map(|t| Some(t.file_stem()?.to_str()?.to_owned()))
+        .collect();
+    Library {
+        files,
+        test_modules,
+    }
+}
+
+fn module_graph(krate: &str) -> Graph {
+    let library = library(krate);
     let mut graph = Graph::default();
     let mut names = BTreeMap::new();
-    for (file, text) in files.iter().zip(&texts) {
-        let relative = file.strip_prefix(&src).expect("under src");
+    for (relative, code) in &library.files {
         let module = relative
             .components()
             .next()
@@ -233,10 +264,7 @@ fn module_graph(krate: &str) -> Graph {
             .expect("a path under src")
             .trim_end_matches(".rs")
             .to_owned();
-        let in_tests = relative.ends_with("tests.rs")
-            || relative.iter().any(|part| part == "tests")
-            || test_only.iter().any(|t| file.starts_with(t));
-        if module == "lib" || module == "main" || in_tests {
+        if module == "lib" || module == "main" {
             continue;
         }
         graph.uses.entry(module.clone()).or_default();
@@ -244,19 +272,14 @@ fn module_graph(krate: &str) -> Graph {
         names
             .entry(module)
             .or_insert_with(Vec::new)
-            .extend(named_modules(&library_code(text), super_is_root));
+            .extend(named_modules(code, super_is_root));
     }
-    let test_modules: BTreeSet<&str> = test_only
-        .iter()
-        .filter(|t| t.parent() == Some(src.as_path()))
-        .filter_map(|t| t.file_stem()?.to_str())
-        .collect();
     for (module, named) in names {
         for name in named {
             if name == module || name == "self" || name == "super" {
                 continue;
             }
-            if graph.uses.contains_key(&name) || test_modules.contains(name.as_str()) {
+            if graph.uses.contains_key(&name) || library.test_modules.contains(&name) {
                 graph.uses.get_mut(&module).expect("seen").insert(name);
             } else {
                 graph.through_root.push((module.clone(), name));
@@ -416,5 +439,73 @@ fn the_path_reader_reads_paths_and_nothing_else() {
             .split_whitespace()
             .collect::<Vec<_>>(),
         ["use", "crate::x;", "fn", "z()", "{}"]
+    );
+}
+
+/// Lines a library file may have, its tests left out.
+const MAX_FILE_LINES: usize = 800;
+/// Lines a function may have, signature to closing brace.
+const MAX_FN_LINES: usize = 100;
+
+/// Each function in `code` (comments and literals blanked) with a body: its name and lines.
+fn function_lengths(code: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("fn ") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some(name) = ident(&code[at + 3..]) else {
+            continue;
+        };
+        let rest = &code[at..];
+        let (Some(open), semi) = (rest.find('{'), rest.find(';')) else {
+            continue;
+        };
+        if semi.is_some_and(|semi| semi < open) {
+            continue; // a declaration without a body
+        }
+        let mut depth = 0usize;
+        let close = rest[open..].char_indices().find_map(|(i, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(open + i)
+        });
+        if let Some(close) = close {
+            out.push((name, rest[..close].matches('\n').count() + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn files_and_functions_a_reader_can_hold() {
+    let mut long = Vec::new();
+    for krate in CRATES {
+        for (relative, code) in library(krate).files {
+            let file = format!("{krate}/src/{}", relative.display());
+            let lines = code.lines().count();
+            if lines > MAX_FILE_LINES {
+                long.push(format!("{file}: {lines} lines"));
+            }
+            for (name, lines) in function_lengths(&code) {
+                if lines > MAX_FN_LINES {
+                    long.push(format!("{file}: fn {name}, {lines} lines"));
+                }
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "over {MAX_FILE_LINES} lines a file or {MAX_FN_LINES} a function:\n{}",
+        long.join("\n")
+    );
+    let sample = code_only("fn short() {\n    1\n}\nfn decl();\nfn long() {\n    {\n    }\n}\n");
+    assert_eq!(
+        function_lengths(&sample),
+        [("short".to_owned(), 3), ("long".to_owned(), 4)]
     );
 }

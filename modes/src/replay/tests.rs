@@ -498,7 +498,7 @@ fn the_reply_half_settles_the_cost_guard_and_a_session_whose_rounds_repeat_keeps
         panic!("12 outputs");
     };
     assert!(
-        marker::marker_ids(&f11.content).next().is_some(),
+        engine::marker::marker_ids(&f11.content).next().is_some(),
         "{}",
         f11.content
     );

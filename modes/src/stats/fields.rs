@@ -1,0 +1,440 @@
+//! The scalar rows of `/stats` and `/metrics` ([`FIELDS`]): one table, which both documents
+//! and `docs/stats.md` render from.
+
+use super::table::{Field, Kind, Num};
+use super::{Totals, ms, pct, ratio};
+
+/// Content saved net of the way back's cost: restored originals at full price, re-read
+/// prompts at the cache-read price (0.1 of a fresh token). Can go below zero: a setting whose
+/// cuts are expanded often costs more than it saves, and the headline must say so.
+fn net_savings_pct(t: &Totals) -> f64 {
+    if t.live.tokens_before == 0 {
+        return 0.0;
+    }
+    let net = t.live.saved() as f64 - t.wasted_tokens as f64 - 0.1 * t.expand_reread_tokens as f64;
+    100.0 * net / t.live.tokens_before as f64
+}
+
+/// A row of [`FIELDS`]; the unlabelled shape most rows have.
+macro_rules! row {
+    ($json:expr, $metric:expr, $kind:ident, $unit:expr, $help:expr, $value:expr) => {
+        Field {
+            json: $json,
+            metric: $metric,
+            labels: "",
+            kind: Kind::$kind,
+            unit: $unit,
+            help: $help,
+            value: $value,
+        }
+    };
+}
+
+/// Every scalar of `/stats` and `/metrics`, once. `docs/stats.md` is checked against it.
+pub static FIELDS: &[Field<Totals>] = &[
+    row!(
+        Some("requests"),
+        Some("cg_requests_total"),
+        Counter,
+        "requests",
+        "Requests received on rewritten routes.",
+        |t| Num::Count(t.requests)
+    ),
+    row!(
+        Some("compacted_requests"),
+        None,
+        Counter,
+        "requests",
+        "Requests that ran the pipeline.",
+        |t| Num::Count(t.compacted_requests)
+    ),
+    row!(
+        Some("passthrough_requests"),
+        Some("cg_passthrough_requests_total"),
+        Counter,
+        "requests",
+        "Requests forwarded untouched.",
+        |t| Num::Count(t.passthrough_requests)
+    ),
+    row!(
+        Some("unparsed_requests"),
+        Some("cg_unparsed_requests_total"),
+        Counter,
+        "requests",
+        "Bodies sluice could not parse (forwarded untouched).",
+        |t| Num::Count(t.unparsed_requests)
+    ),
+    row!(
+        Some("opaque_entries"),
+        Some("sluice_opaque_entries_total"),
+        Counter,
+        "entries",
+        "Messages or items sluice could not read, kept byte-identical while the rest of their request was compacted.",
+        |t| Num::Count(t.opaque_entries)
+    ),
+    row!(
+        Some("bypassed_requests"),
+        None,
+        Counter,
+        "requests",
+        "Requests forwarded untouched on purpose (bypass header, agent compaction, an empty pipeline).",
+        |t| Num::Count(t.bypassed_requests)
+    ),
+    row!(
+        Some("store_skipped_requests"),
+        Some("cg_store_skipped_requests_total"),
+        Counter,
+        "requests",
+        "Requests forwarded unmodified because the state store could not be used (another replica held the session's lease too long, or the backend failed); reasons on the pseudo-component `store`.",
+        |t| Num::Count(t.store_skipped_requests)
+    ),
+    row!(
+        Some("tokens_before"),
+        Some("cg_tokens_before_total"),
+        Counter,
+        "tokens",
+        "Content tokens before compaction.",
+        |t| Num::Count(t.live.tokens_before)
+    ),
+    row!(
+        Some("tokens_after"),
+        Some("cg_tokens_after_total"),
+        Counter,
+        "tokens",
+        "Content tokens after compaction.",
+        |t| Num::Count(t.live.tokens_after)
+    ),
+    row!(
+        Some("saved_tokens"),
+        Some("cg_saved_tokens_total"),
+        Counter,
+        "tokens",
+        "Content tokens saved, cumulative.",
+        |t| Num::Count(t.live.saved())
+    ),
+    row!(
+        Some("saved_tokens_unique"),
+        Some("cg_saved_tokens_unique_total"),
+        Counter,
+        "tokens",
+        "Content tokens saved, each replaced content once.",
+        |t| Num::Count(t.live.saved_tokens_unique)
+    ),
+    row!(
+        Some("overcount_ratio"),
+        None,
+        Gauge,
+        "ratio",
+        "saved_tokens over saved_tokens_unique (0 without data).",
+        |t| Num::Real(ratio(t.live.saved(), t.live.saved_tokens_unique))
+    ),
+    row!(
+        Some("net_savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "The headline: content tokens saved net of everything the way back cost (the originals expand rounds restored, and the prompt each round re-read, at the cache-read price of 0.1), over tokens_before. `sluice replay`'s net cost change is the same idea on a full cost model.",
+        |t| Num::Real(net_savings_pct(t))
+    ),
+    row!(
+        Some("savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "Content tokens saved net of what expand rounds sent back, over tokens_before.",
+        |t| Num::Real(pct(
+            t.live.saved().saturating_sub(t.wasted_tokens),
+            t.live.tokens_before
+        ))
+    ),
+    row!(
+        Some("savings_pct_gross"),
+        None,
+        Gauge,
+        "%",
+        "Content tokens saved before expand re-sends, over tokens_before.",
+        |t| Num::Real(pct(t.live.saved(), t.live.tokens_before))
+    ),
+    row!(
+        Some("wasted_tokens"),
+        Some("cg_wasted_tokens_total"),
+        Counter,
+        "tokens",
+        "Tokens of originals restored through expand.",
+        |t| Num::Count(t.wasted_tokens)
+    ),
+    row!(
+        Some("bounces"),
+        Some("cg_expand_bounces_total"),
+        Counter,
+        "originals",
+        "Originals restored through expand.",
+        |t| Num::Count(t.restorations)
+    ),
+    row!(
+        Some("adjusted_saved"),
+        None,
+        Counter,
+        "tokens",
+        "saved_tokens minus wasted_tokens.",
+        |t| Num::Count(t.live.saved().saturating_sub(t.wasted_tokens))
+    ),
+    row!(
+        Some("expand_rounds"),
+        Some("cg_expand_rounds_total"),
+        Counter,
+        "rounds",
+        "Expand loop rounds.",
+        |t| Num::Count(t.expand_rounds)
+    ),
+    row!(
+        Some("retries_after_compaction"),
+        Some("sluice_retries_after_compaction_total"),
+        Counter,
+        "retries",
+        "Calls the model re-issued right after their output was cut, and markers it expanded a second time; each makes that tool's outputs lossless for the rest of its session.",
+        |t| Num::Count(t.retries_after_compaction)
+    ),
+    row!(
+        Some("expand_reread_tokens"),
+        Some("sluice_expand_reread_tokens_total"),
+        Counter,
+        "tokens",
+        "Prompt tokens expand rounds sent upstream again.",
+        |t| Num::Count(t.expand_reread_tokens)
+    ),
+    row!(
+        Some("expand_misses"),
+        None,
+        Counter,
+        "ids",
+        "Expand calls for an id the store no longer had.",
+        |t| Num::Count(t.expand_misses)
+    ),
+    row!(
+        Some("cg_added_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Average latency sluice added per rewritten request.",
+        |t| Num::Real(ms(t.added_us, t.added_n))
+    ),
+    // The reference's `cg_added_latency_ms`, in the base unit Prometheus asks for (promtool
+    // refuses abbreviated units); `cg_added_latency_seconds` is the histogram.
+    row!(
+        None,
+        Some("cg_added_latency_average_seconds"),
+        Gauge,
+        "s",
+        "Average latency sluice added per rewritten request (the reference's cg_added_latency_ms, in seconds).",
+        |t| Num::Real(ms(t.added_us, t.added_n) / 1e3)
+    ),
+    row!(
+        Some("upstream_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Average time to upstream response headers.",
+        |t| Num::Real(ms(t.upstream_us, t.upstream_n))
+    ),
+    row!(
+        Some("upstream_errors"),
+        Some("cg_upstream_errors_total"),
+        Counter,
+        "requests",
+        "Upstream transport failures.",
+        |t| Num::Count(t.upstream_errors)
+    ),
+    row!(
+        Some("sse_streamed"),
+        None,
+        Counter,
+        "responses",
+        "Streamed responses relayed chunk by chunk.",
+        |t| Num::Count(t.sse_streamed)
+    ),
+    row!(
+        Some("sse_buffered"),
+        None,
+        Counter,
+        "responses",
+        "Streamed responses held back for the expand loop.",
+        |t| Num::Count(t.sse_buffered)
+    ),
+    row!(
+        None,
+        Some("cg_sse_streams_total"),
+        Counter,
+        "responses",
+        "Streamed responses relayed.",
+        |t| Num::Count(t.sse_streamed + t.sse_buffered)
+    ),
+    row!(
+        Some("sse_buffered_pct"),
+        None,
+        Gauge,
+        "%",
+        "Share of streamed responses held back.",
+        |t| Num::Real(pct(t.sse_buffered, t.sse_streamed + t.sse_buffered))
+    ),
+    row!(
+        Some("sse_ttfb_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Average time to the first byte relayed of a streamed response.",
+        |t| Num::Real(ms(t.sse_ttfb_us, t.sse_ttfb_n))
+    ),
+    row!(
+        Some("observe_hypothetical_requests"),
+        None,
+        Counter,
+        "requests",
+        "Requests observe mode projected.",
+        |t| Num::Count(t.observe_projections)
+    ),
+    row!(
+        Some("actual_baseline_tokens"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: content tokens of the requests as forwarded.",
+        |t| Num::Count(t.potential.tokens_before)
+    ),
+    row!(
+        Some("projected_optimized_tokens"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: content tokens sync would have forwarded.",
+        |t| Num::Count(t.potential.tokens_after)
+    ),
+    row!(
+        Some("potential_saved_tokens"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: content tokens sync would have saved, cumulative.",
+        |t| Num::Count(t.potential.saved())
+    ),
+    row!(
+        Some("potential_saved_tokens_unique"),
+        None,
+        Counter,
+        "tokens",
+        "Observe: the same, each replaced content once.",
+        |t| Num::Count(t.potential.saved_tokens_unique)
+    ),
+    row!(
+        Some("potential_savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "Observe: potential_saved_tokens over actual_baseline_tokens.",
+        |t| Num::Real(pct(t.potential.saved(), t.potential.tokens_before))
+    ),
+    row!(
+        Some("potential_overhead_ms_avg"),
+        None,
+        Gauge,
+        "ms",
+        "Observe: average time of a shadow run, off the request path.",
+        |t| Num::Real(ms(t.observe_us, t.observe_projections))
+    ),
+    row!(
+        Some("frozen_hits"),
+        Some("cg_frozen_hits_total"),
+        Counter,
+        "decisions",
+        "Earlier decisions replayed byte-identically.",
+        |t| Num::Count(t.live.frozen.hits)
+    ),
+    row!(
+        Some("frozen_misses"),
+        Some("cg_frozen_misses_total"),
+        Counter,
+        "lookups",
+        "Freeze lookups with no decision on record.",
+        |t| Num::Count(t.live.frozen.misses)
+    ),
+    row!(
+        Some("frozen_dropped"),
+        Some("cg_frozen_dropped_total"),
+        Counter,
+        "decisions",
+        "Decisions needed again after the store dropped them.",
+        |t| Num::Count(t.live.frozen.dropped)
+    ),
+    row!(
+        Some("frozen_repaired"),
+        Some("cg_frozen_repaired_total"),
+        Counter,
+        "decisions",
+        "Dropped decisions re-derived byte-identically.",
+        |t| Num::Count(t.live.frozen.repaired)
+    ),
+    row!(
+        Some("frozen_flips"),
+        Some("cg_frozen_flips_total"),
+        Counter,
+        "decisions",
+        "Dropped decisions that could not be re-derived (a cache write).",
+        |t| Num::Count(t.live.frozen.dropped.saturating_sub(t.live.frozen.repaired))
+    ),
+    row!(
+        Some("potential_frozen_hits"),
+        None,
+        Counter,
+        "decisions",
+        "Observe: earlier decisions the shadow run replayed.",
+        |t| Num::Count(t.potential.frozen.hits)
+    ),
+    row!(
+        Some("tracked_turns"),
+        None,
+        Counter,
+        "turns",
+        "Turns the cached-prefix tracker saw.",
+        |t| Num::Count(t.turns.tracked_turns)
+    ),
+    row!(
+        Some("cold_turns"),
+        Some("cg_cold_turns_total"),
+        Counter,
+        "turns",
+        "Turns whose prompt cache was provably cold.",
+        |t| Num::Count(t.turns.cold_turns)
+    ),
+    row!(
+        Some("unknown_boundary_turns"),
+        None,
+        Counter,
+        "turns",
+        "Turns with no earlier turn on record (read warm: fail closed).",
+        |t| Num::Count(t.turns.unknown_boundary_turns)
+    ),
+    row!(
+        Some("compaction_resets"),
+        Some("cg_compaction_resets_total"),
+        Counter,
+        "turns",
+        "Turns whose transcript diverged from every remembered one.",
+        |t| Num::Count(t.turns.compaction_resets)
+    ),
+    row!(
+        Some("cold_mispredicted"),
+        None,
+        Counter,
+        "turns",
+        "Turns read cold on which the provider still reported a cache read.",
+        |t| Num::Count(t.turns.cold_mispredicted)
+    ),
+    row!(
+        Some("amortized_rewrites"),
+        None,
+        Counter,
+        "turns",
+        "Warm turns cache.amortize re-wrote at depth because it paid.",
+        |t| Num::Count(t.turns.amortized_rewrites)
+    ),
+];

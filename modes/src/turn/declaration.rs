@@ -1,0 +1,166 @@
+//! The way back: where a turn's body declares the expand tool (beside a marker, or on every
+//! turn of an agent a lossy pipeline may cut), and the turn it then forwards.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use engine::apply::Applied;
+use engine::pipeline::Pipeline;
+use engine::way_back::{self, Injected, Withheld};
+use engine::wire::ParsedBody;
+use store::Flush;
+
+use super::{Forward, Turn, is_stream, model_of};
+use crate::tracker::TurnFacts;
+
+/// How the forwarded body gives the model its way back.
+#[derive(Debug)]
+pub(super) enum WayBack {
+    /// No marker in the body: nothing to declare.
+    NotNeeded,
+    /// The body with the tool appended.
+    Injected(Vec<u8>),
+    /// The request already declares it.
+    Declared,
+    /// The body still carries a marker sluice did not cut (the agent's own history) and the
+    /// tool cannot be declared: nothing more can be done, and it is counted.
+    Unavailable,
+}
+
+/// Declares the expand tool when the body carries a marker, or on every turn of an agent
+/// (`declare`, see [`declares_from_the_start`]).
+///
+/// # Errors
+/// Why it could not.
+fn place_way_back(
+    parsed: &ParsedBody<'_>,
+    applied: &Applied<'_>,
+    declare: bool,
+) -> Result<WayBack, Withheld> {
+    if declare {
+        return match way_back::declare(parsed, &applied.body)? {
+            Injected::Added(body) => Ok(WayBack::Injected(body)),
+            Injected::AlreadyDeclared => Ok(WayBack::Declared),
+        };
+    }
+    // A stash this run made is a marker in the body (write-back may have discarded it, and then
+    // the tool is declared for nothing, as harmless as it is rare); otherwise the body itself is
+    // read, for replays of a reverted component and markers the agent's history brought in. A
+    // live session stashes on most turns, so the scan runs on few of them.
+    let stashed = applied
+        .report
+        .components
+        .iter()
+        .any(|c| !c.stashed.is_empty());
+    if !stashed && !way_back::carries_marker(&applied.body) {
+        return Ok(WayBack::NotNeeded);
+    }
+    match way_back::inject(parsed, &applied.body)? {
+        Injected::Added(body) => Ok(WayBack::Injected(body)),
+        Injected::AlreadyDeclared => Ok(WayBack::Declared),
+    }
+}
+
+/// Whether a turn declares the expand tool whether or not it carries a marker: an agent's
+/// request (it declares tools of its own) that a pipeline with a lossy offload may cut.
+///
+/// `tools` opens the provider's cached prefix (Anthropic and OpenAI alike), so a tool that
+/// appears on the turn of the first marker re-writes the whole prompt once per session. Declared
+/// from the first turn, in the same bytes and the same place, the list never changes within a
+/// session and the marker's way back is there before any marker is. A request without tools of
+/// its own (a plain chat) keeps the old rule, the tool only beside a marker: adding a tool list
+/// where there was none would change what the model is asked, and such a request has no tool
+/// outputs for the offloads to cut.
+pub(super) fn declares_from_the_start(parsed: &ParsedBody<'_>, pipeline: &Pipeline) -> bool {
+    use engine::wire::json;
+    let text = parsed.text();
+    pipeline.cuts()
+        && parsed.tools_span().is_some_and(|tools| {
+            json::kind_of(text, tools) == json::Kind::Array
+                && json::elements(text, tools).next().is_some()
+        })
+}
+
+/// A run whose way back is settled: the body to forward and how it declares the expand tool.
+pub(super) struct Settled<'a> {
+    applied: Applied<'a>,
+    way: WayBack,
+    /// Why lossy offloads did not run, if they did not.
+    withheld: Option<Withheld>,
+}
+
+impl<'a> Settled<'a> {
+    /// The run as it is, its way back placed.
+    ///
+    /// # Errors
+    /// Why the way back could not be placed: the caller runs the turn again without lossy
+    /// offloads and settles that with [`Settled::lossless`].
+    pub(super) fn placed(
+        parsed: &ParsedBody<'_>,
+        applied: Applied<'a>,
+        reach: Result<(), Withheld>,
+        declare: bool,
+    ) -> Result<Settled<'a>, Withheld> {
+        // A `tool_choice` that keeps the model from calling it still gets the declaration (the
+        // same `tools` as the session's other turns); a stored request or a `tools` that is not
+        // an array gets none.
+        let declare = declare
+            && !matches!(
+                reach,
+                Err(Withheld::StoredResponse | Withheld::ToolsNotArray)
+            );
+        let way = place_way_back(parsed, &applied, declare)?;
+        Ok(Settled {
+            applied,
+            way,
+            withheld: reach.err(),
+        })
+    }
+
+    /// The run again without lossy offloads. A marker it still carries came with the agent's
+    /// history; the tool is declared when it can be, and the turn goes either way.
+    pub(super) fn lossless(
+        parsed: &ParsedBody<'_>,
+        applied: Applied<'a>,
+        reason: Withheld,
+    ) -> Settled<'a> {
+        let way = place_way_back(parsed, &applied, false).unwrap_or(WayBack::Unavailable);
+        Settled {
+            applied,
+            way,
+            withheld: Some(reason),
+        }
+    }
+
+    pub(super) fn forward(
+        self,
+        original: &Bytes,
+        parsed: &ParsedBody<'_>,
+        session: String,
+        facts: TurnFacts,
+        added: Duration,
+        flushed: Flush,
+    ) -> Turn {
+        let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
+        let body = match (self.way, self.applied.body) {
+            (WayBack::Injected(body), _) => Bytes::from(body),
+            (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),
+            (_, std::borrow::Cow::Borrowed(_)) => original.clone(),
+        };
+        Turn::Forward(Box::new(Forward {
+            body,
+            session,
+            expandable,
+            stream: is_stream(parsed),
+            model: model_of(parsed),
+            messages: self.applied.messages,
+            facts,
+            report: self.applied.report,
+            discarded: self.applied.discarded,
+            withheld: self.withheld,
+            opaque: parsed.opaque_entries().len(),
+            added,
+            flushed,
+        }))
+    }
+}

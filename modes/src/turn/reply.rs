@@ -1,0 +1,42 @@
+//! The reply half of a turn: the provider's cache report settled into the session's tracker and
+//! cost guard.
+
+use crate::guard::{BackOff, Billed};
+use crate::session::SessionState;
+use crate::tracker::CacheUsage;
+
+/// What settling a turn's reply decided, for the host to count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settlement {
+    /// The provider read from its cache on a turn the tracker had read cold.
+    pub cold_mispredicted: bool,
+    /// This report tipped the session's cost guard into backing off.
+    pub backoff: Option<BackOff>,
+}
+
+/// What an expand round decided, for the host to count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpandOutcome {
+    /// Markers the model had expanded before.
+    pub repeats: usize,
+    pub backoff: Option<BackOff>,
+}
+
+/// [`TurnService::settle`] on a state already leased (observe mode's shadow sessions, which
+/// settle no ledger, pass `None`).
+pub fn settle_state(
+    state: &mut SessionState,
+    usage: CacheUsage,
+    ledger_turn: Option<u64>,
+) -> Settlement {
+    let before = state.tracker.counts.cold_mispredicted;
+    state.tracker.observe_usage(usage);
+    let billed = Billed {
+        read: usage.read,
+        written: usage.written,
+    };
+    Settlement {
+        cold_mispredicted: state.tracker.counts.cold_mispredicted > before,
+        backoff: ledger_turn.and_then(|turn| state.settle(turn, billed)),
+    }
+}
