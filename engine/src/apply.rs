@@ -179,14 +179,14 @@ fn restructure(
     report: &mut RunReport,
 ) {
     for stage in pipeline.stages() {
-        let crate::pipeline::Stage::Offload(offload) = stage else {
+        let crate::pipeline::Component::Offload(offload) = stage.component() else {
             continue;
         };
         if !cx.offloads || !offload.restructures() {
             continue;
         }
         // A span summary would take protected outputs with it: it is held to the same rules.
-        let protected = protected_output(parsed.messages(), pipeline, cx, offload.name());
+        let protected = protected_output(parsed.messages(), pipeline, cx, stage.name());
         let outcome = match protected {
             Some(reason) => Err(reason),
             None => match offload.restructure(body, cx) {
@@ -197,7 +197,7 @@ fn restructure(
         let Some(component) = report
             .components
             .iter_mut()
-            .find(|c| c.name == offload.name())
+            .find(|c| c.name == stage.name())
         else {
             continue;
         };

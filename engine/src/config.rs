@@ -477,7 +477,7 @@ impl Config {
             .filter(|name| {
                 components::find(name)
                     .and_then(|f| f.build(&self.source_for(name)).ok())
-                    .is_some_and(|stage| stage.kind() == crate::pipeline::Kind::Offload)
+                    .is_some_and(|built| matches!(built, crate::pipeline::Component::Offload(_)))
             })
             .collect();
         (!cutters.is_empty()).then(|| {
@@ -521,7 +521,7 @@ impl Config {
         for (i, name) in names.iter().enumerate() {
             match check_name(name) {
                 Err(error) => errors.push(problem(format!("pipeline[{i}]"), error.to_string())),
-                Ok(factory) => match factory.build(&self.source_for(name)) {
+                Ok(factory) => match factory.stage(&self.source_for(name)) {
                     Ok(stage) => stages.push(stage),
                     Err(error) => {
                         errors.push(problem(format!("components.{name}"), error.to_string()));

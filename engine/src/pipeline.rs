@@ -121,7 +121,7 @@ impl Pipeline {
     /// optimization, and the turn that needs the result computes it itself.
     pub fn prepare(&self, messages: &[Message]) {
         for stage in &self.stages {
-            if let Stage::Offload(offload) = stage {
+            if let Component::Offload(offload) = stage.component() {
                 for message in messages {
                     let _ = catch_unwind(AssertUnwindSafe(|| offload.prepare(message)));
                 }
@@ -415,19 +415,19 @@ fn invoke(
     transcript: &mut Transcript<'_>,
     acx: &mut ApplyCx<'_>,
 ) -> Result<Vec<StashKey>, ComponentError> {
-    match stage {
-        Stage::Reformat(c) if freeze == Freeze::Stateless => {
+    match stage.component() {
+        Component::Reformat(c) if freeze == Freeze::Stateless => {
             c.reformat(transcript, acx).map(|()| Vec::new())
         }
-        Stage::Reformat(c) => {
+        Component::Reformat(c) => {
             // A replayed repacking names no stash; its keys are not needed.
-            reapply_frozen(c.name(), freeze, false, true, transcript, acx);
+            reapply_frozen(stage.name(), freeze, false, true, transcript, acx);
             c.reformat(transcript, acx).map(|()| Vec::new())
         }
-        Stage::Offload(c) if freeze == Freeze::Stateless => c.offload(transcript, acx),
-        Stage::Offload(c) => {
+        Component::Offload(c) if freeze == Freeze::Stateless => c.offload(transcript, acx),
+        Component::Offload(c) => {
             let mut keys = reapply_frozen(
-                c.name(),
+                stage.name(),
                 freeze,
                 c.whole_messages(),
                 stage.repairable(),

@@ -130,12 +130,12 @@ fn every_stated_default_is_the_real_one() {
     for factory in ALL {
         let name = factory.name();
         let plain = Pipeline::new(vec![
-            factory.build(&ComponentSource::defaults(name)).unwrap(),
+            factory.stage(&ComponentSource::defaults(name)).unwrap(),
         ]);
         for (key, value) in stated_defaults(&cells[name]) {
             let yaml = format!("components:\n  {name}: {{{key}: {value}}}\n");
             let stated = factory
-                .build(&ComponentSource::in_document(name, &yaml))
+                .stage(&ComponentSource::in_document(name, &yaml))
                 .unwrap_or_else(|e| panic!("{name}.{key} ({value}) as documented: {e}"));
             let stated = Pipeline::new(vec![stated]);
             for body in &corpus {

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::message::Role;
-use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
 use crate::wire::Dialect;
 
 /// The most `cache_control` breakpoints one Anthropic request may carry.
@@ -61,9 +61,9 @@ impl ComponentFactory for Factory {
         "adds one Anthropic cache_control breakpoint before the newest turn (no content change)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: CacheInjectConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(CacheInject { config })))
+        Ok(Component::Reformat(Box::new(CacheInject { config })))
     }
 }
 
@@ -72,10 +72,6 @@ struct CacheInject {
 }
 
 impl Reformat for CacheInject {
-    fn name(&self) -> &'static str {
-        "cacheinject"
-    }
-
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,

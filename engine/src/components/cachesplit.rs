@@ -20,7 +20,7 @@
 
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
 use crate::wire::json::{self, Kind};
 use crate::wire::{Dialect, ParsedBody};
 
@@ -51,19 +51,15 @@ impl ComponentFactory for Factory {
         "splits the per-session tail off the system prompt so its head stays cacheable"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let _: NoConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(CacheSplit)))
+        Ok(Component::Reformat(Box::new(CacheSplit)))
     }
 }
 
 struct CacheSplit;
 
 impl Reformat for CacheSplit {
-    fn name(&self) -> &'static str {
-        "cachesplit"
-    }
-
     /// Nothing to do on messages; see [`split_system`].
     fn reformat(&self, _: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
         Ok(())

@@ -28,7 +28,7 @@ use crate::components::ComponentSource;
 use crate::dsl::{self, FilterSet, Lossiness};
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -78,7 +78,7 @@ impl ComponentFactory for Factory {
         "filters command output with the matching DSL filter (builtins + your own, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: CmdfilterConfig = decode(source)?;
         let names: Vec<String> = (1..=config.filters.len())
             .map(|i| format!("filters[{}]", i - 1))
@@ -96,7 +96,7 @@ impl ComponentFactory for Factory {
         let set = base
             .and_then(|base| base.extend(&documents))
             .map_err(BuildError::Filters)?;
-        Ok(Stage::Offload(Box::new(Cmdfilter { config, set })))
+        Ok(Component::Offload(Box::new(Cmdfilter { config, set })))
     }
 }
 
@@ -123,10 +123,6 @@ pub fn command_of(message: &Message) -> Option<String> {
 }
 
 impl Offload for Cmdfilter {
-    fn name(&self) -> &'static str {
-        "cmdfilter"
-    }
-
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -39,7 +39,7 @@ use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
 use crate::wire::json;
 
 /// `components.collapse`.
@@ -100,7 +100,7 @@ impl ComponentFactory for Factory {
         "keeps head and tail lines of an oversized output (recoverable fallback)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: CollapseConfig = decode(source)?;
         if !(0.0..=1.0).contains(&config.max_frac) {
             return Err(BuildError::invalid(
@@ -108,7 +108,7 @@ impl ComponentFactory for Factory {
                 format!("must be between 0 and 1, got {}", config.max_frac),
             ));
         }
-        Ok(Stage::Offload(Box::new(Collapse { config })))
+        Ok(Component::Offload(Box::new(Collapse { config })))
     }
 }
 
@@ -117,10 +117,6 @@ struct Collapse {
 }
 
 impl Offload for Collapse {
-    fn name(&self) -> &'static str {
-        "collapse"
-    }
-
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// `components.dedup`.
 #[derive(Debug, Clone, Deserialize)]
@@ -49,9 +49,9 @@ impl ComponentFactory for Factory {
         "points a repeated identical tool output at its first copy (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: DedupConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(Dedup { config })))
+        Ok(Component::Offload(Box::new(Dedup { config })))
     }
 }
 
@@ -62,10 +62,6 @@ struct Dedup {
 const POINTER: &str = "[identical to an earlier tool output] ";
 
 impl Offload for Dedup {
-    fn name(&self) -> &'static str {
-        "dedup"
-    }
-
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
     fn freeze(&self) -> Freeze {
         super::keep_recent_freeze(self.config.keep_recent)

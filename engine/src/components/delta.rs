@@ -54,7 +54,7 @@ use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
 use crate::tokens;
 
 /// `components.delta`.
@@ -104,7 +104,7 @@ impl ComponentFactory for Factory {
         "shows an output that mostly repeats an earlier one as a diff against it (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: DeltaConfig = decode(source)?;
         for (key, value) in [
             ("min_shared", config.min_shared),
@@ -120,7 +120,7 @@ impl ComponentFactory for Factory {
         if config.window == 0 {
             return Err(BuildError::invalid("window", "must be at least 1"));
         }
-        Ok(Stage::Offload(Box::new(Delta {
+        Ok(Component::Offload(Box::new(Delta {
             config,
             memo: Mutex::default(),
         })))
@@ -182,10 +182,6 @@ impl Memo {
 }
 
 impl Offload for Delta {
-    fn name(&self) -> &'static str {
-        "delta"
-    }
-
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

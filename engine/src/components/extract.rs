@@ -41,7 +41,7 @@ use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::ModelConfig;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -103,9 +103,9 @@ impl ComponentFactory for Factory {
         "projects a large output onto the conversation's query and drops noise (frozen)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: ExtractConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(Extract { config })))
+        Ok(Component::Offload(Box::new(Extract { config })))
     }
 }
 
@@ -196,10 +196,6 @@ fn query(messages: &Transcript<'_>) -> std::collections::HashSet<String> {
 }
 
 impl Offload for Extract {
-    fn name(&self) -> &'static str {
-        "extract"
-    }
-
     fn freeze(&self) -> Freeze {
         Freeze::Sampled
     }

@@ -39,7 +39,7 @@ use crate::contain;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::{Answer, Ask, Job, ModelConfig};
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 use crate::tokens;
 
 /// The sandbox's input cap (`sandbox::Limits::DEFAULT.max_input_bytes`; the engine does not
@@ -177,9 +177,9 @@ impl ComponentFactory for Factory {
         "a cheap model writes a deletion-only filter for a large output (sampled, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: ExtractLlmConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(ExtractLlm { config })))
+        Ok(Component::Offload(Box::new(ExtractLlm { config })))
     }
 }
 
@@ -188,10 +188,6 @@ struct ExtractLlm {
 }
 
 impl Offload for ExtractLlm {
-    fn name(&self) -> &'static str {
-        "extract_llm"
-    }
-
     fn freeze(&self) -> Freeze {
         Freeze::Sampled
     }

@@ -17,7 +17,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode};
 use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_OUTPUT};
 use crate::pipeline::{
-    ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript, message_tokens,
+    ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript, message_tokens,
 };
 
 /// `components.failed_call`.
@@ -60,10 +60,13 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: stubs stale failed calls' arguments and trims their errors (frozen, atomic)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let c: FailedCallConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Stage::Offload(Box::new(FailedCall { config: c, rules })))
+        Ok(Component::Offload(Box::new(FailedCall {
+            config: c,
+            rules,
+        })))
     }
 }
 
@@ -73,9 +76,6 @@ struct FailedCall {
 }
 
 impl Offload for FailedCall {
-    fn name(&self) -> &'static str {
-        "failed_call"
-    }
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

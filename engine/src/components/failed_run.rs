@@ -25,7 +25,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate,
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// `components.failed_run`.
 #[derive(Debug, Clone, Deserialize)]
@@ -63,9 +63,9 @@ impl ComponentFactory for Factory {
         "collapses failing test/build runs that a later run superseded (frozen, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: FailedRunConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(FailedRun { config })))
+        Ok(Component::Offload(Box::new(FailedRun { config })))
     }
 }
 
@@ -121,10 +121,6 @@ fn family(message: &Message) -> Option<String> {
 }
 
 impl Offload for FailedRun {
-    fn name(&self) -> &'static str {
-        "failed_run"
-    }
-
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

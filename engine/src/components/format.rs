@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode, text_tool_output};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Reformat, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind};
 
@@ -50,9 +50,9 @@ impl ComponentFactory for Factory {
         "compacts pretty-printed JSON tool outputs (lossless)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: FormatConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(Format { config })))
+        Ok(Component::Reformat(Box::new(Format { config })))
     }
 }
 
@@ -64,10 +64,6 @@ struct Format {
 const ENVELOPE_MIN_BYTES: usize = 64;
 
 impl Reformat for Format {
-    fn name(&self) -> &'static str {
-        "format"
-    }
-
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
     fn freeze(&self) -> Freeze {
         super::keep_recent_freeze(self.config.keep_recent)

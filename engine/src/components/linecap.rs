@@ -34,7 +34,7 @@ use super::memo::PureMemo;
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
 use crate::tokens;
 
 /// `components.linecap`.
@@ -73,7 +73,7 @@ impl ComponentFactory for Factory {
         "collapses repeated lines and clips overlong ones (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: LinecapConfig = decode(source)?;
         if config.max_line_chars != 0 && config.max_line_chars < 30 {
             return Err(BuildError::invalid(
@@ -84,7 +84,7 @@ impl ComponentFactory for Factory {
                 ),
             ));
         }
-        Ok(Stage::Offload(Box::new(Linecap {
+        Ok(Component::Offload(Box::new(Linecap {
             config,
             memo: PureMemo::default(),
         })))
@@ -228,10 +228,6 @@ impl Linecap {
 }
 
 impl Offload for Linecap {
-    fn name(&self) -> &'static str {
-        "linecap"
-    }
-
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// Names of the components in this file, for the config warning.
 pub const WITHOUT_MODEL: [&str; 1] = ["agentdiet"];
@@ -42,20 +42,16 @@ impl ComponentFactory for Agentdiet {
     fn summary(&self) -> &'static str {
         "the AgentDiet trajectory reducer (no model in this build: no-op)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let _: AgentdietConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(NoModel("agentdiet"))))
+        Ok(Component::Offload(Box::new(NoModel)))
     }
 }
 
 /// An LLM component with no model: records why it did nothing.
-struct NoModel(&'static str);
+struct NoModel;
 
 impl Offload for NoModel {
-    fn name(&self) -> &'static str {
-        self.0
-    }
-
     /// Sampled, so whatever a model-backed build froze is never re-derived by this one.
     fn freeze(&self) -> Freeze {
         Freeze::Sampled

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// `components.mask`.
 #[derive(Debug, Clone, Deserialize)]
@@ -67,9 +67,9 @@ impl ComponentFactory for Factory {
         "masks tool outputs older than the newest keep_recent (frozen, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: MaskConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(Mask { config })))
+        Ok(Component::Offload(Box::new(Mask { config })))
     }
 }
 
@@ -78,10 +78,6 @@ struct Mask {
 }
 
 impl Offload for Mask {
-    fn name(&self) -> &'static str {
-        "mask"
-    }
-
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

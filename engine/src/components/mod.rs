@@ -47,7 +47,7 @@ use serde::de::DeserializeOwned;
 use crate::dsl::LoadError;
 use crate::marker;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Freeze, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Freeze, Stage, StashKey, Transcript};
 use crate::tokens;
 
 /// Builds one component from its `components.<name>` block.
@@ -61,7 +61,16 @@ pub trait ComponentFactory: Sync {
     ///
     /// # Errors
     /// A [`BuildError`] naming the bad key or value.
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError>;
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError>;
+
+    /// [`ComponentFactory::build`], as a stage under this factory's name: the only name a
+    /// component has.
+    ///
+    /// # Errors
+    /// As `build`.
+    fn stage(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+        Ok(Stage::new(self.name(), self.build(source)?))
+    }
 }
 
 /// Why a component could not be built from its `components.<name>` block, or by its name.

@@ -15,7 +15,7 @@ use super::triage::{Budget, Exempt, Reserve, Rules, head_chars, tail_chars};
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// `components.oversized_block`.
 #[derive(Debug, Clone, Deserialize)]
@@ -60,7 +60,7 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: keeps the head and tail of an output over cap_chars (frozen, recoverable)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let c: OversizedBlockConfig = decode(source)?;
         if c.head_chars + c.tail_chars >= c.cap_chars {
             return Err(BuildError::invalid(
@@ -69,7 +69,7 @@ impl ComponentFactory for Factory {
             ));
         }
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Stage::Offload(Box::new(OversizedBlock {
+        Ok(Component::Offload(Box::new(OversizedBlock {
             config: c,
             rules,
         })))
@@ -82,9 +82,6 @@ struct OversizedBlock {
 }
 
 impl Offload for OversizedBlock {
-    fn name(&self) -> &'static str {
-        "oversized_block"
-    }
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

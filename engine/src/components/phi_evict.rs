@@ -33,7 +33,7 @@ use super::{
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 use crate::tokens;
 
 /// The four weights of Φ.
@@ -116,7 +116,7 @@ impl ComponentFactory for Factory {
         "evicts the lowest-scoring tool outputs until the transcript fits budget_tokens (frozen)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: PhiEvictConfig = decode(source)?;
         let w = config.weights.weights();
         if [w.relevance, w.recency, w.cost, w.redundancy]
@@ -128,7 +128,7 @@ impl ComponentFactory for Factory {
                 "must be finite and not negative",
             ));
         }
-        Ok(Stage::Offload(Box::new(PhiEvict { config })))
+        Ok(Component::Offload(Box::new(PhiEvict { config })))
     }
 }
 
@@ -137,10 +137,6 @@ struct PhiEvict {
 }
 
 impl Offload for PhiEvict {
-    fn name(&self) -> &'static str {
-        "phi_evict"
-    }
-
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs};
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// `components.repeated_call`.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,10 +51,13 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: keeps only the latest of calls repeated with the same arguments (frozen)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let c: RepeatedCallConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Stage::Offload(Box::new(RepeatedCall { config: c, rules })))
+        Ok(Component::Offload(Box::new(RepeatedCall {
+            config: c,
+            rules,
+        })))
     }
 }
 
@@ -70,9 +73,6 @@ fn canonical(arguments: &str) -> String {
 }
 
 impl Offload for RepeatedCall {
-    fn name(&self) -> &'static str {
-        "repeated_call"
-    }
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

@@ -24,7 +24,7 @@ use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode, text_tool_output};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Reformat, Transcript};
 use crate::tokens;
 
 /// `components.searchfold`.
@@ -57,9 +57,9 @@ impl ComponentFactory for Factory {
         "folds repeated paths out of search hits and path lists (lossless)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: SearchfoldConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(Searchfold { config })))
+        Ok(Component::Reformat(Box::new(Searchfold { config })))
     }
 }
 
@@ -204,10 +204,6 @@ fn best_fold(text: &str) -> Option<String> {
 }
 
 impl Reformat for Searchfold {
-    fn name(&self) -> &'static str {
-        "searchfold"
-    }
-
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
     fn freeze(&self) -> Freeze {
         super::keep_recent_freeze(self.config.keep_recent)

@@ -39,7 +39,7 @@ use super::{
 use crate::code::{self, Inert, Lang};
 use crate::components::ComponentSource;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// Hint after the marker of a skeletonized read.
 const HINT_FULL_SOURCE: &str = " [full source: call context_guru_expand]";
@@ -86,9 +86,9 @@ impl ComponentFactory for Factory {
         "elides function bodies of older source reads with tree-sitter (frozen, recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: SkeletonConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(Skeleton { config })))
+        Ok(Component::Offload(Box::new(Skeleton { config })))
     }
 }
 
@@ -97,10 +97,6 @@ struct Skeleton {
 }
 
 impl Offload for Skeleton {
-    fn name(&self) -> &'static str {
-        "skeleton"
-    }
-
     fn freeze(&self) -> Freeze {
         // The newest-read rule makes every decision depend on later messages, with or without
         // a keep_recent window.

@@ -24,7 +24,7 @@ use super::format::minify;
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_ARRAY;
-use crate::pipeline::{ApplyCx, ComponentError, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
 use crate::wire::json::{self, Kind};
 
 /// `components.smartcrush`.
@@ -72,9 +72,9 @@ impl ComponentFactory for Factory {
         "keeps the ends of a long JSON array and every item reporting a problem (recoverable)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: SmartcrushConfig = decode(source)?;
-        Ok(Stage::Offload(Box::new(Smartcrush { config })))
+        Ok(Component::Offload(Box::new(Smartcrush { config })))
     }
 }
 
@@ -142,10 +142,6 @@ fn knee(scores: &[f64]) -> usize {
 }
 
 impl Offload for Smartcrush {
-    fn name(&self) -> &'static str {
-        "smartcrush"
-    }
-
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -13,7 +13,7 @@ use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, steps_after};
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with, peek};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
 
 /// `components.stale_output`.
 #[derive(Debug, Clone, Deserialize)]
@@ -52,10 +52,13 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: archives call outputs many steps old (frozen, recoverable)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let c: StaleOutputConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Stage::Offload(Box::new(StaleOutput { config: c, rules })))
+        Ok(Component::Offload(Box::new(StaleOutput {
+            config: c,
+            rules,
+        })))
     }
 }
 
@@ -65,9 +68,6 @@ struct StaleOutput {
 }
 
 impl Offload for StaleOutput {
-    fn name(&self) -> &'static str {
-        "stale_output"
-    }
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

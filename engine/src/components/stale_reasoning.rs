@@ -15,7 +15,7 @@ use crate::components::ComponentSource;
 use crate::marker;
 use crate::message::Role;
 use crate::pipeline::{
-    ApplyCx, ComponentError, Freeze, Offload, Stage, StashKey, Transcript, message_tokens,
+    ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript, message_tokens,
 };
 use crate::wire::Dialect;
 
@@ -59,10 +59,10 @@ impl ComponentFactory for Factory {
     fn summary(&self) -> &'static str {
         "triage: removes old reasoning and trims long kept blocks (frozen, recoverable)"
     }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let c: StaleReasoningConfig = decode(source)?;
         let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Stage::Offload(Box::new(StaleReasoning {
+        Ok(Component::Offload(Box::new(StaleReasoning {
             config: c,
             rules,
         })))
@@ -75,9 +75,6 @@ struct StaleReasoning {
 }
 
 impl Offload for StaleReasoning {
-    fn name(&self) -> &'static str {
-        "stale_reasoning"
-    }
     fn freeze(&self) -> Freeze {
         Freeze::Rederivable
     }

@@ -33,7 +33,7 @@ use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_TRAJECTORY};
 use crate::model::{Answer, Ask, Job, ModelConfig, SummaryLevel};
 use crate::pipeline::{
-    ApplyCx, ComponentError, Offload, Restructured, RunCx, Stage, StashKey, Transcript,
+    ApplyCx, Component, ComponentError, Offload, Restructured, RunCx, StashKey, Transcript,
 };
 use crate::tokens;
 use crate::wire::{self, Dialect, json};
@@ -99,12 +99,12 @@ impl ComponentFactory for Factory {
         "one model-written summary of the middle, checkpointed (run it alone)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let mut config: SummarizeConfig = decode(source)?;
         if config.trigger.min_messages == 0 {
             config.trigger.min_messages = config.start_from_message.unwrap_or(6);
         }
-        Ok(Stage::Offload(Box::new(Summarize { config })))
+        Ok(Component::Offload(Box::new(Summarize { config })))
     }
 }
 
@@ -128,10 +128,6 @@ struct Checkpoint {
 }
 
 impl Offload for Summarize {
-    fn name(&self) -> &'static str {
-        "summarize"
-    }
-
     /// The message-level pass does nothing: summarize works on the body (`restructure`).
     fn offload(
         &self,

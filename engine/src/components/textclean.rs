@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::memo::PureMemo;
 use super::{BuildError, ComponentFactory, decode, text_tool_output};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Freeze, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Reformat, Transcript};
 use crate::terminal::{clean, has_noise};
 use crate::tokens;
 
@@ -49,9 +49,9 @@ impl ComponentFactory for Factory {
         "strips ANSI escapes and carriage-return redraws (lossless for what a terminal shows)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: TextcleanConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(Textclean {
+        Ok(Component::Reformat(Box::new(Textclean {
             config,
             memo: PureMemo::default(),
         })))
@@ -65,10 +65,6 @@ struct Textclean {
 }
 
 impl Reformat for Textclean {
-    fn name(&self) -> &'static str {
-        "textclean"
-    }
-
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
     fn freeze(&self) -> Freeze {
         super::keep_recent_freeze(self.config.keep_recent)

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode, text_tool_output};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, ComponentError, Reformat, Stage, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind, Span};
 
@@ -49,9 +49,9 @@ impl ComponentFactory for Factory {
         "re-encodes uniform JSON object arrays as TOON tables (lossless)"
     }
 
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
         let config: ToonConfig = decode(source)?;
-        Ok(Stage::Reformat(Box::new(Toon { config })))
+        Ok(Component::Reformat(Box::new(Toon { config })))
     }
 }
 
@@ -60,10 +60,6 @@ struct Toon {
 }
 
 impl Reformat for Toon {
-    fn name(&self) -> &'static str {
-        "toon"
-    }
-
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,

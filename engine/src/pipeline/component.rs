@@ -48,8 +48,6 @@ impl StashKey {
 
 /// A lossless component: repacks text in place, nothing leaves the wire.
 pub trait Reformat: Send + Sync {
-    fn name(&self) -> &'static str;
-
     /// How its decisions carry across turns. Stateless unless it skips by position (a
     /// `keep_recent` window): then whether it acts depends on later history, and its decisions
     /// are frozen like an offloader's.
@@ -85,8 +83,6 @@ pub enum Freeze {
 
 /// A lossy but reversible component: replaces content with a marker and stashes the original.
 pub trait Offload: Send + Sync {
-    fn name(&self) -> &'static str;
-
     /// How its decisions carry across turns. Defaults to [`Freeze::Stateless`].
     fn freeze(&self) -> Freeze {
         Freeze::Stateless
@@ -155,53 +151,76 @@ pub struct Restructured {
     pub stashed: String,
 }
 
-/// A built component, as the pipeline holds it.
-pub enum Stage {
+/// A built component: what a factory makes.
+pub enum Component {
     Reformat(Box<dyn Reformat>),
     Offload(Box<dyn Offload>),
 }
 
+/// A built component under its name, as the pipeline holds it. The name is the factory's
+/// (`ComponentFactory::stage`): a component does not name itself, so `/stats`, the config and
+/// the freeze keys cannot disagree about it.
+pub struct Stage {
+    name: &'static str,
+    component: Component,
+}
+
 impl Stage {
+    pub fn new(name: &'static str, component: Component) -> Stage {
+        Stage { name, component }
+    }
+
+    /// A stage of one offloader (tests build pipelines by hand this way).
+    pub fn offload(name: &'static str, offload: impl Offload + 'static) -> Stage {
+        Stage::new(name, Component::Offload(Box::new(offload)))
+    }
+
+    /// A stage of one reformatter.
+    pub fn reformat(name: &'static str, reformat: impl Reformat + 'static) -> Stage {
+        Stage::new(name, Component::Reformat(Box::new(reformat)))
+    }
+
     pub fn name(&self) -> &'static str {
-        match self {
-            Stage::Reformat(c) => c.name(),
-            Stage::Offload(c) => c.name(),
-        }
+        self.name
+    }
+
+    pub fn component(&self) -> &Component {
+        &self.component
     }
 
     pub fn kind(&self) -> Kind {
-        match self {
-            Stage::Reformat(_) => Kind::Reformat,
-            Stage::Offload(_) => Kind::Offload,
+        match &self.component {
+            Component::Reformat(_) => Kind::Reformat,
+            Component::Offload(_) => Kind::Offload,
         }
     }
 
     pub fn freeze(&self) -> Freeze {
-        match self {
-            Stage::Reformat(c) => c.freeze(),
-            Stage::Offload(c) => c.freeze(),
+        match &self.component {
+            Component::Reformat(c) => c.freeze(),
+            Component::Offload(c) => c.freeze(),
         }
     }
 
     pub(super) fn whole_messages(&self) -> bool {
-        match self {
-            Stage::Reformat(_) => false,
-            Stage::Offload(c) => c.whole_messages(),
+        match &self.component {
+            Component::Reformat(_) => false,
+            Component::Offload(c) => c.whole_messages(),
         }
     }
 
     pub(super) fn repairable(&self) -> bool {
-        match self {
-            Stage::Reformat(_) => true,
-            Stage::Offload(c) => c.repairable(),
+        match &self.component {
+            Component::Reformat(_) => true,
+            Component::Offload(c) => c.repairable(),
         }
     }
 
     pub(super) fn cold_cache(&self) -> bool {
-        match self {
+        match &self.component {
             // A lossless repacking is always re-derivable, so a cold turn may apply it anywhere.
-            Stage::Reformat(c) => c.freeze() == Freeze::Rederivable,
-            Stage::Offload(c) => c.freeze() == Freeze::Rederivable && c.cold_cache(),
+            Component::Reformat(c) => c.freeze() == Freeze::Rederivable,
+            Component::Offload(c) => c.freeze() == Freeze::Rederivable && c.cold_cache(),
         }
     }
 }

@@ -7,11 +7,8 @@ use crate::clock::ManualClock;
 use crate::message::Role;
 use crate::store::{MemoryStore, MemoryStoreLimits};
 
-struct Shorten(&'static str);
+struct Shorten;
 impl Offload for Shorten {
-    fn name(&self) -> &'static str {
-        self.0
-    }
     fn offload(
         &self,
         messages: &mut Transcript<'_>,
@@ -25,9 +22,6 @@ impl Offload for Shorten {
 
 struct Panics;
 impl Reformat for Panics {
-    fn name(&self) -> &'static str {
-        "panics"
-    }
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,
@@ -40,9 +34,6 @@ impl Reformat for Panics {
 
 struct Fails;
 impl Reformat for Fails {
-    fn name(&self) -> &'static str {
-        "fails"
-    }
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,
@@ -55,9 +46,6 @@ impl Reformat for Fails {
 
 struct DropsWithoutKey;
 impl Offload for DropsWithoutKey {
-    fn name(&self) -> &'static str {
-        "drops_without_key"
-    }
     fn offload(
         &self,
         messages: &mut Transcript<'_>,
@@ -70,9 +58,6 @@ impl Offload for DropsWithoutKey {
 
 struct Grows;
 impl Reformat for Grows {
-    fn name(&self) -> &'static str {
-        "grows"
-    }
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,
@@ -89,9 +74,6 @@ impl Reformat for Grows {
 /// Records what it saw, to prove a reverted component leaks nothing into the next one.
 struct Observer(parking_lot::Mutex<Vec<String>>);
 impl Reformat for Observer {
-    fn name(&self) -> &'static str {
-        "observer"
-    }
     fn reformat(
         &self,
         messages: &mut Transcript<'_>,
@@ -127,9 +109,6 @@ fn each_failure_mode_reverts_only_its_component() {
     let observer = Arc::new(Observer(parking_lot::Mutex::new(Vec::new())));
     struct Shared(Arc<Observer>);
     impl Reformat for Shared {
-        fn name(&self) -> &'static str {
-            "observer"
-        }
         fn reformat(
             &self,
             m: &mut Transcript<'_>,
@@ -139,14 +118,14 @@ fn each_failure_mode_reverts_only_its_component() {
         }
     }
     let (msgs, report) = run(vec![
-        Stage::Offload(Box::new(Shorten("shorten"))),
-        Stage::Reformat(Box::new(Panics)),
-        Stage::Reformat(Box::new(Shared(observer.clone()))),
-        Stage::Reformat(Box::new(Fails)),
-        Stage::Reformat(Box::new(Shared(observer.clone()))),
-        Stage::Offload(Box::new(DropsWithoutKey)),
-        Stage::Reformat(Box::new(Shared(observer.clone()))),
-        Stage::Reformat(Box::new(Grows)),
+        Stage::offload("shorten", Shorten),
+        Stage::reformat("panics", Panics),
+        Stage::reformat("observer", Shared(observer.clone())),
+        Stage::reformat("fails", Fails),
+        Stage::reformat("observer", Shared(observer.clone())),
+        Stage::offload("drops_without_key", DropsWithoutKey),
+        Stage::reformat("observer", Shared(observer.clone())),
+        Stage::reformat("grows", Grows),
     ]);
     let original = messages();
     // The surviving change made before the reverts is kept.
@@ -191,8 +170,7 @@ fn each_failure_mode_reverts_only_its_component() {
 fn stash_key_resolves_to_the_exact_original() {
     let context = cx();
     let mut msgs = messages();
-    let report =
-        Pipeline::new(vec![Stage::Offload(Box::new(Shorten("shorten")))]).run(&mut msgs, &context);
+    let report = Pipeline::new(vec![Stage::offload("shorten", Shorten)]).run(&mut msgs, &context);
     let id = &report.components[0].stashed[0];
     assert_eq!(
         context.store.resolve("s", id).as_deref(),
@@ -327,9 +305,6 @@ fn a_lost_freeze_is_rederived_identically_only_when_rederivable() {
     /// Writes a different replacement every time it runs, like a sampled model.
     struct Sampled(std::sync::atomic::AtomicUsize);
     impl Offload for Sampled {
-        fn name(&self) -> &'static str {
-            "sampled"
-        }
         fn freeze(&self) -> Freeze {
             Freeze::Sampled
         }
@@ -352,7 +327,7 @@ fn a_lost_freeze_is_rederived_identically_only_when_rederivable() {
         }
     }
     let store = Arc::new(Forgetful::new());
-    let sampled = Pipeline::new(vec![Stage::Offload(Box::new(Sampled(0.into())))]);
+    let sampled = Pipeline::new(vec![Stage::offload("sampled", Sampled(0.into()))]);
     let mut first = turn(2);
     sampled.run(&mut first, &session_cx(store.clone(), 0));
     store.forget_replays();
@@ -376,9 +351,6 @@ fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
     /// Masks everything but the newest, ignoring the boundary.
     struct Careless;
     impl Offload for Careless {
-        fn name(&self) -> &'static str {
-            "careless"
-        }
         fn freeze(&self) -> Freeze {
             Freeze::Rederivable
         }
@@ -396,7 +368,7 @@ fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
             Ok(keys)
         }
     }
-    let careless = Pipeline::new(vec![Stage::Offload(Box::new(Careless))]);
+    let careless = Pipeline::new(vec![Stage::offload("careless", Careless)]);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(
         MemoryStoreLimits::DEFAULT,
         Arc::new(ManualClock::new()),
@@ -441,9 +413,6 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
     /// Named like mask, so it finds mask's frozen decisions; then fails.
     struct FailingMask;
     impl Offload for FailingMask {
-        fn name(&self) -> &'static str {
-            "mask"
-        }
         fn freeze(&self) -> Freeze {
             Freeze::Rederivable
         }
@@ -462,7 +431,7 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
     let mut first = turn(5);
     mask().run(&mut first, &session_cx(store.clone(), 0));
     let mut second = turn(6);
-    let report = Pipeline::new(vec![Stage::Offload(Box::new(FailingMask))])
+    let report = Pipeline::new(vec![Stage::offload("mask", FailingMask)])
         .run(&mut second, &session_cx(store, 6));
     let c = &report.components[0];
     assert!(matches!(c.reverted, Some(Revert::Failed(_))));
@@ -503,9 +472,6 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
         undo_and_fail: bool,
     }
     impl Offload for Blank {
-        fn name(&self) -> &'static str {
-            "blank"
-        }
         fn freeze(&self) -> Freeze {
             Freeze::Rederivable
         }
@@ -527,9 +493,6 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
     /// Records whether the shared hash of every message matches its content.
     struct Probe(Arc<parking_lot::Mutex<Vec<bool>>>);
     impl Reformat for Probe {
-        fn name(&self) -> &'static str {
-            "probe"
-        }
         fn reformat(
             &self,
             messages: &mut Transcript<'_>,
@@ -547,12 +510,12 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
         Arc::new(ManualClock::new()),
     ));
     let mut first = turn(2);
-    let blank = |undo_and_fail| Stage::Offload(Box::new(Blank { undo_and_fail }));
+    let blank = |undo_and_fail| Stage::offload("blank", Blank { undo_and_fail });
     let r1 = Pipeline::new(vec![blank(false)]).run(&mut first, &session_cx(store.clone(), 0));
     assert_eq!(r1.components[0].changed, vec![1], "{r1:?}");
 
     let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let probe = Stage::Reformat(Box::new(Probe(seen.clone())));
+    let probe = Stage::reformat("probe", Probe(seen.clone()));
     let mut second = turn(2);
     let r2 = Pipeline::new(vec![blank(true), probe]).run(&mut second, &session_cx(store, 3));
     assert!(matches!(r2.components[0].reverted, Some(Revert::Failed(_))));

@@ -86,9 +86,6 @@ fn an_injected_flip_is_detected() {
     /// exactly the bug a flip is.
     struct LateRewrite;
     impl Offload for LateRewrite {
-        fn name(&self) -> &'static str {
-            "late_rewrite"
-        }
         fn offload(
             &self,
             m: &mut Transcript<'_>,
@@ -110,7 +107,7 @@ fn an_injected_flip_is_detected() {
     ];
     let turns = turns_of(&body(&outputs, &[])).unwrap();
     let config = Config::parse("pipeline: []").unwrap();
-    let broken = Pipeline::new(vec![Stage::Offload(Box::new(LateRewrite))]);
+    let broken = Pipeline::new(vec![Stage::offload("late_rewrite", LateRewrite)]);
     let report = replay_session(
         "s",
         &turns,
