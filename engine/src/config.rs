@@ -537,7 +537,7 @@ impl Config {
     }
 }
 
-fn check_name(name: &str) -> Result<&'static dyn components::ComponentFactory, BuildError> {
+fn check_name(name: &str) -> Result<&'static components::ComponentFactory, BuildError> {
     if let Some(factory) = components::find(name) {
         return Ok(factory);
     }

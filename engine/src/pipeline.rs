@@ -429,7 +429,7 @@ fn invoke(
             let mut keys = reapply_frozen(
                 stage.name(),
                 freeze,
-                c.whole_messages(),
+                stage.whole_messages(),
                 stage.repairable(),
                 transcript,
                 acx,

@@ -50,21 +50,15 @@ pub enum Ttl {
     OneHour,
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "cacheinject",
+    summary: "adds one Anthropic cache_control breakpoint before the newest turn (no content change)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "cacheinject"
-    }
-
-    fn summary(&self) -> &'static str {
-        "adds one Anthropic cache_control breakpoint before the newest turn (no content change)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: CacheInjectConfig = decode(source)?;
-        Ok(Component::Reformat(Box::new(CacheInject { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: CacheInjectConfig = decode(source)?;
+    Ok(Component::Reformat(Box::new(CacheInject { config })))
 }
 
 struct CacheInject {

@@ -35,26 +35,20 @@ pub const VOLATILE_MARKERS: [&str; 4] = [
 /// Neither a block nor its stable half is split below this many characters.
 pub const MIN_SPLIT_CHARS: usize = 4096;
 
-pub(super) struct Factory;
-
 /// No keys: a `components.cachesplit` block with any key is an error.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NoConfig {}
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "cachesplit"
-    }
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "cachesplit",
+    summary: "splits the per-session tail off the system prompt so its head stays cacheable",
+    build,
+};
 
-    fn summary(&self) -> &'static str {
-        "splits the per-session tail off the system prompt so its head stays cacheable"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let _: NoConfig = decode(source)?;
-        Ok(Component::Reformat(Box::new(CacheSplit)))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let _: NoConfig = decode(source)?;
+    Ok(Component::Reformat(Box::new(CacheSplit)))
 }
 
 struct CacheSplit;

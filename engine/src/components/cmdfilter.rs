@@ -67,37 +67,31 @@ impl Default for CmdfilterConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "cmdfilter",
+    summary: "filters command output with the matching DSL filter (builtins + your own, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "cmdfilter"
-    }
-
-    fn summary(&self) -> &'static str {
-        "filters command output with the matching DSL filter (builtins + your own, recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: CmdfilterConfig = decode(source)?;
-        let names: Vec<String> = (1..=config.filters.len())
-            .map(|i| format!("filters[{}]", i - 1))
-            .collect();
-        let documents: Vec<(&str, &str)> = names
-            .iter()
-            .map(String::as_str)
-            .zip(config.filters.iter().map(String::as_str))
-            .collect();
-        let base = if config.disable_builtins {
-            Ok(FilterSet::default())
-        } else {
-            FilterSet::builtins()
-        };
-        let set = base
-            .and_then(|base| base.extend(&documents))
-            .map_err(BuildError::Filters)?;
-        Ok(Component::Offload(Box::new(Cmdfilter { config, set })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: CmdfilterConfig = decode(source)?;
+    let names: Vec<String> = (1..=config.filters.len())
+        .map(|i| format!("filters[{}]", i - 1))
+        .collect();
+    let documents: Vec<(&str, &str)> = names
+        .iter()
+        .map(String::as_str)
+        .zip(config.filters.iter().map(String::as_str))
+        .collect();
+    let base = if config.disable_builtins {
+        Ok(FilterSet::default())
+    } else {
+        FilterSet::builtins()
+    };
+    let set = base
+        .and_then(|base| base.extend(&documents))
+        .map_err(BuildError::Filters)?;
+    Ok(Component::Offload(Box::new(Cmdfilter { config, set })))
 }
 
 struct Cmdfilter {

@@ -89,27 +89,21 @@ impl Default for CollapseConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "collapse",
+    summary: "keeps head and tail lines of an oversized output (recoverable fallback)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "collapse"
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: CollapseConfig = decode(source)?;
+    if !(0.0..=1.0).contains(&config.max_frac) {
+        return Err(BuildError::invalid(
+            "max_frac",
+            format!("must be between 0 and 1, got {}", config.max_frac),
+        ));
     }
-
-    fn summary(&self) -> &'static str {
-        "keeps head and tail lines of an oversized output (recoverable fallback)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: CollapseConfig = decode(source)?;
-        if !(0.0..=1.0).contains(&config.max_frac) {
-            return Err(BuildError::invalid(
-                "max_frac",
-                format!("must be between 0 and 1, got {}", config.max_frac),
-            ));
-        }
-        Ok(Component::Offload(Box::new(Collapse { config })))
-    }
+    Ok(Component::Offload(Box::new(Collapse { config })))
 }
 
 struct Collapse {

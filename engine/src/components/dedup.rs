@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// `components.dedup`.
 #[derive(Debug, Clone, Deserialize)]
@@ -38,21 +38,15 @@ impl Default for DedupConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "dedup",
+    summary: "points a repeated identical tool output at its first copy (recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "dedup"
-    }
-
-    fn summary(&self) -> &'static str {
-        "points a repeated identical tool output at its first copy (recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: DedupConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(Dedup { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: DedupConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(Dedup { config })))
 }
 
 struct Dedup {
@@ -63,12 +57,8 @@ const POINTER: &str = "[identical to an earlier tool output] ";
 
 impl Offload for Dedup {
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
-    fn freeze(&self) -> Freeze {
-        super::keep_recent_freeze(self.config.keep_recent)
-    }
-
-    fn cold_cache(&self) -> bool {
-        true
+    fn policy(&self) -> Policy {
+        Policy::keep_recent(self.config.keep_recent)
     }
 
     fn offload(

@@ -93,38 +93,32 @@ impl Default for DeltaConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "delta",
+    summary: "shows an output that mostly repeats an earlier one as a diff against it (recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "delta"
-    }
-
-    fn summary(&self) -> &'static str {
-        "shows an output that mostly repeats an earlier one as a diff against it (recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: DeltaConfig = decode(source)?;
-        for (key, value) in [
-            ("min_shared", config.min_shared),
-            ("max_diff_share", config.max_diff_share),
-        ] {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(BuildError::invalid(
-                    key,
-                    format!("must be between 0 and 1, got {value}"),
-                ));
-            }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: DeltaConfig = decode(source)?;
+    for (key, value) in [
+        ("min_shared", config.min_shared),
+        ("max_diff_share", config.max_diff_share),
+    ] {
+        if !(0.0..=1.0).contains(&value) {
+            return Err(BuildError::invalid(
+                key,
+                format!("must be between 0 and 1, got {value}"),
+            ));
         }
-        if config.window == 0 {
-            return Err(BuildError::invalid("window", "must be at least 1"));
-        }
-        Ok(Component::Offload(Box::new(Delta {
-            config,
-            memo: Mutex::default(),
-        })))
     }
+    if config.window == 0 {
+        return Err(BuildError::invalid("window", "must be at least 1"));
+    }
+    Ok(Component::Offload(Box::new(Delta {
+        config,
+        memo: Mutex::default(),
+    })))
 }
 
 struct Delta {

@@ -41,7 +41,7 @@ use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::ModelConfig;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -92,21 +92,15 @@ impl Default for ExtractConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "extract",
+    summary: "projects a large output onto the conversation's query and drops noise (frozen)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "extract"
-    }
-
-    fn summary(&self) -> &'static str {
-        "projects a large output onto the conversation's query and drops noise (frozen)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: ExtractConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(Extract { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: ExtractConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(Extract { config })))
 }
 
 struct Extract {
@@ -196,8 +190,8 @@ fn query(messages: &Transcript<'_>) -> std::collections::HashSet<String> {
 }
 
 impl Offload for Extract {
-    fn freeze(&self) -> Freeze {
-        Freeze::Sampled
+    fn policy(&self) -> Policy {
+        Policy::SAMPLED
     }
 
     fn offload(

@@ -39,7 +39,7 @@ use crate::contain;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::{Answer, Ask, Job, ModelConfig};
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 use crate::tokens;
 
 /// The sandbox's input cap (`sandbox::Limits::DEFAULT.max_input_bytes`; the engine does not
@@ -166,21 +166,15 @@ impl Default for ExtractLlmConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "extract_llm",
+    summary: "a cheap model writes a deletion-only filter for a large output (sampled, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "extract_llm"
-    }
-
-    fn summary(&self) -> &'static str {
-        "a cheap model writes a deletion-only filter for a large output (sampled, recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: ExtractLlmConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(ExtractLlm { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: ExtractLlmConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(ExtractLlm { config })))
 }
 
 struct ExtractLlm {
@@ -188,8 +182,8 @@ struct ExtractLlm {
 }
 
 impl Offload for ExtractLlm {
-    fn freeze(&self) -> Freeze {
-        Freeze::Sampled
+    fn policy(&self) -> Policy {
+        Policy::SAMPLED
     }
 
     fn offload(

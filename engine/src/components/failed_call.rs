@@ -17,7 +17,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode};
 use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_OUTPUT};
 use crate::pipeline::{
-    ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript, message_tokens,
+    ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript, message_tokens,
 };
 
 /// `components.failed_call`.
@@ -51,23 +51,19 @@ impl Default for FailedCallConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "failed_call",
+    summary: "triage: stubs stale failed calls' arguments and trims their errors (frozen, atomic)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "failed_call"
-    }
-    fn summary(&self) -> &'static str {
-        "triage: stubs stale failed calls' arguments and trims their errors (frozen, atomic)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let c: FailedCallConfig = decode(source)?;
-        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Component::Offload(Box::new(FailedCall {
-            config: c,
-            rules,
-        })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let c: FailedCallConfig = decode(source)?;
+    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+    Ok(Component::Offload(Box::new(FailedCall {
+        config: c,
+        rules,
+    })))
 }
 
 struct FailedCall {
@@ -76,15 +72,10 @@ struct FailedCall {
 }
 
 impl Offload for FailedCall {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache).whole_messages()
     }
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
-    }
-    fn whole_messages(&self) -> bool {
-        true
-    }
+
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -25,7 +25,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate,
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// `components.failed_run`.
 #[derive(Debug, Clone, Deserialize)]
@@ -52,21 +52,15 @@ impl Default for FailedRunConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "failed_run",
+    summary: "collapses failing test/build runs that a later run superseded (frozen, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "failed_run"
-    }
-
-    fn summary(&self) -> &'static str {
-        "collapses failing test/build runs that a later run superseded (frozen, recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: FailedRunConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(FailedRun { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: FailedRunConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(FailedRun { config })))
 }
 
 struct FailedRun {
@@ -121,12 +115,8 @@ fn family(message: &Message) -> Option<String> {
 }
 
 impl Offload for FailedRun {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
-    }
-
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
 
     fn offload(

@@ -14,9 +14,9 @@
 
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Reformat, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind};
 
@@ -39,21 +39,15 @@ impl Default for FormatConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "format",
+    summary: "compacts pretty-printed JSON tool outputs (lossless)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "format"
-    }
-
-    fn summary(&self) -> &'static str {
-        "compacts pretty-printed JSON tool outputs (lossless)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: FormatConfig = decode(source)?;
-        Ok(Component::Reformat(Box::new(Format { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: FormatConfig = decode(source)?;
+    Ok(Component::Reformat(Box::new(Format { config })))
 }
 
 struct Format {
@@ -65,8 +59,8 @@ const ENVELOPE_MIN_BYTES: usize = 64;
 
 impl Reformat for Format {
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
-    fn freeze(&self) -> Freeze {
-        super::keep_recent_freeze(self.config.keep_recent)
+    fn policy(&self) -> Policy {
+        Policy::keep_recent(self.config.keep_recent)
     }
 
     fn reformat(
@@ -74,15 +68,8 @@ impl Reformat for Format {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        let recent = super::recent_outputs(messages, self.config.keep_recent);
-        for index in 0..messages.len() {
-            if super::held_back(&recent, self.config.keep_recent, index, cx) {
-                continue;
-            }
+        for index in super::repack_candidates(messages, self.config.keep_recent, 0, cx) {
             let message = &messages[index];
-            if !text_tool_output(message, cx) {
-                continue;
-            }
             let trimmed = message.content.trim();
             if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
                 cx.gate("not_json_shaped");

@@ -62,33 +62,27 @@ impl Default for LinecapConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "linecap",
+    summary: "collapses repeated lines and clips overlong ones (recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "linecap"
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: LinecapConfig = decode(source)?;
+    if config.max_line_chars != 0 && config.max_line_chars < 30 {
+        return Err(BuildError::invalid(
+            "max_line_chars",
+            format!(
+                "must be 0 (off) or at least 30, got {}",
+                config.max_line_chars
+            ),
+        ));
     }
-
-    fn summary(&self) -> &'static str {
-        "collapses repeated lines and clips overlong ones (recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: LinecapConfig = decode(source)?;
-        if config.max_line_chars != 0 && config.max_line_chars < 30 {
-            return Err(BuildError::invalid(
-                "max_line_chars",
-                format!(
-                    "must be 0 (off) or at least 30, got {}",
-                    config.max_line_chars
-                ),
-            ));
-        }
-        Ok(Component::Offload(Box::new(Linecap {
-            config,
-            memo: PureMemo::default(),
-        })))
-    }
+    Ok(Component::Offload(Box::new(Linecap {
+        config,
+        memo: PureMemo::default(),
+    })))
 }
 
 struct Linecap {

@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// Names of the components in this file, for the config warning.
 pub const WITHOUT_MODEL: [&str; 1] = ["agentdiet"];
@@ -33,19 +33,15 @@ struct AgentdietConfig {
     model: Option<IgnoredAny>,
 }
 
-pub(super) struct Agentdiet;
+pub(super) const AGENTDIET: ComponentFactory = ComponentFactory {
+    name: "agentdiet",
+    summary: "the AgentDiet trajectory reducer (no model in this build: no-op)",
+    build: build_agentdiet,
+};
 
-impl ComponentFactory for Agentdiet {
-    fn name(&self) -> &'static str {
-        "agentdiet"
-    }
-    fn summary(&self) -> &'static str {
-        "the AgentDiet trajectory reducer (no model in this build: no-op)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let _: AgentdietConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(NoModel)))
-    }
+fn build_agentdiet(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let _: AgentdietConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(NoModel)))
 }
 
 /// An LLM component with no model: records why it did nothing.
@@ -53,8 +49,8 @@ struct NoModel;
 
 impl Offload for NoModel {
     /// Sampled, so whatever a model-backed build froze is never re-derived by this one.
-    fn freeze(&self) -> Freeze {
-        Freeze::Sampled
+    fn policy(&self) -> Policy {
+        Policy::SAMPLED
     }
 
     fn offload(

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// `components.mask`.
 #[derive(Debug, Clone, Deserialize)]
@@ -56,21 +56,15 @@ impl Default for MaskConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "mask",
+    summary: "masks tool outputs older than the newest keep_recent (frozen, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "mask"
-    }
-
-    fn summary(&self) -> &'static str {
-        "masks tool outputs older than the newest keep_recent (frozen, recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: MaskConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(Mask { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: MaskConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(Mask { config })))
 }
 
 struct Mask {
@@ -78,12 +72,8 @@ struct Mask {
 }
 
 impl Offload for Mask {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
-    }
-
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
 
     fn offload(

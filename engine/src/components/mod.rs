@@ -47,29 +47,42 @@ use serde::de::DeserializeOwned;
 use crate::dsl::LoadError;
 use crate::marker;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, Freeze, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Stage, StashKey, Transcript};
 use crate::tokens;
 
-/// Builds one component from its `components.<name>` block.
-pub trait ComponentFactory: Sync {
-    fn name(&self) -> &'static str;
+/// One component as the registry lists it: its name (the only one the component has), one
+/// line for `sluice presets` and the docs, and how it is built from its `components.<name>`
+/// block. Each component file declares one as a `const`; [`ALL`] lists them.
+pub struct ComponentFactory {
+    name: &'static str,
+    summary: &'static str,
+    build: fn(&ComponentSource<'_>) -> Result<Component, BuildError>,
+}
+
+impl ComponentFactory {
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
 
     /// One line for `sluice presets` and the docs.
-    fn summary(&self) -> &'static str;
+    pub fn summary(&self) -> &'static str {
+        self.summary
+    }
 
     /// Builds the component from its config block (defaults when there is none).
     ///
     /// # Errors
     /// A [`BuildError`] naming the bad key or value.
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError>;
+    pub fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+        (self.build)(source)
+    }
 
-    /// [`ComponentFactory::build`], as a stage under this factory's name: the only name a
-    /// component has.
+    /// [`ComponentFactory::build`], as a stage under this factory's name.
     ///
     /// # Errors
     /// As `build`.
-    fn stage(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
-        Ok(Stage::new(self.name(), self.build(source)?))
+    pub fn stage(&self, source: &ComponentSource<'_>) -> Result<Stage, BuildError> {
+        Ok(Stage::new(self.name, self.build(source)?))
     }
 }
 
@@ -127,39 +140,39 @@ fn built_names() -> String {
 }
 
 /// Every component of this build, alphabetically.
-pub const ALL: &[&dyn ComponentFactory] = &[
-    &llm_offload::Agentdiet,
-    &cacheinject::Factory,
-    &cachesplit::Factory,
-    &cmdfilter::Factory,
-    &collapse::Factory,
-    &dedup::Factory,
-    &delta::Factory,
-    &extract::Factory,
-    &extract_llm::Factory,
-    &failed_call::Factory,
-    &failed_run::Factory,
-    &format::Factory,
-    &linecap::Factory,
-    &mask::Factory,
-    &oversized_block::Factory,
-    &phi_evict::Factory,
-    &repeated_call::Factory,
-    &searchfold::Factory,
-    &skeleton::Factory,
-    &smartcrush::Factory,
-    &stale_output::Factory,
-    &stale_reasoning::Factory,
-    &summarize::Factory,
-    &textclean::Factory,
-    &toon::Factory,
+pub const ALL: &[&ComponentFactory] = &[
+    &llm_offload::AGENTDIET,
+    &cacheinject::FACTORY,
+    &cachesplit::FACTORY,
+    &cmdfilter::FACTORY,
+    &collapse::FACTORY,
+    &dedup::FACTORY,
+    &delta::FACTORY,
+    &extract::FACTORY,
+    &extract_llm::FACTORY,
+    &failed_call::FACTORY,
+    &failed_run::FACTORY,
+    &format::FACTORY,
+    &linecap::FACTORY,
+    &mask::FACTORY,
+    &oversized_block::FACTORY,
+    &phi_evict::FACTORY,
+    &repeated_call::FACTORY,
+    &searchfold::FACTORY,
+    &skeleton::FACTORY,
+    &smartcrush::FACTORY,
+    &stale_output::FACTORY,
+    &stale_reasoning::FACTORY,
+    &summarize::FACTORY,
+    &textclean::FACTORY,
+    &toon::FACTORY,
 ];
 
 /// Components the spec names that this build does not have yet.
 pub const PLANNED: &[&str] = &["readlifecycle", "toolfilter", "toolschema"];
 
 /// The factory registered under `name`.
-pub fn find(name: &str) -> Option<&'static dyn ComponentFactory> {
+pub fn find(name: &str) -> Option<&'static ComponentFactory> {
     ALL.iter().copied().find(|f| f.name() == name)
 }
 
@@ -343,14 +356,28 @@ pub(crate) fn keywords(text: &str) -> HashSet<String> {
         .collect()
 }
 
-/// How a component with a `keep_recent` window carries its decisions: with a window, whether
-/// it acts on an output depends on the outputs after it, so its decisions are frozen.
-pub(crate) fn keep_recent_freeze(keep_recent: usize) -> Freeze {
-    if keep_recent > 0 {
-        Freeze::Rederivable
-    } else {
-        Freeze::Stateless
+/// The tool outputs a lossless repacker with a `keep_recent` window may rewrite, oldest first:
+/// text outputs outside the window (and, with one, outside the cached prefix) of at least
+/// `min_tokens`. Each one passed over is counted under its gate.
+pub(crate) fn repack_candidates(
+    messages: &Transcript<'_>,
+    keep_recent: usize,
+    min_tokens: usize,
+    cx: &mut ApplyCx<'_>,
+) -> Vec<usize> {
+    let recent = recent_outputs(messages, keep_recent);
+    let mut candidates = Vec::new();
+    for index in 0..messages.len() {
+        if held_back(&recent, keep_recent, index, cx) || !text_tool_output(&messages[index], cx) {
+            continue;
+        }
+        if min_tokens > 0 && cx.tokens(index) < min_tokens {
+            cx.gate("below_min_tokens");
+            continue;
+        }
+        candidates.push(index);
     }
+    candidates
 }
 
 /// Whether a `keep_recent` window holds message `index` back: it is one of the newest outputs,

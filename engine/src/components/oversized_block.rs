@@ -15,7 +15,7 @@ use super::triage::{Budget, Exempt, Reserve, Rules, head_chars, tail_chars};
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// `components.oversized_block`.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,29 +51,25 @@ impl Default for OversizedBlockConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "oversized_block",
+    summary: "triage: keeps the head and tail of an output over cap_chars (frozen, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "oversized_block"
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let c: OversizedBlockConfig = decode(source)?;
+    if c.head_chars + c.tail_chars >= c.cap_chars {
+        return Err(BuildError::invalid(
+            "head_chars + tail_chars",
+            "must be under cap_chars",
+        ));
     }
-    fn summary(&self) -> &'static str {
-        "triage: keeps the head and tail of an output over cap_chars (frozen, recoverable)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let c: OversizedBlockConfig = decode(source)?;
-        if c.head_chars + c.tail_chars >= c.cap_chars {
-            return Err(BuildError::invalid(
-                "head_chars + tail_chars",
-                "must be under cap_chars",
-            ));
-        }
-        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Component::Offload(Box::new(OversizedBlock {
-            config: c,
-            rules,
-        })))
-    }
+    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+    Ok(Component::Offload(Box::new(OversizedBlock {
+        config: c,
+        rules,
+    })))
 }
 
 struct OversizedBlock {
@@ -82,12 +78,10 @@ struct OversizedBlock {
 }
 
 impl Offload for OversizedBlock {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
-    }
+
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -33,7 +33,7 @@ use super::{
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 use crate::tokens;
 
 /// The four weights of Φ.
@@ -105,31 +105,25 @@ impl Default for PhiEvictConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "phi_evict",
+    summary: "evicts the lowest-scoring tool outputs until the transcript fits budget_tokens (frozen)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "phi_evict"
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: PhiEvictConfig = decode(source)?;
+    let w = config.weights.weights();
+    if [w.relevance, w.recency, w.cost, w.redundancy]
+        .iter()
+        .any(|x| !x.is_finite() || *x < 0.0)
+    {
+        return Err(BuildError::invalid(
+            "weights",
+            "must be finite and not negative",
+        ));
     }
-
-    fn summary(&self) -> &'static str {
-        "evicts the lowest-scoring tool outputs until the transcript fits budget_tokens (frozen)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: PhiEvictConfig = decode(source)?;
-        let w = config.weights.weights();
-        if [w.relevance, w.recency, w.cost, w.redundancy]
-            .iter()
-            .any(|x| !x.is_finite() || *x < 0.0)
-        {
-            return Err(BuildError::invalid(
-                "weights",
-                "must be finite and not negative",
-            ));
-        }
-        Ok(Component::Offload(Box::new(PhiEvict { config })))
-    }
+    Ok(Component::Offload(Box::new(PhiEvict { config })))
 }
 
 struct PhiEvict {
@@ -137,12 +131,8 @@ struct PhiEvict {
 }
 
 impl Offload for PhiEvict {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
-    }
-
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
 
     fn offload(

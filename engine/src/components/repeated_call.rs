@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs};
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// `components.repeated_call`.
 #[derive(Debug, Clone, Deserialize)]
@@ -42,23 +42,19 @@ impl Default for RepeatedCallConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "repeated_call",
+    summary: "triage: keeps only the latest of calls repeated with the same arguments (frozen)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "repeated_call"
-    }
-    fn summary(&self) -> &'static str {
-        "triage: keeps only the latest of calls repeated with the same arguments (frozen)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let c: RepeatedCallConfig = decode(source)?;
-        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Component::Offload(Box::new(RepeatedCall {
-            config: c,
-            rules,
-        })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let c: RepeatedCallConfig = decode(source)?;
+    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+    Ok(Component::Offload(Box::new(RepeatedCall {
+        config: c,
+        rules,
+    })))
 }
 
 struct RepeatedCall {
@@ -73,12 +69,10 @@ fn canonical(arguments: &str) -> String {
 }
 
 impl Offload for RepeatedCall {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
-    }
+
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -22,9 +22,9 @@
 
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Reformat, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::tokens;
 
 /// `components.searchfold`.
@@ -46,21 +46,15 @@ impl Default for SearchfoldConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "searchfold",
+    summary: "folds repeated paths out of search hits and path lists (lossless)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "searchfold"
-    }
-
-    fn summary(&self) -> &'static str {
-        "folds repeated paths out of search hits and path lists (lossless)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: SearchfoldConfig = decode(source)?;
-        Ok(Component::Reformat(Box::new(Searchfold { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: SearchfoldConfig = decode(source)?;
+    Ok(Component::Reformat(Box::new(Searchfold { config })))
 }
 
 struct Searchfold {
@@ -205,8 +199,8 @@ fn best_fold(text: &str) -> Option<String> {
 
 impl Reformat for Searchfold {
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
-    fn freeze(&self) -> Freeze {
-        super::keep_recent_freeze(self.config.keep_recent)
+    fn policy(&self) -> Policy {
+        Policy::keep_recent(self.config.keep_recent)
     }
 
     fn reformat(
@@ -214,19 +208,9 @@ impl Reformat for Searchfold {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        let recent = super::recent_outputs(messages, self.config.keep_recent);
-        for index in 0..messages.len() {
-            if super::held_back(&recent, self.config.keep_recent, index, cx) {
-                continue;
-            }
+        let (keep, min) = (self.config.keep_recent, self.config.min_tokens);
+        for index in super::repack_candidates(messages, keep, min, cx) {
             let message = &messages[index];
-            if !text_tool_output(message, cx) {
-                continue;
-            }
-            if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
-                continue;
-            }
             let text = message.content.as_str();
             let shaped = text.contains('/')
                 || text

@@ -32,14 +32,11 @@ use std::ops::RangeInclusive;
 use serde::Deserialize;
 
 use super::cmdfilter::command_of;
-use super::{
-    BuildError, ComponentFactory, MarkerMode, decode, keep_recent_freeze, offload_candidate,
-    offload_with,
-};
+use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::code::{self, Inert, Lang};
 use crate::components::ComponentSource;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// Hint after the marker of a skeletonized read.
 const HINT_FULL_SOURCE: &str = " [full source: call context_guru_expand]";
@@ -75,21 +72,15 @@ impl Default for SkeletonConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "skeleton",
+    summary: "elides function bodies of older source reads with tree-sitter (frozen, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "skeleton"
-    }
-
-    fn summary(&self) -> &'static str {
-        "elides function bodies of older source reads with tree-sitter (frozen, recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: SkeletonConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(Skeleton { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: SkeletonConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(Skeleton { config })))
 }
 
 struct Skeleton {
@@ -97,17 +88,10 @@ struct Skeleton {
 }
 
 impl Offload for Skeleton {
-    fn freeze(&self) -> Freeze {
-        // The newest-read rule makes every decision depend on later messages, with or without
-        // a keep_recent window.
-        match keep_recent_freeze(self.config.keep_recent) {
-            Freeze::Stateless => Freeze::Rederivable,
-            other => other,
-        }
-    }
-
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
+    /// The newest-read rule makes every decision depend on later messages, with or without
+    /// a keep_recent window: frozen always.
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
 
     /// Parses a new read's code so the turn that supersedes it finds the shape memoized.

@@ -61,21 +61,15 @@ impl Default for SmartcrushConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "smartcrush",
+    summary: "keeps the ends of a long JSON array and every item reporting a problem (recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "smartcrush"
-    }
-
-    fn summary(&self) -> &'static str {
-        "keeps the ends of a long JSON array and every item reporting a problem (recoverable)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: SmartcrushConfig = decode(source)?;
-        Ok(Component::Offload(Box::new(Smartcrush { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: SmartcrushConfig = decode(source)?;
+    Ok(Component::Offload(Box::new(Smartcrush { config })))
 }
 
 struct Smartcrush {

@@ -13,7 +13,7 @@ use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, steps_after};
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with, peek};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
 
 /// `components.stale_output`.
 #[derive(Debug, Clone, Deserialize)]
@@ -43,23 +43,19 @@ impl Default for StaleOutputConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "stale_output",
+    summary: "triage: archives call outputs many steps old (frozen, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "stale_output"
-    }
-    fn summary(&self) -> &'static str {
-        "triage: archives call outputs many steps old (frozen, recoverable)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let c: StaleOutputConfig = decode(source)?;
-        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Component::Offload(Box::new(StaleOutput {
-            config: c,
-            rules,
-        })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let c: StaleOutputConfig = decode(source)?;
+    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+    Ok(Component::Offload(Box::new(StaleOutput {
+        config: c,
+        rules,
+    })))
 }
 
 struct StaleOutput {
@@ -68,12 +64,10 @@ struct StaleOutput {
 }
 
 impl Offload for StaleOutput {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
     }
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
-    }
+
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -15,7 +15,7 @@ use crate::components::ComponentSource;
 use crate::marker;
 use crate::message::Role;
 use crate::pipeline::{
-    ApplyCx, Component, ComponentError, Freeze, Offload, StashKey, Transcript, message_tokens,
+    ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript, message_tokens,
 };
 use crate::wire::Dialect;
 
@@ -50,23 +50,19 @@ impl Default for StaleReasoningConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "stale_reasoning",
+    summary: "triage: removes old reasoning and trims long kept blocks (frozen, recoverable)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "stale_reasoning"
-    }
-    fn summary(&self) -> &'static str {
-        "triage: removes old reasoning and trims long kept blocks (frozen, recoverable)"
-    }
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let c: StaleReasoningConfig = decode(source)?;
-        let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-        Ok(Component::Offload(Box::new(StaleReasoning {
-            config: c,
-            rules,
-        })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let c: StaleReasoningConfig = decode(source)?;
+    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
+    Ok(Component::Offload(Box::new(StaleReasoning {
+        config: c,
+        rules,
+    })))
 }
 
 struct StaleReasoning {
@@ -75,19 +71,13 @@ struct StaleReasoning {
 }
 
 impl Offload for StaleReasoning {
-    fn freeze(&self) -> Freeze {
-        Freeze::Rederivable
-    }
-    fn cold_cache(&self) -> bool {
-        self.config.cold_cache
-    }
-    fn whole_messages(&self) -> bool {
-        true
-    }
     /// A block trimmed while recent would be removed when re-derived later: never re-derive.
-    fn repairable(&self) -> bool {
-        false
+    fn policy(&self) -> Policy {
+        Policy::rederivable(self.config.cold_cache)
+            .whole_messages()
+            .unrepairable()
     }
+
     fn offload(
         &self,
         messages: &mut Transcript<'_>,

@@ -88,24 +88,18 @@ impl Default for SummarizeConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "summarize",
+    summary: "one model-written summary of the middle, checkpointed (run it alone)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "summarize"
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let mut config: SummarizeConfig = decode(source)?;
+    if config.trigger.min_messages == 0 {
+        config.trigger.min_messages = config.start_from_message.unwrap_or(6);
     }
-
-    fn summary(&self) -> &'static str {
-        "one model-written summary of the middle, checkpointed (run it alone)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let mut config: SummarizeConfig = decode(source)?;
-        if config.trigger.min_messages == 0 {
-            config.trigger.min_messages = config.start_from_message.unwrap_or(6);
-        }
-        Ok(Component::Offload(Box::new(Summarize { config })))
-    }
+    Ok(Component::Offload(Box::new(Summarize { config })))
 }
 
 struct Summarize {

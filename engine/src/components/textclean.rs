@@ -13,9 +13,9 @@
 use serde::Deserialize;
 
 use super::memo::PureMemo;
-use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Freeze, Reformat, Transcript};
+use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::terminal::{clean, has_noise};
 use crate::tokens;
 
@@ -38,24 +38,18 @@ impl Default for TextcleanConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "textclean",
+    summary: "strips ANSI escapes and carriage-return redraws (lossless for what a terminal shows)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "textclean"
-    }
-
-    fn summary(&self) -> &'static str {
-        "strips ANSI escapes and carriage-return redraws (lossless for what a terminal shows)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: TextcleanConfig = decode(source)?;
-        Ok(Component::Reformat(Box::new(Textclean {
-            config,
-            memo: PureMemo::default(),
-        })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: TextcleanConfig = decode(source)?;
+    Ok(Component::Reformat(Box::new(Textclean {
+        config,
+        memo: PureMemo::default(),
+    })))
 }
 
 struct Textclean {
@@ -66,8 +60,8 @@ struct Textclean {
 
 impl Reformat for Textclean {
     /// A `keep_recent` window makes whether it acts depend on later outputs: frozen then.
-    fn freeze(&self) -> Freeze {
-        super::keep_recent_freeze(self.config.keep_recent)
+    fn policy(&self) -> Policy {
+        Policy::keep_recent(self.config.keep_recent)
     }
 
     fn reformat(
@@ -75,19 +69,9 @@ impl Reformat for Textclean {
         messages: &mut Transcript<'_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
-        let recent = super::recent_outputs(messages, self.config.keep_recent);
-        for index in 0..messages.len() {
-            if super::held_back(&recent, self.config.keep_recent, index, cx) {
-                continue;
-            }
+        let (keep, min) = (self.config.keep_recent, self.config.min_tokens);
+        for index in super::repack_candidates(messages, keep, min, cx) {
             let message = &messages[index];
-            if !text_tool_output(message, cx) {
-                continue;
-            }
-            if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
-                continue;
-            }
             let hash = cx.content_hash(index, &message.content);
             // The output itself, or the text inside a JSON output's string (mini-swe-agent's
             // `{"returncode":0,"output":"..."}`, whose escapes read `\u001b`).

@@ -38,21 +38,15 @@ impl Default for ToonConfig {
     }
 }
 
-pub(super) struct Factory;
+pub(super) const FACTORY: ComponentFactory = ComponentFactory {
+    name: "toon",
+    summary: "re-encodes uniform JSON object arrays as TOON tables (lossless)",
+    build,
+};
 
-impl ComponentFactory for Factory {
-    fn name(&self) -> &'static str {
-        "toon"
-    }
-
-    fn summary(&self) -> &'static str {
-        "re-encodes uniform JSON object arrays as TOON tables (lossless)"
-    }
-
-    fn build(&self, source: &ComponentSource<'_>) -> Result<Component, BuildError> {
-        let config: ToonConfig = decode(source)?;
-        Ok(Component::Reformat(Box::new(Toon { config })))
-    }
+fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
+    let config: ToonConfig = decode(source)?;
+    Ok(Component::Reformat(Box::new(Toon { config })))
 }
 
 struct Toon {

@@ -48,11 +48,11 @@ impl StashKey {
 
 /// A lossless component: repacks text in place, nothing leaves the wire.
 pub trait Reformat: Send + Sync {
-    /// How its decisions carry across turns. Stateless unless it skips by position (a
-    /// `keep_recent` window): then whether it acts depends on later history, and its decisions
-    /// are frozen like an offloader's.
-    fn freeze(&self) -> Freeze {
-        Freeze::Stateless
+    /// How the pipeline treats its decisions. Stateless unless it skips by position (a
+    /// `keep_recent` window, [`Policy::keep_recent`]): then whether it acts depends on later
+    /// history, and its decisions are frozen like an offloader's.
+    fn policy(&self) -> Policy {
+        Policy::STATELESS
     }
 
     /// # Errors
@@ -81,30 +81,79 @@ pub enum Freeze {
     Sampled,
 }
 
-/// A lossy but reversible component: replaces content with a marker and stashes the original.
-pub trait Offload: Send + Sync {
-    /// How its decisions carry across turns. Defaults to [`Freeze::Stateless`].
-    fn freeze(&self) -> Freeze {
-        Freeze::Stateless
-    }
-
+/// How the pipeline treats a component's decisions, in one value: how they carry across turns,
+/// what it may do on a provably cold turn, and what a frozen decision records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub freeze: Freeze,
     /// Whether it may make new decisions inside the cached prefix on a provably cold turn.
     /// Only meaningful for [`Freeze::Rederivable`]: a cold decision must be re-derivable later.
-    fn cold_cache(&self) -> bool {
-        false
-    }
-
+    pub cold_cache: bool,
     /// Whether it changes more than tool-output text (an assistant's call arguments or
     /// reasoning): then its frozen decisions record and replay whole messages.
-    fn whole_messages(&self) -> bool {
-        false
-    }
-
+    pub whole_messages: bool,
     /// Whether a lost decision may be re-derived (a [`Freeze::Rederivable`] component whose
     /// act-or-not choice can differ with age, such as trimming a block that would later be
     /// removed, answers false).
-    fn repairable(&self) -> bool {
-        true
+    pub repairable: bool,
+}
+
+impl Policy {
+    /// A pure function of the message and the ones before it: nothing remembered.
+    pub const STATELESS: Policy = Policy {
+        freeze: Freeze::Stateless,
+        cold_cache: false,
+        whole_messages: false,
+        repairable: true,
+    };
+
+    /// A model wrote the replacement: frozen and replayed, never re-derived.
+    pub const SAMPLED: Policy = Policy {
+        freeze: Freeze::Sampled,
+        ..Policy::STATELESS
+    };
+
+    /// Frozen and re-derivable; `cold_cache` as the component's config says.
+    pub const fn rederivable(cold_cache: bool) -> Policy {
+        Policy {
+            freeze: Freeze::Rederivable,
+            cold_cache,
+            ..Policy::STATELESS
+        }
+    }
+
+    /// A `keep_recent` window makes whether a component acts depend on later outputs: frozen
+    /// then (and, being re-derivable, free to act on a cold turn); stateless without one.
+    pub const fn keep_recent(keep_recent: usize) -> Policy {
+        if keep_recent > 0 {
+            Policy::rederivable(true)
+        } else {
+            Policy::STATELESS
+        }
+    }
+
+    /// Its frozen decisions record whole messages.
+    pub const fn whole_messages(self) -> Policy {
+        Policy {
+            whole_messages: true,
+            ..self
+        }
+    }
+
+    /// A lost decision is not re-derived.
+    pub const fn unrepairable(self) -> Policy {
+        Policy {
+            repairable: false,
+            ..self
+        }
+    }
+}
+
+/// A lossy but reversible component: replaces content with a marker and stashes the original.
+pub trait Offload: Send + Sync {
+    /// How the pipeline treats its decisions. Defaults to [`Policy::STATELESS`].
+    fn policy(&self) -> Policy {
+        Policy::STATELESS
     }
 
     /// Work on one message that can be done before any turn needs it, off the request path:
@@ -195,33 +244,30 @@ impl Stage {
         }
     }
 
-    pub fn freeze(&self) -> Freeze {
+    pub fn policy(&self) -> Policy {
         match &self.component {
-            Component::Reformat(c) => c.freeze(),
-            Component::Offload(c) => c.freeze(),
+            Component::Reformat(c) => c.policy(),
+            Component::Offload(c) => c.policy(),
         }
+    }
+
+    pub fn freeze(&self) -> Freeze {
+        self.policy().freeze
     }
 
     pub(super) fn whole_messages(&self) -> bool {
-        match &self.component {
-            Component::Reformat(_) => false,
-            Component::Offload(c) => c.whole_messages(),
-        }
+        self.policy().whole_messages
     }
 
     pub(super) fn repairable(&self) -> bool {
-        match &self.component {
-            Component::Reformat(_) => true,
-            Component::Offload(c) => c.repairable(),
-        }
+        self.policy().repairable
     }
 
+    /// Whether a provably cold turn may make new decisions inside the cached prefix: only a
+    /// re-derivable component that opts in (a lossless repacking with a window always does).
     pub(super) fn cold_cache(&self) -> bool {
-        match &self.component {
-            // A lossless repacking is always re-derivable, so a cold turn may apply it anywhere.
-            Component::Reformat(c) => c.freeze() == Freeze::Rederivable,
-            Component::Offload(c) => c.freeze() == Freeze::Rederivable && c.cold_cache(),
-        }
+        let policy = self.policy();
+        policy.freeze == Freeze::Rederivable && policy.cold_cache
     }
 }
 

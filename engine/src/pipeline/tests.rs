@@ -305,9 +305,10 @@ fn a_lost_freeze_is_rederived_identically_only_when_rederivable() {
     /// Writes a different replacement every time it runs, like a sampled model.
     struct Sampled(std::sync::atomic::AtomicUsize);
     impl Offload for Sampled {
-        fn freeze(&self) -> Freeze {
-            Freeze::Sampled
+        fn policy(&self) -> Policy {
+            Policy::SAMPLED
         }
+
         fn offload(
             &self,
             messages: &mut Transcript<'_>,
@@ -351,9 +352,10 @@ fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
     /// Masks everything but the newest, ignoring the boundary.
     struct Careless;
     impl Offload for Careless {
-        fn freeze(&self) -> Freeze {
-            Freeze::Rederivable
+        fn policy(&self) -> Policy {
+            Policy::rederivable(false)
         }
+
         fn offload(
             &self,
             messages: &mut Transcript<'_>,
@@ -413,9 +415,10 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
     /// Named like mask, so it finds mask's frozen decisions; then fails.
     struct FailingMask;
     impl Offload for FailingMask {
-        fn freeze(&self) -> Freeze {
-            Freeze::Rederivable
+        fn policy(&self) -> Policy {
+            Policy::rederivable(false)
         }
+
         fn offload(
             &self,
             _: &mut Transcript<'_>,
@@ -472,9 +475,10 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
         undo_and_fail: bool,
     }
     impl Offload for Blank {
-        fn freeze(&self) -> Freeze {
-            Freeze::Rederivable
+        fn policy(&self) -> Policy {
+            Policy::rederivable(false)
         }
+
         fn offload(
             &self,
             messages: &mut Transcript<'_>,
