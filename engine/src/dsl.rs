@@ -202,12 +202,13 @@ pub enum LoadError {
     BothLineRules { filter: String },
     #[error("filter `{filter}`: cap_reduce needs cap")]
     CapReduceWithoutCap { filter: String },
-    /// A regex that does not compile; `field` is where the filter has it.
-    #[error("filter `{filter}`: {field}: {}", first_line(&.source.to_string()))]
+    /// A regex that does not compile; `field` is where the filter has it. The regex's own error
+    /// is kept whole, and its first line is the message's cause (so it is not a `source` too).
+    #[error("filter `{filter}`: {field}: {}", first_line(&.error.to_string()))]
     Pattern {
         filter: String,
         field: &'static str,
-        source: regex::Error,
+        error: regex::Error,
     },
     /// A test with a command that the set routes to another filter, or to none.
     #[error("filter `{filter}`, test `{test}`: routes to {routed}")]
@@ -230,10 +231,10 @@ pub enum LoadError {
 }
 
 fn compile(filter: &str, field: &'static str, pattern: &str) -> Result<Regex, LoadError> {
-    Regex::new(pattern).map_err(|source| LoadError::Pattern {
+    Regex::new(pattern).map_err(|error| LoadError::Pattern {
         filter: filter.to_owned(),
         field,
-        source,
+        error,
     })
 }
 
@@ -265,10 +266,10 @@ impl Filter {
             .map(|(patterns, keep)| {
                 RegexSet::new(patterns)
                     .map(|set| (set, keep))
-                    .map_err(|source| LoadError::Pattern {
+                    .map_err(|error| LoadError::Pattern {
                         filter: name.to_owned(),
                         field: "line patterns",
-                        source,
+                        error,
                     })
             })
             .transpose()?;

@@ -294,10 +294,9 @@ async fn expand_route(app: &App, peer: SocketAddr, request: &Request<Incoming>) 
     };
     match original {
         Some(original) => h::text(StatusCode::OK, original.to_string()),
-        None => h::text(
-            StatusCode::NOT_FOUND,
-            "expired, unknown, or not owned by this session",
-        ),
+        None => {
+            ProxyError::Missing("expired, unknown, or not owned by this session").into_response()
+        }
     }
 }
 

@@ -148,7 +148,9 @@ fn library_code(text: &str) -> String {
     while let Some(at) = code[from..].find("#[cfg(test)]").map(|at| from + at) {
         from = at + 1;
         let item = code[at + "#[cfg(test)]".len()..].trim_start();
-        let item = item.strip_prefix("pub(crate) ").unwrap_or(item);
+        let item = item
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ");
         let opens = item.find('{');
         if !item.starts_with("mod ") || opens.is_none_or(|o| item.find(';').is_some_and(|s| s < o))
         {
@@ -190,7 +192,9 @@ fn test_only_paths(file: &Path, text: &str) -> Vec<PathBuf> {
     code.match_indices("#[cfg(test)]")
         .filter_map(|(at, attr)| {
             let item = code[at + attr.len()..].trim_start();
-            let item = item.strip_prefix("pub(crate) ").unwrap_or(item);
+            let item = item
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ");
             let name = ident(item.strip_prefix("mod ")?)?;
             item[4 + name.len()..]
                 .trim_start()
@@ -268,7 +272,10 @@ fn module_graph(krate: &str) -> Graph {
             continue;
         }
         graph.uses.entry(module.clone()).or_default();
-        let super_is_root = relative.components().count() == 1;
+        // `super` is the crate root from a top-level module's own file: `src/foo.rs` or
+        // `src/foo/mod.rs`.
+        let super_is_root = relative.components().count() == 1
+            || (relative.components().count() == 2 && relative.ends_with("mod.rs"));
         names
             .entry(module)
             .or_insert_with(Vec::new)
@@ -334,22 +341,26 @@ fn cycle(uses: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
         .find_map(|node| visit(node, uses, &mut done, &mut Vec::new()))
 }
 
-/// How far each module sits above the modules it uses (0: it uses none).
+/// How far each module sits above the modules it uses (0: it uses none). A name that is not a
+/// module of the graph (a test-only one) has no layer. Call it on a graph without a cycle.
 fn layers(uses: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<&str, usize> {
     let mut layer: BTreeMap<&str, usize> = BTreeMap::new();
     while layer.len() < uses.len() {
+        let placed = layer.len();
         for (module, named) in uses {
             if layer.contains_key(module.as_str()) {
                 continue;
             }
             let below: Option<Vec<usize>> = named
                 .iter()
+                .filter(|n| uses.contains_key(n.as_str()))
                 .map(|n| layer.get(n.as_str()).copied())
                 .collect();
             if let Some(below) = below {
                 layer.insert(module, below.into_iter().max().map_or(0, |m| m + 1));
             }
         }
+        assert!(layer.len() > placed, "layers of a graph with a cycle");
     }
     layer
 }
@@ -459,12 +470,19 @@ fn function_lengths(code: &str) -> Vec<(String, usize)> {
             continue;
         };
         let rest = &code[at..];
-        let (Some(open), semi) = (rest.find('{'), rest.find(';')) else {
+        // The body opens at the first `{` outside the signature's parentheses and brackets (an
+        // array type `[u8; N]` has a `;`); a `;` there first is a declaration without a body.
+        let mut nesting = 0usize;
+        let Some((open, '{')) = rest.char_indices().find(|&(_, c)| {
+            match c {
+                '(' | '[' => nesting += 1,
+                ')' | ']' => nesting = nesting.saturating_sub(1),
+                _ => {}
+            }
+            nesting == 0 && (c == '{' || c == ';')
+        }) else {
             continue;
         };
-        if semi.is_some_and(|semi| semi < open) {
-            continue; // a declaration without a body
-        }
         let mut depth = 0usize;
         let close = rest[open..].char_indices().find_map(|(i, c)| {
             match c {
@@ -503,7 +521,8 @@ fn files_and_functions_a_reader_can_hold() {
         "over {MAX_FILE_LINES} lines a file or {MAX_FN_LINES} a function:\n{}",
         long.join("\n")
     );
-    let sample = code_only("fn short() {\n    1\n}\nfn decl();\nfn long() {\n    {\n    }\n}\n");
+    let sample =
+        code_only("fn short() {\n    1\n}\nfn decl();\nfn long(a: [u8; 2]) {\n    {\n    }\n}\n");
     assert_eq!(
         function_lengths(&sample),
         [("short".to_owned(), 3), ("long".to_owned(), 4)]

@@ -192,7 +192,7 @@ def main():
     with open(detail, "wb") as f:
         f.write(base64.b64decode(shot["data"]))
     print(f"ok: screenshot of the drill-down saved to {detail}")
-    # The overview as an operator first sees it, for the README.
+    # The overview as an operator first sees it, for docs/guide.md.
     page.js("document.querySelector('#drawer-close').click()")
     page.js("document.querySelector('[data-testid=tab-overview]').click()")
     if spread:

@@ -4,7 +4,7 @@
 # Usage: bash tests/dashboard/run.sh   (installs websocket-client in tests/dashboard/.venv)
 # SLUICE_SCREENSHOT=PATH keeps the overview's screenshot there (the drill-down's beside it,
 # PATH-request.png); SLUICE_SPREAD_SECONDS spreads the traffic
-# over that long (the README's screenshot: several points on the charts).
+# over that long (docs/guide.md's screenshot: several points on the charts).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$(pwd)"
@@ -20,7 +20,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/dashboard/requirements.txt
 fi
 
-# SLUICE_PROFILE=release runs release binaries (the README's screenshot shows real timings).
+# SLUICE_PROFILE=release runs release binaries (docs/guide.md's screenshot shows real timings).
 profile="${SLUICE_PROFILE:-debug}"
 if [[ "$profile" == release ]]; then
     cargo build --quiet --release --bin sluice --bin sluice-mock
