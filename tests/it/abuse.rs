@@ -909,7 +909,7 @@ async fn idle_connections_close_and_paused_streams_do_not() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let sluice = start_timed(
         |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
-        |s| s.header_timeout = Duration::from_secs(1),
+        |s| s.header_timeout = Duration::from_millis(500),
         Timeouts::default(),
     )
     .await;
@@ -927,9 +927,10 @@ async fn idle_connections_close_and_paused_streams_do_not() {
         "the idle connection was closed: {closed:?}"
     );
 
+    // Every event of the reply (six for one chunk) waits longer than the header timeout.
     sluice.mock.script([Reply::Slow {
-        chunks: 3,
-        pause: Duration::from_millis(1_600),
+        chunks: 1,
+        pause: Duration::from_millis(700),
     }]);
     let (status, got) = lossy_chat(
         &sluice,
