@@ -414,7 +414,7 @@ fn invoke(
     freeze: Freeze,
     transcript: &mut Transcript<'_>,
     acx: &mut ApplyCx<'_>,
-) -> Result<Vec<StashKey>, ComponentError> {
+) -> Stashed {
     match stage.component() {
         Component::Reformat(c) if freeze == Freeze::Stateless => {
             c.reformat(transcript, acx).map(|()| Vec::new())
@@ -455,7 +455,7 @@ fn is_new(acx: &ApplyCx<'_>, messages: &[Message], i: usize) -> bool {
 fn verdict(
     stage: &Stage,
     freeze: Freeze,
-    outcome: &std::thread::Result<Result<Vec<StashKey>, ComponentError>>,
+    outcome: &std::thread::Result<Stashed>,
     saved: &[(usize, Message)],
     acx: &ApplyCx<'_>,
     messages: &[Message],

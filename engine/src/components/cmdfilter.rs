@@ -28,7 +28,7 @@ use crate::components::ComponentSource;
 use crate::dsl::{self, FilterSet, Lossiness};
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -117,11 +117,7 @@ pub fn command_of(message: &Message) -> Option<String> {
 }
 
 impl Offload for Cmdfilter {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         if self.set.is_empty() {
             cx.gate("no_filters_loaded");
             return Ok(Vec::new());
@@ -156,7 +152,7 @@ impl Offload for Cmdfilter {
             } else {
                 HINT_FULL_OUTPUT
             };
-            keys.extend(offload_with(messages, index, cx, |marker| {
+            keys.extend(offload_with(messages, index, cx, |_, marker| {
                 format!("{}\n{marker}{hint}", filtered.text)
             }));
         }

@@ -39,7 +39,7 @@ use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::wire::json;
 
 /// `components.collapse`.
@@ -111,11 +111,7 @@ struct Collapse {
 }
 
 impl Offload for Collapse {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
@@ -169,7 +165,7 @@ impl Offload for Collapse {
                     content[span.end..].to_owned(),
                 )
             });
-            let key = offload_with(messages, index, cx, |marker| {
+            let key = offload_with(messages, index, cx, |_, marker| {
                 let mut out = String::with_capacity(head.len() + tail.len() + 96);
                 if !head.is_empty() {
                     out.push_str(&head);

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// `components.dedup`.
 #[derive(Debug, Clone, Deserialize)]
@@ -61,11 +61,7 @@ impl Offload for Dedup {
         Policy::keep_recent(self.config.keep_recent)
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Keyed by the fast content hash (SipHash over every output cost more than the rest of
         // the component); a hit is confirmed by comparing the texts, so a collision can only
         // miss a duplicate, never invent one.
@@ -94,9 +90,9 @@ impl Offload for Dedup {
             if super::held_back(&recent, self.config.keep_recent, index, cx) {
                 continue;
             }
-            if let Some(key) =
-                offload_with(messages, index, cx, |marker| format!("{POINTER}{marker}"))
-            {
+            if let Some(key) = offload_with(messages, index, cx, |_, marker| {
+                format!("{POINTER}{marker}")
+            }) {
                 keys.push(key);
             }
         }

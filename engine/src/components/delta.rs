@@ -54,7 +54,7 @@ use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 #[cfg(doc)]
 use crate::pipeline::Freeze;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::tokens;
 
 /// `components.delta`.
@@ -176,11 +176,7 @@ impl Memo {
 }
 
 impl Offload for Delta {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Each output's hash once per run: a base is looked at by up to `window` later outputs.
         let hashes: Vec<Option<u64>> = (0..messages.len())
             .map(|i| {
@@ -228,7 +224,7 @@ impl Offload for Delta {
         let mut keys = Vec::new();
         for (index, base, hunks) in decided {
             let named = base_name(&messages[base], index - base);
-            let key = offload_with(messages, index, cx, |marker| {
+            let key = offload_with(messages, index, cx, |_, marker| {
                 format!(
                     "[repeats the output of {named} except for the lines below (a diff against it: - that output, + this one)] {marker}{HINT_FULL_OUTPUT}\n{hunks}"
                 )

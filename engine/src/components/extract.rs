@@ -41,7 +41,7 @@ use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::ModelConfig;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, StashKey, Stashed, Transcript};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -194,11 +194,7 @@ impl Offload for Extract {
         Policy::SAMPLED
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut projector =
             Projector::new(messages, self.config.head_lines, self.config.tail_lines);
         let mut keys = Vec::new();
@@ -293,7 +289,7 @@ impl Projector {
             cx.gate("no_obvious_noise");
             return None;
         };
-        offload_with(messages, index, cx, |marker| {
+        offload_with(messages, index, cx, |_, marker| {
             format!("{projected}{marker}{HINT_FULL_OUTPUT}")
         })
     }

@@ -39,7 +39,7 @@ use crate::contain;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::{Answer, Ask, Job, ModelConfig};
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 use crate::tokens;
 
 /// The sandbox's input cap (`sandbox::Limits::DEFAULT.max_input_bytes`; the engine does not
@@ -186,11 +186,7 @@ impl Offload for ExtractLlm {
         Policy::SAMPLED
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let floor = self
             .config
             .trigger
@@ -341,7 +337,7 @@ impl Llm<'_> {
         } else {
             format!("{text}\n")
         };
-        match offload_with(messages, index, cx, |marker| {
+        match offload_with(messages, index, cx, |_, marker| {
             format!("{joined}{marker}{HINT_FULL_OUTPUT}")
         }) {
             Some(key) => Outcome::Applied(key),

@@ -10,44 +10,19 @@
 //! Both change or neither: the pair is adopted only when it is strictly smaller as a whole and
 //! both originals were stashed. OpenAI tool messages carry no error flag, so it is inert there.
 
-use serde::Deserialize;
-
-use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs, head_chars, steps_after};
-use super::{BuildError, ComponentFactory, MarkerMode, decode};
+use super::triage::{Rules, Screen, call_pairs, head_chars, screener_config, steps_after};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_OUTPUT};
-use crate::pipeline::{
-    ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript, message_tokens,
-};
+use crate::pipeline::{ApplyCx, Component, Policy, Stashed, Transcript, message_tokens};
 
-/// `components.failed_call`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FailedCallConfig {
-    /// Defaults to `4`. Failed calls more than this many assistant steps old are handled.
-    pub turns: usize,
-    /// Defaults to `400`. Characters of the error text kept.
-    pub error_keep_chars: usize,
-    pub reserve: Reserve,
-    pub exempt: Exempt,
-    /// Defaults to none (act on every request). See `triage`.
-    pub budget: Option<Budget>,
-    /// Defaults to `true`.
-    pub cold_cache: bool,
-    pub marker_mode: MarkerMode,
-}
-
-impl Default for FailedCallConfig {
-    fn default() -> FailedCallConfig {
-        FailedCallConfig {
-            turns: 4,
-            error_keep_chars: 400,
-            reserve: Reserve::default(),
-            exempt: Exempt::default(),
-            budget: None,
-            cold_cache: true,
-            marker_mode: MarkerMode::Full,
-        }
+screener_config! {
+    /// `components.failed_call`.
+    pub struct FailedCallConfig {
+        /// Defaults to `4`. Failed calls more than this many assistant steps old are handled.
+        pub turns: usize = 4,
+        /// Defaults to `400`. Characters of the error text kept.
+        pub error_keep_chars: usize = 400,
     }
 }
 
@@ -59,32 +34,25 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
 
 fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
     let c: FailedCallConfig = decode(source)?;
-    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-    Ok(Component::Offload(Box::new(FailedCall {
-        config: c,
-        rules,
-    })))
+    c.screener(|config| FailedCall { config })
 }
 
 struct FailedCall {
     config: FailedCallConfig,
-    rules: Rules,
 }
 
-impl Offload for FailedCall {
-    fn policy(&self) -> Policy {
-        Policy::rederivable(self.config.cold_cache).whole_messages()
+impl Screen for FailedCall {
+    fn policy(&self, shared: Policy) -> Policy {
+        shared.whole_messages()
     }
 
-    fn offload(
+    fn screen(
         &self,
         messages: &mut Transcript<'_>,
+        reserve: usize,
+        rules: &Rules,
         cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
-        if self.rules.quiet(cx, messages) {
-            return Ok(Vec::new());
-        }
-        let reserve = self.rules.reserve_start(messages);
+    ) -> Stashed {
         let mut keys = Vec::new();
         for pair in call_pairs(messages) {
             let (call_message, output) = (&messages[pair.call_message], &messages[pair.output]);
@@ -100,7 +68,7 @@ impl Offload for FailedCall {
                 cx.gate("recent");
                 continue;
             }
-            if self.rules.exempt(output) {
+            if rules.exempt(output) {
                 cx.gate("exempt");
                 continue;
             }

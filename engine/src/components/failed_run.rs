@@ -25,7 +25,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate,
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// `components.failed_run`.
 #[derive(Debug, Clone, Deserialize)]
@@ -119,11 +119,7 @@ impl Offload for FailedRun {
         Policy::rederivable(self.config.cold_cache)
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Every run, oldest first, with its family.
         let mut runs: Vec<(usize, Option<String>)> = Vec::new();
         for index in 0..messages.len() {
@@ -169,7 +165,7 @@ impl Offload for FailedRun {
                 cx.gate("cached_prefix");
                 continue;
             }
-            keys.extend(offload_with(messages, index, cx, |marker| {
+            keys.extend(offload_with(messages, index, cx, |_, marker| {
                 format!("[superseded by a later failed→re-run] {marker}{HINT_FULL_OUTPUT}")
             }));
         }

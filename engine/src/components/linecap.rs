@@ -34,7 +34,7 @@ use super::memo::PureMemo;
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::tokens;
 
 /// `components.linecap`.
@@ -222,11 +222,7 @@ impl Linecap {
 }
 
 impl Offload for Linecap {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
@@ -245,7 +241,7 @@ impl Offload for Linecap {
                 cx.gate("no_long_or_repeated_lines");
                 continue;
             };
-            keys.extend(offload_with(messages, index, cx, |marker| {
+            keys.extend(offload_with(messages, index, cx, |_, marker| {
                 format!("{reduced}\n{marker}{HINT_FULL_OUTPUT}")
             }));
         }

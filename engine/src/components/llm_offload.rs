@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// Names of the components in this file, for the config warning.
 pub const WITHOUT_MODEL: [&str; 1] = ["agentdiet"];
@@ -53,11 +53,7 @@ impl Offload for NoModel {
         Policy::SAMPLED
     }
 
-    fn offload(
-        &self,
-        _: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, _: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         cx.gate("no_model");
         Ok(Vec::new())
     }

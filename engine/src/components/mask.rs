@@ -26,7 +26,7 @@ use super::{
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// `components.mask`.
 #[derive(Debug, Clone, Deserialize)]
@@ -76,11 +76,7 @@ impl Offload for Mask {
         Policy::rederivable(self.config.cold_cache)
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let outputs: Vec<usize> = (0..messages.len())
             .filter(|&i| messages[i].is_tool())
             .collect();
@@ -105,7 +101,7 @@ impl Offload for Mask {
                 0 => String::new(),
                 n => peek(&messages[index].content, n),
             };
-            let key = offload_with(messages, index, cx, |marker| {
+            let key = offload_with(messages, index, cx, |_, marker| {
                 if head.is_empty() {
                     format!("[older tool output masked] {marker}{HINT_FULL_OUTPUT}")
                 } else {

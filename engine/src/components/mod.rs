@@ -290,7 +290,7 @@ pub(crate) fn offload_with(
     messages: &mut Transcript<'_>,
     index: usize,
     cx: &mut ApplyCx<'_>,
-    build: impl FnOnce(&str) -> String,
+    build: impl FnOnce(&Message, &str) -> String,
 ) -> Option<StashKey> {
     // Borrowed, not copied: the original can be a megabyte, and this runs on every turn.
     let original: &str = match cx.wire_original(index) {
@@ -298,7 +298,7 @@ pub(crate) fn offload_with(
         None => &messages[index].content,
     };
     let id = marker::stash_id(original);
-    let replacement = build(&marker::marker(&id));
+    let replacement = build(&messages[index], &marker::marker(&id));
     if tokens::count(&replacement) >= cx.tokens(index) {
         cx.gate("marker_no_win");
         return None;

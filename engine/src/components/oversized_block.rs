@@ -9,45 +9,21 @@
 //! Outside the reserve and not exempt. Frozen: an output becomes eligible when it leaves the
 //! reserve (see `triage`).
 
-use serde::Deserialize;
-
-use super::triage::{Budget, Exempt, Reserve, Rules, head_chars, tail_chars};
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
+use super::triage::{Rules, Screen, head_chars, screener_config, tail_chars};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
-/// `components.oversized_block`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OversizedBlockConfig {
-    /// Defaults to `6000`. Outputs over this many characters are trimmed.
-    pub cap_chars: usize,
-    /// Defaults to `800`.
-    pub head_chars: usize,
-    /// Defaults to `400`.
-    pub tail_chars: usize,
-    pub reserve: Reserve,
-    pub exempt: Exempt,
-    /// Defaults to none (act on every request). See `triage`.
-    pub budget: Option<Budget>,
-    /// Defaults to `true`.
-    pub cold_cache: bool,
-    pub marker_mode: MarkerMode,
-}
-
-impl Default for OversizedBlockConfig {
-    fn default() -> OversizedBlockConfig {
-        OversizedBlockConfig {
-            cap_chars: 6000,
-            head_chars: 800,
-            tail_chars: 400,
-            reserve: Reserve::default(),
-            exempt: Exempt::default(),
-            budget: None,
-            cold_cache: true,
-            marker_mode: MarkerMode::Full,
-        }
+screener_config! {
+    /// `components.oversized_block`.
+    pub struct OversizedBlockConfig {
+        /// Defaults to `6000`. Outputs over this many characters are trimmed.
+        pub cap_chars: usize = 6000,
+        /// Defaults to `800`.
+        pub head_chars: usize = 800,
+        /// Defaults to `400`.
+        pub tail_chars: usize = 400,
     }
 }
 
@@ -65,32 +41,21 @@ fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
             "must be under cap_chars",
         ));
     }
-    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-    Ok(Component::Offload(Box::new(OversizedBlock {
-        config: c,
-        rules,
-    })))
+    c.screener(|config| OversizedBlock { config })
 }
 
 struct OversizedBlock {
     config: OversizedBlockConfig,
-    rules: Rules,
 }
 
-impl Offload for OversizedBlock {
-    fn policy(&self) -> Policy {
-        Policy::rederivable(self.config.cold_cache)
-    }
-
-    fn offload(
+impl Screen for OversizedBlock {
+    fn screen(
         &self,
         messages: &mut Transcript<'_>,
+        reserve: usize,
+        rules: &Rules,
         cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
-        if self.rules.quiet(cx, messages) {
-            return Ok(Vec::new());
-        }
-        let reserve = self.rules.reserve_start(messages);
+    ) -> Stashed {
         let mut targets = Vec::new();
         for index in 0..messages.len() {
             let output = &messages[index];
@@ -103,23 +68,18 @@ impl Offload for OversizedBlock {
                 || output.content.chars().count() <= self.config.cap_chars
             {
                 cx.gate("under_cap");
-            } else if self.rules.admits(messages, index, cx) {
-                targets.push(index);
+            } else if rules.admits(messages, index, cx) {
+                targets.push((index, ()));
             }
         }
-        if !self.rules.worth(targets.iter().copied(), cx) {
-            return Ok(Vec::new());
-        }
-        let mut keys = Vec::new();
-        for index in targets {
-            let text = &messages[index].content;
-            let head = head_chars(text, self.config.head_chars).to_owned();
-            let tail = tail_chars(text, self.config.tail_chars).to_owned();
-            let omitted = text.chars().count() - self.config.head_chars - self.config.tail_chars;
-            keys.extend(offload_with(messages, index, cx, |marker| {
-                format!("{head}\n[... {omitted} characters omitted {marker}{HINT_FULL_OUTPUT} ...]\n{tail}")
-            }));
-        }
-        Ok(keys)
+        let (keep_head, keep_tail) = (self.config.head_chars, self.config.tail_chars);
+        Ok(rules.cut(messages, targets, cx, |output, (), marker| {
+            let text = &output.content;
+            let (head, tail) = (head_chars(text, keep_head), tail_chars(text, keep_tail));
+            let omitted = text.chars().count() - keep_head - keep_tail;
+            format!(
+                "{head}\n[... {omitted} characters omitted {marker}{HINT_FULL_OUTPUT} ...]\n{tail}"
+            )
+        }))
     }
 }

@@ -33,7 +33,7 @@ use super::{
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 use crate::tokens;
 
 /// The four weights of Φ.
@@ -135,11 +135,7 @@ impl Offload for PhiEvict {
         Policy::rederivable(self.config.cold_cache)
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let outputs: Vec<usize> = (0..messages.len())
             .filter(|&i| messages[i].is_tool())
             .collect();
@@ -200,7 +196,7 @@ impl Offload for PhiEvict {
             }
             let before = cx.tokens(index);
             let head = peek(&messages[index].content, 96);
-            let key = offload_with(messages, index, cx, |marker| {
+            let key = offload_with(messages, index, cx, |_, marker| {
                 format!(
                     "[evicted to fit the context budget; starts: {head}] {marker}{HINT_FULL_OUTPUT}"
                 )

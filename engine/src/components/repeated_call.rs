@@ -10,36 +10,14 @@
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
-
-use super::triage::{Budget, Exempt, Reserve, Rules, call_pairs};
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_with};
+use super::triage::{Rules, Screen, call_pairs, screener_config};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
-/// `components.repeated_call`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RepeatedCallConfig {
-    pub reserve: Reserve,
-    pub exempt: Exempt,
-    /// Defaults to none (act on every request). See `triage`.
-    pub budget: Option<Budget>,
-    /// Defaults to `true`.
-    pub cold_cache: bool,
-    pub marker_mode: MarkerMode,
-}
-
-impl Default for RepeatedCallConfig {
-    fn default() -> RepeatedCallConfig {
-        RepeatedCallConfig {
-            reserve: Reserve::default(),
-            exempt: Exempt::default(),
-            budget: None,
-            cold_cache: true,
-            marker_mode: MarkerMode::Full,
-        }
-    }
+screener_config! {
+    /// `components.repeated_call`.
+    pub struct RepeatedCallConfig {}
 }
 
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
@@ -50,17 +28,10 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
 
 fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
     let c: RepeatedCallConfig = decode(source)?;
-    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-    Ok(Component::Offload(Box::new(RepeatedCall {
-        config: c,
-        rules,
-    })))
+    c.screener(|_| RepeatedCall)
 }
 
-struct RepeatedCall {
-    config: RepeatedCallConfig,
-    rules: Rules,
-}
+struct RepeatedCall;
 
 /// Arguments as one canonical text: object keys sorted (serde_json's map is ordered).
 fn canonical(arguments: &str) -> String {
@@ -68,20 +39,14 @@ fn canonical(arguments: &str) -> String {
         .map_or_else(|_| arguments.to_owned(), |v| v.to_string())
 }
 
-impl Offload for RepeatedCall {
-    fn policy(&self) -> Policy {
-        Policy::rederivable(self.config.cold_cache)
-    }
-
-    fn offload(
+impl Screen for RepeatedCall {
+    fn screen(
         &self,
         messages: &mut Transcript<'_>,
+        reserve: usize,
+        rules: &Rules,
         cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
-        if self.rules.quiet(cx, messages) {
-            return Ok(Vec::new());
-        }
-        let reserve = self.rules.reserve_start(messages);
+    ) -> Stashed {
         let pairs = call_pairs(messages);
         let mut latest: HashMap<(String, String), usize> = HashMap::new();
         for p in &pairs {
@@ -97,19 +62,14 @@ impl Offload for RepeatedCall {
             }
             if p.output >= reserve {
                 cx.gate("in_reserve");
-            } else if self.rules.admits(messages, p.output, cx) {
+            } else if rules.admits(messages, p.output, cx) {
                 targets.push((p.output, call.name.clone()));
             }
         }
-        if !self.rules.worth(targets.iter().map(|(i, _)| *i), cx) {
-            return Ok(Vec::new());
-        }
-        let mut keys = Vec::new();
-        for (index, tool) in targets {
-            keys.extend(offload_with(messages, index, cx, |marker| {
-                format!("[repeated call: {tool} was called again later with the same arguments] {marker}")
-            }));
-        }
-        Ok(keys)
+        Ok(rules.cut(messages, targets, cx, |_, tool, marker| {
+            format!(
+                "[repeated call: {tool} was called again later with the same arguments] {marker}"
+            )
+        }))
     }
 }

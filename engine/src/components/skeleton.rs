@@ -36,7 +36,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate,
 use crate::code::{self, Inert, Lang};
 use crate::components::ComponentSource;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// Hint after the marker of a skeletonized read.
 const HINT_FULL_SOURCE: &str = " [full source: call context_guru_expand]";
@@ -112,11 +112,7 @@ impl Offload for Skeleton {
         }
     }
 
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let outputs: Vec<usize> = (0..messages.len())
             .filter(|&i| messages[i].is_tool())
             .collect();
@@ -159,7 +155,7 @@ impl Offload for Skeleton {
                     continue;
                 }
             };
-            let key = offload_with(messages, index, cx, |marker| {
+            let key = offload_with(messages, index, cx, |_, marker| {
                 format!("{skeleton}\n{marker}{HINT_FULL_SOURCE}")
             });
             keys.extend(key);

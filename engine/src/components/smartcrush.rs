@@ -24,7 +24,7 @@ use super::format::minify;
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_ARRAY;
-use crate::pipeline::{ApplyCx, Component, ComponentError, Offload, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::wire::json::{self, Kind};
 
 /// `components.smartcrush`.
@@ -136,11 +136,7 @@ fn knee(scores: &[f64]) -> usize {
 }
 
 impl Offload for Smartcrush {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
@@ -193,7 +189,7 @@ impl Offload for Smartcrush {
                 continue;
             }
             let shown = format!("[{}] [{} of {n} items shown]", kept.join(","), kept.len());
-            keys.extend(offload_with(messages, index, cx, |marker| {
+            keys.extend(offload_with(messages, index, cx, |_, marker| {
                 format!("{shown} {marker}{HINT_FULL_ARRAY}")
             }));
         }

@@ -7,46 +7,21 @@
 //! one, so on Anthropic requests it records `signed_thinking` and does nothing; it acts on
 //! OpenAI-dialect reasoning (`reasoning_content`, as DeepSeek and others send it).
 
-use serde::Deserialize;
-
-use super::triage::{Budget, Exempt, Reserve, Rules, head_chars};
-use super::{BuildError, ComponentFactory, MarkerMode, decode};
+use super::triage::{Rules, Screen, head_chars, screener_config};
+use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::marker;
 use crate::message::Role;
-use crate::pipeline::{
-    ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Transcript, message_tokens,
-};
+use crate::pipeline::{ApplyCx, Component, Policy, StashKey, Stashed, Transcript, message_tokens};
 use crate::wire::Dialect;
 
-/// `components.stale_reasoning`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StaleReasoningConfig {
-    /// Defaults to `3`. Reasoning within the latest this many user turns is kept.
-    pub keep_turns: usize,
-    /// Defaults to `2000`. Kept blocks over this many characters are trimmed.
-    pub max_block_chars: usize,
-    pub reserve: Reserve,
-    pub exempt: Exempt,
-    /// Defaults to none (act on every request). See `triage`.
-    pub budget: Option<Budget>,
-    /// Defaults to `true`.
-    pub cold_cache: bool,
-    pub marker_mode: MarkerMode,
-}
-
-impl Default for StaleReasoningConfig {
-    fn default() -> StaleReasoningConfig {
-        StaleReasoningConfig {
-            keep_turns: 3,
-            max_block_chars: 2000,
-            reserve: Reserve::default(),
-            exempt: Exempt::default(),
-            budget: None,
-            cold_cache: true,
-            marker_mode: MarkerMode::Full,
-        }
+screener_config! {
+    /// `components.stale_reasoning`.
+    pub struct StaleReasoningConfig {
+        /// Defaults to `3`. Reasoning within the latest this many user turns is kept.
+        pub keep_turns: usize = 3,
+        /// Defaults to `2000`. Kept blocks over this many characters are trimmed.
+        pub max_block_chars: usize = 2000,
     }
 }
 
@@ -58,40 +33,35 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
 
 fn build(source: &ComponentSource<'_>) -> Result<Component, BuildError> {
     let c: StaleReasoningConfig = decode(source)?;
-    let rules = Rules::new(c.reserve.clone(), c.exempt.clone(), c.budget.clone())?;
-    Ok(Component::Offload(Box::new(StaleReasoning {
-        config: c,
-        rules,
-    })))
+    c.screener(|config| StaleReasoning { config })
 }
 
 struct StaleReasoning {
     config: StaleReasoningConfig,
-    rules: Rules,
 }
 
-impl Offload for StaleReasoning {
+impl Screen for StaleReasoning {
     /// A block trimmed while recent would be removed when re-derived later: never re-derive.
-    fn policy(&self) -> Policy {
-        Policy::rederivable(self.config.cold_cache)
-            .whole_messages()
-            .unrepairable()
+    fn policy(&self, shared: Policy) -> Policy {
+        shared.whole_messages().unrepairable()
     }
 
-    fn offload(
+    /// Anthropic's thinking blocks and Gemini's thought parts are signed: never rewritten.
+    fn declines(&self, cx: &mut ApplyCx<'_>) -> bool {
+        let signed = matches!(cx.dialect(), Dialect::Anthropic | Dialect::Gemini);
+        if signed {
+            cx.gate("signed_thinking");
+        }
+        signed
+    }
+
+    fn screen(
         &self,
         messages: &mut Transcript<'_>,
+        reserve: usize,
+        _: &Rules,
         cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
-        // Anthropic's thinking blocks and Gemini's thought parts are signed: never rewritten.
-        if matches!(cx.dialect(), Dialect::Anthropic | Dialect::Gemini) {
-            cx.gate("signed_thinking");
-            return Ok(Vec::new());
-        }
-        if self.rules.quiet(cx, messages) {
-            return Ok(Vec::new());
-        }
-        let reserve = self.rules.reserve_start(messages);
+    ) -> Stashed {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];

@@ -32,9 +32,7 @@ use super::{BuildError, ComponentFactory, MarkerMode, decode};
 use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_TRAJECTORY};
 use crate::model::{Answer, Ask, Job, ModelConfig, SummaryLevel};
-use crate::pipeline::{
-    ApplyCx, Component, ComponentError, Offload, Restructured, RunCx, StashKey, Transcript,
-};
+use crate::pipeline::{ApplyCx, Component, Offload, Restructured, RunCx, Stashed, Transcript};
 use crate::tokens;
 use crate::wire::{self, Dialect, json};
 
@@ -123,11 +121,7 @@ struct Checkpoint {
 
 impl Offload for Summarize {
     /// The message-level pass does nothing: summarize works on the body (`restructure`).
-    fn offload(
-        &self,
-        _: &mut Transcript<'_>,
-        _: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, _: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Stashed {
         Ok(Vec::new())
     }
 

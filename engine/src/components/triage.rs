@@ -16,9 +16,131 @@
 use regex::Regex;
 use serde::Deserialize;
 
-use super::BuildError;
+use super::{BuildError, offload_with};
 use crate::message::{Message, Role};
-use crate::pipeline::{ApplyCx, Transcript};
+use crate::pipeline::{
+    ApplyCx, Component, ComponentError, Offload, Policy, StashKey, Stashed, Transcript,
+};
+
+/// Declares a screener's config: its own fields, each with its default, then the fields every
+/// screener shares (`reserve`, `exempt`, `budget`, `cold_cache`, `marker_mode`), and
+/// `screener`, which builds the component from it. A macro because serde cannot flatten a
+/// shared struct into one that denies unknown fields, and a misspelt key must stay an error.
+macro_rules! screener_config {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty = $default:expr,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, serde::Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+            pub reserve: $crate::components::triage::Reserve,
+            pub exempt: $crate::components::triage::Exempt,
+            /// Defaults to none (act on every request). See `triage`.
+            pub budget: Option<$crate::components::triage::Budget>,
+            /// Defaults to `true`.
+            pub cold_cache: bool,
+            pub marker_mode: $crate::components::MarkerMode,
+        }
+
+        impl Default for $name {
+            fn default() -> $name {
+                $name {
+                    $($field: $default,)*
+                    reserve: Default::default(),
+                    exempt: Default::default(),
+                    budget: None,
+                    cold_cache: true,
+                    marker_mode: Default::default(),
+                }
+            }
+        }
+
+        impl $name {
+            /// The screener `screen` makes of this config, under the rules it states.
+            fn screener<S: $crate::components::triage::Screen + 'static>(
+                self,
+                screen: impl FnOnce(Self) -> S,
+            ) -> Result<$crate::pipeline::Component, $crate::components::BuildError> {
+                let rules = $crate::components::triage::Rules::new(
+                    &self.reserve,
+                    &self.exempt,
+                    &self.budget,
+                )?;
+                let cold_cache = self.cold_cache;
+                Ok($crate::components::triage::Triage::component(
+                    rules,
+                    cold_cache,
+                    screen(self),
+                ))
+            }
+        }
+    };
+}
+pub(crate) use screener_config;
+
+/// The part of a screener that is its own: what it cuts, given the shared rules. [`Triage`]
+/// owns the rest (the freeze, budget pressure, the reserve), so the five cannot drift apart.
+pub(crate) trait Screen: Send + Sync {
+    /// The screener's policy, given the shared one: frozen and re-derivable, at depth on a
+    /// cold turn when `cold_cache` is set.
+    fn policy(&self, shared: Policy) -> Policy {
+        shared
+    }
+
+    /// Declines the whole request before budget pressure is looked at, recording why.
+    fn declines(&self, cx: &mut ApplyCx<'_>) -> bool {
+        let _ = cx;
+        false
+    }
+
+    /// Cuts what the screener finds before `reserve`, the first index of the reserve.
+    ///
+    /// # Errors
+    /// Any error reverts the screener for this request.
+    fn screen(
+        &self,
+        messages: &mut Transcript<'_>,
+        reserve: usize,
+        rules: &Rules,
+        cx: &mut ApplyCx<'_>,
+    ) -> Result<Vec<StashKey>, ComponentError>;
+}
+
+/// A screener as a component: the shared rules and freeze around its [`Screen`].
+pub(crate) struct Triage<S> {
+    rules: Rules,
+    cold_cache: bool,
+    screen: S,
+}
+
+impl<S: Screen + 'static> Triage<S> {
+    pub fn component(rules: Rules, cold_cache: bool, screen: S) -> Component {
+        Component::Offload(Box::new(Triage {
+            rules,
+            cold_cache,
+            screen,
+        }))
+    }
+}
+
+impl<S: Screen> Offload for Triage<S> {
+    fn policy(&self) -> Policy {
+        self.screen.policy(Policy::rederivable(self.cold_cache))
+    }
+
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+        if self.screen.declines(cx) || self.rules.quiet(cx, messages) {
+            return Ok(Vec::new());
+        }
+        let reserve = self.rules.reserve_start(messages);
+        self.screen.screen(messages, reserve, &self.rules, cx)
+    }
+}
 
 /// `reserve:` — the latest user turns no screener touches.
 #[derive(Debug, Clone, Deserialize)]
@@ -99,9 +221,9 @@ pub(crate) struct Rules {
 
 impl Rules {
     pub fn new(
-        reserve: Reserve,
-        exempt: Exempt,
-        budget: Option<Budget>,
+        reserve: &Reserve,
+        exempt: &Exempt,
+        budget: &Option<Budget>,
     ) -> Result<Rules, BuildError> {
         if let Some(b) = &budget
             && !(0.0 < b.soft_ratio && b.soft_ratio <= b.hard_ratio && b.hard_ratio <= 1.0)
@@ -122,9 +244,9 @@ impl Rules {
             })
             .collect::<Result<_, _>>()?;
         Ok(Rules {
-            reserve,
-            exempt,
-            budget,
+            reserve: reserve.clone(),
+            exempt: exempt.clone(),
+            budget: budget.clone(),
             patterns,
         })
     }
@@ -211,6 +333,27 @@ impl Rules {
             cx.gate("below_min_savings");
         }
         worth
+    }
+
+    /// Offloads the outputs at `targets` when together they are [`worth`](Rules::worth) it,
+    /// each with the stub `stub` writes from the output, the target's note and the marker.
+    pub fn cut<T>(
+        &self,
+        messages: &mut Transcript<'_>,
+        targets: Vec<(usize, T)>,
+        cx: &mut ApplyCx<'_>,
+        stub: impl Fn(&Message, T, &str) -> String,
+    ) -> Vec<StashKey> {
+        if !self.worth(targets.iter().map(|(i, _)| *i), cx) {
+            return Vec::new();
+        }
+        let mut keys = Vec::new();
+        for (index, note) in targets {
+            keys.extend(offload_with(messages, index, cx, |output, marker| {
+                stub(output, note, marker)
+            }));
+        }
+        keys
     }
 }
 

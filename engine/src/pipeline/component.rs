@@ -182,12 +182,12 @@ pub trait Offload: Send + Sync {
     ///
     /// # Errors
     /// Any error reverts this component for this request.
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError>;
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed;
 }
+
+/// What [`Offload::offload`] returns: the key of every original it stashed, or the error that
+/// reverts it for this request.
+pub type Stashed = Result<Vec<StashKey>, ComponentError>;
 
 /// What a body-level restructure produced.
 #[derive(Debug, Clone, PartialEq, Eq)]

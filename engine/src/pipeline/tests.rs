@@ -9,11 +9,7 @@ use crate::store::{MemoryStore, MemoryStoreLimits};
 
 struct Shorten;
 impl Offload for Shorten {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        cx: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let key = cx.stash(&messages[1].content)?;
         messages.get_mut(1).content = format!("short {}", key.marker());
         Ok(vec![key])
@@ -46,11 +42,7 @@ impl Reformat for Fails {
 
 struct DropsWithoutKey;
 impl Offload for DropsWithoutKey {
-    fn offload(
-        &self,
-        messages: &mut Transcript<'_>,
-        _: &mut ApplyCx<'_>,
-    ) -> Result<Vec<StashKey>, ComponentError> {
+    fn offload(&self, messages: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Stashed {
         messages.get_mut(2).content = "gone".into();
         Ok(Vec::new())
     }
@@ -309,11 +301,7 @@ fn a_lost_freeze_is_rederived_identically_only_when_rederivable() {
             Policy::SAMPLED
         }
 
-        fn offload(
-            &self,
-            messages: &mut Transcript<'_>,
-            cx: &mut ApplyCx<'_>,
-        ) -> Result<Vec<StashKey>, ComponentError> {
+        fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
             let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut keys = Vec::new();
             for i in 1..messages.len() {
@@ -356,11 +344,7 @@ fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
             Policy::rederivable(false)
         }
 
-        fn offload(
-            &self,
-            messages: &mut Transcript<'_>,
-            cx: &mut ApplyCx<'_>,
-        ) -> Result<Vec<StashKey>, ComponentError> {
+        fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
             let mut keys = Vec::new();
             for i in 1..messages.len() - 1 {
                 let key = cx.stash(&messages[i].content).unwrap();
@@ -419,11 +403,7 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
             Policy::rederivable(false)
         }
 
-        fn offload(
-            &self,
-            _: &mut Transcript<'_>,
-            _: &mut ApplyCx<'_>,
-        ) -> Result<Vec<StashKey>, ComponentError> {
+        fn offload(&self, _: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Stashed {
             Err(ComponentError::Other("bug on a later message".into()))
         }
     }
@@ -479,11 +459,7 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
             Policy::rederivable(false)
         }
 
-        fn offload(
-            &self,
-            messages: &mut Transcript<'_>,
-            cx: &mut ApplyCx<'_>,
-        ) -> Result<Vec<StashKey>, ComponentError> {
+        fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
             let original = turn(2)[1].content.clone();
             if self.undo_and_fail {
                 messages.set_content(1, original);
