@@ -4,6 +4,7 @@
 //! wrong (a body we cannot parse, a panic anywhere), the pristine input is returned: it is always
 //! a valid thing to forward.
 
+use crate::pipeline::gate::{self, Gate};
 use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -162,9 +163,9 @@ fn split_system_block(
             Ok(split) => {
                 *body = Cow::Owned(split);
                 component.mutated = true;
-                *component.gates.entry("system_split").or_insert(0) += 1;
+                *component.gates.entry(gate::SYSTEM_SPLIT.name).or_insert(0) += 1;
             }
-            Err(reason) => *component.gates.entry(reason).or_insert(0) += 1,
+            Err(reason) => *component.gates.entry(reason.name).or_insert(0) += 1,
         }
     }
 }
@@ -211,7 +212,7 @@ fn restructure(
                 component.stashed.push(done.stashed);
                 report.tokens_after = report.tokens_after.saturating_sub(done.saved_tokens);
             }
-            Err(gate) => *component.gates.entry(gate).or_insert(0) += 1,
+            Err(gate) => *component.gates.entry(gate.name).or_insert(0) += 1,
         }
     }
 }
@@ -223,7 +224,7 @@ fn protected_output(
     pipeline: &Pipeline,
     cx: &RunCx,
     component: &str,
-) -> Option<&'static str> {
+) -> Option<Gate> {
     let rules = pipeline.tool_rules();
     if rules.is_empty() && cx.lossless_tools.is_empty() {
         return None;
@@ -241,7 +242,7 @@ fn protected_output(
             cx.lossless_tools
                 .get(&kind)
                 .filter(|from| i >= **from)
-                .map(|_| "retried_after_compaction")
+                .map(|_| gate::RETRIED_AFTER_COMPACTION)
         })
 }
 

@@ -43,12 +43,14 @@ use crate::wire::Dialect;
 mod component;
 mod context;
 mod freeze;
+pub mod gate;
 mod report;
 mod transcript;
 
 pub use component::*;
 pub use context::*;
 use freeze::*;
+pub use gate::Gate;
 pub use report::*;
 pub use transcript::*;
 
@@ -341,11 +343,11 @@ fn hold_learned(
     };
     hold_outputs(saved, acx, messages, |i, m| {
         if m.is_tool() && every.is_some_and(|from| i >= *from) {
-            Err("cost_guard")
+            Err(gate::COST_GUARD)
         } else if retried(i, m) {
-            Err("retried_after_compaction")
+            Err(gate::RETRIED_AFTER_COMPACTION)
         } else if m.is_tool() && below_floor(i, m) {
-            Err("below_cost_floor")
+            Err(gate::BELOW_COST_FLOOR)
         } else {
             Ok(())
         }
@@ -359,7 +361,7 @@ fn hold_outputs(
     saved: &mut Vec<(usize, Message)>,
     acx: &mut ApplyCx<'_>,
     messages: &mut [Message],
-    allowed: impl Fn(usize, &Message) -> Result<(), &'static str>,
+    allowed: impl Fn(usize, &Message) -> Result<(), Gate>,
 ) {
     let mut held_calls: Vec<String> = Vec::new();
     let mut held: Vec<usize> = Vec::new();

@@ -20,6 +20,7 @@
 //! Frozen decisions replay as they are; a deterministic component's earlier cut on an output a
 //! new rule protects goes back to the original once, as after any config change.
 
+use crate::pipeline::gate::{self, Gate};
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
@@ -55,12 +56,12 @@ pub enum Applies<'a> {
 
 impl Applies<'_> {
     /// Whether `component` may change an output this applies to; `Err` is the skip reason.
-    pub fn allows(&self, component: &str) -> Result<(), &'static str> {
+    pub fn allows(&self, component: &str) -> Result<(), Gate> {
         match self {
             Applies::Free => Ok(()),
-            Applies::Excluded(_) => Err("tool_excluded"),
+            Applies::Excluded(_) => Err(gate::TOOL_EXCLUDED),
             Applies::Rule(_, rule) if rule.components.iter().any(|c| c == component) => Ok(()),
-            Applies::Rule(..) => Err("tool_rule"),
+            Applies::Rule(..) => Err(gate::TOOL_RULE),
         }
     }
 
@@ -193,7 +194,7 @@ mod tests {
             "exact beats globs"
         );
         assert_eq!(pytest.allows("linecap"), Ok(()));
-        assert_eq!(pytest.allows("dedup"), Err("tool_rule"));
+        assert_eq!(pytest.allows("dedup"), Err(gate::TOOL_RULE));
         assert!(matches!(
             rules.applies(Some("pyright")),
             Applies::Rule("py*", _)

@@ -103,3 +103,41 @@ fn every_flag_of_serve_is_in_the_reference() {
     }
     assert!(reference.contains("`SLUICE_LISTEN`") && reference.contains("`127.0.0.1:4000`"));
 }
+
+/// `docs/components.md`'s table of gates: every gate, what it means, and the components whose
+/// factories list it ("any" for the gates every component may record).
+fn gates_markdown() -> String {
+    use engine::pipeline::gate;
+    let mut out = String::from("| gate | meaning | recorded by |\n|---|---|---|\n");
+    for g in gate::ALL {
+        let by: Vec<String> = if gate::ANY_COMPONENT.contains(g) {
+            vec!["any".to_owned()]
+        } else {
+            engine::components::ALL
+                .iter()
+                .filter(|f| f.gates().contains(g))
+                .map(|f| format!("`{}`", f.name()))
+                .collect()
+        };
+        out += &format!("| `{}` | {} | {} |\n", g.name, g.doc, by.join(", "));
+    }
+    out
+}
+
+#[test]
+fn components_doc_matches_the_gate_table() {
+    crate::generated::check_doc("components.md", "components_doc", |doc| {
+        crate::generated::splice(doc, "gates", &gates_markdown())
+    });
+}
+
+#[test]
+fn every_gate_is_recorded_by_some_component() {
+    let markdown = gates_markdown();
+    for line in markdown.lines().skip(2) {
+        assert!(
+            !line.ends_with("|  |"),
+            "a gate no component records: {line}"
+        );
+    }
+}

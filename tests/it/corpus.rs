@@ -79,6 +79,29 @@ fn default_config_keeps_everything_outside_messages_and_every_stash_resolves() {
     );
 }
 
+/// Every gate a component recorded is one its factory declares, or one the pipeline records
+/// for any component: the docs' table of gates is rendered from those lists.
+fn gates_are_declared(applied: &Applied<'_>, name: &str) {
+    for component in &applied.report.components {
+        let factory = engine::components::ALL
+            .iter()
+            .find(|f| f.name() == component.name)
+            .unwrap();
+        for gate in component.gates.keys() {
+            let declared = factory
+                .gates()
+                .iter()
+                .chain(engine::pipeline::gate::ANY_COMPONENT)
+                .any(|g| g.name == *gate);
+            assert!(
+                declared,
+                "{name}: {} recorded the gate {gate}, which its factory does not declare",
+                component.name
+            );
+        }
+    }
+}
+
 #[test]
 fn every_built_component_keeps_the_promises_on_the_corpus() {
     let names: Vec<&str> = engine::components::ALL.iter().map(|f| f.name()).collect();
@@ -210,6 +233,7 @@ fn check_promises(config: &Config) -> usize {
             applied.report.tokens_after <= applied.report.tokens_before,
             "{name}: never worse"
         );
+        gates_are_declared(&applied, &name.to_string());
         if applied.report.tokens_after < applied.report.tokens_before {
             acted += 1;
         }

@@ -22,6 +22,7 @@
 //! the caller already marked that message or a later one (never overwritten), and on
 //! string-content messages (no block to mark).
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode};
@@ -53,6 +54,22 @@ pub enum Ttl {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "cacheinject",
     summary: "adds one Anthropic cache_control breakpoint before the newest turn (no content change)",
+    gates: &[
+        gate::BREAKPOINT_BUDGET_SPENT,
+        gate::BREAKPOINT_PRESENT,
+        gate::EMPTY_TAIL,
+        gate::NOT_ANTHROPIC,
+        gate::NOT_CACHE_AWARE,
+        gate::NO_EARLIER_TURN,
+        gate::NO_SYSTEM_ARRAY,
+        gate::NO_VOLATILE_TAIL,
+        gate::OFFSET,
+        gate::STABLE_HEAD_TOO_SMALL,
+        gate::STRING_CONTENT,
+        gate::SYSTEM_REWRITTEN,
+        gate::SYSTEM_SPLIT,
+        gate::SYSTEM_UNREAD,
+    ],
     build,
 };
 
@@ -72,11 +89,11 @@ impl Reformat for CacheInject {
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         if cx.dialect() != Dialect::Anthropic {
-            cx.gate("not_cache_aware");
+            cx.gate(gate::NOT_CACHE_AWARE);
             return Ok(());
         }
         if cx.existing_breakpoints() >= MAX_BREAKPOINTS {
-            cx.gate("breakpoint_budget_spent");
+            cx.gate(gate::BREAKPOINT_BUDGET_SPENT);
             return Ok(());
         }
         // The newest turn is everything after the last assistant message.
@@ -84,15 +101,15 @@ impl Reformat for CacheInject {
             .rev()
             .find(|&i| messages[i].role == Role::Assistant)
         else {
-            cx.gate("no_earlier_turn");
+            cx.gate(gate::NO_EARLIER_TURN);
             return Ok(());
         };
         if (target..messages.len()).any(|i| messages[i].cache_control) {
-            cx.gate("breakpoint_present");
+            cx.gate(gate::BREAKPOINT_PRESENT);
             return Ok(());
         }
         if !messages[target].can_cache_control {
-            cx.gate("string_content");
+            cx.gate(gate::STRING_CONTENT);
             return Ok(());
         }
         let message = messages.get_mut(target);

@@ -20,6 +20,7 @@
 
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
+use crate::pipeline::gate::{self, Gate};
 use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
 use crate::wire::json::{self, Kind};
 use crate::wire::{Dialect, ParsedBody};
@@ -43,6 +44,17 @@ struct NoConfig {}
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "cachesplit",
     summary: "splits the per-session tail off the system prompt so its head stays cacheable",
+    gates: &[
+        gate::EMPTY_TAIL,
+        gate::NOT_ANTHROPIC,
+        gate::NO_SYSTEM_ARRAY,
+        gate::NO_VOLATILE_TAIL,
+        gate::OFFSET,
+        gate::STABLE_HEAD_TOO_SMALL,
+        gate::SYSTEM_REWRITTEN,
+        gate::SYSTEM_SPLIT,
+        gate::SYSTEM_UNREAD,
+    ],
     build,
 };
 
@@ -70,21 +82,21 @@ pub fn split_system(
     parsed: &ParsedBody<'_>,
     rewritten: &[u8],
     system_changed: bool,
-) -> Result<Vec<u8>, &'static str> {
+) -> Result<Vec<u8>, Gate> {
     if parsed.dialect() != Dialect::Anthropic {
-        return Err("not_anthropic");
+        return Err(gate::NOT_ANTHROPIC);
     }
     let text = parsed.text();
-    let system = parsed.system_span().ok_or("no_system_array")?;
+    let system = parsed.system_span().ok_or(gate::NO_SYSTEM_ARRAY)?;
     if json::kind_of(text, system) != Kind::Array {
-        return Err("no_system_array");
+        return Err(gate::NO_SYSTEM_ARRAY);
     }
     if system_changed {
-        return Err("system_rewritten");
+        return Err(gate::SYSTEM_REWRITTEN);
     }
     // A system prompt the wire layer could not read leaves as it came.
     if parsed.opaque_entries().iter().any(|o| o.index.is_none()) {
-        return Err("system_unread");
+        return Err(gate::SYSTEM_UNREAD);
     }
     // Write-back edits only `messages` (the system was not changed): a system before it keeps its
     // offsets, one after it moves by the length change.
@@ -119,10 +131,10 @@ pub fn split_system(
         // Split after the newline that opens the marker's line.
         let (head, tail) = content.split_at(at + 1);
         if head.len() < MIN_SPLIT_CHARS {
-            return Err("stable_head_too_small");
+            return Err(gate::STABLE_HEAD_TOO_SMALL);
         }
         if tail.trim().is_empty() {
-            return Err("empty_tail");
+            return Err(gate::EMPTY_TAIL);
         }
         let member = |entry: &json::Entry, value: Option<&str>| {
             let key = entry.key.of(text);
@@ -143,10 +155,10 @@ pub fn split_system(
             format!("{{{}}}", members.join(","))
         };
         let pair = format!("{},{}", build(head, true), build(tail, false));
-        let start = usize::try_from(block.start as isize + shift).map_err(|_| "offset")?;
-        let end = usize::try_from(block.end as isize + shift).map_err(|_| "offset")?;
+        let start = usize::try_from(block.start as isize + shift).map_err(|_| gate::OFFSET)?;
+        let end = usize::try_from(block.end as isize + shift).map_err(|_| gate::OFFSET)?;
         if rewritten.get(start..end) != Some(block.of(text).as_bytes()) {
-            return Err("system_rewritten");
+            return Err(gate::SYSTEM_REWRITTEN);
         }
         let mut out = Vec::with_capacity(rewritten.len() + tail.len() + 64);
         out.extend_from_slice(&rewritten[..start]);
@@ -154,7 +166,7 @@ pub fn split_system(
         out.extend_from_slice(&rewritten[end..]);
         return Ok(out);
     }
-    Err("no_volatile_tail")
+    Err(gate::NO_VOLATILE_TAIL)
 }
 
 #[cfg(test)]
@@ -218,25 +230,25 @@ mod tests {
         let parsed = wire::parse(plain.as_bytes(), Dialect::Anthropic).unwrap();
         assert_eq!(
             split_system(&parsed, plain.as_bytes(), false),
-            Err("no_volatile_tail")
+            Err(gate::NO_VOLATILE_TAIL)
         );
         let small = body("Be brief.\ngitStatus: clean", false);
         let parsed = wire::parse(small.as_bytes(), Dialect::Anthropic).unwrap();
         assert_eq!(
             split_system(&parsed, small.as_bytes(), false),
-            Err("no_volatile_tail")
+            Err(gate::NO_VOLATILE_TAIL)
         );
         let early = body(&format!("Short.\ngitStatus: x\n{}", instructions()), false);
         let parsed = wire::parse(early.as_bytes(), Dialect::Anthropic).unwrap();
         assert_eq!(
             split_system(&parsed, early.as_bytes(), false),
-            Err("stable_head_too_small")
+            Err(gate::STABLE_HEAD_TOO_SMALL)
         );
         let openai = r#"{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#;
         let parsed = wire::parse(openai.as_bytes(), Dialect::OpenAi).unwrap();
         assert_eq!(
             split_system(&parsed, openai.as_bytes(), false),
-            Err("not_anthropic")
+            Err(gate::NOT_ANTHROPIC)
         );
     }
 }

@@ -21,6 +21,7 @@
 //! config loads. A pure function of the output and its command, so every turn re-derives the
 //! same bytes: nothing to freeze.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
@@ -70,6 +71,13 @@ impl Default for CmdfilterConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "cmdfilter",
     summary: "filters command output with the matching DSL filter (builtins + your own, recoverable)",
+    gates: &[
+        gate::BELOW_MIN_SIZE,
+        gate::EMPTY,
+        gate::FILTER_MATCHED_NO_CHANGE,
+        gate::NO_FILTERS_LOADED,
+        gate::NO_FILTER_MATCH,
+    ],
     build,
 };
 
@@ -119,7 +127,7 @@ pub fn command_of(message: &Message) -> Option<String> {
 impl Offload for Cmdfilter {
     fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
         if self.set.is_empty() {
-            cx.gate("no_filters_loaded");
+            cx.gate(gate::NO_FILTERS_LOADED);
             return Ok(Vec::new());
         }
         let mut keys = Vec::new();
@@ -129,22 +137,22 @@ impl Offload for Cmdfilter {
                 continue;
             }
             if message.content.trim().is_empty() {
-                cx.gate("empty");
+                cx.gate(gate::EMPTY);
                 continue;
             }
             if message.content.len() < self.config.min_size {
-                cx.gate("below_min_size");
+                cx.gate(gate::BELOW_MIN_SIZE);
                 continue;
             }
             let command = command_of(message);
             let selector = dsl::selector(command.as_deref(), &message.content);
             let Some(filter) = self.set.select(&selector) else {
-                cx.gate("no_filter_match");
+                cx.gate(gate::NO_FILTER_MATCH);
                 continue;
             };
             let filtered = filter.apply(&message.content);
             if filtered.text == message.content {
-                cx.gate("filter_matched_no_change");
+                cx.gate(gate::FILTER_MATCHED_NO_CHANGE);
                 continue;
             }
             let hint = if filtered.loss == Lossiness::None {

@@ -29,6 +29,7 @@
 //! first turn a proxy sees of a long session its whole saving. `cold_cache` is accepted for
 //! config compatibility and has nothing to lift.
 
+use crate::pipeline::gate;
 use std::borrow::Cow;
 
 use serde::Deserialize;
@@ -92,6 +93,11 @@ impl Default for CollapseConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "collapse",
     summary: "keeps head and tail lines of an oversized output (recoverable fallback)",
+    gates: &[
+        gate::BELOW_MAX_TOKENS,
+        gate::FAILURE_IN_VIEW,
+        gate::TOO_FEW_LINES,
+    ],
     build,
 };
 
@@ -119,11 +125,11 @@ impl Offload for Collapse {
                 continue;
             }
             if cx.tokens(index) <= self.config.max_tokens {
-                cx.gate("below_max_tokens");
+                cx.gate(gate::BELOW_MAX_TOKENS);
                 continue;
             }
             if cx.tokens(index) <= self.config.keep_failures && reports_failure(message) {
-                cx.gate("failure_in_view");
+                cx.gate(gate::FAILURE_IN_VIEW);
                 continue;
             }
             // The text to cut: the output itself, or, when the output is JSON whose lines all sit
@@ -138,7 +144,7 @@ impl Offload for Collapse {
                 None => match super::longest_json_text(&message.content) {
                     Some((span, text)) => (Cow::Owned(text), Some(span)),
                     None => {
-                        cx.gate("too_few_lines");
+                        cx.gate(gate::TOO_FEW_LINES);
                         continue;
                     }
                 },
@@ -146,7 +152,7 @@ impl Offload for Collapse {
             let Some((head, omitted, tail)) =
                 head_and_tail(&text, self.config.head_lines, self.config.tail_lines)
             else {
-                cx.gate("too_few_lines");
+                cx.gate(gate::TOO_FEW_LINES);
                 continue;
             };
             let kept = salient_lines(

@@ -8,6 +8,7 @@
 //! the request (the later copy is deduplicated on the turn it first appears and on every turn
 //! after), so it needs no freeze. If the store refuses the stash the output is left alone.
 
+use crate::pipeline::gate;
 use std::collections::HashMap;
 
 use serde::Deserialize;
@@ -41,6 +42,7 @@ impl Default for DedupConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "dedup",
     summary: "points a repeated identical tool output at its first copy (recoverable)",
+    gates: &[gate::BELOW_MIN_TOKENS, gate::NO_EARLIER_IDENTICAL_OUTPUT],
     build,
 };
 
@@ -72,7 +74,7 @@ impl Offload for Dedup {
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             let key = cx.content_hash(index, &message.content);
@@ -80,7 +82,7 @@ impl Offload for Dedup {
                 Some(earlier) if *earlier == message.content => duplicates.push(index),
                 _ => {
                     first_seen.entry(key).or_insert(&message.content);
-                    cx.gate("no_earlier_identical_output");
+                    cx.gate(gate::NO_EARLIER_IDENTICAL_OUTPUT);
                 }
             }
         }

@@ -41,6 +41,7 @@
 //! diff of another's outputs. A remembered refusal is not confirmed: a collision there can only
 //! leave an output whole.
 
+use crate::pipeline::gate::{self, Gate};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -96,6 +97,12 @@ impl Default for DeltaConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "delta",
     summary: "shows an output that mostly repeats an earlier one as a diff against it (recoverable)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::DIFF_TOO_LARGE,
+        gate::NO_SIMILAR_EARLIER_OUTPUT,
+        gate::TOO_MANY_LINES,
+    ],
     build,
 };
 
@@ -141,7 +148,7 @@ struct Found {
 struct Memo {
     /// Keys that had no delta, with the gate that said so. A collision here can only skip a
     /// delta.
-    none: HashMap<u64, &'static str, tokens::IdentityBuild>,
+    none: HashMap<u64, Gate, tokens::IdentityBuild>,
     found: HashMap<u64, Found, tokens::IdentityBuild>,
     found_bytes: usize,
 }
@@ -150,7 +157,7 @@ impl Memo {
     const NONE_MAX: usize = 1 << 16;
     const FOUND_BYTES: usize = 16 << 20;
 
-    fn remember(&mut self, key: u64, found: Result<Found, &'static str>) {
+    fn remember(&mut self, key: u64, found: Result<Found, Gate>) {
         match found {
             Err(gate) => {
                 if self.none.len() >= Self::NONE_MAX {
@@ -197,10 +204,10 @@ impl Offload for Delta {
                 continue;
             }
             let decision = if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 None
             } else if earlier.is_empty() {
-                cx.gate("no_similar_earlier_output");
+                cx.gate(gate::NO_SIMILAR_EARLIER_OUTPUT);
                 None
             } else {
                 // The window's earlier outputs that can be a base, nearest first.
@@ -288,10 +295,10 @@ impl Delta {
         output: &str,
         bases: &[usize],
         messages: &Transcript<'_>,
-    ) -> Result<Found, &'static str> {
+    ) -> Result<Found, Gate> {
         let lines: Vec<&str> = output.lines().collect();
         if lines.len() > self.config.max_lines {
-            return Err("too_many_lines");
+            return Err(gate::TOO_MANY_LINES);
         }
         let mut needed: HashMap<&str, usize> = HashMap::new();
         for line in &lines {
@@ -315,19 +322,19 @@ impl Delta {
             }
         }
         let Some((back, shared)) = best else {
-            return Err("no_similar_earlier_output");
+            return Err(gate::NO_SIMILAR_EARLIER_OUTPUT);
         };
         if shared < least {
-            return Err("no_similar_earlier_output");
+            return Err(gate::NO_SIMILAR_EARLIER_OUTPUT);
         }
         let base = messages[bases[back]].content.as_str();
         let hunks = hunks(base, output);
         if hunks.is_empty() {
             // The same lines, with other line endings: nothing to show.
-            return Err("no_similar_earlier_output");
+            return Err(gate::NO_SIMILAR_EARLIER_OUTPUT);
         }
         if hunks.len() as f64 > self.config.max_diff_share * output.len() as f64 {
-            return Err("diff_too_large");
+            return Err(gate::DIFF_TOO_LARGE);
         }
         Ok(Found {
             back,

@@ -28,6 +28,7 @@
 //! back to this projection when there is no model or the filter fails its checks. If the store
 //! refuses the stash the output is left alone.
 
+use crate::pipeline::gate;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -95,6 +96,12 @@ impl Default for ExtractConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "extract",
     summary: "projects a large output onto the conversation's query and drops noise (frozen)",
+    gates: &[
+        gate::BELOW_OUTPUT_FLOOR,
+        gate::CACHED_PREFIX,
+        gate::NO_OBVIOUS_NOISE,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -201,14 +208,14 @@ impl Offload for Extract {
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
             if recent.contains(&index) {
-                cx.gate("within_keep_recent");
+                cx.gate(gate::WITHIN_KEEP_RECENT);
                 continue;
             }
             if !offload_candidate(&messages[index], cx) {
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_output_floor");
+                cx.gate(gate::BELOW_OUTPUT_FLOOR);
                 continue;
             }
             if self.config.strategy != Strategy::Deterministic {
@@ -282,11 +289,11 @@ impl Projector {
         cx: &mut ApplyCx<'_>,
     ) -> Option<StashKey> {
         if !cx.may_mutate(index) {
-            cx.gate("cached_prefix");
+            cx.gate(gate::CACHED_PREFIX);
             return None;
         }
         let Some(projected) = self.project(&messages[index].content) else {
-            cx.gate("no_obvious_noise");
+            cx.gate(gate::NO_OBVIOUS_NOISE);
             return None;
         };
         offload_with(messages, index, cx, |_, marker| {

@@ -29,6 +29,7 @@
 //! next turn ([`Answer::Late`]). What this component did is frozen as sampled: replayed byte for
 //! byte on every later turn, never re-asked.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
@@ -65,13 +66,13 @@ impl Trigger {
     /// Whether the request as a whole is large enough. Records the gate when not.
     pub(crate) fn request_fires(&self, messages: &Transcript<'_>, cx: &mut ApplyCx<'_>) -> bool {
         if messages.len() < self.min_messages {
-            cx.gate("below_trigger_messages");
+            cx.gate(gate::BELOW_TRIGGER_MESSAGES);
             return false;
         }
         if self.min_request_tokens > 0 {
             let total: usize = (0..messages.len()).map(|i| cx.tokens(i)).sum();
             if total < self.min_request_tokens {
-                cx.gate("below_trigger_tokens");
+                cx.gate(gate::BELOW_TRIGGER_TOKENS);
                 return false;
             }
         }
@@ -169,6 +170,23 @@ impl Default for ExtractLlmConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "extract_llm",
     summary: "a cheap model writes a deletion-only filter for a large output (sampled, recoverable)",
+    gates: &[
+        gate::BELOW_BREAK_EVEN,
+        gate::BELOW_OUTPUT_FLOOR,
+        gate::BELOW_TRIGGER_MESSAGES,
+        gate::BELOW_TRIGGER_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::LATE_RESULT_APPLIED,
+        gate::LLM_MAX_PER_REQUEST,
+        gate::MODEL_EMPTY_RESULT,
+        gate::MODEL_FAILED,
+        gate::MODEL_RESULT_NOT_SMALLER,
+        gate::NOT_DELETION_ONLY,
+        gate::NO_MODEL,
+        gate::NO_OBVIOUS_NOISE,
+        gate::TOO_LARGE_FOR_SANDBOX,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -207,14 +225,14 @@ impl Offload for ExtractLlm {
         let recent = super::recent_outputs(messages, self.config.keep_recent);
         for index in 0..messages.len() {
             if recent.contains(&index) {
-                cx.gate("within_keep_recent");
+                cx.gate(gate::WITHIN_KEEP_RECENT);
                 continue;
             }
             if !offload_candidate(&messages[index], cx) {
                 continue;
             }
             if cx.tokens(index) < floor {
-                cx.gate("below_output_floor");
+                cx.gate(gate::BELOW_OUTPUT_FLOOR);
                 continue;
             }
             let capped = self.config.llm_max_per_request > 0
@@ -229,7 +247,7 @@ impl Offload for ExtractLlm {
                     Outcome::Fallback => {}
                 }
             } else if capped {
-                cx.gate("llm_max_per_request");
+                cx.gate(gate::LLM_MAX_PER_REQUEST);
             }
             keys.extend(projector.offload(messages, index, cx));
         }
@@ -254,12 +272,12 @@ impl Llm<'_> {
         cx: &mut ApplyCx<'_>,
     ) -> Outcome {
         let Some(models) = cx.models() else {
-            cx.gate("no_model");
+            cx.gate(gate::NO_MODEL);
             return Outcome::Fallback;
         };
         // The sandbox refuses inputs over 1 MiB: a call for one could never pay.
         if messages[index].content.len() > SANDBOX_INPUT_BYTES {
-            cx.gate("too_large_for_sandbox");
+            cx.gate(gate::TOO_LARGE_FOR_SANDBOX);
             return Outcome::Fallback;
         }
         // Borrowed: the job (a copy of the output and the context) is built only when the host
@@ -296,41 +314,41 @@ impl Llm<'_> {
                 return Outcome::Leave;
             }
             Answer::Failed(_) => {
-                cx.gate("model_failed");
+                cx.gate(gate::MODEL_FAILED);
                 return Outcome::Fallback;
             }
             Answer::NoModel => {
-                cx.gate("no_model");
+                cx.gate(gate::NO_MODEL);
                 return Outcome::Fallback;
             }
             Answer::Unknown if warm_and_small && mutable => {
-                cx.gate("below_break_even");
+                cx.gate(gate::BELOW_BREAK_EVEN);
                 return Outcome::Fallback;
             }
             Answer::Unknown => {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 return Outcome::Leave;
             }
         };
         if !mutable && !late {
-            cx.gate("cached_prefix");
+            cx.gate(gate::CACHED_PREFIX);
             return Outcome::Leave;
         }
         if text.trim().is_empty() {
-            cx.gate("model_empty_result");
+            cx.gate(gate::MODEL_EMPTY_RESULT);
             return Outcome::Fallback;
         }
         if !self.rewrite && !contain::deletion_only(output, &text) {
-            cx.gate("not_deletion_only");
+            cx.gate(gate::NOT_DELETION_ONLY);
             return Outcome::Fallback;
         }
         if tokens::count(&text) >= cx.tokens(index) {
-            cx.gate("model_result_not_smaller");
+            cx.gate(gate::MODEL_RESULT_NOT_SMALLER);
             return Outcome::Fallback;
         }
         if late {
             cx.allow_late(index);
-            cx.gate("late_result_applied");
+            cx.gate(gate::LATE_RESULT_APPLIED);
         }
         let joined = if text.ends_with('\n') {
             text

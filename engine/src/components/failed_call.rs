@@ -14,6 +14,7 @@ use super::triage::{Rules, Screen, call_pairs, head_chars, screener_config, step
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_OUTPUT};
+use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Policy, Stashed, Transcript, message_tokens};
 
 screener_config! {
@@ -29,6 +30,14 @@ screener_config! {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "failed_call",
     summary: "triage: stubs stale failed calls' arguments and trims their errors (frozen, atomic)",
+    gates: &[
+        gate::BELOW_BUDGET_PRESSURE,
+        gate::CACHED_PREFIX,
+        gate::EXEMPT,
+        gate::IN_RESERVE,
+        gate::MARKER_OR_NOT_REWRITABLE,
+        gate::RECENT,
+    ],
     build,
 };
 
@@ -61,26 +70,26 @@ impl Screen for FailedCall {
                 continue;
             }
             if pair.output >= reserve {
-                cx.gate("in_reserve");
+                cx.gate(gate::IN_RESERVE);
                 continue;
             }
             if steps_after(messages, pair.call_message) <= self.config.turns {
-                cx.gate("recent");
+                cx.gate(gate::RECENT);
                 continue;
             }
             if rules.exempt(output) {
-                cx.gate("exempt");
+                cx.gate(gate::EXEMPT);
                 continue;
             }
             if !output.rewritable
                 || marker::contains_marker(&output.content)
                 || marker::contains_marker(args)
             {
-                cx.gate("marker_or_not_rewritable");
+                cx.gate(gate::MARKER_OR_NOT_REWRITABLE);
                 continue;
             }
             if !cx.may_mutate(pair.call_message) || !cx.may_mutate(pair.output) {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 continue;
             }
             // Build both halves, then adopt them together or not at all.
@@ -107,11 +116,11 @@ impl Screen for FailedCall {
                 + message_tokens(&messages[pair.output]);
             let after = message_tokens(&call_after) + message_tokens(&output_after);
             if after >= before {
-                cx.gate("marker_no_win");
+                cx.gate(gate::MARKER_NO_WIN);
                 continue;
             }
             let Ok(args_key) = cx.stash(&args) else {
-                cx.gate("store_full");
+                cx.gate(gate::STORE_FULL);
                 continue;
             };
             let error_key = match &new_error {
@@ -119,7 +128,7 @@ impl Screen for FailedCall {
                     Ok(key) => Some(key),
                     Err(_) => {
                         // The arguments' stash is harmless on its own; the pair stays whole.
-                        cx.gate("store_full");
+                        cx.gate(gate::STORE_FULL);
                         continue;
                     }
                 },

@@ -16,6 +16,7 @@
 //! decisions are frozen and replayed; the replacement depends only on the content, so a lost
 //! freeze is re-derived. If the store refuses the stash the output is left alone.
 
+use crate::pipeline::gate;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -55,6 +56,14 @@ impl Default for FailedRunConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "failed_run",
     summary: "collapses failing test/build runs that a later run superseded (frozen, recoverable)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::EARLIER_RUN_PASSED,
+        gate::FEWER_THAN_TWO_RUNS,
+        gate::NOT_RUN_LIKE,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -128,14 +137,14 @@ impl Offload for FailedRun {
                 continue;
             }
             if !run_like().is_match(&message.content) {
-                cx.gate("not_run_like");
+                cx.gate(gate::NOT_RUN_LIKE);
                 continue;
             }
             runs.push((index, family(message)));
         }
         if runs.len() < 2 {
             if !runs.is_empty() {
-                cx.gate("fewer_than_two_runs");
+                cx.gate(gate::FEWER_THAN_TWO_RUNS);
             }
             return Ok(Vec::new());
         }
@@ -143,7 +152,7 @@ impl Offload for FailedRun {
         let mut keys = Vec::new();
         for (at, (index, fam)) in runs.iter().enumerate() {
             if recent.contains(index) {
-                cx.gate("within_keep_recent");
+                cx.gate(gate::WITHIN_KEEP_RECENT);
                 continue;
             }
             let superseded = runs[at + 1..]
@@ -154,15 +163,15 @@ impl Offload for FailedRun {
             }
             let index = *index;
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             if !failing().is_match(&messages[index].content) {
-                cx.gate("earlier_run_passed");
+                cx.gate(gate::EARLIER_RUN_PASSED);
                 continue;
             }
             if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 continue;
             }
             keys.extend(offload_with(messages, index, cx, |_, marker| {

@@ -12,6 +12,7 @@
 //!
 //! Adopted only when strictly fewer tokens. On any failure the output is left untouched.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode};
@@ -42,6 +43,14 @@ impl Default for FormatConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "format",
     summary: "compacts pretty-printed JSON tool outputs (lossless)",
+    gates: &[
+        gate::ALREADY_COMPACT,
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::JSON_PARSE_FAILED,
+        gate::NOT_JSON_SHAPED,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -72,15 +81,15 @@ impl Reformat for Format {
             let message = &messages[index];
             let trimmed = message.content.trim();
             if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-                cx.gate("not_json_shaped");
+                cx.gate(gate::NOT_JSON_SHAPED);
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             let Ok(root) = json::parse_document(&message.content) else {
-                cx.gate("json_parse_failed");
+                cx.gate(gate::JSON_PARSE_FAILED);
                 continue;
             };
             let compact = minify(&message.content[root.start..root.end]);
@@ -88,14 +97,14 @@ impl Reformat for Format {
                 Some(inner) => inner,
                 None if compact.len() < message.content.len() => compact,
                 None => {
-                    cx.gate("already_compact");
+                    cx.gate(gate::ALREADY_COMPACT);
                     continue;
                 }
             };
             if tokens::count(&candidate) < cx.tokens(index) {
                 messages.set_content(index, candidate);
             } else {
-                cx.gate("already_compact");
+                cx.gate(gate::ALREADY_COMPACT);
             }
         }
         Ok(())

@@ -24,6 +24,7 @@
 //! function of the content, so it needs no freeze. If the store refuses the stash the output is
 //! left alone.
 
+use crate::pipeline::gate;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -65,6 +66,7 @@ impl Default for LinecapConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "linecap",
     summary: "collapses repeated lines and clips overlong ones (recoverable)",
+    gates: &[gate::BELOW_MIN_SIZE, gate::NO_LONG_OR_REPEATED_LINES],
     build,
 };
 
@@ -230,7 +232,7 @@ impl Offload for Linecap {
                 continue;
             }
             if message.content.len() < self.config.min_size {
-                cx.gate("below_min_size");
+                cx.gate(gate::BELOW_MIN_SIZE);
                 continue;
             }
             let hash = cx.content_hash(index, &message.content);
@@ -238,7 +240,7 @@ impl Offload for Linecap {
                 .memo
                 .reduce(&message.content, hash, |text| self.reduce(text))
             else {
-                cx.gate("no_long_or_repeated_lines");
+                cx.gate(gate::NO_LONG_OR_REPEATED_LINES);
                 continue;
             };
             keys.extend(offload_with(messages, index, cx, |_, marker| {

@@ -7,6 +7,7 @@
 //! still an error. Presets that name it (agentdiet) build, run, and save exactly what their other
 //! components save.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
@@ -36,6 +37,7 @@ struct AgentdietConfig {
 pub(super) const AGENTDIET: ComponentFactory = ComponentFactory {
     name: "agentdiet",
     summary: "the AgentDiet trajectory reducer (no model in this build: no-op)",
+    gates: &[gate::NO_MODEL],
     build: build_agentdiet,
 };
 
@@ -54,7 +56,7 @@ impl Offload for NoModel {
     }
 
     fn offload(&self, _: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
-        cx.gate("no_model");
+        cx.gate(gate::NO_MODEL);
         Ok(Vec::new())
     }
 }

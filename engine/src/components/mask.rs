@@ -19,6 +19,7 @@
 //! (the default), because the replacement is a pure function of the content and the config.
 //! If the store refuses the stash the output is left alone.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 
 use super::{
@@ -59,6 +60,11 @@ impl Default for MaskConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "mask",
     summary: "masks tool outputs older than the newest keep_recent (frozen, recoverable)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -82,7 +88,7 @@ impl Offload for Mask {
             .collect();
         let older = outputs.len().saturating_sub(self.config.keep_recent);
         for _ in &outputs[older..] {
-            cx.gate("within_keep_recent");
+            cx.gate(gate::WITHIN_KEEP_RECENT);
         }
         let mut keys = Vec::new();
         for &index in &outputs[..older] {
@@ -90,11 +96,11 @@ impl Offload for Mask {
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 continue;
             }
             let head = match self.config.keep_head_chars {

@@ -40,6 +40,7 @@ pub mod triage;
 pub use crate::terminal::clean as terminal_render;
 pub use source::ComponentSource;
 
+use crate::pipeline::gate;
 use std::collections::HashSet;
 
 use serde::de::DeserializeOwned;
@@ -47,7 +48,7 @@ use serde::de::DeserializeOwned;
 use crate::dsl::LoadError;
 use crate::marker;
 use crate::message::Message;
-use crate::pipeline::{ApplyCx, Component, Stage, StashKey, Transcript};
+use crate::pipeline::{ApplyCx, Component, Gate, Stage, StashKey, Transcript};
 use crate::tokens;
 
 /// One component as the registry lists it: its name (the only one the component has), one
@@ -56,6 +57,8 @@ use crate::tokens;
 pub struct ComponentFactory {
     name: &'static str,
     summary: &'static str,
+    /// The gates it records of its own; [`gate::ANY_COMPONENT`] adds the shared ones.
+    gates: &'static [Gate],
     build: fn(&ComponentSource<'_>) -> Result<Component, BuildError>,
 }
 
@@ -67,6 +70,12 @@ impl ComponentFactory {
     /// One line for `sluice presets` and the docs.
     pub fn summary(&self) -> &'static str {
         self.summary
+    }
+
+    /// The gates it records, besides [`gate::ANY_COMPONENT`] (the docs' table of gates is
+    /// rendered from these; the corpus test holds every component to its list).
+    pub fn gates(&self) -> &'static [Gate] {
+        self.gates
     }
 
     /// Builds the component from its config block (defaults when there is none).
@@ -200,7 +209,7 @@ pub(crate) fn text_tool_output(message: &Message, cx: &mut ApplyCx<'_>) -> bool 
         return false;
     }
     if !message.rewritable {
-        cx.gate("non_text_blocks");
+        cx.gate(gate::NON_TEXT_BLOCKS);
         return false;
     }
     true
@@ -213,7 +222,7 @@ pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool
         return false;
     }
     if marker::contains_marker(&message.content) {
-        cx.gate("marker_or_kept_verbatim");
+        cx.gate(gate::MARKER_OR_KEPT_VERBATIM);
         return false;
     }
     true
@@ -300,7 +309,7 @@ pub(crate) fn offload_with(
     let id = marker::stash_id(original);
     let replacement = build(&messages[index], &marker::marker(&id));
     if tokens::count(&replacement) >= cx.tokens(index) {
-        cx.gate("marker_no_win");
+        cx.gate(gate::MARKER_NO_WIN);
         return None;
     }
     match cx.stash_as(original, id) {
@@ -309,7 +318,7 @@ pub(crate) fn offload_with(
             Some(key)
         }
         Err(_) => {
-            cx.gate("store_full");
+            cx.gate(gate::STORE_FULL);
             None
         }
     }
@@ -372,7 +381,7 @@ pub(crate) fn repack_candidates(
             continue;
         }
         if min_tokens > 0 && cx.tokens(index) < min_tokens {
-            cx.gate("below_min_tokens");
+            cx.gate(gate::BELOW_MIN_TOKENS);
             continue;
         }
         candidates.push(index);
@@ -390,11 +399,11 @@ pub(crate) fn held_back(
     cx: &mut ApplyCx<'_>,
 ) -> bool {
     if recent.contains(&index) {
-        cx.gate("within_keep_recent");
+        cx.gate(gate::WITHIN_KEEP_RECENT);
         return true;
     }
     if keep_recent > 0 && !cx.may_mutate(index) {
-        cx.gate("cached_prefix");
+        cx.gate(gate::CACHED_PREFIX);
         return true;
     }
     false

@@ -13,6 +13,7 @@ use super::triage::{Rules, Screen, head_chars, screener_config, tail_chars};
 use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
+use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
 screener_config! {
@@ -30,6 +31,14 @@ screener_config! {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "oversized_block",
     summary: "triage: keeps the head and tail of an output over cap_chars (frozen, recoverable)",
+    gates: &[
+        gate::BELOW_BUDGET_PRESSURE,
+        gate::BELOW_MIN_SAVINGS,
+        gate::CACHED_PREFIX,
+        gate::EXEMPT,
+        gate::IN_RESERVE,
+        gate::UNDER_CAP,
+    ],
     build,
 };
 
@@ -63,11 +72,11 @@ impl Screen for OversizedBlock {
                 continue;
             }
             if index >= reserve {
-                cx.gate("in_reserve");
+                cx.gate(gate::IN_RESERVE);
             } else if output.content.len() <= self.config.cap_chars
                 || output.content.chars().count() <= self.config.cap_chars
             {
-                cx.gate("under_cap");
+                cx.gate(gate::UNDER_CAP);
             } else if rules.admits(messages, index, cx) {
                 targets.push((index, ()));
             }

@@ -22,6 +22,7 @@
 //! off by default here: eviction at depth is a large cache write). The stub depends only on the
 //! content, so a lost freeze is re-derived. Inert when tool outputs already fit, or with one.
 
+use crate::pipeline::gate;
 use std::collections::HashSet;
 
 use serde::Deserialize;
@@ -108,6 +109,13 @@ impl Default for PhiEvictConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "phi_evict",
     summary: "evicts the lowest-scoring tool outputs until the transcript fits budget_tokens (frozen)",
+    gates: &[
+        gate::CACHED_PREFIX,
+        gate::NEWEST_OUTPUT,
+        gate::SINGLE_OUTPUT,
+        gate::STILL_OVER_BUDGET,
+        gate::WITHIN_BUDGET,
+    ],
     build,
 };
 
@@ -140,12 +148,12 @@ impl Offload for PhiEvict {
             .filter(|&i| messages[i].is_tool())
             .collect();
         if outputs.len() <= 1 {
-            cx.gate("single_output");
+            cx.gate(gate::SINGLE_OUTPUT);
             return Ok(Vec::new());
         }
         let mut total: usize = outputs.iter().map(|&i| cx.tokens(i)).sum();
         if total <= self.config.budget_tokens {
-            cx.gate("within_budget");
+            cx.gate(gate::WITHIN_BUDGET);
             return Ok(Vec::new());
         }
         let query = (0..messages.len())
@@ -184,14 +192,14 @@ impl Offload for PhiEvict {
                 break;
             }
             if index == newest {
-                cx.gate("newest_output");
+                cx.gate(gate::NEWEST_OUTPUT);
                 continue;
             }
             if !offload_candidate(&messages[index], cx) {
                 continue;
             }
             if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 continue;
             }
             let before = cx.tokens(index);
@@ -207,7 +215,7 @@ impl Offload for PhiEvict {
             }
         }
         if total > self.config.budget_tokens {
-            cx.gate("still_over_budget");
+            cx.gate(gate::STILL_OVER_BUDGET);
         }
         Ok(keys)
     }

@@ -8,6 +8,7 @@
 //! [repeated call: bash was called again later with the same arguments] <<cg:…>>
 //! ```
 
+use crate::pipeline::gate;
 use std::collections::HashMap;
 
 use super::triage::{Rules, Screen, call_pairs, screener_config};
@@ -23,6 +24,13 @@ screener_config! {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "repeated_call",
     summary: "triage: keeps only the latest of calls repeated with the same arguments (frozen)",
+    gates: &[
+        gate::BELOW_BUDGET_PRESSURE,
+        gate::BELOW_MIN_SAVINGS,
+        gate::CACHED_PREFIX,
+        gate::EXEMPT,
+        gate::IN_RESERVE,
+    ],
     build,
 };
 
@@ -61,7 +69,7 @@ impl Screen for RepeatedCall {
                 continue;
             }
             if p.output >= reserve {
-                cx.gate("in_reserve");
+                cx.gate(gate::IN_RESERVE);
             } else if rules.admits(messages, p.output, cx) {
                 targets.push((p.output, call.name.clone()));
             }

@@ -20,6 +20,7 @@
 //!
 //! Routed by content, not by the command. Adopted only when strictly fewer tokens.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode};
@@ -49,6 +50,13 @@ impl Default for SearchfoldConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "searchfold",
     summary: "folds repeated paths out of search hits and path lists (lossless)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::NO_PATH_SHAPE,
+        gate::NO_REPEATED_PREFIX,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -218,14 +226,14 @@ impl Reformat for Searchfold {
                     .windows(2)
                     .any(|w| w[0] == b':' && w[1].is_ascii_digit());
             if !shaped {
-                cx.gate("no_path_shape");
+                cx.gate(gate::NO_PATH_SHAPE);
                 continue;
             }
             match best_fold(text) {
                 Some(folded) if tokens::count(&folded) < cx.tokens(index) => {
                     messages.set_content(index, folded);
                 }
-                _ => cx.gate("no_repeated_prefix"),
+                _ => cx.gate(gate::NO_REPEATED_PREFIX),
             }
         }
         Ok(())

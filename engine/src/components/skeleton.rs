@@ -26,6 +26,7 @@
 //! has since read again, or read and moved on from; one expand gets the original back byte for
 //! byte. Whether an output is older depends on what came after it, so decisions are frozen.
 
+use crate::pipeline::gate::{self, Gate};
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
@@ -75,6 +76,16 @@ impl Default for SkeletonConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "skeleton",
     summary: "elides function bodies of older source reads with tree-sitter (frozen, recoverable)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::NEWEST_READ,
+        gate::NO_CODE,
+        gate::NO_LARGE_BODIES,
+        gate::PARSE_ERRORS,
+        gate::TOO_LARGE,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -125,7 +136,7 @@ impl Offload for Skeleton {
         }
         let older = outputs.len().saturating_sub(self.config.keep_recent);
         for _ in &outputs[older..] {
-            cx.gate("within_keep_recent");
+            cx.gate(gate::WITHIN_KEEP_RECENT);
         }
         let mut keys = Vec::new();
         for (&index, path) in outputs[..older].iter().zip(&paths) {
@@ -136,15 +147,15 @@ impl Offload for Skeleton {
                 .as_deref()
                 .is_some_and(|p| newest_read.get(p) == Some(&index))
             {
-                cx.gate("newest_read");
+                cx.gate(gate::NEWEST_READ);
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 continue;
             }
             let lang = path.as_deref().and_then(Lang::from_path);
@@ -167,18 +178,18 @@ impl Offload for Skeleton {
 impl Skeleton {
     /// The output with every large body of every code region elided, or the gate that says why
     /// there is none.
-    fn skeletonize(&self, text: &str, path_lang: Option<Lang>) -> Result<String, &'static str> {
+    fn skeletonize(&self, text: &str, path_lang: Option<Lang>) -> Result<String, Gate> {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let regions = code_regions(&lines, path_lang);
         if regions.is_empty() {
-            return Err("no_code");
+            return Err(gate::NO_CODE);
         }
         let mut elisions: Vec<Elision> = Vec::new();
-        let mut inert = "no_large_bodies";
+        let mut inert = gate::NO_LARGE_BODIES;
         for region in &regions {
             let source = region_source(&lines, region);
             if source.len() > self.config.max_bytes {
-                inert = "too_large";
+                inert = gate::TOO_LARGE;
                 continue;
             }
             match &*code::body_lines_memo(&source, region.lang, self.config.min_tokens) {
@@ -186,7 +197,7 @@ impl Skeleton {
                     lines: (region.lines.start + body.start())..=(region.lines.start + body.end()),
                     gutter: region.gutter,
                 })),
-                Err(Inert::ParseErrors) => inert = "parse_errors",
+                Err(Inert::ParseErrors) => inert = gate::PARSE_ERRORS,
                 Err(Inert::NoLargeBodies) => {}
             }
         }

@@ -15,6 +15,7 @@
 //! to last) says how many are worth keeping, capped at `max_adaptive`. A list of near-identical
 //! rows keeps only its anchors; a list where a few rows differ keeps those few.
 
+use crate::pipeline::gate;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -64,6 +65,12 @@ impl Default for SmartcrushConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "smartcrush",
     summary: "keeps the ends of a long JSON array and every item reporting a problem (recoverable)",
+    gates: &[
+        gate::BELOW_MIN_ITEMS,
+        gate::BELOW_MIN_TOKENS,
+        gate::NOTHING_TO_DROP,
+        gate::NOT_JSON_ARRAY,
+    ],
     build,
 };
 
@@ -147,7 +154,7 @@ impl Offload for Smartcrush {
             let root = match json::parse_document(text) {
                 Ok(root) if json::kind_of(text, root) == Kind::Array => root,
                 _ => {
-                    cx.gate("not_json_array");
+                    cx.gate(gate::NOT_JSON_ARRAY);
                     continue;
                 }
             };
@@ -155,11 +162,11 @@ impl Offload for Smartcrush {
                 .map(|span| span.of(text))
                 .collect();
             if items.len() < self.config.min_items {
-                cx.gate("below_min_items");
+                cx.gate(gate::BELOW_MIN_ITEMS);
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             let n = items.len();
@@ -185,7 +192,7 @@ impl Offload for Smartcrush {
                 .map(|(_, item)| minify(item))
                 .collect();
             if kept.len() == n {
-                cx.gate("nothing_to_drop");
+                cx.gate(gate::NOTHING_TO_DROP);
                 continue;
             }
             let shown = format!("[{}] [{} of {n} items shown]", kept.join(","), kept.len());

@@ -11,6 +11,7 @@ use super::triage::{Rules, Screen, call_pairs, screener_config, steps_after};
 use super::{BuildError, ComponentFactory, decode, peek};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
+use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
 screener_config! {
@@ -24,6 +25,14 @@ screener_config! {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "stale_output",
     summary: "triage: archives call outputs many steps old (frozen, recoverable)",
+    gates: &[
+        gate::BELOW_BUDGET_PRESSURE,
+        gate::BELOW_MIN_SAVINGS,
+        gate::CACHED_PREFIX,
+        gate::EXEMPT,
+        gate::IN_RESERVE,
+        gate::RECENT,
+    ],
     build,
 };
 
@@ -48,9 +57,9 @@ impl Screen for StaleOutput {
         for pair in call_pairs(messages) {
             let age = steps_after(messages, pair.call_message);
             if pair.output >= reserve {
-                cx.gate("in_reserve");
+                cx.gate(gate::IN_RESERVE);
             } else if age <= self.turns {
-                cx.gate("recent");
+                cx.gate(gate::RECENT);
             } else if rules.admits(messages, pair.output, cx) {
                 targets.push((pair.output, age));
             }

@@ -12,6 +12,7 @@ use super::{BuildError, ComponentFactory, decode};
 use crate::components::ComponentSource;
 use crate::marker;
 use crate::message::Role;
+use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Policy, StashKey, Stashed, Transcript, message_tokens};
 use crate::wire::Dialect;
 
@@ -28,6 +29,12 @@ screener_config! {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "stale_reasoning",
     summary: "triage: removes old reasoning and trims long kept blocks (frozen, recoverable)",
+    gates: &[
+        gate::BELOW_BUDGET_PRESSURE,
+        gate::CACHED_PREFIX,
+        gate::SIGNED_THINKING,
+        gate::WITHIN_KEEP_TURNS,
+    ],
     build,
 };
 
@@ -50,7 +57,7 @@ impl Screen for StaleReasoning {
     fn declines(&self, cx: &mut ApplyCx<'_>) -> bool {
         let signed = matches!(cx.dialect(), Dialect::Anthropic | Dialect::Gemini);
         if signed {
-            cx.gate("signed_thinking");
+            cx.gate(gate::SIGNED_THINKING);
         }
         signed
     }
@@ -69,7 +76,7 @@ impl Screen for StaleReasoning {
                 continue;
             }
             if message.reasoning.iter().any(|r| marker::contains_marker(r)) {
-                cx.gate("marker_or_kept_verbatim");
+                cx.gate(gate::MARKER_OR_KEPT_VERBATIM);
                 continue;
             }
             let user_turns_after = (index + 1..messages.len())
@@ -94,20 +101,20 @@ impl Screen for StaleReasoning {
                 }
             }
             if originals.is_empty() {
-                cx.gate("within_keep_turns");
+                cx.gate(gate::WITHIN_KEEP_TURNS);
                 continue;
             }
             if !cx.may_mutate(index) {
-                cx.gate("cached_prefix");
+                cx.gate(gate::CACHED_PREFIX);
                 continue;
             }
             if message_tokens(&after) >= message_tokens(message) {
-                cx.gate("marker_no_win");
+                cx.gate(gate::MARKER_NO_WIN);
                 continue;
             }
             let stashed: Result<Vec<StashKey>, _> = originals.iter().map(|o| cx.stash(o)).collect();
             let Ok(stashed) = stashed else {
-                cx.gate("store_full");
+                cx.gate(gate::STORE_FULL);
                 continue;
             };
             *messages.get_mut(index) = after;

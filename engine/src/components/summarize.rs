@@ -24,6 +24,7 @@
 //! - Gated by `trigger` (`min_messages`, legacy `start_from_message`; `min_request_tokens`) and a
 //!   span floor (`min_tokens`). No model: nothing happens (gate `no_model`), as the spec says.
 
+use crate::pipeline::gate::{self, Gate};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -89,6 +90,18 @@ impl Default for SummarizeConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "summarize",
     summary: "one model-written summary of the middle, checkpointed (run it alone)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::BELOW_TRIGGER_MESSAGES,
+        gate::BELOW_TRIGGER_TOKENS,
+        gate::COST_GUARD,
+        gate::DIALECT_UNSUPPORTED,
+        gate::MODEL_FAILED,
+        gate::MODEL_PENDING,
+        gate::NO_MODEL,
+        gate::SPAN_TOO_SHORT,
+        gate::UNPARSED,
+    ],
     build,
 };
 
@@ -129,7 +142,7 @@ impl Offload for Summarize {
         true
     }
 
-    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, &'static str>> {
+    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, Gate>> {
         Some(self.summarize(body, cx))
     }
 }
@@ -187,7 +200,7 @@ fn fresh_checkpoint(
     elements: &[Element<'_>],
     request: &SummaryRequest,
     summary: &str,
-) -> Result<Checkpoint, &'static str> {
+) -> Result<Checkpoint, Gate> {
     let span: Vec<&str> = elements[request.head..request.cover]
         .iter()
         .map(|e| e.raw)
@@ -196,7 +209,7 @@ fn fresh_checkpoint(
     let id = marker::stash_id(&original);
     cx.store
         .stash(&cx.session, &id, &original)
-        .map_err(|_| "store_full")?;
+        .map_err(|_| gate::STORE_FULL)?;
     let text = format!(
         "=== History Summary ===\n{summary}\nUse this summary as the older context of this conversation; the messages after it continue from there. Do not summarize the conversation again. {}{HINT_FULL_TRAJECTORY}",
         marker::marker(&id)
@@ -302,14 +315,14 @@ impl Element<'_> {
 }
 
 impl Summarize {
-    fn summarize(&self, body: &[u8], cx: &RunCx) -> Result<Restructured, &'static str> {
+    fn summarize(&self, body: &[u8], cx: &RunCx) -> Result<Restructured, Gate> {
         // Its span finder and renderer read `messages` shapes: on Gemini `contents` it would
         // not see a `functionResponse` as a tool result (a tail could start on one whose call
         // was summarized away, which Gemini refuses) nor render `parts`. Held until it does.
         if cx.dialect == Dialect::Gemini {
-            return Err("dialect_unsupported");
+            return Err(gate::DIALECT_UNSUPPORTED);
         }
-        let parsed = wire::parse(body, cx.dialect).map_err(|_| "unparsed")?;
+        let parsed = wire::parse(body, cx.dialect).map_err(|_| gate::UNPARSED)?;
         let elements = elements_of(&parsed);
         let (head, tail) = self.span(&elements)?;
         let checkpoint = load_checkpoint(cx, &elements, head, tail);
@@ -329,15 +342,15 @@ impl Summarize {
             return use_checkpoint(c);
         }
         if backed_off {
-            return Err("cost_guard");
+            return Err(gate::COST_GUARD);
         }
         if tokens_of(&elements[head..tail]) < self.config.min_tokens {
-            return Err("below_min_tokens");
+            return Err(gate::BELOW_MIN_TOKENS);
         }
         let Some(models) = cx.models.as_deref() else {
             return checkpoint
                 .as_ref()
-                .map_or(Err("no_model"), &mut use_checkpoint);
+                .map_or(Err(gate::NO_MODEL), &mut use_checkpoint);
         };
         let request = self.request(cx, &elements, head, tail);
         match self.ask(models, cx, &elements, &request) {
@@ -358,13 +371,13 @@ impl Summarize {
     /// The span a summary may replace: after the head (leading system messages and the first
     /// user message, the task) and before the last `keep_last` messages, never starting the
     /// tail on a tool result.
-    fn span(&self, elements: &[Element<'_>]) -> Result<(usize, usize), &'static str> {
+    fn span(&self, elements: &[Element<'_>]) -> Result<(usize, usize), Gate> {
         let n = elements.len();
         if n < self.config.trigger.min_messages {
-            return Err("below_trigger_messages");
+            return Err(gate::BELOW_TRIGGER_MESSAGES);
         }
         if tokens_of(elements) < self.config.trigger.min_request_tokens {
-            return Err("below_trigger_tokens");
+            return Err(gate::BELOW_TRIGGER_TOKENS);
         }
         let head = elements
             .iter()
@@ -375,7 +388,7 @@ impl Summarize {
             tail -= 1;
         }
         if tail <= head + 1 {
-            return Err("span_too_short");
+            return Err(gate::SPAN_TOO_SHORT);
         }
         Ok((head, tail))
     }
@@ -422,7 +435,7 @@ impl Summarize {
         cx: &RunCx,
         elements: &[Element<'_>],
         request: &SummaryRequest,
-    ) -> Result<String, &'static str> {
+    ) -> Result<String, Gate> {
         let (head, n) = (request.head, elements.len());
         let level = self.config.summary_level;
         let include_tools = self.config.include_tool_calls;
@@ -458,18 +471,18 @@ impl Summarize {
                         cx.store.put_frozen(&cx.session, PENDING_KEY, &value);
                     }
                 }
-                Err("model_pending")
+                Err(gate::MODEL_PENDING)
             }
             Answer::Failed(_) => {
                 cx.store.put_frozen(&cx.session, PENDING_KEY, "null");
-                Err("model_failed")
+                Err(gate::MODEL_FAILED)
             }
             // A poll that found nothing (the host forgot the job): ask afresh next turn.
             Answer::Unknown => {
                 cx.store.put_frozen(&cx.session, PENDING_KEY, "null");
-                Err("model_pending")
+                Err(gate::MODEL_PENDING)
             }
-            Answer::NoModel => Err("no_model"),
+            Answer::NoModel => Err(gate::NO_MODEL),
         }
     }
 
@@ -480,10 +493,10 @@ impl Summarize {
         elements: &[Element<'_>],
         checkpoint: &Checkpoint,
         cx: &RunCx,
-    ) -> Result<Restructured, &'static str> {
+    ) -> Result<Restructured, Gate> {
         let (head, covered) = (checkpoint.head, checkpoint.covered);
         let Some(after) = elements.get(covered) else {
-            return Err("span_too_short");
+            return Err(gate::SPAN_TOO_SHORT);
         };
         let message = match cx.dialect {
             // A Responses input item may be a bare `{role, content}` message too.
@@ -507,7 +520,7 @@ impl Summarize {
                     &checkpoint.id,
                     &format!("[{}]", span.join(",")),
                 )
-                .map_err(|_| "store_full")?;
+                .map_err(|_| gate::STORE_FULL)?;
         }
         let message = message.to_string();
         let (from, to) = (elements[head].start, after.start);
@@ -524,7 +537,7 @@ impl Summarize {
             .sum();
         let after_tokens = tokens::count(&message);
         if after_tokens >= before {
-            return Err("marker_no_win");
+            return Err(gate::MARKER_NO_WIN);
         }
         Ok(Restructured {
             body: out,

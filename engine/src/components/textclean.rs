@@ -10,6 +10,7 @@
 //! exactly what remains. A `\r` that ends a line (CRLF) is kept. Adopted only when strictly fewer
 //! tokens; on any failure the output is left untouched.
 
+use crate::pipeline::gate;
 use serde::Deserialize;
 
 use super::memo::PureMemo;
@@ -41,6 +42,13 @@ impl Default for TextcleanConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "textclean",
     summary: "strips ANSI escapes and carriage-return redraws (lossless for what a terminal shows)",
+    gates: &[
+        gate::ALREADY_CLEAN,
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::NO_TERMINAL_NOISE,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     build,
 };
 
@@ -81,13 +89,13 @@ impl Reformat for Textclean {
                 })
             });
             let Some(cleaned) = cleaned else {
-                cx.gate("no_terminal_noise");
+                cx.gate(gate::NO_TERMINAL_NOISE);
                 continue;
             };
             if tokens::count(&cleaned) < cx.tokens(index) {
                 messages.set_content(index, cleaned.to_string());
             } else {
-                cx.gate("already_clean");
+                cx.gate(gate::ALREADY_CLEAN);
             }
         }
         Ok(())

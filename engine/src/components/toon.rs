@@ -16,6 +16,7 @@
 //! their exact spelling. The result is decoded again and compared with the input before it is
 //! adopted; anything nested, ragged, not smaller, or failing that check is left untouched.
 
+use crate::pipeline::gate::{self, Gate};
 use serde::Deserialize;
 
 use super::{BuildError, ComponentFactory, decode, text_tool_output};
@@ -41,6 +42,14 @@ impl Default for ToonConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "toon",
     summary: "re-encodes uniform JSON object arrays as TOON tables (lossless)",
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::NESTED_VALUES,
+        gate::NOT_JSON,
+        gate::NOT_SMALLER,
+        gate::NOT_UNIFORM_OBJECT_ARRAY,
+        gate::ROUND_TRIP_FAILED,
+    ],
     build,
 };
 
@@ -66,11 +75,11 @@ impl Reformat for Toon {
             }
             let trimmed = message.content.trim();
             if !(trimmed.starts_with('[') || trimmed.starts_with('{')) {
-                cx.gate("not_json");
+                cx.gate(gate::NOT_JSON);
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {
-                cx.gate("below_min_tokens");
+                cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
             let encoded = match encode(trimmed) {
@@ -81,11 +90,11 @@ impl Reformat for Toon {
                 }
             };
             if decode_matches(&encoded, trimmed) != Some(true) {
-                cx.gate("round_trip_failed");
+                cx.gate(gate::ROUND_TRIP_FAILED);
                 continue;
             }
             if tokens::count(&encoded) >= cx.tokens(index) {
-                cx.gate("not_smaller");
+                cx.gate(gate::NOT_SMALLER);
                 continue;
             }
             messages.set_content(index, encoded);
@@ -121,40 +130,40 @@ fn cell(text: &str, value: Span) -> Option<Cell> {
     }
 }
 
-fn table(text: &str, array: Span) -> Result<Table, &'static str> {
+fn table(text: &str, array: Span) -> Result<Table, Gate> {
     let mut fields: Option<Vec<String>> = None;
     let mut rows = Vec::new();
     for element in json::elements(text, array) {
         if json::kind_of(text, element) != Kind::Object {
-            return Err("not_uniform_object_array");
+            return Err(gate::NOT_UNIFORM_OBJECT_ARRAY);
         }
         let entries = json::fields(text, element);
         let keys: Vec<String> = entries
             .iter()
             .map(|e| decode_key(text, e.key))
             .collect::<Option<_>>()
-            .ok_or("not_uniform_object_array")?;
+            .ok_or(gate::NOT_UNIFORM_OBJECT_ARRAY)?;
         let names = fields.get_or_insert_with(|| keys.clone());
         // Same keys in the same order: a reordered object would not round-trip byte-wise.
         if *names != keys || names.is_empty() {
-            return Err("not_uniform_object_array");
+            return Err(gate::NOT_UNIFORM_OBJECT_ARRAY);
         }
         let mut dedup = keys.clone();
         dedup.sort();
         dedup.dedup();
         if dedup.len() != keys.len() {
-            return Err("not_uniform_object_array");
+            return Err(gate::NOT_UNIFORM_OBJECT_ARRAY);
         }
         let row = entries
             .iter()
             .map(|e| cell(text, e.value))
             .collect::<Option<Vec<_>>>()
-            .ok_or("nested_values")?;
+            .ok_or(gate::NESTED_VALUES)?;
         rows.push(row);
     }
     match fields {
         Some(fields) if rows.len() >= 2 => Ok(Table { fields, rows }),
-        _ => Err("not_uniform_object_array"),
+        _ => Err(gate::NOT_UNIFORM_OBJECT_ARRAY),
     }
 }
 
@@ -237,15 +246,15 @@ fn write_table(key: Option<&str>, table: &Table, indent: &str, out: &mut String)
 }
 
 /// TOON for a top-level uniform array, or an object of scalars plus one such array.
-fn encode(text: &str) -> Result<String, &'static str> {
-    let root = json::parse_document(text).map_err(|_| "not_json")?;
+fn encode(text: &str) -> Result<String, Gate> {
+    let root = json::parse_document(text).map_err(|_| gate::NOT_JSON)?;
     let mut out = String::with_capacity(text.len() / 2);
     match json::kind_of(text, root) {
         Kind::Array => write_table(None, &table(text, root)?, "", &mut out),
         Kind::Object => {
             let mut arrays = 0;
             for (i, entry) in json::entries(text, root).enumerate() {
-                let key = decode_key(text, entry.key).ok_or("not_json")?;
+                let key = decode_key(text, entry.key).ok_or(gate::NOT_JSON)?;
                 if i > 0 {
                     out.push('\n');
                 }
@@ -254,11 +263,11 @@ fn encode(text: &str) -> Result<String, &'static str> {
                         arrays += 1;
                         write_table(Some(&key), &table(text, entry.value)?, "", &mut out);
                     }
-                    Kind::Object => return Err("nested_values"),
+                    Kind::Object => return Err(gate::NESTED_VALUES),
                     _ => {
                         write_field_name(&key, &mut out);
                         out.push_str(": ");
-                        match cell(text, entry.value).ok_or("nested_values")? {
+                        match cell(text, entry.value).ok_or(gate::NESTED_VALUES)? {
                             Cell::Raw(raw) => out.push_str(&raw),
                             Cell::Str(s) if needs_quotes(&s) => quote(&s, &mut out),
                             Cell::Str(s) => out.push_str(&s),
@@ -267,10 +276,10 @@ fn encode(text: &str) -> Result<String, &'static str> {
                 }
             }
             if arrays != 1 {
-                return Err("not_uniform_object_array");
+                return Err(gate::NOT_UNIFORM_OBJECT_ARRAY);
             }
         }
-        _ => return Err("not_uniform_object_array"),
+        _ => return Err(gate::NOT_UNIFORM_OBJECT_ARRAY),
     }
     Ok(out)
 }
@@ -424,10 +433,10 @@ mod tests {
         assert_eq!(decode_matches(&out, json), Some(true));
         assert_eq!(
             encode(r#"[{"a":1},{"b":2}]"#),
-            Err("not_uniform_object_array")
+            Err(gate::NOT_UNIFORM_OBJECT_ARRAY)
         );
-        assert_eq!(encode(r#"[{"a":[1]},{"a":[2]}]"#), Err("nested_values"));
-        assert_eq!(encode(r#"[1,2,3]"#), Err("not_uniform_object_array"));
+        assert_eq!(encode(r#"[{"a":[1]},{"a":[2]}]"#), Err(gate::NESTED_VALUES));
+        assert_eq!(encode(r#"[1,2,3]"#), Err(gate::NOT_UNIFORM_OBJECT_ARRAY));
     }
 
     #[test]

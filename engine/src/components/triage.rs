@@ -13,6 +13,7 @@
 //! - is frozen like every history-rewriting component: new decisions only beyond the cached
 //!   prefix or on a provably cold turn, replayed byte-identically afterwards.
 
+use crate::pipeline::gate;
 use regex::Regex;
 use serde::Deserialize;
 
@@ -297,7 +298,7 @@ impl Rules {
         };
         let total: usize = (0..messages.len()).map(|i| cx.tokens(i)).sum();
         if (total as f64) < budget.context_tokens as f64 * budget.soft_ratio {
-            cx.gate("below_budget_pressure");
+            cx.gate(gate::BELOW_BUDGET_PRESSURE);
             return true;
         }
         false
@@ -308,14 +309,14 @@ impl Rules {
     pub fn admits(&self, messages: &Transcript<'_>, index: usize, cx: &mut ApplyCx<'_>) -> bool {
         let output = &messages[index];
         if self.exempt(output) {
-            cx.gate("exempt");
+            cx.gate(gate::EXEMPT);
             return false;
         }
         if !super::offload_candidate(output, cx) {
             return false;
         }
         if !cx.may_mutate(index) {
-            cx.gate("cached_prefix");
+            cx.gate(gate::CACHED_PREFIX);
             return false;
         }
         true
@@ -330,7 +331,7 @@ impl Rules {
             .as_ref()
             .is_none_or(|b| tokens >= b.min_savings_tokens);
         if !worth {
-            cx.gate("below_min_savings");
+            cx.gate(gate::BELOW_MIN_SAVINGS);
         }
         worth
     }

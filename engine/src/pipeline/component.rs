@@ -173,7 +173,7 @@ pub trait Offload: Send + Sync {
     /// A body-level rewrite that changes the message count (`summarize`): runs after every
     /// component and the splice, on the body about to be forwarded. `None` (the default) for
     /// every component that works on messages; `Err` is the gate that says why it did nothing.
-    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, &'static str>> {
+    fn restructure(&self, body: &[u8], cx: &RunCx) -> Option<Result<Restructured, Gate>> {
         let _ = (body, cx);
         None
     }

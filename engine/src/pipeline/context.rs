@@ -1,6 +1,7 @@
 //! What a run knows ([`RunCx`]: the dialect, the session, the store, the cache boundary) and
 //! what one component gets while it runs ([`ApplyCx`]: stashing, gates, the cut floor).
 
+use super::gate::{self, Gate};
 use super::*;
 
 /// Per-request facts the host hands the pipeline.
@@ -238,7 +239,7 @@ impl<'a> ApplyCx<'a> {
 
     /// Records a model ask that is still running: the host may wait for it and run again.
     pub fn model_pending(&mut self) {
-        self.gate("model_pending");
+        self.gate(gate::MODEL_PENDING);
     }
 
     /// Lets this component change message `index` inside the cached prefix on this run: a
@@ -263,8 +264,8 @@ impl<'a> ApplyCx<'a> {
     }
 
     /// Records why the component declined an item (a named skip reason, shown in `/stats`).
-    pub fn gate(&mut self, reason: &'static str) {
-        *self.gates.entry(reason).or_insert(0) += 1;
+    pub fn gate(&mut self, gate: Gate) {
+        *self.gates.entry(gate.name).or_insert(0) += 1;
     }
 
     /// Stashes `original` for this session and returns its key.

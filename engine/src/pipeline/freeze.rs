@@ -2,6 +2,7 @@
 //! before it, the content) and the replay of earlier decisions before a component runs.
 
 use super::*;
+use crate::pipeline::gate;
 
 /// What a freeze is keyed on: the content, or for a whole-message component every text the
 /// model reads of the message (content, reasoning, call arguments).
@@ -163,13 +164,13 @@ pub(super) fn reapply_frozen(
         if !restored {
             // Forwarding the original flips the cached prefix once; forwarding a marker that
             // resolves to nothing would lose content. Losing nothing wins.
-            cx.gate("freeze_original_unavailable");
+            cx.gate(gate::FREEZE_ORIGINAL_UNAVAILABLE);
             cx.frozen.dropped += 1;
             continue;
         }
         if whole {
             if !apply_frozen(messages.get_mut(index), &replacement) {
-                cx.gate("freeze_unreadable");
+                cx.gate(gate::FREEZE_UNREADABLE);
                 continue;
             }
         } else {
