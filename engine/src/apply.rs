@@ -4,7 +4,7 @@
 //! wrong (a body we cannot parse, a panic anywhere), the pristine input is returned: it is always
 //! a valid thing to forward.
 
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

@@ -13,6 +13,7 @@ pub mod components;
 pub mod config;
 pub mod contain;
 pub mod dsl;
+pub mod gate;
 pub mod marker;
 pub mod message;
 pub mod model;

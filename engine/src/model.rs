@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// Where a component's model comes from (`model.source`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModelSource {
     /// The proxied request's own model, upstream and credentials.
@@ -26,7 +26,7 @@ pub enum ModelSource {
 }
 
 /// The wire protocol of a configured model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     Anthropic,
@@ -34,7 +34,8 @@ pub enum Provider {
 }
 
 /// A component's `model:` block.
-#[derive(Clone, Deserialize, PartialEq, Eq, Hash)]
+/// Serialized only for the docs' table of defaults, and never with its key.
+#[derive(Clone, Deserialize, serde::Serialize, PartialEq, Eq, Hash)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     /// Defaults to `incoming`.
@@ -45,7 +46,9 @@ pub struct ModelConfig {
     pub base_url: Option<String>,
     /// The model id; with `source: incoming`, re-points the incoming client at this model.
     pub model: Option<String>,
-    /// With `source: config`: the key. Never logged, never stored, redacted from `Debug`.
+    /// With `source: config`: the key. Never logged, never stored, redacted from `Debug`,
+    /// never serialized.
+    #[serde(skip_serializing)]
     pub api_key: Option<String>,
     /// Defaults to `1000`. How long the request waits for a model result before it goes
     /// without (the result is used on the next turn).
@@ -92,7 +95,7 @@ impl ModelConfig {
 }
 
 /// How long a summary should be (`summary_level`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SummaryLevel {
     Concise,

@@ -43,14 +43,14 @@ use crate::wire::Dialect;
 mod component;
 mod context;
 mod freeze;
-pub mod gate;
 mod report;
 mod transcript;
 
+use crate::gate;
+pub use crate::gate::Gate;
 pub use component::*;
 pub use context::*;
 use freeze::*;
-pub use gate::Gate;
 pub use report::*;
 pub use transcript::*;
 

@@ -20,7 +20,7 @@
 //! Frozen decisions replay as they are; a deterministic component's earlier cut on an output a
 //! new rule protects goes back to the original once, as after any config change.
 
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use std::collections::BTreeMap;
 
 use serde::Deserialize;

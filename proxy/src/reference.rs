@@ -107,7 +107,7 @@ fn every_flag_of_serve_is_in_the_reference() {
 /// `docs/components.md`'s table of gates: every gate, what it means, and the components whose
 /// factories list it ("any" for the gates every component may record).
 fn gates_markdown() -> String {
-    use engine::pipeline::gate;
+    use engine::gate;
     let mut out = String::from("| gate | meaning | recorded by |\n|---|---|---|\n");
     for g in gate::ALL {
         let by: Vec<String> = if gate::ANY_COMPONENT.contains(g) {
@@ -125,9 +125,10 @@ fn gates_markdown() -> String {
 }
 
 #[test]
-fn components_doc_matches_the_gate_table() {
+fn components_doc_matches_the_tables() {
     crate::generated::check_doc("components.md", "components_doc", |doc| {
-        crate::generated::splice(doc, "gates", &gates_markdown())
+        let doc = crate::generated::splice(doc, "defaults", &defaults_markdown());
+        crate::generated::splice(&doc, "gates", &gates_markdown())
     });
 }
 
@@ -139,5 +140,64 @@ fn every_gate_is_recorded_by_some_component() {
             !line.ends_with("|  |"),
             "a gate no component records: {line}"
         );
+    }
+}
+
+/// `docs/components.md`'s table of defaults: each component's config block as it would read
+/// with nothing set, in YAML's flow style, from the factory.
+fn defaults_markdown() -> String {
+    let mut out = String::from("| component | defaults |\n|---|---|\n");
+    for factory in engine::components::ALL {
+        out += &format!(
+            "| `{}` | `{}` |\n",
+            factory.name(),
+            flow(&factory.defaults())
+        );
+    }
+    out
+}
+
+/// A value in YAML's flow style, on one line; a string is quoted only when YAML would misread it.
+fn flow(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let entries: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", flow(v)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(flow).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::String(s)
+            if s.is_empty() || s.contains([':', ',', '{', '}', '[', ']', '#', '|']) =>
+        {
+            format!("{s:?}")
+        }
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[test]
+fn a_rendered_default_reads_back_as_the_default() {
+    // Each row, set as the component's block, builds the same component as no block at all:
+    // what the table says is what the config means.
+    for factory in engine::components::ALL {
+        let yaml = format!(
+            "components:\n  {}: {}\n",
+            factory.name(),
+            flow(&factory.defaults())
+        );
+        let source = engine::components::ComponentSource::in_document(factory.name(), &yaml);
+        factory.build(&source).unwrap_or_else(|e| {
+            panic!(
+                "{}: the rendered defaults do not build: {e}",
+                factory.name()
+            )
+        });
     }
 }

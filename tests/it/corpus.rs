@@ -91,7 +91,7 @@ fn gates_are_declared(applied: &Applied<'_>, name: &str) {
             let declared = factory
                 .gates()
                 .iter()
-                .chain(engine::pipeline::gate::ANY_COMPONENT)
+                .chain(engine::gate::ANY_COMPONENT)
                 .any(|g| g.name == *gate);
             assert!(
                 declared,

@@ -22,10 +22,10 @@
 //! the caller already marked that message or a later one (never overwritten), and on
 //! string-content messages (no block to mark).
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
 use crate::message::Role;
 use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
@@ -35,14 +35,14 @@ use crate::wire::Dialect;
 pub const MAX_BREAKPOINTS: usize = 4;
 
 /// `components.cacheinject`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheInjectConfig {
     /// Defaults to `5m`. `1h` asks for the one-hour cache (billed higher on write).
     pub ttl: Ttl,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub enum Ttl {
     #[default]
     #[serde(rename = "5m")]
@@ -70,6 +70,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::SYSTEM_SPLIT,
         gate::SYSTEM_UNREAD,
     ],
+    defaults: defaults::<CacheInjectConfig>,
     build,
 };
 

@@ -18,9 +18,9 @@
 //! `cacheinject` in a pipeline enables the split too. The component itself only marks the
 //! pipeline: the split is a body-level edit made after the messages are written back.
 
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
 use crate::wire::json::{self, Kind};
 use crate::wire::{Dialect, ParsedBody};
@@ -37,7 +37,7 @@ pub const VOLATILE_MARKERS: [&str; 4] = [
 pub const MIN_SPLIT_CHARS: usize = 4096;
 
 /// No keys: a `components.cachesplit` block with any key is an error.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 struct NoConfig {}
 
@@ -55,6 +55,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::SYSTEM_SPLIT,
         gate::SYSTEM_UNREAD,
     ],
+    defaults: defaults::<NoConfig>,
     build,
 };
 

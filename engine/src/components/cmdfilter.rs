@@ -21,17 +21,19 @@
 //! config loads. A pure function of the output and its command, so every turn re-derives the
 //! same bytes: nothing to freeze.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::dsl::{self, FilterSet, Lossiness};
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentFilters {
     /// The only value this build supports; the reference's `safe`/`lossy` agent-command sets
@@ -41,7 +43,7 @@ pub enum AgentFilters {
 }
 
 /// `components.cmdfilter`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CmdfilterConfig {
     /// Defaults to none. Filter documents (YAML text, `schema_version: 1`) added to the builtins.
@@ -78,6 +80,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NO_FILTERS_LOADED,
         gate::NO_FILTER_MATCH,
     ],
+    defaults: defaults::<CmdfilterConfig>,
     build,
 };
 

@@ -29,12 +29,14 @@
 //! first turn a proxy sees of a long session its whole saving. `cold_cache` is accepted for
 //! config compatibility and has nothing to lift.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
@@ -44,7 +46,7 @@ use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::wire::json;
 
 /// `components.collapse`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CollapseConfig {
     /// Defaults to `2000`. Outputs at or below this many tokens are left alone.
@@ -98,6 +100,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::FAILURE_IN_VIEW,
         gate::TOO_FEW_LINES,
     ],
+    defaults: defaults::<CollapseConfig>,
     build,
 };
 

@@ -8,17 +8,19 @@
 //! the request (the later copy is deduplicated on the turn it first appears and on every turn
 //! after), so it needs no freeze. If the store refuses the stash the output is left alone.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::collections::HashMap;
 
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// `components.dedup`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DedupConfig {
     /// Defaults to `100`. Smaller repeats cost less than the pointer is worth.
@@ -43,6 +45,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "dedup",
     summary: "points a repeated identical tool output at its first copy (recoverable)",
     gates: &[gate::BELOW_MIN_TOKENS, gate::NO_EARLIER_IDENTICAL_OUTPUT],
+    defaults: defaults::<DedupConfig>,
     build,
 };
 

@@ -41,7 +41,7 @@
 //! diff of another's outputs. A remembered refusal is not confirmed: a collision there can only
 //! leave an output whole.
 
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -49,7 +49,9 @@ use parking_lot::Mutex;
 use serde::Deserialize;
 use similar::{Algorithm, DiffTag};
 
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
@@ -59,7 +61,7 @@ use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::tokens;
 
 /// `components.delta`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeltaConfig {
     /// Defaults to `200`. Smaller outputs cost less than the header and the diff's own lines.
@@ -103,6 +105,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NO_SIMILAR_EARLIER_OUTPUT,
         gate::TOO_MANY_LINES,
     ],
+    defaults: defaults::<DeltaConfig>,
     build,
 };
 

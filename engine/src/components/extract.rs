@@ -28,7 +28,7 @@
 //! back to this projection when there is no model or the filter fails its checks. If the store
 //! refuses the stash the output is left alone.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -36,7 +36,8 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::{
-    BuildError, ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with,
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, keywords, offload_candidate,
+    offload_with,
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
@@ -44,7 +45,7 @@ use crate::message::Role;
 use crate::model::ModelConfig;
 use crate::pipeline::{ApplyCx, Component, Offload, Policy, StashKey, Stashed, Transcript};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     #[default]
@@ -54,7 +55,7 @@ pub enum Strategy {
 }
 
 /// `components.extract`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExtractConfig {
     /// Defaults to `300`. Outputs under this many tokens are left alone.
@@ -70,6 +71,7 @@ pub struct ExtractConfig {
     /// The cheap model for `code`/`rlm` (`source: incoming | config`).
     pub model: ModelConfig,
     /// When to spend a model call (`min_output_tokens`, `min_request_tokens`, `min_messages`).
+    #[serde(skip_serializing)]
     pub trigger: Option<IgnoredAny>,
     /// Defaults to `false`. Lets a model-written filter reword (no deletion-only proof).
     pub rewrite: bool,
@@ -102,6 +104,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NO_OBVIOUS_NOISE,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<ExtractConfig>,
     build,
 };
 

@@ -29,12 +29,14 @@
 //! next turn ([`Answer::Late`]). What this component did is frozen as sampled: replayed byte for
 //! byte on every later turn, never re-asked.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use super::extract::{Outcome, Projector};
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::contain;
 use crate::marker::HINT_FULL_OUTPUT;
@@ -51,7 +53,7 @@ const SANDBOX_INPUT_BYTES: usize = 1 << 20;
 const CONTEXT_CHARS: usize = 2000;
 
 /// `components.extract_llm.trigger` (shared with `summarize`): when a model call may happen.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Trigger {
     /// Per output; overrides `min_tokens` when set.
@@ -80,7 +82,7 @@ impl Trigger {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Strategy {
     #[default]
@@ -97,7 +99,7 @@ enum Strategy {
 
 /// `components.extract_llm`. The reference's keys all load; the ones this build has no use for
 /// are accepted and ignored (named in `docs/components.md`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct ExtractLlmConfig {
     /// Defaults to `300`. Outputs under this many tokens are left alone.
@@ -121,18 +123,31 @@ struct ExtractLlmConfig {
     head_lines: usize,
     tail_lines: usize,
     marker_mode: MarkerMode,
+    #[serde(skip_serializing)]
     per_output: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     fire_on: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     aggressiveness: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     context: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     context_messages: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     max_chars: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     llm_every_n_requests: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     llm_max_per_session: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     allow_on_caching_backend: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     economic_gate: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     skip_file_reads: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     model_max_input_tokens: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     cold_cache: Option<IgnoredAny>,
 }
 
@@ -187,6 +202,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::TOO_LARGE_FOR_SANDBOX,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<ExtractLlmConfig>,
     build,
 };
 

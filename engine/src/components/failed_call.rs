@@ -11,10 +11,10 @@
 //! both originals were stashed. OpenAI tool messages carry no error flag, so it is inert there.
 
 use super::triage::{Rules, Screen, call_pairs, head_chars, screener_config, steps_after};
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
+use crate::gate;
 use crate::marker::{self, HINT_FULL_OUTPUT};
-use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Policy, Stashed, Transcript, message_tokens};
 
 screener_config! {
@@ -38,6 +38,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::MARKER_OR_NOT_REWRITABLE,
         gate::RECENT,
     ],
+    defaults: defaults::<FailedCallConfig>,
     build,
 };
 

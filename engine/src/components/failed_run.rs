@@ -16,20 +16,22 @@
 //! decisions are frozen and replayed; the replacement depends only on the content, so a lost
 //! freeze is re-derived. If the store refuses the stash the output is left alone.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::sync::OnceLock;
 
 use regex::Regex;
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Message;
 use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// `components.failed_run`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FailedRunConfig {
     /// Defaults to `100`. Runs under this many tokens are left alone.
@@ -64,6 +66,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NOT_RUN_LIKE,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<FailedRunConfig>,
     build,
 };
 

@@ -12,17 +12,17 @@
 //!
 //! Adopted only when strictly fewer tokens. On any failure the output is left untouched.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind};
 
 /// `components.format`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FormatConfig {
     /// Defaults to `50`. Smaller outputs are left alone: the saving would be a handful of tokens.
@@ -51,6 +51,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NOT_JSON_SHAPED,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<FormatConfig>,
     build,
 };
 

@@ -24,7 +24,7 @@
 //! function of the content, so it needs no freeze. If the store refuses the stash the output is
 //! left alone.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -32,14 +32,16 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::memo::PureMemo;
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::tokens;
 
 /// `components.linecap`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LinecapConfig {
     /// Defaults to `400`. Outputs shorter than this many bytes are left alone.
@@ -67,6 +69,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "linecap",
     summary: "collapses repeated lines and clips overlong ones (recoverable)",
     gates: &[gate::BELOW_MIN_SIZE, gate::NO_LONG_OR_REPEATED_LINES],
+    defaults: defaults::<LinecapConfig>,
     build,
 };
 

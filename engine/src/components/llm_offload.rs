@@ -7,11 +7,11 @@
 //! still an error. Presets that name it (agentdiet) build, run, and save exactly what their other
 //! components save.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
@@ -19,18 +19,27 @@ use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 pub const WITHOUT_MODEL: [&str; 1] = ["agentdiet"];
 
 /// `components.agentdiet`: the reference's keys.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 struct AgentdietConfig {
+    #[serde(skip_serializing)]
     delay_steps: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     context_steps: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     min_step_tokens: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     min_saved_tokens: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     max_keep_ratio: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     cache_tail_only: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     trigger: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     marker_mode: Option<IgnoredAny>,
+    #[serde(skip_serializing)]
     model: Option<IgnoredAny>,
 }
 
@@ -38,6 +47,7 @@ pub(super) const AGENTDIET: ComponentFactory = ComponentFactory {
     name: "agentdiet",
     summary: "the AgentDiet trajectory reducer (no model in this build: no-op)",
     gates: &[gate::NO_MODEL],
+    defaults: defaults::<AgentdietConfig>,
     build: build_agentdiet,
 };
 

@@ -19,18 +19,19 @@
 //! (the default), because the replacement is a pure function of the content and the config.
 //! If the store refuses the stash the output is left alone.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 
 use super::{
-    BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with, peek,
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+    peek,
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 
 /// `components.mask`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MaskConfig {
     /// Defaults to `3`. The newest this many tool outputs are never masked.
@@ -65,6 +66,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::CACHED_PREFIX,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<MaskConfig>,
     build,
 };
 

@@ -40,7 +40,7 @@ pub mod triage;
 pub use crate::terminal::clean as terminal_render;
 pub use source::ComponentSource;
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::collections::HashSet;
 
 use serde::de::DeserializeOwned;
@@ -59,6 +59,9 @@ pub struct ComponentFactory {
     summary: &'static str,
     /// The gates it records of its own; [`gate::ANY_COMPONENT`] adds the shared ones.
     gates: &'static [Gate],
+    /// Its config's defaults as a value (`null` where a key has none); the docs' table of
+    /// defaults is rendered from it.
+    defaults: fn() -> serde_json::Value,
     build: fn(&ComponentSource<'_>) -> Result<Component, BuildError>,
 }
 
@@ -76,6 +79,11 @@ impl ComponentFactory {
     /// rendered from these; the corpus test holds every component to its list).
     pub fn gates(&self) -> &'static [Gate] {
         self.gates
+    }
+
+    /// Its config's defaults, as the config would spell them (a model's key is never shown).
+    pub fn defaults(&self) -> serde_json::Value {
+        (self.defaults)()
     }
 
     /// Builds the component from its config block (defaults when there is none).
@@ -186,6 +194,12 @@ pub fn find(name: &str) -> Option<&'static ComponentFactory> {
 }
 
 /// Decodes a component's typed config, or its defaults when the block is absent.
+/// A config type's defaults as a value: the factories' `defaults`.
+pub(crate) fn defaults<T: Default + serde::Serialize>() -> serde_json::Value {
+    // Only plain data is serialized here; a failure would be a bug in a derive, shown as null.
+    serde_json::to_value(T::default()).unwrap_or_default()
+}
+
 pub(crate) fn decode<T: DeserializeOwned + Default>(
     source: &ComponentSource<'_>,
 ) -> Result<T, BuildError> {
@@ -195,7 +209,7 @@ pub(crate) fn decode<T: DeserializeOwned + Default>(
 /// How an offloader writes its marker. Only `full` exists: sluice never drops content one way,
 /// so the reference's `summary` and `off` modes (marker without a stash) are refused at config
 /// time rather than accepted and ignored.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MarkerMode {
     #[default]

@@ -10,10 +10,10 @@
 //! reserve (see `triage`).
 
 use super::triage::{Rules, Screen, head_chars, screener_config, tail_chars};
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
+use crate::gate;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
 screener_config! {
@@ -39,6 +39,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::IN_RESERVE,
         gate::UNDER_CAP,
     ],
+    defaults: defaults::<OversizedBlockConfig>,
     build,
 };
 

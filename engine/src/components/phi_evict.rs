@@ -22,14 +22,14 @@
 //! off by default here: eviction at depth is a large cache write). The stub depends only on the
 //! content, so a lost freeze is re-derived. Inert when tool outputs already fit, or with one.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::collections::HashSet;
 
 use serde::Deserialize;
 
 use super::{
-    BuildError, ComponentFactory, MarkerMode, decode, keywords, offload_candidate, offload_with,
-    peek,
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, keywords, offload_candidate,
+    offload_with, peek,
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
@@ -38,7 +38,7 @@ use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 use crate::tokens;
 
 /// The four weights of Φ.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Weights {
     pub relevance: f64,
@@ -48,14 +48,14 @@ pub struct Weights {
 }
 
 /// `weights:` — a named profile or four explicit numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 #[serde(untagged)]
 pub enum WeightsConfig {
     Profile(Profile),
     Custom(Weights),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
     Balanced,
@@ -81,7 +81,7 @@ impl WeightsConfig {
 }
 
 /// `components.phi_evict`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PhiEvictConfig {
     /// Defaults to `120000`. Tool-output tokens the transcript may keep.
@@ -116,6 +116,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::STILL_OVER_BUDGET,
         gate::WITHIN_BUDGET,
     ],
+    defaults: defaults::<PhiEvictConfig>,
     build,
 };
 

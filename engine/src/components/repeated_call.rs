@@ -8,11 +8,11 @@
 //! [repeated call: bash was called again later with the same arguments] <<cg:…>>
 //! ```
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::collections::HashMap;
 
 use super::triage::{Rules, Screen, call_pairs, screener_config};
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
@@ -31,6 +31,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::EXEMPT,
         gate::IN_RESERVE,
     ],
+    defaults: defaults::<RepeatedCallConfig>,
     build,
 };
 

@@ -20,16 +20,16 @@
 //!
 //! Routed by content, not by the command. Adopted only when strictly fewer tokens.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::tokens;
 
 /// `components.searchfold`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SearchfoldConfig {
     /// Defaults to `50`. Smaller outputs are left alone.
@@ -57,6 +57,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NO_REPEATED_PREFIX,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<SearchfoldConfig>,
     build,
 };
 

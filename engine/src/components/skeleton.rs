@@ -26,14 +26,16 @@
 //! has since read again, or read and moved on from; one expand gets the original back byte for
 //! byte. Whether an output is older depends on what came after it, so decisions are frozen.
 
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
 use serde::Deserialize;
 
 use super::cmdfilter::command_of;
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::code::{self, Inert, Lang};
 use crate::components::ComponentSource;
 use crate::message::Message;
@@ -43,7 +45,7 @@ use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
 const HINT_FULL_SOURCE: &str = " [full source: call context_guru_expand]";
 
 /// `components.skeleton`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SkeletonConfig {
     /// Defaults to `80`. A function body under this many tokens stays.
@@ -86,6 +88,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::TOO_LARGE,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<SkeletonConfig>,
     build,
 };
 

@@ -15,21 +15,23 @@
 //! to last) says how many are worth keeping, capped at `max_adaptive`. A list of near-identical
 //! rows keeps only its anchors; a list where a few rows differ keeps those few.
 
-use crate::pipeline::gate;
+use crate::gate;
 use std::sync::OnceLock;
 
 use regex::Regex;
 use serde::Deserialize;
 
 use super::format::minify;
-use super::{BuildError, ComponentFactory, MarkerMode, decode, offload_candidate, offload_with};
+use super::{
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+};
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_ARRAY;
 use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::wire::json::{self, Kind};
 
 /// `components.smartcrush`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SmartcrushConfig {
     /// Defaults to `5`. Shorter arrays are left alone.
@@ -71,6 +73,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NOTHING_TO_DROP,
         gate::NOT_JSON_ARRAY,
     ],
+    defaults: defaults::<SmartcrushConfig>,
     build,
 };
 

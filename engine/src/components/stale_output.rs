@@ -8,10 +8,10 @@
 //! output is stale depends on later history, so decisions are frozen (see `triage`).
 
 use super::triage::{Rules, Screen, call_pairs, screener_config, steps_after};
-use super::{BuildError, ComponentFactory, decode, peek};
+use super::{BuildError, ComponentFactory, decode, defaults, peek};
 use crate::components::ComponentSource;
+use crate::gate;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Stashed, Transcript};
 
 screener_config! {
@@ -33,6 +33,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::IN_RESERVE,
         gate::RECENT,
     ],
+    defaults: defaults::<StaleOutputConfig>,
     build,
 };
 

@@ -8,11 +8,11 @@
 //! OpenAI-dialect reasoning (`reasoning_content`, as DeepSeek and others send it).
 
 use super::triage::{Rules, Screen, head_chars, screener_config};
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
+use crate::gate;
 use crate::marker;
 use crate::message::Role;
-use crate::pipeline::gate;
 use crate::pipeline::{ApplyCx, Component, Policy, StashKey, Stashed, Transcript, message_tokens};
 use crate::wire::Dialect;
 
@@ -35,6 +35,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::SIGNED_THINKING,
         gate::WITHIN_KEEP_TURNS,
     ],
+    defaults: defaults::<StaleReasoningConfig>,
     build,
 };
 

@@ -24,12 +24,12 @@
 //! - Gated by `trigger` (`min_messages`, legacy `start_from_message`; `min_request_tokens`) and a
 //!   span floor (`min_tokens`). No model: nothing happens (gate `no_model`), as the spec says.
 
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::extract_llm::Trigger;
-use super::{BuildError, ComponentFactory, MarkerMode, decode};
+use super::{BuildError, ComponentFactory, MarkerMode, decode, defaults};
 use crate::components::ComponentSource;
 use crate::marker::{self, HINT_FULL_TRAJECTORY};
 use crate::model::{Answer, Ask, Job, ModelConfig, SummaryLevel};
@@ -51,7 +51,7 @@ struct Pending {
 }
 
 /// `components.summarize`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct SummarizeConfig {
     /// Defaults to `regular` (`concise`, `regular`, `highly_detailed`).
@@ -102,6 +102,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::SPAN_TOO_SHORT,
         gate::UNPARSED,
     ],
+    defaults: defaults::<SummarizeConfig>,
     build,
 };
 

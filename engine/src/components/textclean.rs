@@ -10,18 +10,18 @@
 //! exactly what remains. A `\r` that ends a line (CRLF) is kept. Adopted only when strictly fewer
 //! tokens; on any failure the output is left untouched.
 
-use crate::pipeline::gate;
+use crate::gate;
 use serde::Deserialize;
 
 use super::memo::PureMemo;
-use super::{BuildError, ComponentFactory, decode};
+use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::terminal::{clean, has_noise};
 use crate::tokens;
 
 /// `components.textclean`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TextcleanConfig {
     /// Defaults to `50`. Smaller outputs are left alone.
@@ -49,6 +49,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NO_TERMINAL_NOISE,
         gate::WITHIN_KEEP_RECENT,
     ],
+    defaults: defaults::<TextcleanConfig>,
     build,
 };
 

@@ -16,17 +16,17 @@
 //! their exact spelling. The result is decoded again and compared with the input before it is
 //! adopted; anything nested, ragged, not smaller, or failing that check is left untouched.
 
-use crate::pipeline::gate::{self, Gate};
+use crate::gate::{self, Gate};
 use serde::Deserialize;
 
-use super::{BuildError, ComponentFactory, decode, text_tool_output};
+use super::{BuildError, ComponentFactory, decode, defaults, text_tool_output};
 use crate::components::ComponentSource;
 use crate::pipeline::{ApplyCx, Component, ComponentError, Reformat, Transcript};
 use crate::tokens;
 use crate::wire::json::{self, Kind, Span};
 
 /// `components.toon`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ToonConfig {
     /// Defaults to `50`. Smaller outputs are left alone.
@@ -50,6 +50,7 @@ pub(super) const FACTORY: ComponentFactory = ComponentFactory {
         gate::NOT_UNIFORM_OBJECT_ARRAY,
         gate::ROUND_TRIP_FAILED,
     ],
+    defaults: defaults::<ToonConfig>,
     build,
 };
 

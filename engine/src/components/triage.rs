@@ -13,7 +13,7 @@
 //! - is frozen like every history-rewriting component: new decisions only beyond the cached
 //!   prefix or on a provably cold turn, replayed byte-identically afterwards.
 
-use crate::pipeline::gate;
+use crate::gate;
 use regex::Regex;
 use serde::Deserialize;
 
@@ -35,7 +35,7 @@ macro_rules! screener_config {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, serde::Deserialize)]
+        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
         #[serde(deny_unknown_fields, default)]
         pub struct $name {
             $($(#[$field_meta])* pub $field: $ty,)*
@@ -144,7 +144,7 @@ impl<S: Screen> Offload for Triage<S> {
 }
 
 /// `reserve:` — the latest user turns no screener touches.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Reserve {
     /// Defaults to `3`.
@@ -158,7 +158,7 @@ impl Default for Reserve {
 }
 
 /// `exempt:` — calls no screener touches.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Exempt {
     /// Defaults to the stateful tools: task, skill, todowrite, todoread, write, edit, batch.
@@ -187,7 +187,7 @@ impl Default for Exempt {
 }
 
 /// `budget:` — opt-in pressure gate.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Budget {
     /// Defaults to `1000000`. The model's context window, in tokens.

@@ -1,8 +1,8 @@
 //! What a run knows ([`RunCx`]: the dialect, the session, the store, the cache boundary) and
 //! what one component gets while it runs ([`ApplyCx`]: stashing, gates, the cut floor).
 
-use super::gate::{self, Gate};
 use super::*;
+use crate::gate::{self, Gate};
 
 /// Per-request facts the host hands the pipeline.
 #[derive(Clone)]

@@ -2,7 +2,7 @@
 //! before it, the content) and the replay of earlier decisions before a component runs.
 
 use super::*;
-use crate::pipeline::gate;
+use crate::gate;
 
 /// What a freeze is keyed on: the content, or for a whole-message component every text the
 /// model reads of the message (content, reasoning, call arguments).

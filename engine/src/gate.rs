@@ -1,6 +1,6 @@
 //! Gates: the named reasons a component declines an item, in one table.
 //!
-//! A component records a gate on [`ApplyCx::gate`](super::ApplyCx::gate) each time it leaves
+//! A component records a gate on [`ApplyCx::gate`](crate::pipeline::ApplyCx::gate) each time it leaves
 //! an item alone, and `/stats` counts them per component (`components.<name>.gates`). Each
 //! gate is a constant here with the line that explains it, so a name cannot be misspelt, and
 //! `docs/components.md`'s table of gates is rendered from [`ALL`] (a test checks it).
