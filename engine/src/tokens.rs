@@ -147,9 +147,14 @@ pub fn content_hash(text: &str) -> u64 {
 /// another: 128 bits puts that out of reach for any real transcript, at the same GB/s speed
 /// (SHA-256 cost 3 ms per MB per frozen component per turn).
 pub fn content_key(text: &str) -> u128 {
+    bytes_key(text.as_bytes())
+}
+
+/// [`content_key`] of raw bytes, for a slice that need not fall on character boundaries (a
+/// span of one body taken at the offsets of another).
+pub fn bytes_key(bytes: &[u8]) -> u128 {
     const K1: u64 = 0x517c_c1b7_2722_0a95;
     const K2: u64 = 0x9e37_79b9_7f4a_7c15;
-    let bytes = text.as_bytes();
     let len = bytes.len() as u64;
     let [a, b] = fx(
         bytes,
