@@ -10,6 +10,7 @@ mod fuzz;
 mod gemini;
 mod llm;
 mod parity;
+mod prefix;
 mod properties;
 mod proxy;
 mod sessions;

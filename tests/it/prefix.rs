@@ -1,0 +1,96 @@
+//! The prefix finder on every corpus session, both corpora and both dialects, turn by turn: how
+//! much of each turn an incremental turn would not read again, on real bodies.
+
+use engine::prefix::Seen;
+use engine::wire::{self, Dialect};
+use integration_tests::{bodies, session_turns};
+use serde_json::{Value, json};
+
+fn seen(body: &[u8], dialect: Dialect) -> Seen {
+    let parsed = wire::parse(body, dialect).unwrap();
+    Seen::of(std::str::from_utf8(body).unwrap(), parsed.messages_span())
+}
+
+fn message_count(body: &[u8]) -> usize {
+    let value: Value = serde_json::from_slice(body).unwrap();
+    value["messages"].as_array().unwrap().len()
+}
+
+/// `body` with Claude Code's last breakpoint: `cache_control` on the last block of the last
+/// message (its text made a block when it was a string), and on no other message.
+fn with_last_breakpoint(body: &[u8]) -> Vec<u8> {
+    let mut value: Value = serde_json::from_slice(body).unwrap();
+    let messages = value["messages"].as_array_mut().unwrap();
+    for block in messages
+        .iter_mut()
+        .filter_map(|m| m["content"].as_array_mut())
+        .flatten()
+    {
+        block.as_object_mut().map(|b| b.remove("cache_control"));
+    }
+    let last = messages.last_mut().unwrap();
+    if let Some(text) = last["content"].as_str() {
+        last["content"] = json!([{"type": "text", "text": text}]);
+    }
+    if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
+        block["cache_control"] = json!({"type": "ephemeral"});
+    }
+    serde_json::to_vec(&value).unwrap()
+}
+
+#[test]
+fn every_turn_matches_the_history_it_repeats() {
+    let (mut turns, mut matched_bytes, mut total_bytes) = (0, 0, 0);
+    for body in bodies() {
+        let name = body.path.display();
+        let sent = session_turns(&body.bytes);
+        for pair in sent.windows(2) {
+            let (last, next) = (&pair[0], &pair[1]);
+            let common = seen(last, body.dialect).common(next);
+            // Each turn repeats the one before and appends: every earlier message matches.
+            assert!(common.head, "{name}: the head is the same");
+            assert_eq!(common.messages, message_count(last), "{name}");
+            assert!(!common.whole, "{name}: a new turn is not a retry");
+            // The bytes before the new messages: what an incremental turn would not read again.
+            let array = wire::parse(next, body.dialect).unwrap().messages_span();
+            let kept = wire::json::elements(std::str::from_utf8(next).unwrap(), array)
+                .nth(common.messages.saturating_sub(1))
+                .map_or(array.start, |span| span.end);
+            matched_bytes += kept;
+            total_bytes += next.len();
+            turns += 1;
+        }
+        let last = sent.last().unwrap();
+        assert!(seen(last, body.dialect).common(last).whole, "{name}");
+    }
+    let share = matched_bytes as f64 / total_bytes as f64;
+    eprintln!(
+        "prefix: {turns} turns, {:.1}% of their bytes matched",
+        share * 100.0
+    );
+    assert!(turns > 1000, "{turns} turns");
+    // Turns are whole histories plus one step: nearly every byte was in the last turn.
+    assert!(share > 0.8, "{share}");
+}
+
+#[test]
+fn a_moved_breakpoint_costs_exactly_the_message_it_left() {
+    let mut turns = 0;
+    for body in bodies()
+        .into_iter()
+        .filter(|b| b.dialect == Dialect::Anthropic)
+    {
+        let name = body.path.display();
+        let sent: Vec<Vec<u8>> = session_turns(&body.bytes)
+            .iter()
+            .map(|t| with_last_breakpoint(t))
+            .collect();
+        for pair in sent.windows(2) {
+            let common = seen(&pair[0], body.dialect).common(&pair[1]);
+            assert!(common.head, "{name}");
+            assert_eq!(common.messages, message_count(&pair[0]) - 1, "{name}");
+            turns += 1;
+        }
+    }
+    assert!(turns > 500, "{turns} turns");
+}
