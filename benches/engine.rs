@@ -1,6 +1,7 @@
 //! Criterion benches for the engine: parse + no-op write-back, the embedded default pipeline
 //! (whole and phase by phase), each component alone on 200 KB, `skeleton` on a 200 KB source
-//! read, a DSL filter on 5 MB, and placing the way back on a 1 MiB turn.
+//! read, a DSL filter on 5 MB, placing the way back on a 1 MiB turn, and the prefix finder
+//! against the parse it would spare a turn.
 //!
 //! Run: `cargo bench -p benches --bench engine`. Figures go to `docs/performance.md`.
 
@@ -14,6 +15,7 @@ use engine::clock::ManualClock;
 use engine::config::Config;
 use engine::message::Message;
 use engine::pipeline::{Pipeline, RunCx};
+use engine::prefix::Seen;
 use engine::store::{MemoryStore, MemoryStoreLimits};
 use engine::wire::{self, Dialect};
 
@@ -356,5 +358,49 @@ fn first_sight_count(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group! { name = benches; config = config(); targets = first_sight_count, parse_and_noop_write_back, default_pipeline, tool_rules, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back }
+/// The last two turns of a session: the history without its newest step, then the whole.
+fn last_two_turns(body: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut value: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let whole = serde_json::to_vec(&value).unwrap();
+    let messages = value["messages"].as_array_mut().unwrap();
+    let keep = messages.len().saturating_sub(2);
+    messages.truncate(keep);
+    (serde_json::to_vec(&value).unwrap(), whole)
+}
+
+/// What an incremental turn does instead of parsing (`common` against the last turn's `Seen`),
+/// beside the parse itself and the cost of keeping the `Seen` for the next turn.
+fn prefix_finder(c: &mut Criterion) {
+    let mut group = c.benchmark_group("prefix");
+    for (name, dialect) in [
+        ("largest_public_openai", Dialect::OpenAi),
+        ("largest_public_anthropic", Dialect::Anthropic),
+    ] {
+        let (last, next) = last_two_turns(&benches::public_bodies(dialect).remove(0).1);
+        let seen_of = |body: &[u8]| {
+            let parsed = wire::parse(body, dialect).unwrap();
+            Seen::of(std::str::from_utf8(body).unwrap(), parsed.messages_span())
+        };
+        let seen = seen_of(&last);
+        assert_eq!(seen.common(&next).messages, seen.len());
+        group.throughput(Throughput::Bytes(next.len() as u64));
+        group.bench_function(format!("{name}/parse"), |b| {
+            b.iter(|| {
+                wire::parse(black_box(&next), dialect)
+                    .unwrap()
+                    .messages()
+                    .len()
+            });
+        });
+        group.bench_function(format!("{name}/common"), |b| {
+            b.iter(|| seen.common(black_box(&next)).messages);
+        });
+        group.bench_function(format!("{name}/parse_and_keep"), |b| {
+            b.iter(|| seen_of(black_box(&next)).len());
+        });
+    }
+    group.finish();
+}
+
+criterion_group! { name = benches; config = config(); targets = first_sight_count, parse_and_noop_write_back, default_pipeline, tool_rules, default_pipeline_phases, each_component, skeleton_source, dsl_filter, way_back, prefix_finder }
 criterion_main!(benches);
