@@ -382,7 +382,7 @@ fn prefix_finder(c: &mut Criterion) {
             Seen::of(std::str::from_utf8(body).unwrap(), parsed.messages_span())
         };
         let seen = seen_of(&last);
-        assert_eq!(seen.common(&next).messages, seen.len());
+        assert_eq!(seen.common(&next).matched, seen.len());
         group.throughput(Throughput::Bytes(next.len() as u64));
         group.bench_function(format!("{name}/parse"), |b| {
             b.iter(|| {
@@ -393,7 +393,7 @@ fn prefix_finder(c: &mut Criterion) {
             });
         });
         group.bench_function(format!("{name}/common"), |b| {
-            b.iter(|| seen.common(black_box(&next)).messages);
+            b.iter(|| seen.common(black_box(&next)).matched);
         });
         group.bench_function(format!("{name}/parse_and_keep"), |b| {
             b.iter(|| seen_of(black_box(&next)).len());

@@ -713,4 +713,18 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn every_gate_is_in_the_table_and_every_list_names_only_its_gates() {
+        // A constant left out of `ALL` would drop out of the docs' table unnoticed.
+        let declared = include_str!("gate.rs")
+            .lines()
+            .filter(|l| l.starts_with("pub const ") && l.ends_with(": Gate = Gate {"))
+            .count();
+        assert_eq!(declared, super::ALL.len());
+        let lists = crate::components::ALL.iter().flat_map(|f| f.gates());
+        for gate in lists.chain(super::ANY_COMPONENT) {
+            assert!(super::ALL.contains(gate), "{}", gate.name);
+        }
+    }
 }

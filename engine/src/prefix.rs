@@ -1,21 +1,26 @@
 //! The prefix finder: how much of a new turn's body is byte-identical to the session's last.
 //!
 //! An agent re-sends its whole transcript every turn, and all but the last message or two are
-//! the bytes it sent a turn earlier. A session keeps a [`Seen`] of the body it last read: the
-//! span and a 128-bit key of everything before the messages array (the head: model, system,
-//! tools), of each message, and of everything after the array (the tail). The next body is
-//! checked against it at the same offsets, message by message, in one pass over the matched
-//! bytes and with no parse; the first message whose bytes differ ends the prefix. That message
-//! and everything after it are what the turn must read and decide again: the new messages, and
-//! the message the agent touched (Claude Code moves its last `cache_control` breakpoint every
-//! turn, so the last message of the previous turn is usually one of them).
+//! the bytes it sent a turn earlier. A session keeps a [`Seen`] of the body it last read: a
+//! 128-bit key of everything before the messages array (the head), of each message with the
+//! bytes that separate it from the one before, and of everything after the array. The next
+//! body is checked against it at the same offsets, message by message, in one pass over the
+//! matched bytes and with no parse; the first message whose bytes differ ends the prefix. That
+//! message and everything after it are what the turn must read and decide again: the new
+//! messages, and the message the agent touched (Claude Code moves its last `cache_control`
+//! breakpoint every turn, so the last message of the previous turn is usually one of them).
 //!
-//! Nothing here trusts a match it cannot prove. A different head (a key reordered, a system
-//! prompt edited) shifts every offset, so nothing matches and the turn takes the full path;
-//! a body shorter than a span ends the prefix there; an edit inside the history (an agent's
-//! own compaction) ends it at the edit. Keys are [`bytes_key`]: two independent 64-bit hashes,
-//! where a collision would make sluice reuse the forwarded bytes of another message, which
-//! 128 bits put out of reach for any real transcript.
+//! The keys after the array (`tools` in both corpora's bodies, `metadata`, `stream`) sit after
+//! the new messages, whose end a turn only knows once it has read them: [`Seen::same_after`]
+//! compares them then. A changed head shifts every offset, so nothing matches and the turn
+//! takes the full path; a body shorter than a span ends the prefix there; an edit inside the
+//! history (an agent's own compaction) ends it at the edit.
+//!
+//! Keys are [`bytes_key`], two 64-bit multiply-rotate hashes: fast, and out of reach of any
+//! accidental collision, but not of a crafted one. A collision would make a turn reuse what
+//! sluice forwarded for another message of the same session, which only the session's own
+//! caller can send (a session is scoped by its caller's credential), so a forger can only
+//! confuse its own conversation.
 
 use crate::tokens::bytes_key;
 use crate::wire::json::{self, Span};
@@ -23,28 +28,31 @@ use crate::wire::json::{self, Span};
 /// What a session keeps of the last body it read, to recognise its own history next turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
-    /// Everything before the messages array's `[`: its key.
+    /// The key of everything before the messages array's `[`.
     head: u128,
     /// Where the array opens (the head's length).
     array_start: usize,
     /// Each message's bytes with what separates it from the one before (the `[` for the
-    /// first): their span and key, in order. Together with the head and the tail they cover
-    /// the body exactly, so a match proves every byte up to the end of the last matched message.
+    /// first): their span and key, in order. With the head they cover the body up to the last
+    /// message, so a match proves every byte up to the end of the last matched message.
     messages: Vec<(Span, u128)>,
-    /// Everything after the last message (the closing `]` and the keys after it): its key.
-    tail: u128,
+    /// The key of everything after the last message, the closing `]` included, and the body's
+    /// length: a retry is recognised without reading its messages twice.
+    rest: u128,
+    len: usize,
+    /// The length and key of everything after the array's `]`.
+    after: (usize, u128),
 }
 
 /// How much of a new body matches a [`Seen`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Common {
     /// The bytes before the messages array are the same (and so every offset after them).
-    pub head: bool,
+    pub head_matches: bool,
     /// How many leading messages are byte-identical, at the same offsets.
-    pub messages: usize,
-    /// Every message matched, and the bytes after the last are the same too: the whole body
-    /// is the last one (a retry).
-    pub whole: bool,
+    pub matched: usize,
+    /// The whole body is the last one, byte for byte (a retry).
+    pub identical: bool,
 }
 
 impl Seen {
@@ -60,12 +68,13 @@ impl Seen {
                 (covered, bytes_key(&bytes[covered.start..covered.end]))
             })
             .collect();
-        let tail_start = from;
         Seen {
             head: bytes_key(&bytes[..array.start]),
             array_start: array.start,
             messages,
-            tail: bytes_key(&bytes[tail_start..]),
+            rest: bytes_key(&bytes[from..]),
+            len: bytes.len(),
+            after: (bytes.len() - array.end, bytes_key(&bytes[array.end..])),
         }
     }
 
@@ -83,27 +92,34 @@ impl Seen {
     /// is too short to hold.
     pub fn common(&self, body: &[u8]) -> Common {
         let mut common = Common {
-            head: false,
-            messages: 0,
-            whole: false,
+            head_matches: false,
+            matched: 0,
+            identical: false,
         };
         let head = body.get(..self.array_start);
         if head.map(bytes_key) != Some(self.head) || body.get(self.array_start) != Some(&b'[') {
             return common;
         }
-        common.head = true;
+        common.head_matches = true;
         for (span, key) in &self.messages {
             match body.get(span.start..span.end) {
-                Some(bytes) if bytes_key(bytes) == *key => common.messages += 1,
+                Some(bytes) if bytes_key(bytes) == *key => common.matched += 1,
                 _ => return common,
             }
         }
-        let tail_start = self
+        let rest_start = self
             .messages
             .last()
             .map_or(self.array_start, |(span, _)| span.end);
-        common.whole = body.get(tail_start..).map(bytes_key) == Some(self.tail);
+        common.identical = body.len() == self.len && bytes_key(&body[rest_start..]) == self.rest;
         common
+    }
+
+    /// Whether what follows the messages array of `body`, which ends at `array_end` (known once
+    /// the turn has read its new messages), is what followed it last turn.
+    pub fn same_after(&self, body: &[u8], array_end: usize) -> bool {
+        body.get(array_end..)
+            .is_some_and(|after| after.len() == self.after.0 && bytes_key(after) == self.after.1)
     }
 }
 

@@ -44,7 +44,12 @@ impl Default for DedupConfig {
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "dedup",
     summary: "points a repeated identical tool output at its first copy (recoverable)",
-    gates: &[gate::BELOW_MIN_TOKENS, gate::NO_EARLIER_IDENTICAL_OUTPUT],
+    gates: &[
+        gate::BELOW_MIN_TOKENS,
+        gate::CACHED_PREFIX,
+        gate::NO_EARLIER_IDENTICAL_OUTPUT,
+        gate::WITHIN_KEEP_RECENT,
+    ],
     defaults: defaults::<DedupConfig>,
     build,
 };

@@ -193,13 +193,13 @@ pub fn find(name: &str) -> Option<&'static ComponentFactory> {
     ALL.iter().copied().find(|f| f.name() == name)
 }
 
-/// Decodes a component's typed config, or its defaults when the block is absent.
 /// A config type's defaults as a value: the factories' `defaults`.
 pub(crate) fn defaults<T: Default + serde::Serialize>() -> serde_json::Value {
     // Only plain data is serialized here; a failure would be a bug in a derive, shown as null.
     serde_json::to_value(T::default()).unwrap_or_default()
 }
 
+/// Decodes a component's typed config, or its defaults when the block is absent.
 pub(crate) fn decode<T: DeserializeOwned + Default>(
     source: &ComponentSource<'_>,
 ) -> Result<T, BuildError> {
@@ -303,8 +303,9 @@ pub(crate) fn map_json_text(
     ))
 }
 
-/// Replaces the content of `messages[index]` with `build(marker)` when that is strictly fewer
-/// tokens, stashing the original first. Records `marker_no_win` or `store_full` and returns
+/// Replaces the content of `messages[index]` with `build(message, marker)` when that is strictly
+/// fewer tokens, stashing the original first. `message` is the message as the pipeline has it
+/// now (reformatted, perhaps), not the wire original that is stashed. Records `marker_no_win` or `store_full` and returns
 /// `None` otherwise.
 ///
 /// The stashed original is the wire original when only lossless reformats touched the message

@@ -85,7 +85,10 @@ macro_rules! screener_config {
 pub(crate) use screener_config;
 
 /// The part of a screener that is its own: what it cuts, given the shared rules. [`Triage`]
-/// owns the rest (the freeze, budget pressure, the reserve), so the five cannot drift apart.
+/// owns the freeze, budget pressure and the reserve, so the five cannot drift apart on those.
+/// What a screener selects goes through [`Rules::cut`] (exemptions, `min_savings_tokens`) when
+/// it cuts single outputs; `failed_call` (call pairs) and `stale_reasoning` (reasoning blocks)
+/// cut something else and apply neither `min_savings_tokens` nor, for reasoning, `exempt`.
 pub(crate) trait Screen: Send + Sync {
     /// The screener's policy, given the shared one: frozen and re-derivable, at depth on a
     /// cold turn when `cold_cache` is set.

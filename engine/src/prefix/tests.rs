@@ -76,7 +76,7 @@ fn a_new_turn_matches_every_message_it_appends_to() {
     next.push(result("toolu_03", "test result: ok. 12 passed", false));
     let common = common(&last, &body(&next, true));
     assert_eq!(
-        (common.head, common.messages, common.whole),
+        (common.head_matches, common.matched, common.identical),
         (true, 4, false)
     );
 }
@@ -86,7 +86,7 @@ fn the_same_body_again_matches_whole() {
     let last = body(&history(true), true);
     let common = common(&last, &last);
     assert_eq!(
-        (common.head, common.messages, common.whole),
+        (common.head_matches, common.matched, common.identical),
         (true, 4, true)
     );
 }
@@ -96,14 +96,14 @@ fn a_change_inside_a_message_ends_the_prefix_there() {
     let last = body(&history(false), true);
     let mut next = history(false);
     next[2] = next[2].replace("left: 0", "left: 2");
-    assert_eq!(common(&last, &body(&next, true)).messages, 2);
+    assert_eq!(common(&last, &body(&next, true)).matched, 2);
 }
 
 #[test]
 fn keys_reordered_before_the_messages_match_nothing() {
     let last = body(&history(false), true);
     let common = common(&last, &body(&history(false), false));
-    assert_eq!((common.head, common.messages), (false, 0));
+    assert_eq!((common.head_matches, common.matched), (false, 0));
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn keys_reordered_inside_a_message_end_the_prefix_at_it() {
     let mut next = history(false);
     next[1] = r#"{"content":[{"type":"text","text":"Let me look."},{"type":"tool_use","id":"toolu_01","name":"Bash","input":{"command":"cargo test -p parser"}}],"role":"assistant"}"#
         .to_owned();
-    assert_eq!(common(&last, &body(&next, true)).messages, 1);
+    assert_eq!(common(&last, &body(&next, true)).matched, 1);
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn a_message_removed_ends_the_prefix_where_it_was() {
     let last = body(&history(false), true);
     let mut next = history(false);
     next.remove(1);
-    assert_eq!(common(&last, &body(&next, true)).messages, 1);
+    assert_eq!(common(&last, &body(&next, true)).matched, 1);
 }
 
 #[test]
@@ -132,7 +132,7 @@ fn a_moved_breakpoint_ends_the_prefix_at_the_message_it_left() {
     next.push(call("toolu_03", "cargo test -p parser"));
     next.push(result("toolu_03", "test result: ok. 12 passed", true));
     let common = common(&last, &body(&next, true));
-    assert_eq!((common.head, common.messages), (true, 3));
+    assert_eq!((common.head_matches, common.matched), (true, 3));
 }
 
 #[test]
@@ -142,13 +142,13 @@ fn a_body_shorter_than_the_last_turn_matches_what_it_holds() {
     let shorter = body(&history(false)[..2], true);
     let common = common(&last, &shorter);
     assert_eq!(
-        (common.head, common.messages, common.whole),
+        (common.head_matches, common.matched, common.identical),
         (true, 2, false)
     );
     // Cut off inside the head: nothing matches, nothing panics.
     let cut = &last[..40];
-    assert_eq!(seen(&last).common(cut.as_bytes()).messages, 0);
-    assert!(!seen(&last).common(b"").head);
+    assert_eq!(seen(&last).common(cut.as_bytes()).matched, 0);
+    assert!(!seen(&last).common(b"").head_matches);
 }
 
 #[test]
@@ -160,14 +160,48 @@ fn the_bytes_between_messages_are_part_of_the_match() {
     assert!(base.contains(between));
     let last = base.replacen(between, &between.replacen("},{", "}, {", 1), 1);
     let next = base.replacen(between, &between.replacen("},{", "} ,{", 1), 1);
-    assert_eq!((last.len(), common(&last, &next).messages), (next.len(), 3));
+    assert_eq!((last.len(), common(&last, &next).matched), (next.len(), 3));
 }
 
 #[test]
-fn multibyte_text_across_an_old_boundary_does_not_panic() {
-    let last = body(&history(false), true);
-    let mut next = history(false);
-    next[0] = user("Fix the failing test in parser.rs — and the docs ✓");
-    let common = common(&last, &body(&next, true));
-    assert_eq!((common.head, common.messages), (true, 0));
+fn an_empty_transcript_matches_its_first_message_nowhere() {
+    let empty = body(&[], true);
+    let seen = seen(&empty);
+    assert!(seen.is_empty());
+    assert!(seen.common(empty.as_bytes()).identical);
+    let first = body(&history(false)[..1], true);
+    let common = seen.common(first.as_bytes());
+    assert_eq!(
+        (common.head_matches, common.matched, common.identical),
+        (true, 0, false)
+    );
+}
+
+/// A body laid out as both corpora's are: the tools after the messages.
+fn tools_after(messages: &[String], tools: &str) -> String {
+    format!(
+        r#"{{"model":"claude-sonnet-4-5","system":{SYSTEM},"messages":[{}],"tools":{tools},"stream":true}}"#,
+        messages.join(",")
+    )
+}
+
+#[test]
+fn the_keys_after_the_messages_are_compared_once_the_array_ends() {
+    let array_end = |text: &str| {
+        let parsed = wire::parse(text.as_bytes(), Dialect::Anthropic).unwrap();
+        parsed.messages_span().end
+    };
+    let seen = seen(&tools_after(&history(false), TOOLS));
+    let mut longer = history(false);
+    longer.push(call("toolu_03", "cargo test -p parser"));
+    let next = tools_after(&longer, TOOLS);
+    assert_eq!(seen.common(next.as_bytes()).matched, 4);
+    assert!(seen.same_after(next.as_bytes(), array_end(&next)));
+    // A changed tool list is not history: the messages still match, what follows does not.
+    let retooled = tools_after(
+        &longer,
+        &TOOLS.replace("Reads a file", "Reads a file or a directory"),
+    );
+    assert_eq!(seen.common(retooled.as_bytes()).matched, 4);
+    assert!(!seen.same_after(retooled.as_bytes(), array_end(&retooled)));
 }
