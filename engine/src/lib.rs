@@ -18,7 +18,6 @@ pub mod marker;
 pub mod message;
 pub mod model;
 pub mod pipeline;
-pub mod prefix;
 pub mod session;
 pub mod store;
 pub mod terminal;

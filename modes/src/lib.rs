@@ -11,6 +11,7 @@
 pub mod amortize;
 pub mod guard;
 pub mod loud;
+pub mod parses;
 pub mod replay;
 pub mod retries;
 mod run;

@@ -40,11 +40,12 @@ use engine::model::Models;
 use engine::pipeline::{Pipeline, RunCx, RunReport};
 use engine::store::Store;
 use engine::way_back::{self, Withheld};
-use engine::wire::{Dialect, ParsedBody, WireError};
+use engine::wire::{self, Dialect, ParsedBody, WireError};
 use http::HeaderMap;
 pub use store::Flush;
 use store::{DurableStore, Opened, Unavailable};
 
+use crate::parses::ParseMemo;
 use crate::run::{begin_turn, learned, rerun, run_turn};
 use crate::session::{SessionState, StorePersist, load_state, save_state};
 use crate::tracker::{CacheUsage, TurnFacts};
@@ -300,6 +301,9 @@ pub struct TurnService {
     durable: Option<Arc<DurableStore>>,
     /// Which sessions were already told that sluice left (part of) their body alone.
     warned: crate::loud::WarnOnce,
+    /// Each conversation's last parse, so a live turn reads only what is new in its body;
+    /// `None` parses every body whole.
+    parses: Option<ParseMemo>,
 }
 
 impl std::fmt::Debug for TurnService {
@@ -329,7 +333,20 @@ impl TurnService {
             scope_secret: DEFAULT_SCOPE_SECRET.to_vec(),
             durable: None,
             warned: crate::loud::WarnOnce::default(),
+            parses: Some(ParseMemo::default()),
         }
+    }
+
+    /// Parses every live body whole (the parity test's reference; a host never needs it).
+    #[must_use]
+    pub fn without_parse_memo(mut self) -> TurnService {
+        self.parses = None;
+        self
+    }
+
+    /// The parse memo, for `/stats`-like reports of what it holds.
+    pub fn parses(&self) -> Option<&ParseMemo> {
+        self.parses.as_ref()
     }
 
     /// Live turns keep their state in `durable` (which must also be this service's `store`).
@@ -465,7 +482,14 @@ impl TurnService {
         }
         let started = self.clock.now();
         let scope = self.scope(input.headers);
-        let (parsed, session) = match admit(&input, &scope, &self.warned) {
+        let (parsed, ticket) = match &self.parses {
+            Some(memo) => memo.parse(&scope, input.body, input.dialect),
+            None => (
+                wire::parse(input.body, input.dialect),
+                crate::parses::Ticket::default(),
+            ),
+        };
+        let (parsed, session) = match admit(&input, parsed, &scope, &self.warned) {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,
         };
@@ -527,7 +551,11 @@ impl TurnService {
         let added = self.clock.now().saturating_sub(started);
         // Written behind: the forward does not wait for the store, the reply does.
         let flushed = opened.map_or_else(Flush::done, Opened::close);
-        settled.forward(input.body, &parsed, session, facts, added, flushed)
+        let turn = settled.forward(input.body, &parsed, session, facts, added, flushed);
+        if let Some(memo) = &self.parses {
+            memo.keep(ticket, parsed);
+        }
+        turn
     }
 
     /// The reply half of a turn: the provider's cache report for `session`'s request goes to
@@ -647,8 +675,10 @@ impl TurnService {
 
     /// The body and session of a one-off rewrite, or why it goes untouched.
     fn compact_admit<'b>(&self, input: &TurnInput<'b>) -> Result<(ParsedBody<'b>, String), Turn> {
+        // A one-off rewrite is no conversation: parsed whole, and not kept.
         let (parsed, session) = admit(
             input,
+            wire::parse(input.body, input.dialect),
             &format!("compact:{}", self.scope(input.headers)),
             &self.warned,
         )?;

@@ -4,7 +4,7 @@
 //! every earlier message matches by construction: the share is an upper bound for what live
 //! agents send, and the moved-breakpoint test shows the one cost Claude Code adds to it.
 
-use engine::prefix::Seen;
+use engine::wire::prefix::Seen;
 use engine::wire::{self, Dialect};
 use integration_tests::{bodies, session_turns};
 use serde_json::{Value, json};
@@ -104,4 +104,111 @@ fn a_moved_breakpoint_costs_exactly_the_message_it_left() {
         }
     }
     assert!(turns > 500, "{turns} turns");
+}
+
+/// A live turn service on the embedded default: its own memory store, a clock that does not
+/// move (so durations in reports are equal), sessions in this runtime.
+fn service(resume: bool) -> modes::turn::TurnService {
+    use engine::store::{MemoryStore, MemoryStoreLimits, Store};
+    let config = engine::config::Config::parse(engine::config::EMBEDDED_DEFAULT).unwrap();
+    let clock = std::sync::Arc::new(engine::clock::ManualClock::new());
+    let store: std::sync::Arc<dyn Store> =
+        std::sync::Arc::new(MemoryStore::new(MemoryStoreLimits::DEFAULT, clock.clone()));
+    let service = modes::turn::TurnService::new(
+        std::sync::Arc::new(config.build_pipeline().unwrap()),
+        store,
+        clock,
+    )
+    .with_local_sessions(config.cache.amortize);
+    if resume {
+        service
+    } else {
+        service.without_parse_memo()
+    }
+}
+
+/// What a turn forwards and reports, to compare: everything but the store's acknowledgement.
+fn outcome(turn: &modes::turn::Turn) -> String {
+    match turn {
+        modes::turn::Turn::Forward(f) => format!(
+            "{}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{} {} {:?} {:?}",
+            String::from_utf8_lossy(&f.body),
+            f.report,
+            f.facts,
+            f.messages,
+            f.discarded,
+            f.withheld,
+            f.expandable,
+            f.opaque,
+            f.session,
+            f.added,
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+/// `turns` with the agent's own compaction at turn `at`: from there on, the history's third
+/// message is a summary of itself (the rest of the history and the new turns are kept).
+fn compacted_from(turns: &[Vec<u8>], at: usize) -> Vec<Vec<u8>> {
+    turns
+        .iter()
+        .enumerate()
+        .map(|(i, turn)| {
+            if i < at {
+                return turn.clone();
+            }
+            let mut value: Value = serde_json::from_slice(turn).unwrap();
+            if let Some(third) = value["messages"].get_mut(2) {
+                third["content"] = json!("Summary of the earlier steps: the tests were run.");
+            }
+            serde_json::to_vec(&value).unwrap()
+        })
+        .collect()
+}
+
+/// Item 2 of issue #34: every corpus session, both corpora, both dialects, turn by turn, through
+/// a turn service that resumes its parses and one that parses whole. Same forwarded bytes, same
+/// reports; Claude Code's moving breakpoint on the Messages turns, and an agent's compaction
+/// halfway through every session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_turn_forwards_what_a_whole_one_does() {
+    let (resumed, whole) = (service(true), service(false));
+    let headers = http::HeaderMap::new();
+    let (mut turns, mut sessions) = (0, 0);
+    for body in bodies() {
+        let name = body.path.display().to_string();
+        sessions += 2;
+        let mut sent = session_turns(&body.bytes);
+        if body.dialect == Dialect::Anthropic {
+            sent = sent.iter().map(|t| with_last_breakpoint(t)).collect();
+        }
+        let sessions = [sent.clone(), compacted_from(&sent, sent.len() / 2)];
+        for (variant, turns_of_session) in sessions.iter().enumerate() {
+            for turn in turns_of_session {
+                let bytes = bytes::Bytes::from(turn.clone());
+                let mut headers = headers.clone();
+                let session = format!("parity-{variant}-{name}").replace(['/', ' '], "_");
+                let session = session[session.len().saturating_sub(100)..].to_owned();
+                headers.insert(
+                    modes::turn::SESSION_HEADER,
+                    http::HeaderValue::from_str(&session).unwrap(),
+                );
+                let input = |body: &integration_tests::CorpusBody| modes::turn::TurnInput {
+                    dialect: body.dialect,
+                    body: &bytes,
+                    headers: &headers,
+                    models: None,
+                };
+                let a = resumed.run(input(&body)).await;
+                let b = whole.run(input(&body)).await;
+                assert_eq!(outcome(&a), outcome(&b), "{name}, variant {variant}");
+                turns += 1;
+            }
+        }
+    }
+    let (parses, skipped) = resumed.parses().unwrap().resumed();
+    eprintln!("parity: {turns} turns, {parses} resumed parses, {skipped} entries not read again");
+    assert!(turns > 4000, "{turns} turns");
+    // Every turn after a session's first resumes (the second variant's first finds the first's).
+    assert!(parses as usize + sessions >= turns, "{parses} of {turns}");
 }

@@ -25,6 +25,14 @@ use super::{
 use crate::message::{Message, Role, ToolCall};
 
 pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Result<(), WireError> {
+    read_top_system(parsed, doc);
+    parsed.read_transcript(doc, read_message);
+    Ok(())
+}
+
+/// The top-level `system`, when there is one: the first normalized message, read before the
+/// transcript wherever it sits in the body.
+pub(super) fn read_top_system(parsed: &mut ParsedBody<'_>, doc: &json::Index) {
     let text = parsed.text;
     if let Some(system) = parsed.system_span {
         parsed.read_entry(None, system, |parsed| {
@@ -34,11 +42,9 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Resul
             Ok(())
         });
     }
-    parsed.read_transcript(doc, read_message);
-    Ok(())
 }
 
-fn read_message(
+pub(super) fn read_message(
     parsed: &mut ParsedBody<'_>,
     doc: &json::Index,
     index: usize,

@@ -9,8 +9,10 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 
+mod opening;
 mod strings;
 
+pub use opening::opening_end;
 use strings::{SIMPLE_ESCAPES, decode_escape_at};
 pub use strings::{decode_string, encode_string, to_literal};
 
@@ -105,6 +107,30 @@ pub fn parse_indexed(text: &str) -> Result<(Span, Index)> {
     Ok((root, index))
 }
 
+/// [`parse_indexed`] for a document whose array opening at `array_start` begins with elements
+/// an earlier scan validated, byte for byte at the same offsets (`known`, in order, each a
+/// value span). The scan steps over them: they are the array's first members in the index,
+/// without their insides, and scanning resumes after the last of them. Everything else is
+/// validated and indexed as usual, so the document is valid JSON exactly when the earlier one
+/// was and these bytes are; a caller must have proven the known bytes unchanged.
+pub fn parse_indexed_resuming(
+    text: &str,
+    array_start: usize,
+    known: Vec<Span>,
+) -> Result<(Span, Index)> {
+    let mut index = Index {
+        known: Some((array_start, known)),
+        ..Index::default()
+    };
+    let root = scan_document(text, &mut index)?;
+    if index.known.is_some() {
+        // The array was not where the earlier scan found it: nothing was stepped over, and
+        // the whole document was validated.
+        index.known = None;
+    }
+    Ok((root, index))
+}
+
 fn scan_document<R: Recorder>(text: &str, recorder: &mut R) -> Result<Span> {
     let bytes = text.as_bytes();
     let start = skip_ws(bytes, 0);
@@ -130,6 +156,11 @@ trait Recorder {
     fn scratch(&mut self) -> &mut String;
     /// The decoded value of the string literal opening at `start`, which had escapes.
     fn decoded(&mut self, start: usize, value: String);
+    /// For the array opening at `start`, the end of the leading elements already validated
+    /// (see [`parse_indexed_resuming`]), once they are recorded as its members.
+    fn known_elements(&mut self, _start: usize) -> Option<usize> {
+        None
+    }
 }
 
 struct NoRecord(String);
@@ -167,6 +198,8 @@ pub struct Index {
     /// out once by [`Index::string`] (moved, not copied); a second read decodes again.
     decoded: Vec<(usize, RefCell<Option<String>>)>,
     scratch: String,
+    /// The array to resume and its leading elements' spans, until the scan reaches it.
+    known: Option<(usize, Vec<Span>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -211,6 +244,19 @@ impl Recorder for Index {
         self.members.extend(self.pending.drain(mark..));
         self.containers[slot].first = first;
         self.containers[slot].len = self.members.len() - first;
+    }
+
+    fn known_elements(&mut self, start: usize) -> Option<usize> {
+        if self.known.as_ref()?.0 != start {
+            return None;
+        }
+        let (_, spans) = self.known.take()?;
+        let end = spans.last()?.end;
+        self.pending.extend(spans.into_iter().map(|value| Entry {
+            key: Span::new(value.start, value.start),
+            value,
+        }));
+        Some(end)
     }
 }
 
@@ -566,18 +612,19 @@ fn scan_array<R: Recorder>(text: &str, pos: usize, depth: usize, r: &mut R) -> R
         return err(pos, "nesting too deep");
     }
     let token = r.open(pos);
-    let mut cur = skip_ws(bytes, pos + 1);
-    if bytes.get(cur) == Some(&b']') {
-        r.close(token);
-        return Ok(cur + 1);
-    }
+    let first = skip_ws(bytes, pos + 1);
+    // Resuming, the known elements are already members: what follows the last of them is a
+    // separator, as after any element.
+    let mut value_end = match r.known_elements(pos) {
+        Some(known_end) => known_end,
+        None if bytes.get(first) == Some(&b']') => {
+            r.close(token);
+            return Ok(first + 1);
+        }
+        None => scan_element(text, first, depth, r)?,
+    };
     loop {
-        let value_end = scan_value(text, cur, depth, r)?;
-        r.member(Entry {
-            key: Span::new(cur, cur),
-            value: Span::new(cur, value_end),
-        });
-        cur = skip_ws(bytes, value_end);
+        let mut cur = skip_ws(bytes, value_end);
         match bytes.get(cur) {
             Some(b',') => cur = skip_ws(bytes, cur + 1),
             Some(b']') => {
@@ -586,11 +633,22 @@ fn scan_array<R: Recorder>(text: &str, pos: usize, depth: usize, r: &mut R) -> R
             }
             _ => return err(cur, "expected ',' or ']' in an array"),
         }
+        value_end = scan_element(text, cur, depth, r)?;
     }
 }
 
+/// One array element at `at`, recorded as a member with an empty key; the offset past it.
+fn scan_element<R: Recorder>(text: &str, at: usize, depth: usize, r: &mut R) -> Result<usize> {
+    let end = scan_value(text, at, depth, r)?;
+    r.member(Entry {
+        key: Span::new(at, at),
+        value: Span::new(at, end),
+    });
+    Ok(end)
+}
+
 /// One `"key": value` entry of an object: the key's literal span (with quotes) and the value's span.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     pub key: Span,
     pub value: Span,

@@ -13,12 +13,15 @@ mod anthropic;
 mod gemini;
 pub mod json;
 mod openai;
+pub mod prefix;
 mod responses;
+mod resume;
 
 use std::borrow::Cow;
 
 use crate::message::{Message, Role};
 use json::Span;
+pub use resume::{Continuation, Resumed, parse_continuing, resumes};
 
 /// The provider API a body speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -195,7 +198,7 @@ enum ArgsEncoding {
 }
 
 /// Where one normalized message lives in the original bytes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Slot {
     /// The string literal (quotes included) that holds the whole of `content`, when there is one.
     content: Option<Span>,
@@ -209,7 +212,8 @@ struct Slot {
 }
 
 /// A parsed request body: normalized messages plus the slot map back to the original bytes.
-#[derive(Debug, Clone)]
+/// Two are equal when they read the same bytes the same way (the resumed parse's promise).
+#[derive(Debug, Clone, PartialEq)]
 pub struct ParsedBody<'a> {
     text: &'a str,
     dialect: Dialect,
@@ -226,6 +230,28 @@ pub struct ParsedBody<'a> {
     top_level: Vec<json::Entry>,
     /// Wire entries kept as they came because they could not be read (see [`Opaque`]).
     opaque: Vec<Opaque>,
+    /// Each transcript entry as read: where it is and what the parse had before it, so the
+    /// next body of the conversation resumes after the entries it shares (see `resume`).
+    entries: Vec<EntryMark>,
+    /// The parse's state once the transcript was read (before `tools`).
+    read: Mark,
+}
+
+/// One wire entry of the transcript array and the parse's state just before it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EntryMark {
+    /// The entry's value span.
+    span: Span,
+    before: Mark,
+}
+
+/// How far a parse had read: how many normalized messages, `cache_control` breakpoints (outside
+/// `tools`, which are counted last) and opaque entries it had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Mark {
+    messages: usize,
+    breakpoints: usize,
+    opaque: usize,
 }
 
 /// A wire entry (a message, an `input` item, the top-level `system`) sluice could not read. It is
@@ -268,73 +294,122 @@ pub enum Discard {
 /// # Errors
 /// Any [`WireError`]; the body is then to be forwarded untouched.
 pub fn parse(body: &[u8], dialect: Dialect) -> Result<ParsedBody<'_>, WireError> {
-    let text = std::str::from_utf8(body).map_err(|_| WireError::NotUtf8)?;
-    let (root, index) = json::parse_indexed(text).map_err(WireError::NotJson)?;
-    if json::kind_of(text, root) != json::Kind::Object {
-        return Err(WireError::NotObject);
-    }
-    // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
-    let top_level = index.members(root).to_vec();
-    let system_span = dialect
-        .system_key()
-        .and_then(|key| json::lookup(text, &top_level, key));
-    let tools_span = json::lookup(text, &top_level, "tools");
-    let messages_span =
-        json::lookup(text, &top_level, dialect.transcript_key()).ok_or(WireError::NoMessages)?;
-    if json::kind_of(text, messages_span) != json::Kind::Array {
-        return Err(WireError::MessagesNotArray);
-    }
-    let mut parsed = ParsedBody {
-        text,
+    parse_text(
+        std::str::from_utf8(body).map_err(|_| WireError::NotUtf8)?,
         dialect,
-        messages: Vec::new(),
-        slots: Vec::new(),
-        existing_breakpoints: 0,
-        messages_span,
-        system_span,
-        tools_span,
-        root,
-        top_level,
-        opaque: Vec::new(),
-    };
+    )
+}
+
+/// [`parse`] of a body already known to be UTF-8.
+///
+/// # Errors
+/// Any [`WireError`] but `NotUtf8`.
+pub fn parse_text(text: &str, dialect: Dialect) -> Result<ParsedBody<'_>, WireError> {
+    let (root, index) = json::parse_indexed(text).map_err(WireError::NotJson)?;
+    let mut parsed = ParsedBody::framed(text, dialect, root, &index)?;
     match dialect {
         Dialect::OpenAi => openai::normalize(&mut parsed, &index)?,
         Dialect::Anthropic => anthropic::normalize(&mut parsed, &index)?,
         Dialect::Responses => responses::normalize(&mut parsed, &index)?,
         Dialect::Gemini => gemini::normalize(&mut parsed, &index)?,
     }
-    if let Some(tools) = tools_span {
-        parsed.existing_breakpoints += index
-            .elements(tools)
-            .filter(|tool| json::lookup(text, index.members(*tool), "cache_control").is_some())
-            .count();
-    }
-    resolve_tool_names(&mut parsed.messages);
+    parsed.finish(&index, 0);
     Ok(parsed)
 }
 
 /// Copies each tool call's name and arguments onto the tool message that answers it, so components
 /// can tell a `pytest` output from a file read without walking back through the transcript.
-fn resolve_tool_names(messages: &mut [Message]) {
+/// Messages before `from` were resolved by an earlier parse of the same bytes: they are read for
+/// their calls, not written.
+fn resolve_tool_names(messages: &mut [Message], from: usize) {
+    let (before, after) = messages.split_at_mut(from.min(messages.len()));
+    // The last call with an id wins, as when the whole transcript is walked in order.
+    let mut earlier: std::collections::HashMap<&str, (&str, &str)> =
+        std::collections::HashMap::new();
+    for msg in before.iter() {
+        for call in &msg.tool_calls {
+            earlier.insert(&call.id, (&call.name, &call.arguments));
+        }
+    }
     let mut calls: std::collections::HashMap<String, (String, String)> =
         std::collections::HashMap::new();
-    for msg in messages.iter_mut() {
+    for msg in after.iter_mut() {
         for call in &msg.tool_calls {
             calls.insert(call.id.clone(), (call.name.clone(), call.arguments.clone()));
         }
-        if msg.role == Role::Tool
-            && let Some(id) = &msg.tool_call_id
-            && let Some((name, args)) = calls.get(id)
-        {
+        if msg.role != Role::Tool {
+            continue;
+        }
+        let Some(id) = &msg.tool_call_id else {
+            continue;
+        };
+        let found = calls
+            .get(id)
+            .map(|(name, args)| (name.as_str(), args.as_str()))
+            .or_else(|| earlier.get(id.as_str()).copied());
+        if let Some((name, args)) = found {
             if msg.tool_name.is_none() {
-                msg.tool_name = Some(name.clone());
+                msg.tool_name = Some(name.to_owned());
             }
-            msg.tool_arguments = Some(args.clone());
+            msg.tool_arguments = Some(args.to_owned());
         }
     }
 }
 
 impl<'a> ParsedBody<'a> {
+    /// A body whose top level is read and whose transcript is not yet: the spans every dialect
+    /// needs, or why the body is not a request.
+    fn framed(
+        text: &'a str,
+        dialect: Dialect,
+        root: Span,
+        index: &json::Index,
+    ) -> Result<ParsedBody<'a>, WireError> {
+        if json::kind_of(text, root) != json::Kind::Object {
+            return Err(WireError::NotObject);
+        }
+        // Duplicate keys: the last wins, as in the providers' parsers (see `json::lookup`).
+        let top_level = index.members(root).to_vec();
+        let system_span = dialect
+            .system_key()
+            .and_then(|key| json::lookup(text, &top_level, key));
+        let tools_span = json::lookup(text, &top_level, "tools");
+        let messages_span = json::lookup(text, &top_level, dialect.transcript_key())
+            .ok_or(WireError::NoMessages)?;
+        if json::kind_of(text, messages_span) != json::Kind::Array {
+            return Err(WireError::MessagesNotArray);
+        }
+        Ok(ParsedBody {
+            text,
+            dialect,
+            messages: Vec::new(),
+            slots: Vec::new(),
+            existing_breakpoints: 0,
+            messages_span,
+            system_span,
+            tools_span,
+            root,
+            top_level,
+            opaque: Vec::new(),
+            entries: Vec::new(),
+            read: Mark::default(),
+        })
+    }
+
+    /// What every parse ends with once the transcript is read: the breakpoints spent in
+    /// `tools`, and tool names on the outputs from message `from` on.
+    fn finish(&mut self, index: &json::Index, from: usize) {
+        self.read = self.mark();
+        if let Some(tools) = self.tools_span {
+            let text = self.text;
+            self.existing_breakpoints += index
+                .elements(tools)
+                .filter(|tool| json::lookup(text, index.members(*tool), "cache_control").is_some())
+                .count();
+        }
+        resolve_tool_names(&mut self.messages, from);
+    }
+
     pub fn dialect(&self) -> Dialect {
         self.dialect
     }
@@ -349,10 +424,31 @@ impl<'a> ParsedBody<'a> {
     fn read_transcript(
         &mut self,
         doc: &json::Index,
+        read: impl FnMut(&mut ParsedBody<'a>, &json::Index, usize, Span) -> Result<(), WireError>,
+    ) {
+        self.read_transcript_from(doc, 0, read);
+    }
+
+    /// [`ParsedBody::read_transcript`] from entry `from` on (the entries before it were read by
+    /// an earlier parse of the same bytes), marking where each entry starts.
+    fn read_transcript_from(
+        &mut self,
+        doc: &json::Index,
+        from: usize,
         mut read: impl FnMut(&mut ParsedBody<'a>, &json::Index, usize, Span) -> Result<(), WireError>,
     ) {
-        for (index, span) in doc.elements(self.messages_span).enumerate() {
+        for (index, span) in doc.elements(self.messages_span).enumerate().skip(from) {
+            let before = self.mark();
+            self.entries.push(EntryMark { span, before });
             self.read_entry(Some(index), span, |parsed| read(parsed, doc, index, span));
+        }
+    }
+
+    fn mark(&self) -> Mark {
+        Mark {
+            messages: self.messages.len(),
+            breakpoints: self.existing_breakpoints,
+            opaque: self.opaque.len(),
         }
     }
 

@@ -17,7 +17,7 @@ pub(super) fn normalize(parsed: &mut ParsedBody<'_>, doc: &json::Index) -> Resul
 }
 
 /// One wire message; an error makes it an opaque entry.
-fn read_message(
+pub(super) fn read_message(
     parsed: &mut ParsedBody<'_>,
     doc: &json::Index,
     index: usize,

@@ -4,7 +4,7 @@
 
 use engine::message::Role;
 use engine::session;
-use engine::wire::{self, ParsedBody};
+use engine::wire::{ParsedBody, WireError};
 use http::HeaderMap;
 
 use super::{BYPASS_HEADER, SESSION_HEADER, Turn, TurnInput, Untouched, unparsed_label};
@@ -30,11 +30,12 @@ const AGENT_COMPACTION_PROMPTS: [&str; 2] = [
     "First, reason in your scratchpad. Then, generate the ",
 ];
 
-/// Parses the body and names its session (under `namespace`: the credential scope, and
+/// Names the session of the body as `parsed` (under `namespace`: the credential scope, and
 /// `compact:` for a one-off rewrite), or says why it goes untouched
 /// (a bypass header on a body that does not parse is still a bypass).
 pub(super) fn admit<'b>(
     input: &TurnInput<'b>,
+    parsed: Result<ParsedBody<'b>, WireError>,
     namespace: &str,
     warned: &crate::loud::WarnOnce,
 ) -> Result<(ParsedBody<'b>, String), Turn> {
@@ -43,7 +44,7 @@ pub(super) fn admit<'b>(
         session: None,
         facts: None,
     };
-    let parsed = match wire::parse(input.body, input.dialect) {
+    let parsed = match parsed {
         Ok(parsed) => parsed,
         Err(_) if bypass_header(input.headers) => {
             return Err(untouched(Untouched::Bypassed("header")));

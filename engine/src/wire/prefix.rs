@@ -22,8 +22,8 @@
 //! caller can send (a session is scoped by its caller's credential), so a forger can only
 //! confuse its own conversation.
 
+use super::json::{self, Span};
 use crate::tokens::bytes_key;
-use crate::wire::json::{self, Span};
 
 /// What a session keeps of the last body it read, to recognise its own history next turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,23 +59,46 @@ impl Seen {
     /// What to keep of `body`, whose messages array is at `array` (a span [`json`] validated,
     /// from the wire parse).
     pub fn of(body: &str, array: Span) -> Seen {
+        let elements: Vec<Span> = json::elements(body, array).collect();
+        Seen::of_elements(body, array, &elements, None)
+    }
+
+    /// [`Seen::of`] from the element spans a parse found. With `earlier`, a `Seen` whose first
+    /// `kept` messages (at least one) [`Seen::common`] found in `body`, their keys and the
+    /// head's are taken from it instead of hashed again.
+    pub fn of_elements(
+        body: &str,
+        array: Span,
+        elements: &[Span],
+        earlier: Option<(&Seen, usize)>,
+    ) -> Seen {
         let bytes = body.as_bytes();
-        let mut from = array.start;
-        let messages: Vec<(Span, u128)> = json::elements(body, array)
-            .map(|element| {
-                let covered = Span::new(from, element.end);
-                from = element.end;
-                (covered, bytes_key(&bytes[covered.start..covered.end]))
-            })
-            .collect();
+        let earlier = earlier
+            .map(|(seen, kept)| (seen, kept.min(seen.messages.len()).min(elements.len())))
+            .filter(|(seen, kept)| *kept > 0 && seen.array_start == array.start);
+        let mut messages = Vec::with_capacity(elements.len());
+        if let Some((seen, kept)) = earlier {
+            messages.extend_from_slice(&seen.messages[..kept]);
+        }
+        let mut from = messages.last().map_or(array.start, |(span, _)| span.end);
+        for element in &elements[messages.len()..] {
+            let covered = Span::new(from, element.end);
+            from = element.end;
+            messages.push((covered, bytes_key(&bytes[covered.start..covered.end])));
+        }
         Seen {
-            head: bytes_key(&bytes[..array.start]),
+            head: earlier.map_or_else(|| bytes_key(&bytes[..array.start]), |(s, _)| s.head),
             array_start: array.start,
             messages,
             rest: bytes_key(&bytes[from..]),
             len: bytes.len(),
             after: (bytes.len() - array.end, bytes_key(&bytes[array.end..])),
         }
+    }
+
+    /// Where the messages array opened in the body this was made of.
+    pub fn array_start(&self) -> usize {
+        self.array_start
     }
 
     /// How many messages the session kept.
@@ -124,4 +147,4 @@ impl Seen {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

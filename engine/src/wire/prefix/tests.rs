@@ -4,20 +4,20 @@
 use super::{Common, Seen};
 use crate::wire::{self, Dialect};
 
-const SYSTEM: &str = r#"[{"type":"text","text":"You are Claude Code, Anthropic's official CLI for Claude."},{"type":"text","text":"Working directory: /repo\nIs git repo: yes","cache_control":{"type":"ephemeral"}}]"#;
-const TOOLS: &str = r#"[{"name":"Bash","description":"Runs a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}},{"name":"Read","description":"Reads a file","input_schema":{"type":"object","properties":{"file_path":{"type":"string"}}}}]"#;
+pub(crate) const SYSTEM: &str = r#"[{"type":"text","text":"You are Claude Code, Anthropic's official CLI for Claude."},{"type":"text","text":"Working directory: /repo\nIs git repo: yes","cache_control":{"type":"ephemeral"}}]"#;
+pub(crate) const TOOLS: &str = r#"[{"name":"Bash","description":"Runs a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}},{"name":"Read","description":"Reads a file","input_schema":{"type":"object","properties":{"file_path":{"type":"string"}}}}]"#;
 
-fn user(text: &str) -> String {
+pub(crate) fn user(text: &str) -> String {
     format!(r#"{{"role":"user","content":[{{"type":"text","text":{text:?}}}]}}"#)
 }
 
-fn call(id: &str, command: &str) -> String {
+pub(crate) fn call(id: &str, command: &str) -> String {
     format!(
         r#"{{"role":"assistant","content":[{{"type":"text","text":"Let me look."}},{{"type":"tool_use","id":"{id}","name":"Bash","input":{{"command":{command:?}}}}}]}}"#
     )
 }
 
-fn result(id: &str, output: &str, breakpoint: bool) -> String {
+pub(crate) fn result(id: &str, output: &str, breakpoint: bool) -> String {
     let cache = if breakpoint {
         r#","cache_control":{"type":"ephemeral"}"#
     } else {
@@ -29,7 +29,7 @@ fn result(id: &str, output: &str, breakpoint: bool) -> String {
 }
 
 /// A Messages body: model first (or after the messages), then the transcript, then metadata.
-fn body(messages: &[String], model_first: bool) -> String {
+pub(crate) fn body(messages: &[String], model_first: bool) -> String {
     let messages = messages.join(",");
     let (before, after) = if model_first {
         (r#""model":"claude-sonnet-4-5","max_tokens":32000,"#, "")
@@ -42,7 +42,7 @@ fn body(messages: &[String], model_first: bool) -> String {
 }
 
 /// Four messages, the last tool result carrying the turn's breakpoint, as Claude Code sends it.
-fn history(breakpoint_on_last: bool) -> Vec<String> {
+pub(crate) fn history(breakpoint_on_last: bool) -> Vec<String> {
     vec![
         user("Fix the failing test in parser.rs"),
         call("toolu_01", "cargo test -p parser"),

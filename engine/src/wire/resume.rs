@@ -1,0 +1,161 @@
+//! The resumed parse: a body that opens with the bytes of one already parsed is read from where
+//! they end.
+//!
+//! An agent re-sends its whole transcript every turn, and every message but the newest one or
+//! two is, byte for byte and at the same offset, what it sent a turn earlier. A parse leaves a
+//! [`Continuation`]: the body's [`Seen`] keys and what it read from each transcript entry (the
+//! normalized messages, their slots, the breakpoints and opaque entries before each). The next
+//! body is checked against it ([`Seen::common`]) and, for the entries it shares, validated and
+//! read no further: the scan steps over them ([`json::parse_indexed_resuming`]) and their
+//! messages are the continuation's. The head before the array and everything after the last
+//! shared entry are scanned and read as in a full parse, so `tools`, `metadata` and a changed
+//! `stream` are read fresh, and the result equals [`super::parse_text`]'s (`ParsedBody`'s
+//! `PartialEq`, checked on every corpus turn in both dialects by the tests).
+//!
+//! The top-level system prompt is read fresh every time, wherever it sits (Claude Code sends it
+//! after the transcript, where no key covers it); the shared entries' marks are shifted by what
+//! it changed (its breakpoints, whether it could be read). Only chat completions and Messages
+//! bodies resume; any other, and any body whose resumed scan fails, is parsed whole.
+
+use super::prefix::Seen;
+use super::{Dialect, EntryMark, Mark, Opaque, ParsedBody, Slot, anthropic, json, openai};
+use crate::message::Message;
+
+/// What a parse leaves for the next body of the same conversation.
+#[derive(Debug, Clone)]
+pub struct Continuation {
+    dialect: Dialect,
+    seen: Seen,
+    messages: Vec<Message>,
+    slots: Vec<Slot>,
+    opaque: Vec<Opaque>,
+    entries: Vec<EntryMark>,
+    read: Mark,
+    /// The body's length: what a memo of continuations counts against its budget.
+    len: usize,
+}
+
+impl Continuation {
+    /// Bytes of the body this continues (its messages hold about as much).
+    pub fn body_len(&self) -> usize {
+        self.len
+    }
+
+    /// How many transcript entries it knows.
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Whether bodies of `dialect` can resume.
+pub fn resumes(dialect: Dialect) -> bool {
+    matches!(dialect, Dialect::OpenAi | Dialect::Anthropic)
+}
+
+/// A parse that resumed: the body, how many of the continuation's transcript entries it kept,
+/// and the continuation's keys, which the next continuation reuses for them.
+#[derive(Debug)]
+pub struct Resumed<'a> {
+    pub parsed: ParsedBody<'a>,
+    pub kept: usize,
+    pub seen: Seen,
+}
+
+/// Parses `text` from where it stops matching `earlier`. `None` when it cannot resume (another
+/// dialect, a changed head, a system prompt added or dropped, no entry in common, a scan that
+/// fails): parse it whole. `earlier` is consumed: its messages become the body's.
+pub fn parse_continuing(
+    text: &str,
+    dialect: Dialect,
+    earlier: Continuation,
+) -> Option<Resumed<'_>> {
+    if !resumes(dialect) || dialect != earlier.dialect {
+        return None;
+    }
+    let common = earlier.seen.common(text.as_bytes());
+    let kept = common.matched.min(earlier.entries.len());
+    if !common.head_matches || kept == 0 {
+        return None;
+    }
+    let array_start = earlier.seen.array_start();
+    let known = earlier.entries[..kept].iter().map(|e| e.span).collect();
+    let (root, index) = json::parse_indexed_resuming(text, array_start, known).ok()?;
+    let mut parsed = ParsedBody::framed(text, dialect, root, &index).ok()?;
+    if parsed.messages_span.start != array_start {
+        return None;
+    }
+    // The system prompt is read fresh: after the transcript (Claude Code sends it there) no
+    // key covers it, and before it reading it again costs less than telling it apart.
+    if dialect == Dialect::Anthropic {
+        anthropic::read_top_system(&mut parsed, &index);
+    }
+    let fresh = parsed.mark();
+    let was = earlier.entries.first().map_or(earlier.read, |e| e.before);
+    if fresh.messages != was.messages {
+        // A system prompt added or dropped: the normalized messages no longer line up.
+        return None;
+    }
+    // Earlier marks counted the earlier system's breakpoints and opaque entry: this one's
+    // stand in for them.
+    let shift = |mark: Mark| Mark {
+        messages: mark.messages,
+        breakpoints: mark.breakpoints - was.breakpoints + fresh.breakpoints,
+        opaque: mark.opaque - was.opaque + fresh.opaque,
+    };
+    let at = earlier.entries.get(kept).map_or(earlier.read, |e| e.before);
+    let Continuation {
+        seen,
+        messages,
+        slots,
+        opaque,
+        ..
+    } = earlier;
+    // Moved, not copied: the continuation was the memo's, and this turn now holds its messages.
+    let shared = was.messages..at.messages;
+    parsed
+        .messages
+        .extend(messages.into_iter().take(shared.end).skip(shared.start));
+    parsed
+        .slots
+        .extend(slots.into_iter().take(shared.end).skip(shared.start));
+    parsed
+        .opaque
+        .extend(opaque.into_iter().take(at.opaque).skip(was.opaque));
+    parsed.existing_breakpoints = shift(at).breakpoints;
+    parsed.entries = earlier.entries[..kept]
+        .iter()
+        .map(|e| EntryMark {
+            span: e.span,
+            before: shift(e.before),
+        })
+        .collect();
+    match dialect {
+        Dialect::OpenAi => parsed.read_transcript_from(&index, kept, openai::read_message),
+        Dialect::Anthropic => parsed.read_transcript_from(&index, kept, anthropic::read_message),
+        Dialect::Responses | Dialect::Gemini => return None,
+    }
+    parsed.finish(&index, at.messages);
+    Some(Resumed { parsed, kept, seen })
+}
+
+impl ParsedBody<'_> {
+    /// What the next body of this conversation resumes from. `earlier` is the keys of the
+    /// continuation this parse resumed from and how many of its entries it kept: they are reused.
+    pub fn into_continuation(self, earlier: Option<(&Seen, usize)>) -> Continuation {
+        let elements: Vec<_> = self.entries.iter().map(|e| e.span).collect();
+        let seen = Seen::of_elements(self.text, self.messages_span, &elements, earlier);
+        Continuation {
+            dialect: self.dialect,
+            seen,
+            len: self.text.len(),
+            messages: self.messages,
+            slots: self.slots,
+            opaque: self.opaque,
+            entries: self.entries,
+            read: self.read,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
