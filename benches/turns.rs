@@ -11,7 +11,8 @@
 //! of the five (the least disturbed by the machine), and the table gives the mean per body-size
 //! band. One thread, no I/O: the figures are the turn's own work, the proxy's HTTP left out.
 //!
-//! `cargo run --release -p benches --bin turns`
+//! `cargo run --release -p benches --bin turns` (`-- resumed`, `-- whole` or `-- off` runs one
+//! arm alone, for a profiler).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,6 +105,12 @@ fn main() {
         .build()
         .expect("a runtime");
     engine::tokens::warm_up();
+    let only = std::env::args().nth(1).map(|arm| match arm.as_str() {
+        "whole" => Arm::Whole,
+        "resumed" => Arm::Resumed,
+        "off" => Arm::Off,
+        other => panic!("unknown arm `{other}` (whole, resumed, off)"),
+    });
     println!("| corpus | dialect | body size | turns | whole | resumed | off |");
     println!("|---|---|---|--:|--:|--:|--:|");
     for folder in ["public", "claude-code"] {
@@ -123,6 +130,9 @@ fn main() {
                     counts[band(turn.len())] += 1;
                 }
                 for (a, arm) in [Arm::Whole, Arm::Resumed, Arm::Off].into_iter().enumerate() {
+                    if only.is_some_and(|only| only != arm) {
+                        continue;
+                    }
                     let mut best = vec![Duration::MAX; turns.len()];
                     for round in 0..ROUNDS {
                         let session = format!("turns-{name}-{}-{a}-{round}", dialect.as_str());

@@ -101,7 +101,12 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             messages,
         };
     }
-    let report = pipeline.run_from(parsed.messages(), &mut messages, &cx);
+    let report = pipeline.run_hashed(
+        parsed.messages(),
+        parsed.content_hashes(),
+        &mut messages,
+        &cx,
+    );
     let written = parsed.write_back(&messages);
     let discarded: Vec<Discarded> = written
         .discarded

@@ -144,12 +144,29 @@ impl Pipeline {
         messages: &mut [Message],
         cx: &RunCx,
     ) -> RunReport {
+        let content: Vec<u64> = originals
+            .iter()
+            .map(|m| tokens::content_hash(&m.content))
+            .collect();
+        self.run_hashed(originals, &content, messages, cx)
+    }
+
+    /// [`Pipeline::run_from`] for a host that has each original's `tokens::content_hash`
+    /// already (`ParsedBody::content_hashes`, carried from turn to turn).
+    pub fn run_hashed(
+        &self,
+        originals: &[Message],
+        content: &[u64],
+        messages: &mut [Message],
+        cx: &RunCx,
+    ) -> RunReport {
         let started = cx.clock.now();
         debug_assert!(
             originals == messages,
             "run_from: messages differ from originals"
         );
-        let mut state = self.begin_run(originals, messages);
+        debug_assert_eq!(content.len(), originals.len());
+        let mut state = self.begin_run(originals, content.to_vec(), messages);
         let mut report = RunReport {
             tokens_before: state.total,
             ..RunReport::default()
@@ -166,13 +183,14 @@ impl Pipeline {
         report
     }
 
-    /// Hashes each original once (token counts, freeze keys and components share the hash)
-    /// and counts every message's tokens.
-    fn begin_run(&self, originals: &[Message], messages: &[Message]) -> RunState {
-        let content: Vec<u64> = originals
-            .iter()
-            .map(|m| tokens::content_hash(&m.content))
-            .collect();
+    /// Takes each original's hash (token counts, freeze keys and components share it) and
+    /// counts every message's tokens.
+    fn begin_run(
+        &self,
+        originals: &[Message],
+        content: Vec<u64>,
+        messages: &[Message],
+    ) -> RunState {
         let counts: Vec<usize> = messages
             .iter()
             .enumerate()

@@ -57,11 +57,16 @@ pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
 /// and tool ids. Content it does not cover (an image) can only make two different messages look
 /// equal, which makes the prefix look longer: the safe direction.
 pub fn fingerprint(message: &Message) -> u64 {
+    fingerprint_hashed(message, tokens::content_hash(&message.content))
+}
+
+/// [`fingerprint`] of a message whose content hash is known (`ParsedBody::content_hashes`).
+pub fn fingerprint_hashed(message: &Message, content: u64) -> u64 {
     let mut h = tokens::content_hash(message.role.as_str());
+    h = h.rotate_left(17) ^ content;
     let mut fold = |text: &str| {
         h = h.rotate_left(17) ^ tokens::content_hash(text);
     };
-    fold(&message.content);
     if let Some(id) = &message.tool_call_id {
         fold(id);
     }

@@ -235,6 +235,20 @@ pub struct ParsedBody<'a> {
     entries: Vec<EntryMark>,
     /// The parse's state once the transcript was read (before `tools`).
     read: Mark,
+    /// Each message's content hash, once asked for (see [`ParsedBody::content_hashes`]).
+    hashes: ContentHashes,
+}
+
+/// A cache of `tokens::content_hash` over a body's messages, filled on first use or carried
+/// over for the messages a resumed parse shares. A function of the messages, so it takes no
+/// part in equality: two bodies with equal messages have equal hashes.
+#[derive(Debug, Clone, Default)]
+struct ContentHashes(std::sync::OnceLock<Vec<u64>>);
+
+impl PartialEq for ContentHashes {
+    fn eq(&self, _: &ContentHashes) -> bool {
+        true
+    }
 }
 
 /// One wire entry of the transcript array and the parse's state just before it was read.
@@ -393,6 +407,7 @@ impl<'a> ParsedBody<'a> {
             opaque: Vec::new(),
             entries: Vec::new(),
             read: Mark::default(),
+            hashes: ContentHashes::default(),
         })
     }
 
@@ -484,6 +499,18 @@ impl<'a> ParsedBody<'a> {
     /// The normalized messages, as parsed.
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// `tokens::content_hash` of each message's content, in order: computed once per body and
+    /// shared by the tracker and the pipeline; a resumed parse carries the shared messages'
+    /// over from the last turn, so a turn hashes only what is new.
+    pub fn content_hashes(&self) -> &[u64] {
+        self.hashes.0.get_or_init(|| {
+            self.messages
+                .iter()
+                .map(|m| crate::tokens::content_hash(&m.content))
+                .collect()
+        })
     }
 
     /// The original body text.

@@ -31,6 +31,8 @@ pub struct Continuation {
     opaque: Vec<Opaque>,
     entries: Vec<EntryMark>,
     read: Mark,
+    /// The messages' content hashes, when the turn asked for them.
+    hashes: Option<Vec<u64>>,
     /// The body's length: what a memo of continuations counts against its budget.
     len: usize,
 }
@@ -108,6 +110,7 @@ pub fn parse_continuing(
         messages,
         slots,
         opaque,
+        hashes,
         ..
     } = earlier;
     // Moved, not copied: the continuation was the memo's, and this turn now holds its messages.
@@ -135,6 +138,17 @@ pub fn parse_continuing(
         Dialect::Responses | Dialect::Gemini => return None,
     }
     parsed.finish(&index, at.messages);
+    if let Some(hashes) = hashes.filter(|h| h.len() >= at.messages) {
+        // The system prompt (read fresh) and the new messages are hashed; the rest carried.
+        let hash = |m: &Message| crate::tokens::content_hash(&m.content);
+        let all: Vec<u64> = parsed.messages[..was.messages]
+            .iter()
+            .map(hash)
+            .chain(hashes[was.messages..at.messages].iter().copied())
+            .chain(parsed.messages[at.messages..].iter().map(hash))
+            .collect();
+        let _ = parsed.hashes.0.set(all);
+    }
     Some(Resumed { parsed, kept, seen })
 }
 
@@ -153,6 +167,7 @@ impl ParsedBody<'_> {
             opaque: self.opaque,
             entries: self.entries,
             read: self.read,
+            hashes: self.hashes.0.into_inner(),
         }
     }
 }

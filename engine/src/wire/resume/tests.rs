@@ -5,15 +5,21 @@ use super::*;
 use crate::wire::prefix::tests::{SYSTEM, TOOLS, body, call, history, result, user};
 use crate::wire::{self, parse_text};
 
+/// What a live turn leaves: its hashes were asked for (the tracker and the pipeline do).
 fn continuation(text: &str, dialect: Dialect) -> Continuation {
-    parse_text(text, dialect).unwrap().into_continuation(None)
+    let parsed = parse_text(text, dialect).unwrap();
+    parsed.content_hashes();
+    parsed.into_continuation(None)
 }
 
 /// Resumes `next` from `last` and checks it reads as the whole parse does; the entries kept.
 fn resumed(last: &str, next: &str, dialect: Dialect) -> Option<usize> {
+    // The shared messages' hashes are carried over, the rest computed.
     let Resumed { parsed, kept, seen } =
         parse_continuing(next, dialect, continuation(last, dialect))?;
-    assert_eq!(parsed, parse_text(next, dialect).unwrap());
+    let whole = parse_text(next, dialect).unwrap();
+    assert_eq!(parsed, whole);
+    assert_eq!(parsed.content_hashes(), whole.content_hashes());
     // And what it leaves for the turn after is what a whole parse leaves.
     let left = parsed.into_continuation(Some((&seen, kept)));
     assert_eq!(
