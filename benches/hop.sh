@@ -5,32 +5,50 @@
 #   nginx   -> an nginx reverse proxy (proxy_pass, upstream keepalive) -> the canned upstream
 #   off     -> sluice --preset off                                       -> the canned upstream
 #   default -> sluice on its embedded default                           -> the canned upstream
-# in rounds, interleaved. Needs Debian's nginx and wrk. Figures go to docs/performance.md.
-# Usage: [HOP_SECS=N] [HOP_SESSIONS=64] bash benches/hop.sh
+# in rounds, interleaved, on two workloads in the same run: the same body on every request
+# (`same`), and 64 agents each sending the largest public Anthropic session turn by turn
+# (`growing`, benches/hop/grow.lua), as agents do. Needs Debian's nginx and wrk. Figures go to
+# docs/performance.md.
+# Usage: [HOP_SECS=N] [HOP_SESSIONS=64] [SLUICE_BIN=path] [HOP_STORE=memory] bash benches/hop.sh
+# SLUICE_BIN runs a binary built elsewhere (an earlier commit's, for a before/after); the
+# default arm keeps its state in SQLite unless HOP_STORE says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "install nginx and wrk (apt-get install nginx-light wrk)" >&2; exit 1; }
-cargo build --release --quiet -p proxy --bin sluice
-target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-sluice="$target_dir/release/sluice"
+if [ -n "${SLUICE_BIN:-}" ]; then
+    sluice="$SLUICE_BIN"
+else
+    cargo build --release --quiet -p proxy --bin sluice
+    target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+    sluice="$target_dir/release/sluice"
+fi
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-# The body: the public Anthropic request nearest 187 KB, from the repository's corpus.
-python3 - "$work/body.json" <<'PY'
-import gzip, os, sys
-best = None
+# The bodies, from the repository's corpus: the public Anthropic request nearest 187 KB (the
+# same workload), and the largest one cut before each assistant step, as tests/lib.rs
+# `session_turns` cuts it, one file per turn (the growing workload).
+mkdir -p "$work/turns"
+python3 - "$work/body.json" "$work/turns" <<'PY'
+import gzip, json, os, sys
+bodies = []
 for root, _, files in os.walk("tests/corpus/public"):
     for f in files:
         if f.startswith("anthropic.json"):
             p = os.path.join(root, f)
-            data = gzip.open(p).read() if f.endswith(".gz") else open(p, "rb").read()
-            if best is None or abs(len(data) - 187_000) < abs(len(best) - 187_000):
-                best = data
-open(sys.argv[1], "wb").write(best)
-print(f"body: {len(best)} bytes", file=sys.stderr)
+            bodies.append(gzip.open(p).read() if f.endswith(".gz") else open(p, "rb").read())
+same = min(bodies, key=lambda b: abs(len(b) - 187_000))
+open(sys.argv[1], "wb").write(same)
+print(f"body: {len(same)} bytes", file=sys.stderr)
+body = json.loads(max(bodies, key=len))
+messages = body["messages"]
+cuts = [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0] + [len(messages)]
+for n, cut in enumerate(cuts, 1):
+    with open(os.path.join(sys.argv[2], f"{n:04d}.json"), "w") as out:
+        json.dump(dict(body, messages=messages[:cut]), out, separators=(",", ":"))
+print(f"growing: {len(cuts)} turns, the last {len(json.dumps(body, separators=(',', ':')))} bytes", file=sys.stderr)
 PY
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -69,7 +87,8 @@ pids+=($!)
 SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$off_port" --preset off --store memory \
     --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/off.err" &
 pids+=($!); off_pid=$!
-SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$default_port" --store "sqlite:$work/state.db" \
+store="${HOP_STORE:-sqlite:$work/state.db}"
+SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$default_port" --store "$store" \
     --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/default.err" &
 pids+=($!); default_pid=$!
 for p in $canned_port $hop_port $off_port $default_port; do
@@ -89,33 +108,39 @@ case "${HOP_SESSIONS:-1}" in
     64) script=sessions.lua ;;
     *) echo "HOP_SESSIONS is 1 or 64" >&2; exit 2 ;;
 esac
-run() { # arm url -> "rps p50_ms"
-    HOP_BODY="$work/body.json" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s "benches/hop/$script" "$2" 2>/dev/null \
+run() { # arm url [script] -> "rps p50_ms"
+    HOP_BODY="$work/body.json" HOP_TURNS="$work/turns" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s "benches/hop/${3:-$script}" "$2" 2>/dev/null \
         | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000} p50=v} END {printf "%s %s\n", rps, p50}'
 }
 declare -A rps p50
 arms=(direct nginx off default)
+workloads=(same growing)
 url_direct="http://127.0.0.1:$canned_port/v1/messages"
 url_nginx="http://127.0.0.1:$hop_port/v1/messages"
 url_off="http://127.0.0.1:$off_port/anthropic/v1/messages"
 url_default="http://127.0.0.1:$default_port/anthropic/v1/messages"
+script_of() { if [ "$1" = growing ]; then echo grow.lua; else echo "$script"; fi; }
 for arm in "${arms[@]}"; do run "$arm" "$(eval echo \$url_$arm)" >/dev/null; done   # warm-up
 for round in 1 2 3; do
-    for arm in "${arms[@]}"; do
-        read -r r p <<<"$(run "$arm" "$(eval echo \$url_$arm)")"
-        rps[$arm]="${rps[$arm]:-} $r"; p50[$arm]="${p50[$arm]:-} $p"
+    for w in "${workloads[@]}"; do
+        for arm in "${arms[@]}"; do
+            read -r r p <<<"$(run "$arm" "$(eval echo \$url_$arm)" "$(script_of "$w")")"
+            rps[$w.$arm]="${rps[$w.$arm]:-} $r"; p50[$w.$arm]="${p50[$w.$arm]:-} $p"
+        done
     done
 done
 busy_off=$(rss_kib $off_pid); busy_default=$(rss_kib $default_pid); busy_nginx=$(nginx_rss_kib)
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo "| arm | req/s (median of 3) | share of nginx | p50 (median) | added p50 over direct |"
-echo "|---|--:|--:|--:|--:|"
-n_rps=$(echo "${rps[nginx]}" | median); d_p50=$(echo "${p50[direct]}" | median)
-for arm in "${arms[@]}"; do
-    r=$(echo "${rps[$arm]}" | median); p=$(echo "${p50[$arm]}" | median)
-    awk -v a="$arm" -v r="$r" -v n="$n_rps" -v p="$p" -v d="$d_p50" 'BEGIN {printf "| %s | %.0f | %.0f%% | %.2f ms | %.2f ms |\n", a, r, 100*r/n, p, p-d}'
+echo "| workload | arm | req/s (median of 3) | share of nginx | p50 (median) | added p50 over direct |"
+echo "|---|---|--:|--:|--:|--:|"
+for w in "${workloads[@]}"; do
+    n_rps=$(echo "${rps[$w.nginx]}" | median); d_p50=$(echo "${p50[$w.direct]}" | median)
+    for arm in "${arms[@]}"; do
+        r=$(echo "${rps[$w.$arm]}" | median); p=$(echo "${p50[$w.$arm]}" | median)
+        awk -v w="$w" -v a="$arm" -v r="$r" -v n="$n_rps" -v p="$p" -v d="$d_p50" 'BEGIN {printf "| %s | %s | %.0f | %.0f%% | %.2f ms | %.2f ms |\n", w, a, r, 100*r/n, p, p-d}'
+    done
 done
 echo
-echo "rounds: $(for a in "${arms[@]}"; do echo -n "$a:${rps[$a]} "; done)"
+echo "rounds: $(for w in "${workloads[@]}"; do for a in "${arms[@]}"; do echo -n "$w.$a:${rps[$w.$a]} "; done; done)"
 awk -v io="$idle_off" -v bo="$busy_off" -v id="$idle_default" -v bd="$busy_default" -v in_="$idle_nginx" -v bn="$busy_nginx" 'BEGIN {
     printf "memory per connection at 64 (RSS under load minus idle, / 64): sluice off %.0f KiB, sluice default %.0f KiB, nginx %.0f KiB\n", (bo-io)/64, (bd-id)/64, (bn-in_)/64 }'

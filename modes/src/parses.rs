@@ -3,9 +3,10 @@
 //!
 //! A parse is a pure function of the bytes, so the memo follows the bytes, not the session: it is
 //! looked up before the body is parsed, when the session key (which may come from the body) is
-//! not known yet. A body is found by its opening, the caller's credential scope and the bytes
-//! before the transcript through its first user message ([`json::opening_end`]): what every
-//! turn of a conversation repeats, and what two conversations of one agent already differ in.
+//! not known yet. A body is found by its opening, the caller's credential scope (and the session
+//! id it named in the header, when it named one) and the bytes before the transcript through its
+//! first user message ([`json::opening_end`]): what every turn of a conversation repeats, and
+//! what two conversations of one agent already differ in.
 //! What is found is then proven, byte for byte at the same offsets, by the continuation's own
 //! keys; a body that does not match, or that matches nothing kept, is parsed whole, which is
 //! also what a replica that never saw the conversation does.
@@ -86,6 +87,9 @@ impl ParseMemo {
     }
 
     /// Parses `body`, from where it stops matching the continuation its opening finds.
+    /// `scope` is the caller's credential scope, with the session id the caller named (the
+    /// header), when it named one: agents that open alike (one task run many times, one body
+    /// sent under many ids) keep one continuation each.
     pub fn parse<'b>(
         &self,
         scope: &str,

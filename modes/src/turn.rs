@@ -483,7 +483,16 @@ impl TurnService {
         let started = self.clock.now();
         let scope = self.scope(input.headers);
         let (parsed, ticket) = match &self.parses {
-            Some(memo) => memo.parse(&scope, input.body, input.dialect),
+            Some(memo) => {
+                // The session the caller named, known before the parse: one continuation each
+                // for agents whose bodies open alike.
+                let named = input
+                    .headers
+                    .get(SESSION_HEADER)
+                    .and_then(|v| v.to_str().ok());
+                let scope = named.map_or_else(|| scope.clone(), |id| format!("{scope}\0{id}"));
+                memo.parse(&scope, input.body, input.dialect)
+            }
             None => (
                 wire::parse(input.body, input.dialect),
                 crate::parses::Ticket::default(),

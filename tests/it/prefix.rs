@@ -187,8 +187,8 @@ async fn a_resumed_turn_forwards_what_a_whole_one_does() {
             for turn in turns_of_session {
                 let bytes = bytes::Bytes::from(turn.clone());
                 let mut headers = headers.clone();
-                let session = format!("parity-{variant}-{name}").replace(['/', ' '], "_");
-                let session = session[session.len().saturating_sub(100)..].to_owned();
+                let run = name.replace(['/', ' '], "_");
+                let session = format!("parity-{variant}-{}", &run[run.len().saturating_sub(90)..]);
                 headers.insert(
                     modes::turn::SESSION_HEADER,
                     http::HeaderValue::from_str(&session).unwrap(),
@@ -209,6 +209,11 @@ async fn a_resumed_turn_forwards_what_a_whole_one_does() {
     let (parses, skipped) = resumed.parses().unwrap().resumed();
     eprintln!("parity: {turns} turns, {parses} resumed parses, {skipped} entries not read again");
     assert!(turns > 4000, "{turns} turns");
-    // Every turn after a session's first resumes (the second variant's first finds the first's).
-    assert!(parses as usize + sessions >= turns, "{parses} of {turns}");
+    // Every turn resumes but a session's first and, with Claude Code's moving breakpoint, its
+    // second: the first message carried the breakpoint on the first turn, so the opening the
+    // memo finds a conversation by changed once.
+    assert!(
+        parses as usize + 2 * sessions >= turns,
+        "{parses} of {turns}"
+    );
 }

@@ -90,3 +90,14 @@ fn a_body_that_is_not_json_is_an_error_as_before() {
     );
     assert_eq!(ticket.kept(), 0);
 }
+
+#[test]
+fn agents_that_open_alike_keep_one_continuation_each() {
+    // The turn service puts the session header into the scope: two agents sending the same
+    // task under their own ids each resume their own.
+    let memo = ParseMemo::default();
+    turn(&memo, "k1:\0agent-1", &body("Fix issue 1", 3));
+    turn(&memo, "k1:\0agent-2", &body("Fix issue 1", 5));
+    assert_eq!(turn(&memo, "k1:\0agent-1", &body("Fix issue 1", 4)), 8);
+    assert_eq!(turn(&memo, "k1:\0agent-2", &body("Fix issue 1", 6)), 12);
+}
