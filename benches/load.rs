@@ -317,7 +317,11 @@ async fn turns_of_dialect(
             let turn = Bytes::from(turn);
             let d_url = format!("{}{}", mock.url(), direct_route(dialect));
             let s_url = format!("{url}{}", route(dialect));
-            let headers = [("x-context-guru-session", session.as_str())];
+            // A credential, as agents send (the parse memo keeps no conversation without one).
+            let headers = [
+                ("x-context-guru-session", session.as_str()),
+                ("x-api-key", "sk-load"),
+            ];
             let send = |turn: Bytes| benches::http_load::post_with(client, &s_url, &headers, turn);
             let (d, s) = if round % 2 == 0 {
                 let d = ms(post(client, &d_url, turn.clone()).await);

@@ -11,14 +11,16 @@
 //! keys; a body that does not match, or that matches nothing kept, is parsed whole, which is
 //! also what a replica that never saw the conversation does.
 //!
-//! Bounded by the bytes of the bodies it continues ([`ParseMemo::DEFAULT_BUDGET`]); the least
-//! recently used goes first. A turn takes the continuation it resumes from (its messages move
+//! Bounded by what it holds ([`ParseMemo::DEFAULT_BUDGET`], counted by
+//! `Continuation::held_bytes`; one conversation at most an eighth); the least recently used
+//! goes first. A turn takes the continuation it resumes from (its messages move
 //! into the turn's body, uncopied) and leaves its own when it ends; a second turn of the
 //! conversation in flight meanwhile finds none and parses whole.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use engine::session::UNSCOPED;
 use engine::tokens::bytes_key;
 use engine::wire::prefix::Seen;
 use engine::wire::{self, Continuation, Dialect, ParsedBody, Resumed, WireError, json};
@@ -37,7 +39,7 @@ pub struct ParseMemo {
 #[derive(Debug, Default)]
 struct Kept {
     slots: HashMap<u128, Slot>,
-    /// The bodies' bytes the slots continue.
+    /// What the slots hold (`Continuation::held_bytes`).
     bytes: usize,
     /// A clock of uses, for least-recently-used eviction.
     tick: u64,
@@ -74,7 +76,7 @@ const MIN_BODY: usize = 4 * 1024;
 const OPENING_ENTRIES: usize = 4;
 
 impl ParseMemo {
-    /// 32 MiB of bodies: the last turn of 64 conversations of half a megabyte each.
+    /// 32 MiB: the last turn of 64 conversations of half a megabyte of text each.
     pub const DEFAULT_BUDGET: usize = 32 * 1024 * 1024;
 
     pub fn new(budget: usize) -> ParseMemo {
@@ -123,15 +125,17 @@ impl ParseMemo {
         };
         let earlier = ticket.earlier.as_ref().map(|(seen, kept)| (seen, *kept));
         let continuation = parsed.into_continuation(earlier);
-        let len = continuation.body_len();
-        if len > self.budget {
+        let len = continuation.held_bytes();
+        // One conversation never takes more than an eighth: a 32 MiB body does not empty the
+        // memo of everyone else's.
+        if len > self.budget / 8 {
             return;
         }
         let mut kept = self.kept.lock();
         kept.tick += 1;
         let used = kept.tick;
         if let Some(old) = kept.slots.insert(key, Slot { continuation, used }) {
-            kept.bytes -= old.continuation.body_len();
+            kept.bytes -= old.continuation.held_bytes();
         }
         kept.bytes += len;
         while kept.bytes > self.budget {
@@ -144,7 +148,7 @@ impl ParseMemo {
                 break;
             };
             if let Some(gone) = kept.slots.remove(&oldest) {
-                kept.bytes -= gone.continuation.body_len();
+                kept.bytes -= gone.continuation.held_bytes();
             }
         }
     }
@@ -154,7 +158,7 @@ impl ParseMemo {
     fn take(&self, key: u128) -> Option<Continuation> {
         let mut kept = self.kept.lock();
         let slot = kept.slots.remove(&key)?;
-        kept.bytes -= slot.continuation.body_len();
+        kept.bytes -= slot.continuation.held_bytes();
         Some(slot.continuation)
     }
 
@@ -166,7 +170,7 @@ impl ParseMemo {
         )
     }
 
-    /// Conversations kept and the bytes of their bodies.
+    /// Conversations kept and the bytes they hold.
     pub fn held(&self) -> (usize, usize) {
         let kept = self.kept.lock();
         (kept.slots.len(), kept.bytes)
@@ -182,7 +186,10 @@ impl Default for ParseMemo {
 /// The key a body is kept under: its caller's scope and its opening, through the first user
 /// message. `None` for a body too small to keep or that does not resume.
 fn opening_key(scope: &str, text: &str, dialect: Dialect) -> Option<u128> {
-    if text.len() < MIN_BODY || !wire::resumes(dialect) {
+    // A caller without a credential shares its scope with every other such caller, and the
+    // keys that prove a shared entry are fast, not collision-proof: one of them could plant a
+    // crafted body where another's conversation would resume from it. Parsed whole.
+    if text.len() < MIN_BODY || !wire::resumes(dialect) || scope.starts_with(UNSCOPED) {
         return None;
     }
     let user = |span: json::Span| {

@@ -173,7 +173,9 @@ fn compacted_from(turns: &[Vec<u8>], at: usize) -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_turn_forwards_what_a_whole_one_does() {
     let (resumed, whole) = (service(true), service(false));
-    let headers = http::HeaderMap::new();
+    // A credential, as agents send: the parse memo keeps no conversation of a caller without.
+    let mut headers = http::HeaderMap::new();
+    headers.insert("x-api-key", http::HeaderValue::from_static("sk-parity"));
     let (mut turns, mut sessions) = (0, 0);
     for body in bodies() {
         let name = body.path.display().to_string();
@@ -216,4 +218,71 @@ async fn a_resumed_turn_forwards_what_a_whole_one_does() {
         parses as usize + 2 * sessions >= turns,
         "{parses} of {turns}"
     );
+}
+
+/// `turn` with its top-level keys in the order `first`, then the rest, `messages` last: the
+/// system prompt and tools before the transcript, where chat SDKs and older agents put them
+/// (the corpus turns are written with sorted keys, which puts `system` and `tools` after it).
+fn head_first(turn: &[u8]) -> Vec<u8> {
+    let value: Value = serde_json::from_slice(turn).unwrap();
+    let object = value.as_object().unwrap();
+    let first = ["system", "tools"];
+    let order = first
+        .iter()
+        .copied()
+        .chain(
+            object
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !first.contains(k) && *k != "messages"),
+        )
+        .chain(["messages"])
+        .filter(|k| object.contains_key(*k));
+    let members: Vec<String> = order
+        .map(|k| format!("{}:{}", serde_json::to_string(k).unwrap(), object[k]))
+        .collect();
+    format!("{{{}}}", members.join(",")).into_bytes()
+}
+
+/// The resumed parse itself against the whole one on every corpus turn, both corpora, both
+/// dialects, chained as a live conversation chains them (each continuation the last resumed
+/// parse's), as written, pretty-printed (whitespace between every element) and with the system
+/// prompt and tools before the transcript: `ParsedBody` equal, content hashes equal.
+#[test]
+fn every_corpus_turn_resumes_to_the_whole_parse() {
+    use engine::wire::{Resumed, parse_continuing, parse_text};
+    let mut checked = 0;
+    for body in bodies() {
+        let name = body.path.display();
+        let compact = session_turns(&body.bytes);
+        let pretty: Vec<Vec<u8>> = compact
+            .iter()
+            .map(|t| {
+                serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(t).unwrap()).unwrap()
+            })
+            .collect();
+        let reordered: Vec<Vec<u8>> = compact.iter().map(|t| head_first(t)).collect();
+        for turns in [compact, pretty, reordered] {
+            let texts: Vec<&str> = turns
+                .iter()
+                .map(|t| std::str::from_utf8(t).unwrap())
+                .collect();
+            let first = parse_text(texts[0], body.dialect).unwrap();
+            first.content_hashes();
+            let mut earlier = first.into_continuation(None);
+            for text in &texts[1..] {
+                let entries = earlier.entries();
+                let Resumed { parsed, kept, seen } = parse_continuing(text, body.dialect, earlier)
+                    .unwrap_or_else(|| panic!("{name}: a turn that appends resumes"));
+                assert_eq!(kept, entries, "{name}: every earlier entry is shared");
+                let whole = parse_text(text, body.dialect).unwrap();
+                assert_eq!(parsed, whole, "{name}");
+                assert_eq!(parsed.content_hashes(), whole.content_hashes(), "{name}");
+                earlier = parsed.into_continuation(Some((&seen, kept)));
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("resumed parses: {checked} turns checked against the whole parse");
+    assert!(checked > 6000, "{checked} turns");
 }

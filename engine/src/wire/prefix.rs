@@ -17,10 +17,10 @@
 //! history (an agent's own compaction) ends it at the edit.
 //!
 //! Keys are [`bytes_key`], two 64-bit multiply-rotate hashes: fast, and out of reach of any
-//! accidental collision, but not of a crafted one. A collision would make a turn reuse what
-//! sluice forwarded for another message of the same session, which only the session's own
-//! caller can send (a session is scoped by its caller's credential), so a forger can only
-//! confuse its own conversation.
+//! accidental collision, but not of a crafted one. A collision would make a turn resume from
+//! another body's parse; the parse memo (`modes::parses`) keeps the conversations of a caller
+//! only under its credential's scope, and none for a caller without one, so a forger can only
+//! confuse conversations of its own credential.
 
 use super::json::{self, Span};
 use crate::tokens::bytes_key;

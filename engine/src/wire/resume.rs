@@ -33,14 +33,19 @@ pub struct Continuation {
     read: Mark,
     /// The messages' content hashes, when the turn asked for them.
     hashes: Option<Vec<u64>>,
-    /// The body's length: what a memo of continuations counts against its budget.
-    len: usize,
+    /// What it holds, counted once when it is made (see [`Continuation::held_bytes`]).
+    held: usize,
 }
 
+/// What a message costs beside its text: the struct, its slot and entry, allocator slack.
+const PER_MESSAGE: usize = 256;
+
 impl Continuation {
-    /// Bytes of the body this continues (its messages hold about as much).
-    pub fn body_len(&self) -> usize {
-        self.len
+    /// About what it holds in memory: every text of every message (a tool output's call
+    /// arguments are copied onto it, so they count twice when they are), a fixed cost per
+    /// message, and its keys. What a memo of continuations counts against its budget.
+    pub fn held_bytes(&self) -> usize {
+        self.held
     }
 
     /// How many transcript entries it knows.
@@ -158,10 +163,27 @@ impl ParsedBody<'_> {
     pub fn into_continuation(self, earlier: Option<(&Seen, usize)>) -> Continuation {
         let elements: Vec<_> = self.entries.iter().map(|e| e.span).collect();
         let seen = Seen::of_elements(self.text, self.messages_span, &elements, earlier);
+        let held = self
+            .messages
+            .iter()
+            .map(|m| {
+                let calls: usize = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                    .sum();
+                let reasoning: usize = m.reasoning.iter().map(String::len).sum();
+                let copied = m.tool_name.as_ref().map_or(0, String::len)
+                    + m.tool_arguments.as_ref().map_or(0, String::len)
+                    + m.tool_call_id.as_ref().map_or(0, String::len);
+                m.content.len() + calls + reasoning + copied + PER_MESSAGE
+            })
+            .sum::<usize>()
+            + elements.len() * 48;
         Continuation {
             dialect: self.dialect,
             seen,
-            len: self.text.len(),
+            held,
             messages: self.messages,
             slots: self.slots,
             opaque: self.opaque,

@@ -62,19 +62,50 @@ fn small_bodies_and_other_dialects_are_not_kept() {
     assert_eq!(memo.held(), (0, 0));
 }
 
+/// What the memo counts for a body's continuation.
+fn held(body: &[u8]) -> usize {
+    wire::parse(body, Dialect::OpenAi)
+        .unwrap()
+        .into_continuation(None)
+        .held_bytes()
+}
+
 #[test]
 fn the_budget_evicts_the_least_recently_used() {
-    let one = body("Fix issue 1", 3).len();
-    let memo = ParseMemo::new(one * 2 + one / 2);
-    turn(&memo, "k1:", &body("Fix issue 1", 3));
-    turn(&memo, "k1:", &body("Fix issue 2", 3));
-    // Issue 1 is used again, so issue 2 is the one to go when issue 3 comes.
-    assert_eq!(turn(&memo, "k1:", &body("Fix issue 1", 3)), 8);
-    turn(&memo, "k1:", &body("Fix issue 3", 3));
+    let issue = |n: usize| body(&format!("Fix issue {n}"), 3);
+    let one = held(&issue(1));
+    // Room for eight and a half: one conversation may take an eighth.
+    let memo = ParseMemo::new(one * 8 + one / 2);
+    for n in 1..=8 {
+        turn(&memo, "k1:", &issue(n));
+    }
+    assert_eq!(memo.held().0, 8);
+    // Issue 1 is used again, so issue 2 is the one to go when issue 9 comes.
+    assert_eq!(turn(&memo, "k1:", &issue(1)), 8);
+    turn(&memo, "k1:", &issue(9));
     let (count, bytes) = memo.held();
-    assert_eq!(count, 2);
-    assert!(bytes <= one * 2 + one / 2);
-    assert_eq!(turn(&memo, "k1:", &body("Fix issue 2", 3)), 0);
+    assert_eq!(count, 8);
+    assert!(bytes <= one * 8 + one / 2);
+    assert_eq!(turn(&memo, "k1:", &issue(3)), 8);
+    assert_eq!(turn(&memo, "k1:", &issue(2)), 0);
+}
+
+#[test]
+fn one_conversation_takes_at_most_an_eighth() {
+    let memo = ParseMemo::new(held(&body("Fix issue 1", 3)) * 4);
+    turn(&memo, "k1:", &body("Fix issue 1", 3));
+    assert_eq!(memo.held(), (0, 0));
+}
+
+#[test]
+fn a_caller_without_a_credential_is_parsed_whole() {
+    let memo = ParseMemo::default();
+    turn(&memo, engine::session::UNSCOPED, &body("Fix issue 1", 3));
+    assert_eq!(
+        turn(&memo, engine::session::UNSCOPED, &body("Fix issue 1", 4)),
+        0
+    );
+    assert_eq!(memo.held(), (0, 0));
 }
 
 #[test]
