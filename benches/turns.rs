@@ -67,6 +67,8 @@ async fn one_pass(arm: Arm, dialect: Dialect, session: &str, turns: &[Bytes]) ->
         SESSION_HEADER,
         http::HeaderValue::from_str(session).expect("an id"),
     );
+    // A credential, as agents send: the parse memo keeps no conversation of a caller without.
+    headers.insert("x-api-key", http::HeaderValue::from_static("sk-turns"));
     let mut out = Vec::with_capacity(turns.len());
     for body in turns {
         let started = Instant::now();
