@@ -15,6 +15,9 @@
 //! arm alone, for a profiler).
 
 use std::sync::Arc;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;

@@ -101,13 +101,8 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             messages,
         };
     }
-    let report = pipeline.run_hashed(
-        parsed.messages(),
-        parsed.content_hashes(),
-        &mut messages,
-        &cx,
-    );
-    let written = parsed.write_back(&messages);
+    let report = pipeline.run_digested(parsed.messages(), parsed.digests(), &mut messages, &cx);
+    let written = parsed.write_back_changed(&messages, &report.changed());
     let discarded: Vec<Discarded> = written
         .discarded
         .iter()

@@ -12,6 +12,7 @@ pub mod code;
 pub mod components;
 pub mod config;
 pub mod contain;
+pub mod digests;
 pub mod dsl;
 pub mod gate;
 pub mod marker;

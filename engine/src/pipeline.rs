@@ -46,6 +46,8 @@ mod freeze;
 mod report;
 mod transcript;
 
+pub(crate) use crate::digests::message_tokens_hashed;
+pub use crate::digests::{Digests, message_tokens};
 use crate::gate;
 pub use crate::gate::Gate;
 pub use component::*;
@@ -60,21 +62,6 @@ pub struct Pipeline {
     stages: Vec<Stage>,
     /// `tools:`: outputs some components may not change (see `tools.rs`).
     tool_rules: crate::tools::ToolRules,
-}
-
-/// Content tokens of one message: every piece of text the model reads.
-pub fn message_tokens(message: &Message) -> usize {
-    message.visible_texts().map(tokens::count).sum()
-}
-
-/// [`message_tokens`] for a message whose content hash is known.
-fn message_tokens_hashed(message: &Message, content_hash: u64) -> usize {
-    tokens::count_hashed(&message.content, content_hash)
-        + message
-            .visible_texts()
-            .skip(1)
-            .map(tokens::count)
-            .sum::<usize>()
 }
 
 fn duration_us(d: Duration) -> u64 {
@@ -148,15 +135,30 @@ impl Pipeline {
             .iter()
             .map(|m| tokens::content_hash(&m.content))
             .collect();
-        self.run_hashed(originals, &content, messages, cx)
+        let tokens: Vec<usize> = originals
+            .iter()
+            .zip(&content)
+            .map(|(m, &hash)| message_tokens_hashed(m, hash))
+            .collect();
+        let marked: Vec<bool> = originals
+            .iter()
+            .map(|m| marker::contains_marker(&m.content))
+            .collect();
+        let digests = Digests {
+            content: &content,
+            tokens: &tokens,
+            marked: &marked,
+        };
+        self.run_digested(originals, digests, messages, cx)
     }
 
-    /// [`Pipeline::run_from`] for a host that has each original's `tokens::content_hash`
-    /// already (`ParsedBody::content_hashes`, carried from turn to turn).
-    pub fn run_hashed(
+    /// [`Pipeline::run_from`] for a host that has what every run computes of each original
+    /// already (`ParsedBody::digests`, carried from turn to turn for the messages a
+    /// conversation repeats).
+    pub fn run_digested(
         &self,
         originals: &[Message],
-        content: &[u64],
+        digests: Digests<'_>,
         messages: &mut [Message],
         cx: &RunCx,
     ) -> RunReport {
@@ -165,8 +167,7 @@ impl Pipeline {
             originals == messages,
             "run_from: messages differ from originals"
         );
-        debug_assert_eq!(content.len(), originals.len());
-        let mut state = self.begin_run(originals, content.to_vec(), messages);
+        let mut state = self.begin_run(originals, digests, messages);
         let mut report = RunReport {
             tokens_before: state.total,
             ..RunReport::default()
@@ -183,26 +184,40 @@ impl Pipeline {
         report
     }
 
-    /// Takes each original's hash (token counts, freeze keys and components share it) and
-    /// counts every message's tokens.
+    /// Takes each original's digests: hash (freeze keys and components share it), token count
+    /// and marker.
     fn begin_run(
         &self,
         originals: &[Message],
-        content: Vec<u64>,
+        digests: Digests<'_>,
         messages: &[Message],
     ) -> RunState {
-        let counts: Vec<usize> = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| match (originals.get(i), content.get(i)) {
-                // The contract says equal; a caller that broke it gets a correct count, not the
-                // cached count of another text.
-                (Some(original), Some(&hash)) if original.content.len() == m.content.len() => {
-                    message_tokens_hashed(m, hash)
-                }
-                _ => message_tokens(m),
-            })
-            .collect();
+        // The contract says `messages` equal `originals` and the digests are theirs; a caller
+        // that broke it gets correct values, not the cached ones of other texts.
+        let n = messages.len();
+        let whole = originals.len() == n
+            && digests.content.len() == n
+            && digests.tokens.len() == n
+            && digests.marked.len() == n;
+        let (content, counts, marked) = if whole {
+            (
+                digests.content.to_vec(),
+                digests.tokens.to_vec(),
+                digests.marked.to_vec(),
+            )
+        } else {
+            (
+                messages
+                    .iter()
+                    .map(|m| tokens::content_hash(&m.content))
+                    .collect(),
+                messages.iter().map(message_tokens).collect(),
+                messages
+                    .iter()
+                    .map(|m| marker::contains_marker(&m.content))
+                    .collect(),
+            )
+        };
         let prefix = if self.stages.iter().any(|s| s.freeze() != Freeze::Stateless) {
             prefix_hashes(originals, &content)
         } else {
@@ -214,6 +229,7 @@ impl Pipeline {
             touched: vec![false; messages.len()],
             hashes: RunHashes {
                 content,
+                marked,
                 prefix,
                 dirty: vec![false; messages.len()],
             },

@@ -421,6 +421,48 @@ pub enum Injected {
     AlreadyDeclared,
 }
 
+/// Where [`inject_at`] and [`declare_at`] would put the tool: the body is not copied yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// The tool goes in at this offset of the rewritten body.
+    Insert(Insertion),
+    /// The request already declares a tool of that name.
+    AlreadyDeclared,
+}
+
+/// Bytes to insert at one offset of a body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insertion {
+    at: usize,
+    text: String,
+}
+
+impl Insertion {
+    /// `body` with the insertion made. A body the turn already owns (write-back rewrote it)
+    /// takes it in place, moving only what follows the offset: `tools`, where it goes, is at
+    /// or near the end of an agent's request. A borrowed one is copied once, as it must be.
+    pub fn into_body(self, body: std::borrow::Cow<'_, [u8]>) -> Vec<u8> {
+        match body {
+            std::borrow::Cow::Owned(mut owned) => {
+                owned.splice(self.at..self.at, self.text.bytes());
+                owned
+            }
+            std::borrow::Cow::Borrowed(borrowed) => splice(borrowed, self.at, &self.text),
+        }
+    }
+}
+
+impl Placement {
+    fn injected(self, body: &[u8]) -> Injected {
+        match self {
+            Placement::Insert(insertion) => {
+                Injected::Added(insertion.into_body(std::borrow::Cow::Borrowed(body)))
+            }
+            Placement::AlreadyDeclared => Injected::AlreadyDeclared,
+        }
+    }
+}
+
 fn tool_name(text: &str, tool: Span) -> Option<String> {
     let name = json::get(text, tool, "name")
         .or_else(|| json::get(text, tool, "function").and_then(|f| json::get(text, f, "name")))?;
@@ -433,8 +475,16 @@ fn tool_name(text: &str, tool: Span) -> Option<String> {
 /// # Errors
 /// Why the tool cannot be declared on this request.
 pub fn inject(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+    inject_at(parsed, rewritten).map(|placed| placed.injected(rewritten))
+}
+
+/// [`inject`], placed but not made: the host inserts it into the body it owns.
+///
+/// # Errors
+/// Why the tool cannot be declared on this request.
+pub fn inject_at(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Placement, Withheld> {
     reach(parsed)?;
-    splice_tool(parsed, rewritten)
+    place_tool(parsed, rewritten)
 }
 
 /// Declares the expand tool on a turn of a session that declares it on every turn, also when
@@ -446,19 +496,27 @@ pub fn inject(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Wit
 /// # Errors
 /// Why the tool cannot be declared on this request.
 pub fn declare(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+    declare_at(parsed, rewritten).map(|placed| placed.injected(rewritten))
+}
+
+/// [`declare`], placed but not made: the host inserts it into the body it owns.
+///
+/// # Errors
+/// Why the tool cannot be declared on this request.
+pub fn declare_at(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Placement, Withheld> {
     match reach(parsed) {
         Ok(())
         | Err(Withheld::ToolChoiceNone | Withheld::ToolChoiceNamed | Withheld::ToolChoiceUnknown) => {
-            splice_tool(parsed, rewritten)
+            place_tool(parsed, rewritten)
         }
         Err(why) => Err(why),
     }
 }
 
-/// The expand tool appended to `rewritten`'s `tools` (made when there is none).
-fn splice_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+/// Where the expand tool goes in `rewritten`'s `tools` (made when there is none).
+fn place_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Placement, Withheld> {
     if parsed.dialect() == Dialect::Gemini {
-        return splice_gemini_tool(parsed, rewritten);
+        return place_gemini_tool(parsed, rewritten);
     }
     let text = parsed.text();
     let tool = tool_json(parsed.dialect());
@@ -466,35 +524,34 @@ fn splice_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Wi
         let at = parsed
             .map_offset(parsed.root().end - 1, rewritten.len())
             .ok_or(Withheld::Unplaced)?;
-        return Ok(Injected::Added(splice(
-            rewritten,
+        return Ok(Placement::Insert(Insertion {
             at,
-            &format!(r#","tools":[{tool}]"#),
-        )));
+            text: format!(r#","tools":[{tool}]"#),
+        }));
     };
     let mut empty = true;
     for existing in json::elements(text, tools) {
         empty = false;
         if tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME) {
-            return Ok(Injected::AlreadyDeclared);
+            return Ok(Placement::AlreadyDeclared);
         }
     }
     let close = locate_tools(parsed, tools, rewritten).ok_or(Withheld::Unplaced)?;
-    let insert = if empty { tool } else { format!(",{tool}") };
-    Ok(Injected::Added(splice(rewritten, close, &insert)))
+    let text = if empty { tool } else { format!(",{tool}") };
+    Ok(Placement::Insert(Insertion { at: close, text }))
 }
 
 /// Gemini's declaration: inside the first `tools` entry that has a `functionDeclarations` array
 /// (a request may carry one such entry only), else as a new entry of its own.
-fn splice_gemini_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injected, Withheld> {
+fn place_gemini_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Placement, Withheld> {
     let text = parsed.text();
     let declaration = tool_json(Dialect::Gemini);
     let Some(tools) = parsed.tools_span() else {
         let at = parsed
             .map_offset(parsed.root().end - 1, rewritten.len())
             .ok_or(Withheld::Unplaced)?;
-        let member = format!(r#","tools":[{{"functionDeclarations":[{declaration}]}}]"#);
-        return Ok(Injected::Added(splice(rewritten, at, &member)));
+        let text = format!(r#","tools":[{{"functionDeclarations":[{declaration}]}}]"#);
+        return Ok(Placement::Insert(Insertion { at, text }));
     };
     let mut declarations = None;
     let mut empty = true;
@@ -507,7 +564,7 @@ fn splice_gemini_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injec
         };
         for existing in json::elements(text, list) {
             if tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME) {
-                return Ok(Injected::AlreadyDeclared);
+                return Ok(Placement::AlreadyDeclared);
             }
         }
         declarations.get_or_insert(list);
@@ -530,7 +587,7 @@ fn splice_gemini_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Injec
             (close, if empty { entry } else { format!(",{entry}") })
         }
     };
-    Ok(Injected::Added(splice(rewritten, at, &insert)))
+    Ok(Placement::Insert(Insertion { at, text: insert }))
 }
 
 /// Where `tools`' closing bracket is in `rewritten`.

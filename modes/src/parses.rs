@@ -98,9 +98,9 @@ impl ParseMemo {
         body: &'b [u8],
         dialect: Dialect,
     ) -> (Result<ParsedBody<'b>, WireError>, Ticket) {
-        let text = match std::str::from_utf8(body) {
+        let text = match wire::utf8(body) {
             Ok(text) => text,
-            Err(_) => return (Err(WireError::NotUtf8), Ticket::default()),
+            Err(err) => return (Err(err), Ticket::default()),
         };
         let key = opening_key(scope, text, dialect);
         let found = key.and_then(|key| self.take(key));

@@ -54,7 +54,8 @@ pub(crate) fn run_turn<'a>(
     cx.cold = facts.cold;
     cx = learned(state, cx);
     let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
-    retries::remember(state, parsed.messages(), &applied.messages);
+    let changed = applied.report.changed();
+    retries::remember(state, parsed.messages(), &applied.messages, &changed);
     let mut facts = facts;
     facts.ledger_turn = state.guard.turn(guard::work(&applied.report, &facts));
     (applied, facts)

@@ -247,7 +247,8 @@ fn head_first(turn: &[u8]) -> Vec<u8> {
 /// The resumed parse itself against the whole one on every corpus turn, both corpora, both
 /// dialects, chained as a live conversation chains them (each continuation the last resumed
 /// parse's), as written, pretty-printed (whitespace between every element) and with the system
-/// prompt and tools before the transcript: `ParsedBody` equal, content hashes equal.
+/// prompt and tools before the transcript: `ParsedBody` equal, and its digests (content hashes,
+/// token counts, markers) equal.
 #[test]
 fn every_corpus_turn_resumes_to_the_whole_parse() {
     use engine::wire::{Resumed, parse_continuing, parse_text};
@@ -268,7 +269,7 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
                 .map(|t| std::str::from_utf8(t).unwrap())
                 .collect();
             let first = parse_text(texts[0], body.dialect).unwrap();
-            first.content_hashes();
+            first.digests();
             let mut earlier = first.into_continuation(None);
             for text in &texts[1..] {
                 let entries = earlier.entries();
@@ -277,7 +278,7 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
                 assert_eq!(kept, entries, "{name}: every earlier entry is shared");
                 let whole = parse_text(text, body.dialect).unwrap();
                 assert_eq!(parsed, whole, "{name}");
-                assert_eq!(parsed.content_hashes(), whole.content_hashes(), "{name}");
+                assert_eq!(parsed.digests(), whole.digests(), "{name}");
                 earlier = parsed.into_continuation(Some((&seen, kept)));
                 checked += 1;
             }

@@ -124,7 +124,7 @@ impl Offload for Collapse {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
-            if !offload_candidate(message, cx) {
+            if !offload_candidate(message, index, cx) {
                 continue;
             }
             if cx.tokens(index) <= self.config.max_tokens {

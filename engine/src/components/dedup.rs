@@ -78,7 +78,7 @@ impl Offload for Dedup {
         let mut first_seen: HashMap<u64, &str> = HashMap::new();
         let mut duplicates = Vec::new();
         for (index, message) in messages.iter().enumerate() {
-            if !offload_candidate(message, cx) {
+            if !offload_candidate(message, index, cx) {
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {

@@ -203,7 +203,7 @@ impl Offload for Delta {
             if !message.is_tool() {
                 continue;
             }
-            if !offload_candidate(message, cx) {
+            if !offload_candidate(message, index, cx) {
                 continue;
             }
             let decision = if cx.tokens(index) < self.config.min_tokens {

@@ -214,7 +214,7 @@ impl Offload for Extract {
                 cx.gate(gate::WITHIN_KEEP_RECENT);
                 continue;
             }
-            if !offload_candidate(&messages[index], cx) {
+            if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {

@@ -244,7 +244,7 @@ impl Offload for ExtractLlm {
                 cx.gate(gate::WITHIN_KEEP_RECENT);
                 continue;
             }
-            if !offload_candidate(&messages[index], cx) {
+            if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
             if cx.tokens(index) < floor {

@@ -136,7 +136,7 @@ impl Offload for FailedRun {
         let mut runs: Vec<(usize, Option<String>)> = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
-            if !offload_candidate(message, cx) {
+            if !offload_candidate(message, index, cx) {
                 continue;
             }
             if !run_like().is_match(&message.content) {

@@ -231,7 +231,7 @@ impl Offload for Linecap {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
-            if !offload_candidate(message, cx) {
+            if !offload_candidate(message, index, cx) {
                 continue;
             }
             if message.content.len() < self.config.min_size {

@@ -94,7 +94,7 @@ impl Offload for Mask {
         }
         let mut keys = Vec::new();
         for &index in &outputs[..older] {
-            if !offload_candidate(&messages[index], cx) {
+            if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
             if cx.tokens(index) < self.config.min_tokens {

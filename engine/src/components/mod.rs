@@ -230,12 +230,13 @@ pub(crate) fn text_tool_output(message: &Message, cx: &mut ApplyCx<'_>) -> bool 
 }
 
 /// Common candidate gate for offloaders: a text tool output with no marker in it yet.
-/// Records the gate and returns false when the message is not a candidate.
-pub(crate) fn offload_candidate(message: &Message, cx: &mut ApplyCx<'_>) -> bool {
+/// `message` is message `index` as the component has it. Records the gate and returns false
+/// when the message is not a candidate.
+pub(crate) fn offload_candidate(message: &Message, index: usize, cx: &mut ApplyCx<'_>) -> bool {
     if !text_tool_output(message, cx) {
         return false;
     }
-    if marker::contains_marker(&message.content) {
+    if cx.has_marker(index, &message.content) {
         cx.gate(gate::MARKER_OR_KEPT_VERBATIM);
         return false;
     }

@@ -196,7 +196,7 @@ impl Offload for PhiEvict {
                 cx.gate(gate::NEWEST_OUTPUT);
                 continue;
             }
-            if !offload_candidate(&messages[index], cx) {
+            if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
             if !cx.may_mutate(index) {

@@ -143,7 +143,7 @@ impl Offload for Skeleton {
         }
         let mut keys = Vec::new();
         for (&index, path) in outputs[..older].iter().zip(&paths) {
-            if !offload_candidate(&messages[index], cx) {
+            if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
             if path

@@ -150,7 +150,7 @@ impl Offload for Smartcrush {
         let mut keys = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
-            if !offload_candidate(message, cx) {
+            if !offload_candidate(message, index, cx) {
                 continue;
             }
             let text = message.content.as_str();

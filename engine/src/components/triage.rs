@@ -315,7 +315,7 @@ impl Rules {
             cx.gate(gate::EXEMPT);
             return false;
         }
-        if !super::offload_candidate(output, cx) {
+        if !super::offload_candidate(output, index, cx) {
             return false;
         }
         if !cx.may_mutate(index) {

@@ -149,6 +149,8 @@ pub struct ApplyCx<'a> {
     pub(super) prefix: &'a [u64],
     /// `tokens::content_hash` of each wire-original content, computed once per run.
     pub(super) hashes: &'a [u64],
+    /// Whether each wire-original content carries a marker, computed once per body.
+    pub(super) marked: &'a [bool],
     /// Whether an earlier component changed the message (its hash in `hashes` is then stale).
     pub(super) dirty: &'a [bool],
 }
@@ -167,6 +169,7 @@ impl<'a> ApplyCx<'a> {
             counts,
             prefix: &hashes.prefix,
             hashes: &hashes.content,
+            marked: &hashes.marked,
             dirty: &hashes.dirty,
             gates: BTreeMap::new(),
             stashed: 0,
@@ -192,27 +195,46 @@ impl<'a> ApplyCx<'a> {
     /// message is hashed once per run, for its token count), computed otherwise. Components key
     /// their per-output work by it instead of hashing megabytes again.
     pub fn content_hash(&self, index: usize, content: &str) -> u64 {
-        let unchanged = !self.dirty.get(index).copied().unwrap_or(true)
+        match self.hashes.get(index) {
+            Some(&hash) if self.unchanged(index, content) => hash,
+            _ => tokens::content_hash(content),
+        }
+    }
+
+    /// `marker::contains_marker(content)` for `content`, the content of message `index` as
+    /// this component received it: looked up, like [`ApplyCx::content_hash`], when no earlier
+    /// component changed the message. Every offload asks it of every output on every turn.
+    pub fn has_marker(&self, index: usize, content: &str) -> bool {
+        match self.marked.get(index) {
+            Some(&marked) if self.unchanged(index, content) => marked,
+            _ => marker::contains_marker(content),
+        }
+    }
+
+    /// Whether `content`, message `index` as this component received it, is still the wire
+    /// original, so what the run computed of the original holds for it.
+    fn unchanged(&self, index: usize, content: &str) -> bool {
+        !self.dirty.get(index).copied().unwrap_or(true)
             && self
                 .initial
                 .get(index)
                 .is_some_and(|m| m.content.len() == content.len())
             // A replay of this stage's own frozen decision is not in `dirty` yet.
-            && !self.reapplied_as.iter().any(|(j, _, _)| *j == index);
-        match self.hashes.get(index) {
-            Some(&hash) if unchanged => hash,
-            _ => tokens::content_hash(content),
-        }
+            && !self.reapplied_as.iter().any(|(j, _, _)| *j == index)
     }
 
     /// What the model would read at `index` had nothing run: the text to stash when an
     /// offloader replaces content that only lossless reformats touched, so a marker always
     /// resolves to the exact bytes the agent sent, not to our repacking of them.
     pub fn wire_original(&self, index: usize) -> Option<&'a str> {
+        let marked = |c: &str| match self.marked.get(index) {
+            Some(&marked) => marked,
+            None => marker::contains_marker(c),
+        };
         self.initial
             .get(index)
             .map(|m| m.content.as_str())
-            .filter(|c| !marker::contains_marker(c))
+            .filter(|c| !marked(c))
     }
 
     pub fn dialect(&self) -> Dialect {

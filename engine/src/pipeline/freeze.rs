@@ -59,6 +59,8 @@ pub(super) fn apply_frozen(message: &mut Message, value: &str) -> bool {
 pub(super) struct RunHashes {
     /// `tokens::content_hash` of each original content.
     pub(super) content: Vec<u64>,
+    /// Whether each original content carries a marker.
+    pub(super) marked: Vec<bool>,
     /// See [`ApplyCx::prefix`]; empty when no component is frozen.
     pub(super) prefix: Vec<u64>,
     /// Messages an earlier stage wrote to (kept, reverted or replayed), so their `content` hash

@@ -105,6 +105,19 @@ impl RunReport {
         self.tokens_before.saturating_sub(self.tokens_after)
     }
 
+    /// Every message some component changed (kept or replayed), ascending, once each: the
+    /// only messages the run can have forwarded differently from how they came.
+    pub fn changed(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self
+            .components
+            .iter()
+            .flat_map(|c| c.changed.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// Freeze lookups of every component together.
     pub fn frozen(&self) -> FrozenCounts {
         let mut total = FrozenCounts::default();

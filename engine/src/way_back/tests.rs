@@ -493,3 +493,44 @@ fn gemini_withholds_where_the_model_could_not_call_it() {
         assert_eq!(reach(&parsed), expected, "{member}");
     }
 }
+
+/// The turn inserts the declaration into the body write-back made, in place: the same bytes as
+/// a copy, and without moving the body, because write-back leaves room for the largest one.
+#[test]
+fn a_declaration_goes_into_an_owned_body_in_place() {
+    for dialect in [
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        Dialect::Responses,
+        Dialect::Gemini,
+    ] {
+        // The largest insertion: a `tools` member made where there was none.
+        let made = format!(
+            r#","tools":[{{"functionDeclarations":[{}]}}]"#,
+            tool_json(dialect)
+        );
+        assert!(made.len() <= crate::wire::DECLARATION_ROOM, "{dialect:?}");
+    }
+    let body = format!(
+        r#"{{"model":"m","messages":[{{"role":"tool","tool_call_id":"c","content":{}}}],"tools":[{{"type":"function","function":{{"name":"bash","parameters":{{}}}}}}]}}"#,
+        json::to_literal(&LONG.repeat(40))
+    );
+    let parsed = wire::parse(body.as_bytes(), Dialect::OpenAi).unwrap();
+    let mut rewritten = parsed.messages().to_vec();
+    rewritten[0].content = "cut <<cg:0123456789abcdef>>".into();
+    let written = parsed.write_back(&rewritten).body;
+    let std::borrow::Cow::Owned(owned) = &written else {
+        panic!("write-back rewrote the body");
+    };
+    let (start, capacity) = (owned.as_ptr(), owned.capacity());
+    let Ok(Placement::Insert(insertion)) = inject_at(&parsed, &written) else {
+        panic!("placed");
+    };
+    let copied = insertion
+        .clone()
+        .into_body(std::borrow::Cow::Borrowed(&written));
+    let in_place = insertion.into_body(written);
+    assert_eq!(in_place, copied);
+    assert_eq!((in_place.as_ptr(), in_place.capacity()), (start, capacity));
+    expand_tool_is_last(&in_place, Dialect::OpenAi);
+}

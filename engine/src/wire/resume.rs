@@ -31,8 +31,10 @@ pub struct Continuation {
     opaque: Vec<Opaque>,
     entries: Vec<EntryMark>,
     read: Mark,
-    /// The messages' content hashes, when the turn asked for them.
+    /// The messages' digests (content hashes, token counts, markers), when the turn asked.
     hashes: Option<Vec<u64>>,
+    tokens: Option<Vec<usize>>,
+    marked: Option<Vec<bool>>,
     /// What it holds, counted once when it is made (see [`Continuation::held_bytes`]).
     held: usize,
 }
@@ -116,6 +118,8 @@ pub fn parse_continuing(
         slots,
         opaque,
         hashes,
+        tokens,
+        marked,
         ..
     } = earlier;
     // Moved, not copied: the continuation was the memo's, and this turn now holds its messages.
@@ -143,18 +147,61 @@ pub fn parse_continuing(
         Dialect::Responses | Dialect::Gemini => return None,
     }
     parsed.finish(&index, at.messages);
-    if let Some(hashes) = hashes.filter(|h| h.len() >= at.messages) {
-        // The system prompt (read fresh) and the new messages are hashed; the rest carried.
-        let hash = |m: &Message| crate::tokens::content_hash(&m.content);
-        let all: Vec<u64> = parsed.messages[..was.messages]
-            .iter()
-            .map(hash)
-            .chain(hashes[was.messages..at.messages].iter().copied())
-            .chain(parsed.messages[at.messages..].iter().map(hash))
-            .collect();
-        let _ = parsed.hashes.0.set(all);
-    }
+    carry_digests(&parsed, (hashes, tokens, marked), was.messages..at.messages);
     Some(Resumed { parsed, kept, seen })
+}
+
+/// Sets the resumed body's digests from the continuation's, for the `shared` messages, and
+/// computes them for the rest: the system prompt (read fresh) and the new messages. A digest
+/// the last turn did not ask for is left to be computed when this one does.
+#[allow(clippy::type_complexity)]
+fn carry_digests(
+    parsed: &ParsedBody<'_>,
+    (hashes, tokens, marked): (Option<Vec<u64>>, Option<Vec<usize>>, Option<Vec<bool>>),
+    shared: std::ops::Range<usize>,
+) {
+    let messages = &parsed.messages;
+    let Some(hashes) = stitch(hashes, &shared, messages, |_, m| {
+        crate::tokens::content_hash(&m.content)
+    }) else {
+        return;
+    };
+    let tokens = stitch(tokens, &shared, messages, |i, m| {
+        crate::digests::message_tokens_hashed(m, hashes[i])
+    });
+    let marked = stitch(marked, &shared, messages, |_, m| {
+        crate::marker::contains_marker(&m.content)
+    });
+    let _ = parsed.digests.hashes.set(hashes);
+    if let Some(tokens) = tokens {
+        let _ = parsed.digests.tokens.set(tokens);
+    }
+    if let Some(marked) = marked {
+        let _ = parsed.digests.marked.set(marked);
+    }
+}
+
+/// One digest of every message: `carried` for the `shared` ones (where the last turn had
+/// them), `fresh(index, message)` for the others; `None` when the last turn did not compute it.
+fn stitch<T: Copy>(
+    carried: Option<Vec<T>>,
+    shared: &std::ops::Range<usize>,
+    messages: &[Message],
+    fresh: impl Fn(usize, &Message) -> T,
+) -> Option<Vec<T>> {
+    let carried = carried.filter(|c| c.len() >= shared.end)?;
+    let fresh = |(i, m): (usize, &Message)| fresh(i, m);
+    let system = messages[..shared.start].iter().enumerate().map(fresh);
+    let new = messages[shared.end..]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| fresh((shared.end + i, m)));
+    Some(
+        system
+            .chain(carried[shared.clone()].iter().copied())
+            .chain(new)
+            .collect(),
+    )
 }
 
 impl ParsedBody<'_> {
@@ -189,7 +236,9 @@ impl ParsedBody<'_> {
             opaque: self.opaque,
             entries: self.entries,
             read: self.read,
-            hashes: self.hashes.0.into_inner(),
+            hashes: self.digests.hashes.into_inner(),
+            tokens: self.digests.tokens.into_inner(),
+            marked: self.digests.marked.into_inner(),
         }
     }
 }

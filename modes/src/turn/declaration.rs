@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use engine::apply::Applied;
 use engine::pipeline::Pipeline;
-use engine::way_back::{self, Injected, Withheld};
+use engine::way_back::{self, Placement, Withheld};
 use engine::wire::ParsedBody;
 use store::Flush;
 
@@ -18,8 +18,9 @@ use crate::tracker::TurnFacts;
 pub(super) enum WayBack {
     /// No marker in the body: nothing to declare.
     NotNeeded,
-    /// The body with the tool appended.
-    Injected(Vec<u8>),
+    /// The tool goes into the body at this place (made when the turn is forwarded, in the
+    /// body write-back made when it made one).
+    Injected(way_back::Insertion),
     /// The request already declares it.
     Declared,
     /// The body still carries a marker sluice did not cut (the agent's own history) and the
@@ -38,9 +39,9 @@ fn place_way_back(
     declare: bool,
 ) -> Result<WayBack, Withheld> {
     if declare {
-        return match way_back::declare(parsed, &applied.body)? {
-            Injected::Added(body) => Ok(WayBack::Injected(body)),
-            Injected::AlreadyDeclared => Ok(WayBack::Declared),
+        return match way_back::declare_at(parsed, &applied.body)? {
+            Placement::Insert(insertion) => Ok(WayBack::Injected(insertion)),
+            Placement::AlreadyDeclared => Ok(WayBack::Declared),
         };
     }
     // A stash this run made is a marker in the body (write-back may have discarded it, and then
@@ -55,9 +56,9 @@ fn place_way_back(
     if !stashed && !way_back::carries_marker(&applied.body) {
         return Ok(WayBack::NotNeeded);
     }
-    match way_back::inject(parsed, &applied.body)? {
-        Injected::Added(body) => Ok(WayBack::Injected(body)),
-        Injected::AlreadyDeclared => Ok(WayBack::Declared),
+    match way_back::inject_at(parsed, &applied.body)? {
+        Placement::Insert(insertion) => Ok(WayBack::Injected(insertion)),
+        Placement::AlreadyDeclared => Ok(WayBack::Declared),
     }
 }
 
@@ -143,7 +144,7 @@ impl<'a> Settled<'a> {
     ) -> Turn {
         let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
         let body = match (self.way, self.applied.body) {
-            (WayBack::Injected(body), _) => Bytes::from(body),
+            (WayBack::Injected(insertion), body) => Bytes::from(insertion.into_body(body)),
             (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),
             (_, std::borrow::Cow::Borrowed(_)) => original.clone(),
         };

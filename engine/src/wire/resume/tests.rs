@@ -5,10 +5,10 @@ use super::*;
 use crate::wire::prefix::tests::{SYSTEM, TOOLS, body, call, history, result, user};
 use crate::wire::{self, parse_text};
 
-/// What a live turn leaves: its hashes were asked for (the tracker and the pipeline do).
+/// What a live turn leaves: its digests were asked for (the tracker and the pipeline do).
 fn continuation(text: &str, dialect: Dialect) -> Continuation {
     let parsed = parse_text(text, dialect).unwrap();
-    parsed.content_hashes();
+    parsed.digests();
     parsed.into_continuation(None)
 }
 
@@ -19,7 +19,7 @@ fn resumed(last: &str, next: &str, dialect: Dialect) -> Option<usize> {
         parse_continuing(next, dialect, continuation(last, dialect))?;
     let whole = parse_text(next, dialect).unwrap();
     assert_eq!(parsed, whole);
-    assert_eq!(parsed.content_hashes(), whole.content_hashes());
+    assert_eq!(parsed.digests(), whole.digests());
     // And what it leaves for the turn after is what a whole parse leaves.
     let left = parsed.into_continuation(Some((&seen, kept)));
     assert_eq!(

@@ -1,0 +1,34 @@
+//! What every pipeline run computes of each message before it starts: the content's hash, the
+//! message's token count, and whether its content carries a marker. A leaf, so the parse
+//! (`wire`, which carries them from turn to turn) and the pipeline (which reads them) share it
+//! without depending on each other.
+
+use crate::message::Message;
+use crate::tokens;
+
+/// What a run computes of each original message, once per body: a host that parsed it may
+/// have them already (`wire::ParsedBody::digests`). Each slice is indexed like the messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digests<'a> {
+    /// `tokens::content_hash` of each content.
+    pub content: &'a [u64],
+    /// [`message_tokens`] of each message.
+    pub tokens: &'a [usize],
+    /// `marker::contains_marker` of each content.
+    pub marked: &'a [bool],
+}
+
+/// Content tokens of one message: every piece of text the model reads.
+pub fn message_tokens(message: &Message) -> usize {
+    message.visible_texts().map(tokens::count).sum()
+}
+
+/// [`message_tokens`] for a message whose content hash is known.
+pub(crate) fn message_tokens_hashed(message: &Message, content_hash: u64) -> usize {
+    tokens::count_hashed(&message.content, content_hash)
+        + message
+            .visible_texts()
+            .skip(1)
+            .map(tokens::count)
+            .sum::<usize>()
+}
