@@ -14,7 +14,8 @@
 //! included. `TURNS_PASSES=2` sends the same sessions again under new session ids, to the same
 //! sluice process: every message's token count and every component memo is then warm, so the
 //! second pass's rows are a turn without first sight, and the difference between the passes is
-//! what first sight costs on the request path.
+//! what first sight costs on the request path. `TURNS_PRESET=off` runs the same turns through
+//! `--preset off`, which forwards without reading: what the hop itself adds.
 //!
 //! `load.sh dashboard` measures the dashboard's capture instead: two sluices on the same mock,
 //! one with `--no-dashboard` and one with the dashboard on a file and content capture open,
@@ -267,7 +268,14 @@ const LARGEST_SESSIONS: usize = 4;
 /// The largest public sessions turn by turn, through sluice and direct, alternating.
 async fn turn_by_turn(binary: &str, mock: &Mock, client: &HttpClient) {
     let port = free_port();
-    let mut sluice = start_sluice(binary, port, &mock.url());
+    // `TURNS_PRESET=off`: the same turns through `--preset off`, which forwards without
+    // reading, so what the hop costs by itself is measured beside what the turn adds.
+    let preset = std::env::var("TURNS_PRESET").ok();
+    let mut extra = vec!["--no-dashboard"];
+    if let Some(preset) = &preset {
+        extra.extend(["--preset", preset.as_str()]);
+    }
+    let mut sluice = start_sluice_with(binary, port, &mock.url(), &extra);
     let url = format!("http://127.0.0.1:{port}");
     wait_ready(client, &url).await;
     println!(

@@ -15,9 +15,6 @@
 //! arm alone, for a profiler).
 
 use std::sync::Arc;
-
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;

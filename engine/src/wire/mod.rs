@@ -332,13 +332,10 @@ pub fn parse_text(text: &str, dialect: Dialect) -> Result<ParsedBody<'_>, WireEr
 fn resolve_tool_names(messages: &mut [Message], from: usize) {
     let (before, after) = messages.split_at_mut(from.min(messages.len()));
     // The last call with an id wins, as when the whole transcript is walked in order.
-    let mut earlier: std::collections::HashMap<&str, (&str, &str)> =
-        std::collections::HashMap::new();
-    for msg in before.iter() {
-        for call in &msg.tool_calls {
-            earlier.insert(&call.id, (&call.name, &call.arguments));
-        }
-    }
+    let mut earlier = EarlierCalls {
+        before,
+        index: None,
+    };
     let mut calls: std::collections::HashMap<String, (String, String)> =
         std::collections::HashMap::new();
     for msg in after.iter_mut() {
@@ -354,13 +351,54 @@ fn resolve_tool_names(messages: &mut [Message], from: usize) {
         let found = calls
             .get(id)
             .map(|(name, args)| (name.as_str(), args.as_str()))
-            .or_else(|| earlier.get(id.as_str()).copied());
+            .or_else(|| earlier.find(id));
         if let Some((name, args)) = found {
             if msg.tool_name.is_none() {
                 msg.tool_name = Some(name.to_owned());
             }
             msg.tool_arguments = Some(args.to_owned());
         }
+    }
+}
+
+/// The calls of the messages an earlier parse resolved, looked up by id: the last call with
+/// the id wins. The answer to a new output is nearly always among the last few messages (the
+/// call a resumed turn's new output answers was the last turn's last message), so they are
+/// searched from the end first; an index of every call is built only when that fails, which
+/// keeps a body of orphan outputs linear.
+struct EarlierCalls<'m> {
+    before: &'m [Message],
+    index: Option<std::collections::HashMap<&'m str, (&'m str, &'m str)>>,
+}
+
+impl<'m> EarlierCalls<'m> {
+    /// Messages searched from the end before the index is built.
+    const NEAREST: usize = 16;
+
+    fn find(&mut self, id: &str) -> Option<(&'m str, &'m str)> {
+        let before = self.before;
+        let nearest = before.iter().rev().take(Self::NEAREST);
+        for msg in nearest {
+            if let Some(call) = msg.tool_calls.iter().rev().find(|c| c.id == id) {
+                return Some((&call.name, &call.arguments));
+            }
+        }
+        if before.len() <= Self::NEAREST {
+            return None;
+        }
+        let index = self.index.get_or_insert_with(|| {
+            let mut index = std::collections::HashMap::new();
+            for msg in before {
+                for call in &msg.tool_calls {
+                    index.insert(
+                        call.id.as_str(),
+                        (call.name.as_str(), call.arguments.as_str()),
+                    );
+                }
+            }
+            index
+        });
+        index.get(id).copied()
     }
 }
 
