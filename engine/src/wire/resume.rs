@@ -42,6 +42,10 @@ pub struct Continuation {
 /// What a message costs beside its text: the struct, its slot and entry, allocator slack.
 const PER_MESSAGE: usize = 256;
 
+/// What a message's carried digests hold: its content hash, token count and marker flag.
+const DIGEST_BYTES: usize =
+    std::mem::size_of::<u64>() + std::mem::size_of::<usize>() + std::mem::size_of::<bool>();
+
 impl Continuation {
     /// About what it holds in memory: every text of every message (a tool output's call
     /// arguments are copied onto it, so they count twice when they are), a fixed cost per
@@ -226,7 +230,8 @@ impl ParsedBody<'_> {
                 m.content.len() + calls + reasoning + copied + PER_MESSAGE
             })
             .sum::<usize>()
-            + elements.len() * 48;
+            + elements.len() * 48
+            + self.messages.len() * DIGEST_BYTES;
         Continuation {
             dialect: self.dialect,
             seen,

@@ -18,9 +18,9 @@ use crate::tracker::TurnFacts;
 pub(super) enum WayBack {
     /// No marker in the body: nothing to declare.
     NotNeeded,
-    /// The tool goes into the body at this place (made when the turn is forwarded, in the
-    /// body write-back made when it made one).
-    Injected(way_back::Insertion),
+    /// The body with the tool inserted (into the body write-back made, in place, when it made
+    /// one: `way_back::Insertion`).
+    Injected(Vec<u8>),
     /// The request already declares it.
     Declared,
     /// The body still carries a marker sluice did not cut (the agent's own history) and the
@@ -35,14 +35,12 @@ pub(super) enum WayBack {
 /// Why it could not.
 fn place_way_back(
     parsed: &ParsedBody<'_>,
-    applied: &Applied<'_>,
+    applied: &mut Applied<'_>,
     declare: bool,
 ) -> Result<WayBack, Withheld> {
     if declare {
-        return match way_back::declare_at(parsed, &applied.body)? {
-            Placement::Insert(insertion) => Ok(WayBack::Injected(insertion)),
-            Placement::AlreadyDeclared => Ok(WayBack::Declared),
-        };
+        let placement = way_back::declare_at(parsed, &applied.body)?;
+        return Ok(made(placement, applied));
     }
     // A stash this run made is a marker in the body (write-back may have discarded it, and then
     // the tool is declared for nothing, as harmless as it is rare); otherwise the body itself is
@@ -56,9 +54,18 @@ fn place_way_back(
     if !stashed && !way_back::carries_marker(&applied.body) {
         return Ok(WayBack::NotNeeded);
     }
-    match way_back::inject_at(parsed, &applied.body)? {
-        Placement::Insert(insertion) => Ok(WayBack::Injected(insertion)),
-        Placement::AlreadyDeclared => Ok(WayBack::Declared),
+    let placement = way_back::inject_at(parsed, &applied.body)?;
+    Ok(made(placement, applied))
+}
+
+/// The way back once placed: an insertion is made now, into the run's body (taken from it), so
+/// the turn's added time counts it.
+fn made(placement: Placement, applied: &mut Applied<'_>) -> WayBack {
+    match placement {
+        Placement::Insert(insertion) => {
+            WayBack::Injected(insertion.into_body(std::mem::take(&mut applied.body)))
+        }
+        Placement::AlreadyDeclared => WayBack::Declared,
     }
 }
 
@@ -98,7 +105,7 @@ impl<'a> Settled<'a> {
     /// offloads and settles that with [`Settled::lossless`].
     pub(super) fn placed(
         parsed: &ParsedBody<'_>,
-        applied: Applied<'a>,
+        mut applied: Applied<'a>,
         reach: Result<(), Withheld>,
         declare: bool,
     ) -> Result<Settled<'a>, Withheld> {
@@ -110,7 +117,7 @@ impl<'a> Settled<'a> {
                 reach,
                 Err(Withheld::StoredResponse | Withheld::ToolsNotArray)
             );
-        let way = place_way_back(parsed, &applied, declare)?;
+        let way = place_way_back(parsed, &mut applied, declare)?;
         Ok(Settled {
             applied,
             way,
@@ -122,10 +129,10 @@ impl<'a> Settled<'a> {
     /// history; the tool is declared when it can be, and the turn goes either way.
     pub(super) fn lossless(
         parsed: &ParsedBody<'_>,
-        applied: Applied<'a>,
+        mut applied: Applied<'a>,
         reason: Withheld,
     ) -> Settled<'a> {
-        let way = place_way_back(parsed, &applied, false).unwrap_or(WayBack::Unavailable);
+        let way = place_way_back(parsed, &mut applied, false).unwrap_or(WayBack::Unavailable);
         Settled {
             applied,
             way,
@@ -144,7 +151,7 @@ impl<'a> Settled<'a> {
     ) -> Turn {
         let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
         let body = match (self.way, self.applied.body) {
-            (WayBack::Injected(insertion), body) => Bytes::from(insertion.into_body(body)),
+            (WayBack::Injected(body), _) => Bytes::from(body),
             (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),
             (_, std::borrow::Cow::Borrowed(_)) => original.clone(),
         };
