@@ -3,6 +3,7 @@
 //! (`wire`, which carries them from turn to turn) and the pipeline (which reads them) share it
 //! without depending on each other.
 
+use crate::marker;
 use crate::message::Message;
 use crate::tokens;
 
@@ -16,6 +17,50 @@ pub struct Digests<'a> {
     pub tokens: &'a [usize],
     /// `marker::contains_marker` of each content.
     pub marked: &'a [bool],
+}
+
+/// [`Digests`] computed and owned, for a host that has none to carry.
+#[derive(Debug, Clone, Default)]
+pub struct Computed {
+    pub content: Vec<u64>,
+    pub tokens: Vec<usize>,
+    pub marked: Vec<bool>,
+}
+
+impl Computed {
+    /// Every digest of every message, each content hashed once.
+    pub fn of(messages: &[Message]) -> Computed {
+        let content: Vec<u64> = messages.iter().map(content_hash).collect();
+        let tokens = messages
+            .iter()
+            .zip(&content)
+            .map(|(m, &hash)| message_tokens_hashed(m, hash))
+            .collect();
+        let marked = messages.iter().map(marked).collect();
+        Computed {
+            content,
+            tokens,
+            marked,
+        }
+    }
+
+    pub fn digests(&self) -> Digests<'_> {
+        Digests {
+            content: &self.content,
+            tokens: &self.tokens,
+            marked: &self.marked,
+        }
+    }
+}
+
+/// A message's [`Digests::content`] entry.
+pub(crate) fn content_hash(message: &Message) -> u64 {
+    tokens::content_hash(&message.content)
+}
+
+/// A message's [`Digests::marked`] entry.
+pub(crate) fn marked(message: &Message) -> bool {
+    marker::contains_marker(&message.content)
 }
 
 /// Content tokens of one message: every piece of text the model reads.

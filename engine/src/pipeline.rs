@@ -46,7 +46,6 @@ mod freeze;
 mod report;
 mod transcript;
 
-pub(crate) use crate::digests::message_tokens_hashed;
 pub use crate::digests::{Digests, message_tokens};
 use crate::gate;
 pub use crate::gate::Gate;
@@ -131,25 +130,8 @@ impl Pipeline {
         messages: &mut [Message],
         cx: &RunCx,
     ) -> RunReport {
-        let content: Vec<u64> = originals
-            .iter()
-            .map(|m| tokens::content_hash(&m.content))
-            .collect();
-        let tokens: Vec<usize> = originals
-            .iter()
-            .zip(&content)
-            .map(|(m, &hash)| message_tokens_hashed(m, hash))
-            .collect();
-        let marked: Vec<bool> = originals
-            .iter()
-            .map(|m| marker::contains_marker(&m.content))
-            .collect();
-        let digests = Digests {
-            content: &content,
-            tokens: &tokens,
-            marked: &marked,
-        };
-        self.run_digested(originals, digests, messages, cx)
+        let computed = crate::digests::Computed::of(originals);
+        self.run_digested(originals, computed.digests(), messages, cx)
     }
 
     /// [`Pipeline::run_from`] for a host that has what every run computes of each original
@@ -206,17 +188,8 @@ impl Pipeline {
                 digests.marked.to_vec(),
             )
         } else {
-            (
-                messages
-                    .iter()
-                    .map(|m| tokens::content_hash(&m.content))
-                    .collect(),
-                messages.iter().map(message_tokens).collect(),
-                messages
-                    .iter()
-                    .map(|m| marker::contains_marker(&m.content))
-                    .collect(),
-            )
+            let computed = crate::digests::Computed::of(messages);
+            (computed.content, computed.tokens, computed.marked)
         };
         let prefix = if self.stages.iter().any(|s| s.freeze() != Freeze::Stateless) {
             prefix_hashes(originals, &content)

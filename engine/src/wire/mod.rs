@@ -540,7 +540,7 @@ impl<'a> ParsedBody<'a> {
         self.digests.hashes.get_or_init(|| {
             self.messages
                 .iter()
-                .map(|m| crate::tokens::content_hash(&m.content))
+                .map(crate::digests::content_hash)
                 .collect()
         })
     }
@@ -559,12 +559,10 @@ impl<'a> ParsedBody<'a> {
                 .map(|(m, &hash)| crate::digests::message_tokens_hashed(m, hash))
                 .collect()
         });
-        let marked = self.digests.marked.get_or_init(|| {
-            self.messages
-                .iter()
-                .map(|m| crate::marker::contains_marker(&m.content))
-                .collect()
-        });
+        let marked = self
+            .digests
+            .marked
+            .get_or_init(|| self.messages.iter().map(crate::digests::marked).collect());
         crate::digests::Digests {
             content,
             tokens,

@@ -166,16 +166,14 @@ fn carry_digests(
 ) {
     let messages = &parsed.messages;
     let Some(hashes) = stitch(hashes, &shared, messages, |_, m| {
-        crate::tokens::content_hash(&m.content)
+        crate::digests::content_hash(m)
     }) else {
         return;
     };
     let tokens = stitch(tokens, &shared, messages, |i, m| {
         crate::digests::message_tokens_hashed(m, hashes[i])
     });
-    let marked = stitch(marked, &shared, messages, |_, m| {
-        crate::marker::contains_marker(&m.content)
-    });
+    let marked = stitch(marked, &shared, messages, |_, m| crate::digests::marked(m));
     let _ = parsed.digests.hashes.set(hashes);
     if let Some(tokens) = tokens {
         let _ = parsed.digests.tokens.set(tokens);
