@@ -51,13 +51,13 @@ fn run(config: &Config, bodies: &[(String, Dialect, Vec<u8>)]) -> Totals {
             .map(|&i| message_tokens(&before[i]))
             .sum::<usize>();
         for &i in &tools {
-            if applied.messages.get(i) != Some(&before[i]) {
+            if applied.messages.get(before, i) != Some(&before[i]) {
                 t.touched_tool += message_tokens(&before[i]);
                 t.changed += 1;
             }
         }
         for &i in tools.iter().rev().take(3) {
-            if applied.messages.get(i) != Some(&before[i]) {
+            if applied.messages.get(before, i) != Some(&before[i]) {
                 t.newest_intact = false;
             }
         }

@@ -81,7 +81,7 @@ pub struct ReplyUsage {
 pub struct ContentSource {
     pub dialect: Dialect,
     pub original: Bytes,
-    pub forwarded: Vec<engine::message::Message>,
+    pub forwarded: engine::message::Forwarded,
     /// Its share of [`CONTENT_BUDGET`], given back when the writer is done with it.
     pub hold: ContentHold,
 }

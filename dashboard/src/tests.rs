@@ -170,8 +170,8 @@ fn content_is_captured_redacted_and_only_for_changed_messages() {
         {"role":"user","content":"OPENAI_API_KEY=sk-proj-4fGh7JkL9mNpQrStUvWxYz0123456789abcdEFGH\nlots of output here"}
     ]}"#;
     let parsed = engine::wire::parse(original, Dialect::Anthropic).unwrap();
-    let mut forwarded = parsed.messages().to_vec();
-    forwarded[2].content = "<<cg:0123456789abcdef>> (cut)".into();
+    let cut = parsed.messages()[2].with_content("<<cg:0123456789abcdef>> (cut)".into());
+    let forwarded = engine::message::Forwarded::new(parsed.messages().len(), vec![(2, cut)]);
     let mut e = event(now_ms(), "c", 20);
     e.components[0].changed = vec![2];
     e.content = Some(ContentSource {

@@ -198,10 +198,14 @@ fn content_rows(source: &ContentSource, components: &[ComponentEvent]) -> Vec<Co
     };
     let before = parsed.messages();
     let mut rows = Vec::new();
-    for (index, (old, new)) in before.iter().zip(&source.forwarded).enumerate() {
+    for (index, new) in source.forwarded.changed() {
+        let index = *index;
         if rows.len() == CONTENT_MESSAGES {
             break;
         }
+        let Some(old) = before.get(index) else {
+            continue;
+        };
         if old.content == new.content {
             continue;
         }

@@ -9,8 +9,8 @@ use std::borrow::Cow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::components::cachesplit::split_system;
-use crate::message::{Message, Role};
-use crate::pipeline::{Pipeline, RunCx, RunReport, message_tokens};
+use crate::message::Role;
+use crate::pipeline::{Forwarded, Pipeline, RunCx, RunReport, message_tokens};
 use crate::wire::{self, Discard, ParsedBody, WireError};
 
 /// A change the wire layer could not express, charged to the component that made it.
@@ -30,8 +30,9 @@ pub struct Applied<'a> {
     pub discarded: Vec<Discarded>,
     /// Why the body was forwarded untouched without running the pipeline, if it was.
     pub error: Option<ApplyError>,
-    /// The normalized messages as forwarded (after discards), for hosts that track turns.
-    pub messages: Vec<Message>,
+    /// The normalized messages as forwarded (after discards), for hosts that track turns: what
+    /// differs from the parsed ones.
+    pub messages: Forwarded,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,7 +72,7 @@ fn guarded<'a>(
         report: RunReport::default(),
         discarded: Vec::new(),
         error: Some(error),
-        messages: Vec::new(),
+        messages: Forwarded::default(),
     };
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(applied)) => applied,
@@ -91,18 +92,28 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
     let body = parsed.text().as_bytes();
     let mut cx = cx.clone();
     cx.existing_breakpoints = parsed.existing_breakpoints();
-    let mut messages = parsed.messages().to_vec();
+    let originals = parsed.messages();
     if pipeline.is_empty() {
         return Applied {
             body: Cow::Borrowed(body),
             report: RunReport::default(),
             discarded: Vec::new(),
             error: None,
-            messages,
+            messages: Forwarded::unchanged(originals.len()),
         };
     }
-    let report = pipeline.run_digested(parsed.messages(), parsed.digests(), &mut messages, &cx);
-    let written = parsed.write_back_changed(&messages, &report.changed());
+    let (report, mut messages) = pipeline.run_digested(originals, parsed.digests(), &cx);
+    debug_assert!(
+        {
+            let reported = report.changed();
+            messages
+                .changed()
+                .iter()
+                .all(|(i, _)| reported.binary_search(i).is_ok())
+        },
+        "a message differs that no component reports changing"
+    );
+    let written = parsed.write_back_changed(&messages);
     let discarded: Vec<Discarded> = written
         .discarded
         .iter()
@@ -114,13 +125,11 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         .collect();
     // What actually went out: discarded messages are the originals again.
     for d in &discarded {
-        if let Some(original) = parsed.messages().get(d.index) {
-            messages[d.index] = original.clone();
-        }
+        messages.revert(d.index);
     }
     let mut report = report;
     if !discarded.is_empty() {
-        report.tokens_after = messages.iter().map(message_tokens).sum();
+        report.tokens_after = messages.iter(originals).map(message_tokens).sum();
     }
     let mut body = written.body;
     split_system_block(parsed, &messages, &mut body, &mut report);
@@ -138,7 +147,7 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
 /// block, on the written body; counted on the component that asked for it.
 fn split_system_block(
     parsed: &ParsedBody<'_>,
-    messages: &[Message],
+    messages: &Forwarded,
     body: &mut Cow<'_, [u8]>,
     report: &mut RunReport,
 ) {
@@ -153,11 +162,12 @@ fn split_system_block(
                 .position(|c| c.name == "cacheinject")
         })
     {
+        // Only a changed message is in `messages.changed()`.
         let system_changed = parsed
             .messages()
             .first()
-            .zip(messages.first())
-            .is_some_and(|(before, after)| before.role == Role::System && before != after);
+            .is_some_and(|first| first.role == Role::System)
+            && messages.changed().first().is_some_and(|(i, _)| *i == 0);
         let component = &mut report.components[at];
         match split_system(parsed, body, system_changed) {
             Ok(split) => {

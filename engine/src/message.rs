@@ -94,6 +94,25 @@ impl Message {
         }
     }
 
+    /// This message with `content` in place of its own: every other field copied, the old
+    /// content not (an offload replaces outputs of up to megabytes).
+    pub fn with_content(&self, content: String) -> Message {
+        Message {
+            role: self.role,
+            content,
+            rewritable: self.rewritable,
+            tool_call_id: self.tool_call_id.clone(),
+            tool_name: self.tool_name.clone(),
+            tool_arguments: self.tool_arguments.clone(),
+            tool_calls: self.tool_calls.clone(),
+            is_error: self.is_error,
+            reasoning: self.reasoning.clone(),
+            cache_control: self.cache_control,
+            can_cache_control: self.can_cache_control,
+            cache_ttl_1h: self.cache_ttl_1h,
+        }
+    }
+
     pub fn is_tool(&self) -> bool {
         self.role == Role::Tool
     }
@@ -104,5 +123,78 @@ impl Message {
         std::iter::once(self.content.as_str())
             .chain(self.reasoning.iter().map(String::as_str))
             .chain(self.tool_calls.iter().map(|c| c.arguments.as_str()))
+    }
+}
+
+/// The messages as a run forwards them, told as what differs from the originals it was given:
+/// the messages a component changed, by index. Every other message is its original.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forwarded {
+    /// How many messages the transcript holds.
+    len: usize,
+    /// Each changed message with its index, ascending.
+    changed: Vec<(usize, Message)>,
+}
+
+impl Forwarded {
+    /// `changed`, each message with its index, in a transcript of `len` messages.
+    pub fn new(len: usize, mut changed: Vec<(usize, Message)>) -> Forwarded {
+        changed.sort_by_key(|(index, _)| *index);
+        Forwarded { len, changed }
+    }
+
+    /// Nothing changed in a transcript of `len` messages.
+    pub fn unchanged(len: usize) -> Forwarded {
+        Forwarded {
+            len,
+            changed: Vec::new(),
+        }
+    }
+
+    /// How many messages were forwarded.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The changed messages with their indices, ascending.
+    pub fn changed(&self) -> &[(usize, Message)] {
+        &self.changed
+    }
+
+    /// Message `index` as forwarded, `originals` being what the run was given.
+    pub fn get<'m>(&'m self, originals: &'m [Message], index: usize) -> Option<&'m Message> {
+        match self.changed.binary_search_by_key(&index, |(i, _)| *i) {
+            Ok(at) => Some(&self.changed[at].1),
+            Err(_) => originals.get(index),
+        }
+    }
+
+    /// Every message as forwarded, in order.
+    pub fn iter<'m>(&'m self, originals: &'m [Message]) -> impl Iterator<Item = &'m Message> {
+        (0..self.len.min(originals.len())).filter_map(move |i| self.get(originals, i))
+    }
+
+    /// Every message as forwarded, copied (replay and tests; a turn never needs them all).
+    pub fn to_vec(&self, originals: &[Message]) -> Vec<Message> {
+        self.iter(originals).cloned().collect()
+    }
+
+    /// Writes the changed messages over `messages`, which held the originals.
+    pub fn write_into(self, messages: &mut [Message]) {
+        for (index, message) in self.changed {
+            if let Some(slot) = messages.get_mut(index) {
+                *slot = message;
+            }
+        }
+    }
+
+    /// Forwards message `index` as its original after all (the wire could not express the
+    /// change).
+    pub fn revert(&mut self, index: usize) {
+        self.changed.retain(|(i, _)| *i != index);
     }
 }

@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::marker;
+pub use crate::message::Forwarded;
 use crate::message::Message;
 use crate::store::{Store, StoreError};
 use crate::tokens;
@@ -130,26 +131,28 @@ impl Pipeline {
         messages: &mut [Message],
         cx: &RunCx,
     ) -> RunReport {
-        let computed = crate::digests::Computed::of(originals);
-        self.run_digested(originals, computed.digests(), messages, cx)
-    }
-
-    /// [`Pipeline::run_from`] for a host that has what every run computes of each original
-    /// already (`ParsedBody::digests`, carried from turn to turn for the messages a
-    /// conversation repeats).
-    pub fn run_digested(
-        &self,
-        originals: &[Message],
-        digests: Digests<'_>,
-        messages: &mut [Message],
-        cx: &RunCx,
-    ) -> RunReport {
-        let started = cx.clock.now();
         debug_assert!(
             originals == messages,
             "run_from: messages differ from originals"
         );
-        let mut state = self.begin_run(originals, digests, messages);
+        let computed = crate::digests::Computed::of(originals);
+        let (report, forwarded) = self.run_digested(originals, computed.digests(), cx);
+        forwarded.write_into(messages);
+        report
+    }
+
+    /// Runs every component over `originals`, which it never copies whole, given what every
+    /// run computes of each of them (`ParsedBody::digests`, carried from turn to turn for the
+    /// messages a conversation repeats). Returns the report and the messages it changed.
+    pub fn run_digested(
+        &self,
+        originals: &[Message],
+        digests: Digests<'_>,
+        cx: &RunCx,
+    ) -> (RunReport, Forwarded) {
+        let started = cx.clock.now();
+        let mut messages = Working::new(originals);
+        let mut state = self.begin_run(originals, digests);
         let mut report = RunReport {
             tokens_before: state.total,
             ..RunReport::default()
@@ -158,29 +161,29 @@ impl Pipeline {
             if !cx.offloads && stage.kind() == Kind::Offload {
                 continue;
             }
-            let component = run_stage(stage, cx, originals, messages, &mut state, &self.tool_rules);
+            let component = run_stage(
+                stage,
+                cx,
+                originals,
+                &mut messages,
+                &mut state,
+                &self.tool_rules,
+            );
             report.components.push(component);
         }
         report.tokens_after = state.total;
         report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
-        report
+        (report, messages.into_forwarded())
     }
 
     /// Takes each original's digests: hash (freeze keys and components share it), token count
     /// and marker.
-    fn begin_run(
-        &self,
-        originals: &[Message],
-        digests: Digests<'_>,
-        messages: &[Message],
-    ) -> RunState {
-        // The contract says `messages` equal `originals` and the digests are theirs; a caller
-        // that broke it gets correct values, not the cached ones of other texts.
-        let n = messages.len();
-        let whole = originals.len() == n
-            && digests.content.len() == n
-            && digests.tokens.len() == n
-            && digests.marked.len() == n;
+    fn begin_run(&self, originals: &[Message], digests: Digests<'_>) -> RunState {
+        // The contract says the digests are the originals'; a caller that broke it gets
+        // correct values, not the cached ones of other texts.
+        let n = originals.len();
+        let whole =
+            digests.content.len() == n && digests.tokens.len() == n && digests.marked.len() == n;
         let (content, counts, marked) = if whole {
             (
                 digests.content.to_vec(),
@@ -188,7 +191,7 @@ impl Pipeline {
                 digests.marked.to_vec(),
             )
         } else {
-            let computed = crate::digests::Computed::of(messages);
+            let computed = crate::digests::Computed::of(originals);
             (computed.content, computed.tokens, computed.marked)
         };
         let prefix = if self.stages.iter().any(|s| s.freeze() != Freeze::Stateless) {
@@ -199,12 +202,12 @@ impl Pipeline {
         RunState {
             total: counts.iter().sum(),
             counts,
-            touched: vec![false; messages.len()],
+            touched: vec![false; n],
             hashes: RunHashes {
                 content,
                 marked,
                 prefix,
-                dirty: vec![false; messages.len()],
+                dirty: vec![false; n],
             },
         }
     }
@@ -221,11 +224,11 @@ struct RunState {
 }
 
 /// One stage behind its guard: run it, judge what it did, keep it or revert it.
-fn run_stage(
+fn run_stage<'a>(
     stage: &Stage,
     cx: &RunCx,
-    originals: &[Message],
-    messages: &mut [Message],
+    originals: &'a [Message],
+    messages: &mut Working<'a>,
     state: &mut RunState,
     tool_rules: &crate::tools::ToolRules,
 ) -> ComponentReport {
@@ -254,7 +257,7 @@ fn run_stage(
     // written back to its state before the stage.
     let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
     // Written to is not changed: keep only messages that differ from their saved copy.
-    saved.retain(|(i, old)| messages[*i] != *old);
+    saved.retain(|(i, old)| messages[*i] != **old);
     if !tool_rules.is_empty() {
         let component = stage.name();
         hold_outputs(&mut saved, &mut acx, messages, |_, m| {
@@ -324,12 +327,12 @@ fn run_stage(
 /// Puts back the offloader's cuts the session learned not to make: any tool output once the
 /// cost guard stopped cuts, a tool the model needed whole again, and a cut under the guard's
 /// floor.
-fn hold_learned(
+fn hold_learned<'a>(
     cx: &RunCx,
     counts: &[usize],
-    saved: &mut Vec<(usize, Message)>,
+    saved: &mut Saved<'a>,
     acx: &mut ApplyCx<'_>,
-    messages: &mut [Message],
+    messages: &mut Working<'a>,
 ) {
     if cx.lossless_tools.is_empty() && cx.cut_floor.is_none() {
         return;
@@ -364,10 +367,10 @@ fn hold_learned(
 /// Puts back every tool output the stage changed that `allowed` keeps from it (a `tools:`
 /// rule, a tool the session learned to keep whole), counting each as a skip. A replay of a
 /// frozen decision is left as it is: only new decisions are held to the rule.
-fn hold_outputs(
-    saved: &mut Vec<(usize, Message)>,
+fn hold_outputs<'a>(
+    saved: &mut Saved<'a>,
     acx: &mut ApplyCx<'_>,
-    messages: &mut [Message],
+    messages: &mut Working<'a>,
     allowed: impl Fn(usize, &Message) -> Result<(), Gate>,
 ) {
     let mut held_calls: Vec<String> = Vec::new();
@@ -406,11 +409,11 @@ fn hold_outputs(
         // to the replay, not to the wire original: the replay is what the cached prefix holds.
         match acx.reapplied_as.iter().find(|(j, _, _)| j == i) {
             Some((_, _, replayed)) => {
-                messages[*i] = replayed.clone();
-                messages[*i] != *old
+                messages.set(*i, replayed.clone());
+                messages[*i] != **old
             }
             None => {
-                messages[*i] = old.clone();
+                messages.restore(*i, old.clone());
                 false
             }
         }
@@ -421,7 +424,7 @@ fn hold_outputs(
 fn invoke(
     stage: &Stage,
     freeze: Freeze,
-    transcript: &mut Transcript<'_>,
+    transcript: &mut Transcript<'_, '_>,
     acx: &mut ApplyCx<'_>,
 ) -> Stashed {
     match stage.component() {
@@ -451,7 +454,7 @@ fn invoke(
 
 /// Whether a replayed message was changed again after its replay: then it is a decision of
 /// this turn, checked against the prefix and recorded like any other.
-fn is_new(acx: &ApplyCx<'_>, messages: &[Message], i: usize) -> bool {
+fn is_new(acx: &ApplyCx<'_>, messages: &Working<'_>, i: usize) -> bool {
     match acx.reapplied_as.iter().find(|(j, _, _)| *j == i) {
         Some((_, _, reapplied)) => messages[i] != *reapplied,
         None => true,
@@ -465,9 +468,9 @@ fn verdict(
     stage: &Stage,
     freeze: Freeze,
     outcome: &std::thread::Result<Stashed>,
-    saved: &[(usize, Message)],
+    saved: &Saved<'_>,
     acx: &ApplyCx<'_>,
-    messages: &[Message],
+    messages: &Working<'_>,
     after: usize,
     total: usize,
 ) -> Option<Revert> {
@@ -489,16 +492,16 @@ fn verdict(
 
 /// Puts back what the stage changed, but keeps its replays: they are what the provider cached,
 /// and dropping them because the component failed at something else would flip the prefix.
-fn revert_stage(
+fn revert_stage<'a>(
     why: Revert,
-    saved: Vec<(usize, Message)>,
+    saved: Saved<'a>,
     reapplied: Vec<(usize, String, Message)>,
-    messages: &mut [Message],
+    messages: &mut Working<'a>,
     state: &mut RunState,
     component: &mut ComponentReport,
 ) {
     for (i, old) in saved {
-        messages[i] = old;
+        messages.restore(i, old);
     }
     for (i, _, reapplied) in reapplied {
         let n = message_tokens(&reapplied);
@@ -509,7 +512,7 @@ fn revert_stage(
         });
         state.total = state.total - state.counts[i] + n;
         state.counts[i] = n;
-        messages[i] = reapplied;
+        messages.set(i, reapplied);
         component.changed.push(i);
     }
     component.tokens_after = state.total;
@@ -524,9 +527,9 @@ fn revert_stage(
 fn record_freezes(
     stage: &Stage,
     cx: &RunCx,
-    saved: &[(usize, Message)],
+    saved: &Saved<'_>,
     acx: &ApplyCx<'_>,
-    messages: &[Message],
+    messages: &Working<'_>,
     component: &mut ComponentReport,
 ) {
     let whole = stage.whole_messages();
@@ -557,7 +560,7 @@ fn record_freezes(
 /// Keeps the stage's changes: per-message savings, the new counts, and the stash ids.
 fn keep_stage(
     keys: Vec<StashKey>,
-    saved: &[(usize, Message)],
+    saved: &Saved<'_>,
     new_counts: &[(usize, usize)],
     after: usize,
     state: &mut RunState,

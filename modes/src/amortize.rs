@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use engine::apply::Applied;
 use engine::config::AmortizeConfig;
-use engine::message::Message;
+use engine::message::{Forwarded, Message};
 use engine::pipeline::message_tokens;
 use engine::store::{Store, StoreError, StoreStats};
 use parking_lot::Mutex;
@@ -101,6 +101,7 @@ impl Verdict {
 /// Weighs the depth run against the usual one.
 pub fn weigh(
     config: &AmortizeConfig,
+    originals: &[Message],
     usual: &Applied<'_>,
     deep: &Applied<'_>,
     cached_prefix: usize,
@@ -110,12 +111,14 @@ pub fn weigh(
         .report
         .tokens_after
         .saturating_sub(deep.report.tokens_after);
-    let first_change = first_difference(&usual.messages, &deep.messages);
+    let first_change = first_difference(originals, &usual.messages, &deep.messages);
     let suffix_tokens: usize = first_change.map_or(0, |from| {
-        deep.messages
-            .get(from..cached_prefix.max(from))
-            .unwrap_or(&[])
-            .iter()
+        let to = cached_prefix.max(from);
+        if to > originals.len() {
+            return 0;
+        }
+        (from..to)
+            .filter_map(|i| deep.messages.get(originals, i))
             .map(message_tokens)
             .sum()
     });
@@ -132,6 +135,17 @@ pub fn weigh(
     }
 }
 
-fn first_difference(a: &[Message], b: &[Message]) -> Option<usize> {
-    a.iter().zip(b).position(|(x, y)| x != y)
+/// The first index at which the two runs forward different messages: only an index one of
+/// them changed can be one.
+fn first_difference(originals: &[Message], a: &Forwarded, b: &Forwarded) -> Option<usize> {
+    let mut indices: Vec<usize> = a
+        .changed()
+        .iter()
+        .chain(b.changed())
+        .map(|(i, _)| *i)
+        .collect();
+    indices.sort_unstable();
+    indices
+        .into_iter()
+        .find(|&i| a.get(originals, i) != b.get(originals, i))
 }

@@ -423,7 +423,7 @@ async fn replay_on(
         let warm = last_at.is_some_and(|t| now.saturating_sub(t) <= ttl);
         last_at = Some(now);
         let sent = Billable::of(body, incoming.to_vec());
-        let forwarded = Billable::of(&applied.body, applied.messages.clone());
+        let forwarded = Billable::of(&applied.body, applied.messages.to_vec(incoming));
         let baseline = bill(&sent, prev_in.as_ref(), warm);
         let sluice = bill(&forwarded, prev_out.as_ref(), warm);
         let flipped = match (&prev_in, &prev_out) {
@@ -431,7 +431,7 @@ async fn replay_on(
                 &prev_in.messages,
                 incoming,
                 &prev_out.messages,
-                &applied.messages,
+                &forwarded.messages,
             ),
             _ => 0,
         };

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use engine::marker;
-use engine::message::{Message, Role};
+use engine::message::{Forwarded, Message, Role};
 
 use crate::session::SessionState;
 
@@ -66,27 +66,15 @@ pub fn detect(state: &mut SessionState, messages: &[Message]) -> u32 {
 /// `changed` lists, in ascending order, every message the pipeline may have forwarded
 /// differently (what its components report they changed): the others are not compared, which
 /// on a long session is most of the transcript.
-pub fn remember(
-    state: &mut SessionState,
-    original: &[Message],
-    forwarded: &[Message],
-    changed: &[usize],
-) {
-    debug_assert!(
-        original
-            .iter()
-            .zip(forwarded)
-            .enumerate()
-            .all(|(i, (a, b))| a.content == b.content || changed.binary_search(&i).is_ok()),
-        "a forwarded message differs that no component reports changing"
-    );
+pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &Forwarded) {
     let mut cut_calls = BTreeMap::new();
     // "Right after": only the outputs the request ends with (the answers to the model's
     // latest calls) can be retried on the next turn. An agent re-running a test after editing
     // code, turns later, is working, not retrying.
     let newest = original.len() - original.iter().rev().take_while(|m| m.is_tool()).count();
-    for &index in changed {
-        let (Some(before), Some(after)) = (original.get(index), forwarded.get(index)) else {
+    for (index, after) in forwarded.changed() {
+        let index = *index;
+        let Some(before) = original.get(index) else {
             continue;
         };
         if !after.is_tool() || before.content == after.content {
@@ -179,10 +167,10 @@ mod tests {
             call("c1", "bash", r#"{"cmd":"pytest"}"#),
             output("c1", "bash", r#"{"cmd":"pytest"}"#, "a long log"),
         ];
-        let mut forwarded = original.clone();
-        forwarded[2].content = "a long [cut] <<cg:0123456789abcdef>>".into();
+        let cut = original[2].with_content("a long [cut] <<cg:0123456789abcdef>>".into());
+        let forwarded = Forwarded::new(original.len(), vec![(2, cut)]);
         assert_eq!(detect(&mut state, &original), 0);
-        remember(&mut state, &original, &forwarded, &[2]);
+        remember(&mut state, &original, &forwarded);
         assert_eq!(state.marker_tools["0123456789abcdef"], "bash:pytest");
 
         // The next turn: the same call with a new id is a retry; another call is not, and
@@ -202,7 +190,7 @@ mod tests {
         assert!(!state.lossless_tools.contains_key("read"));
         // The call that produced the cut output itself is not a retry of it.
         let mut fresh = SessionState::default();
-        remember(&mut fresh, &original, &forwarded, &[2]);
+        remember(&mut fresh, &original, &forwarded);
         assert_eq!(detect(&mut fresh, &original), 0);
     }
 

@@ -54,8 +54,7 @@ pub(crate) fn run_turn<'a>(
     cx.cold = facts.cold;
     cx = learned(state, cx);
     let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
-    let changed = applied.report.changed();
-    retries::remember(state, parsed.messages(), &applied.messages, &changed);
+    retries::remember(state, parsed.messages(), &applied.messages);
     let mut facts = facts;
     facts.ledger_turn = state.guard.turn(guard::work(&applied.report, &facts));
     (applied, facts)
@@ -103,6 +102,7 @@ fn run_under<'a>(
     let deep = apply_parsed(parsed, pipeline, &deep_cx);
     let verdict = amortize::weigh(
         amortize,
+        parsed.messages(),
         &usual,
         &deep,
         facts.mutable_from,

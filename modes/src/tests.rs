@@ -89,7 +89,11 @@ impl Session {
         let (applied, facts) =
             run_turn(&mut self.state, &parsed, &self.pipeline, cx, &self.amortize);
         assert!(applied.error.is_none());
-        (applied.messages, facts, applied.report)
+        (
+            applied.messages.to_vec(parsed.messages()),
+            facts,
+            applied.report,
+        )
     }
 }
 
@@ -329,12 +333,14 @@ fn amortize_declines_when_the_suffix_costs_more_than_it_saves() {
     };
     let usual = apply_body(&body, &pipeline, &cx(false));
     let deep = apply_body(&body, &pipeline, &cx(true));
-    let verdict = amortize::weigh(&config, &usual, &deep, 25, 12);
+    let parsed = engine::wire::parse(&body, Dialect::OpenAi).unwrap();
+    let originals = parsed.messages();
+    let verdict = amortize::weigh(&config, originals, &usual, &deep, 25, 12);
     assert!(verdict.extra_saved > 0);
     assert!(!verdict.pays(), "{verdict:?}");
     let patient = AmortizeConfig {
         expected_turns: 100,
         ..config
     };
-    assert!(amortize::weigh(&patient, &usual, &deep, 25, 12).pays());
+    assert!(amortize::weigh(&patient, originals, &usual, &deep, 25, 12).pays());
 }

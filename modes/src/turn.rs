@@ -35,7 +35,7 @@ use bytes::Bytes;
 use engine::apply::{Discarded, apply_parsed};
 use engine::clock::Clock;
 use engine::config::AmortizeConfig;
-use engine::message::Message;
+use engine::message::{Forwarded, Message};
 use engine::model::Models;
 use engine::pipeline::{Pipeline, RunCx, RunReport};
 use engine::store::Store;
@@ -160,8 +160,8 @@ pub struct Forward {
     pub stream: bool,
     /// The body's `model`, when it names one.
     pub model: Option<String>,
-    /// The normalized messages as forwarded.
-    pub messages: Vec<Message>,
+    /// The normalized messages as forwarded: what differs from the parsed ones.
+    pub messages: Forwarded,
     pub facts: TurnFacts,
     pub report: RunReport,
     pub discarded: Vec<Discarded>,
@@ -195,7 +195,7 @@ impl Forward {
             expandable: false,
             stream: is_stream(parsed),
             model: model_of(parsed),
-            messages: parsed.messages().to_vec(),
+            messages: Forwarded::unchanged(parsed.messages().len()),
             facts,
             report: RunReport {
                 tokens_before: tokens,

@@ -86,7 +86,7 @@ struct CacheInject {
 impl Reformat for CacheInject {
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         if cx.dialect() != Dialect::Anthropic {

@@ -68,7 +68,11 @@ struct CacheSplit;
 
 impl Reformat for CacheSplit {
     /// Nothing to do on messages; see [`split_system`].
-    fn reformat(&self, _: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Result<(), ComponentError> {
+    fn reformat(
+        &self,
+        _: &mut Transcript<'_, '_>,
+        _: &mut ApplyCx<'_>,
+    ) -> Result<(), ComponentError> {
         Ok(())
     }
 }

@@ -128,7 +128,7 @@ pub fn command_of(message: &Message) -> Option<String> {
 }
 
 impl Offload for Cmdfilter {
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         if self.set.is_empty() {
             cx.gate(gate::NO_FILTERS_LOADED);
             return Ok(Vec::new());

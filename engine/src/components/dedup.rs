@@ -71,7 +71,7 @@ impl Offload for Dedup {
         Policy::keep_recent(self.config.keep_recent)
     }
 
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Keyed by the fast content hash (SipHash over every output cost more than the rest of
         // the component); a hit is confirmed by comparing the texts, so a collision can only
         // miss a duplicate, never invent one.

@@ -186,7 +186,7 @@ impl Memo {
 }
 
 impl Offload for Delta {
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Each output's hash once per run: a base is looked at by up to `window` later outputs.
         let hashes: Vec<Option<u64>> = (0..messages.len())
             .map(|i| {
@@ -253,7 +253,7 @@ impl Delta {
         key: u64,
         index: usize,
         bases: &[usize],
-        messages: &Transcript<'_>,
+        messages: &Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Option<(usize, Arc<str>)> {
         let output = messages[index].content.as_str();
@@ -297,7 +297,7 @@ impl Delta {
         &self,
         output: &str,
         bases: &[usize],
-        messages: &Transcript<'_>,
+        messages: &Transcript<'_, '_>,
     ) -> Result<Found, Gate> {
         let lines: Vec<&str> = output.lines().collect();
         if lines.len() > self.config.max_lines {

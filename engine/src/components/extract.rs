@@ -175,7 +175,7 @@ fn denoise(rendered: &str) -> Vec<&str> {
 /// Bytes of each message the query is read from.
 const QUERY_CHARS: usize = 2000;
 
-fn query(messages: &Transcript<'_>) -> std::collections::HashSet<String> {
+fn query(messages: &Transcript<'_, '_>) -> std::collections::HashSet<String> {
     let first_user = (0..messages.len()).find(|&i| messages[i].role == Role::User);
     let latest = |role| {
         (0..messages.len())
@@ -204,7 +204,7 @@ impl Offload for Extract {
         Policy::SAMPLED
     }
 
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut projector =
             Projector::new(messages, self.config.head_lines, self.config.tail_lines);
         let mut keys = Vec::new();
@@ -261,7 +261,7 @@ pub(super) struct Projector {
 }
 
 impl Projector {
-    pub(super) fn new(messages: &Transcript<'_>, head: usize, tail: usize) -> Projector {
+    pub(super) fn new(messages: &Transcript<'_, '_>, head: usize, tail: usize) -> Projector {
         Projector {
             query: query(messages),
             word: String::new(),
@@ -287,7 +287,7 @@ impl Projector {
     /// change and the projection changes something; records the gate otherwise.
     pub(super) fn offload(
         &mut self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         index: usize,
         cx: &mut ApplyCx<'_>,
     ) -> Option<StashKey> {

@@ -66,7 +66,11 @@ pub struct Trigger {
 
 impl Trigger {
     /// Whether the request as a whole is large enough. Records the gate when not.
-    pub(crate) fn request_fires(&self, messages: &Transcript<'_>, cx: &mut ApplyCx<'_>) -> bool {
+    pub(crate) fn request_fires(
+        &self,
+        messages: &Transcript<'_, '_>,
+        cx: &mut ApplyCx<'_>,
+    ) -> bool {
         if messages.len() < self.min_messages {
             cx.gate(gate::BELOW_TRIGGER_MESSAGES);
             return false;
@@ -220,7 +224,7 @@ impl Offload for ExtractLlm {
         Policy::SAMPLED
     }
 
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let floor = self
             .config
             .trigger
@@ -283,7 +287,7 @@ impl Llm<'_> {
     /// Asks the host for a filtered `messages[index]` and applies it when it passes the checks.
     pub(super) fn extract(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         index: usize,
         cx: &mut ApplyCx<'_>,
     ) -> Outcome {
@@ -298,7 +302,7 @@ impl Llm<'_> {
         }
         // Borrowed: the job (a copy of the output and the context) is built only when the host
         // has no answer cached, which on most turns it has.
-        let transcript: &Transcript<'_> = messages;
+        let transcript: &Transcript<'_, '_> = messages;
         let output: &str = &transcript[index].content;
         let key = job_key(output, self.model, self.rewrite);
         let mutable = cx.may_mutate(index);
@@ -400,7 +404,7 @@ pub(crate) fn default_break_even(model: &ModelConfig) -> usize {
 
 /// What the model is told the agent is doing: the task (first user message) and the latest
 /// user and assistant messages, each bounded.
-pub(crate) fn task_context(messages: &Transcript<'_>) -> String {
+pub(crate) fn task_context(messages: &Transcript<'_, '_>) -> String {
     let first_user = (0..messages.len()).find(|&i| messages[i].role == Role::User);
     let latest = |role| {
         (0..messages.len())

@@ -58,7 +58,7 @@ impl Screen for FailedCall {
 
     fn screen(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         reserve: usize,
         rules: &Rules,
         cx: &mut ApplyCx<'_>,

@@ -131,7 +131,7 @@ impl Offload for FailedRun {
         Policy::rederivable(self.config.cold_cache)
     }
 
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Every run, oldest first, with its family.
         let mut runs: Vec<(usize, Option<String>)> = Vec::new();
         for index in 0..messages.len() {

@@ -75,7 +75,7 @@ impl Reformat for Format {
 
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         for index in super::repack_candidates(messages, self.config.keep_recent, 0, cx) {

@@ -65,7 +65,7 @@ impl Offload for NoModel {
         Policy::SAMPLED
     }
 
-    fn offload(&self, _: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, _: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         cx.gate(gate::NO_MODEL);
         Ok(Vec::new())
     }

@@ -312,7 +312,7 @@ pub(crate) fn map_json_text(
 /// The stashed original is the wire original when only lossless reformats touched the message
 /// (a candidate has no marker, so nothing lossy did): expand then returns the agent's exact bytes.
 pub(crate) fn offload_with(
-    messages: &mut Transcript<'_>,
+    messages: &mut Transcript<'_, '_>,
     index: usize,
     cx: &mut ApplyCx<'_>,
     build: impl FnOnce(&Message, &str) -> String,
@@ -385,7 +385,7 @@ pub(crate) fn keywords(text: &str) -> HashSet<String> {
 /// text outputs outside the window (and, with one, outside the cached prefix) of at least
 /// `min_tokens`. Each one passed over is counted under its gate.
 pub(crate) fn repack_candidates(
-    messages: &Transcript<'_>,
+    messages: &Transcript<'_, '_>,
     keep_recent: usize,
     min_tokens: usize,
     cx: &mut ApplyCx<'_>,
@@ -426,7 +426,7 @@ pub(crate) fn held_back(
 }
 
 /// Indices of the newest `n` tool outputs, ascending (`keep_recent` of several components).
-pub(crate) fn recent_outputs(messages: &Transcript<'_>, n: usize) -> Vec<usize> {
+pub(crate) fn recent_outputs(messages: &Transcript<'_, '_>, n: usize) -> Vec<usize> {
     let mut recent: Vec<usize> = (0..messages.len())
         .rev()
         .filter(|&i| messages[i].is_tool())

@@ -61,7 +61,7 @@ struct OversizedBlock {
 impl Screen for OversizedBlock {
     fn screen(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         reserve: usize,
         rules: &Rules,
         cx: &mut ApplyCx<'_>,

@@ -51,7 +51,7 @@ fn canonical(arguments: &str) -> String {
 impl Screen for RepeatedCall {
     fn screen(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         reserve: usize,
         rules: &Rules,
         cx: &mut ApplyCx<'_>,

@@ -214,7 +214,7 @@ impl Reformat for Searchfold {
 
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         let (keep, min) = (self.config.keep_recent, self.config.min_tokens);

@@ -126,7 +126,7 @@ impl Offload for Skeleton {
         }
     }
 
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let outputs: Vec<usize> = (0..messages.len())
             .filter(|&i| messages[i].is_tool())
             .collect();

@@ -49,7 +49,7 @@ struct StaleOutput {
 impl Screen for StaleOutput {
     fn screen(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         reserve: usize,
         rules: &Rules,
         cx: &mut ApplyCx<'_>,

@@ -65,7 +65,7 @@ impl Screen for StaleReasoning {
 
     fn screen(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         reserve: usize,
         _: &Rules,
         cx: &mut ApplyCx<'_>,

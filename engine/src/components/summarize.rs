@@ -135,7 +135,7 @@ struct Checkpoint {
 
 impl Offload for Summarize {
     /// The message-level pass does nothing: summarize works on the body (`restructure`).
-    fn offload(&self, _: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, _: &mut Transcript<'_, '_>, _: &mut ApplyCx<'_>) -> Stashed {
         Ok(Vec::new())
     }
 

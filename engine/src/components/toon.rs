@@ -66,7 +66,7 @@ struct Toon {
 impl Reformat for Toon {
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         for index in 0..messages.len() {

@@ -108,7 +108,7 @@ pub(crate) trait Screen: Send + Sync {
     /// Any error reverts the screener for this request.
     fn screen(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         reserve: usize,
         rules: &Rules,
         cx: &mut ApplyCx<'_>,
@@ -137,7 +137,7 @@ impl<S: Screen> Offload for Triage<S> {
         self.screen.policy(Policy::rederivable(self.cold_cache))
     }
 
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         if self.screen.declines(cx) || self.rules.quiet(cx, messages) {
             return Ok(Vec::new());
         }
@@ -257,7 +257,7 @@ impl Rules {
 
     /// The first index of the reserve: the `reserve.turns`-th latest user message (everything
     /// is reserved when there are that few).
-    pub fn reserve_start(&self, messages: &Transcript<'_>) -> usize {
+    pub fn reserve_start(&self, messages: &Transcript<'_, '_>) -> usize {
         if self.reserve.turns == 0 {
             return messages.len();
         }
@@ -295,7 +295,7 @@ impl Rules {
     }
 
     /// Whether budget pressure keeps the screeners quiet on this request.
-    pub fn quiet(&self, cx: &mut ApplyCx<'_>, messages: &Transcript<'_>) -> bool {
+    pub fn quiet(&self, cx: &mut ApplyCx<'_>, messages: &Transcript<'_, '_>) -> bool {
         let Some(budget) = &self.budget else {
             return false;
         };
@@ -309,7 +309,12 @@ impl Rules {
 
     /// Whether output `index` may be offloaded: not exempt, one text value with no marker yet,
     /// and changeable on this turn. Records the gate that says why not.
-    pub fn admits(&self, messages: &Transcript<'_>, index: usize, cx: &mut ApplyCx<'_>) -> bool {
+    pub fn admits(
+        &self,
+        messages: &Transcript<'_, '_>,
+        index: usize,
+        cx: &mut ApplyCx<'_>,
+    ) -> bool {
         let output = &messages[index];
         if self.exempt(output) {
             cx.gate(gate::EXEMPT);
@@ -343,7 +348,7 @@ impl Rules {
     /// each with the stub `stub` writes from the output, the target's note and the marker.
     pub fn cut<T>(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         targets: Vec<(usize, T)>,
         cx: &mut ApplyCx<'_>,
         stub: impl Fn(&Message, T, &str) -> String,
@@ -395,7 +400,7 @@ pub(crate) struct CallPair {
 }
 
 /// Every call whose output is in the transcript, oldest first.
-pub(crate) fn call_pairs(messages: &Transcript<'_>) -> Vec<CallPair> {
+pub(crate) fn call_pairs(messages: &Transcript<'_, '_>) -> Vec<CallPair> {
     let mut pairs = Vec::new();
     for output in 0..messages.len() {
         let Some(id) = messages[output].tool_call_id.as_deref() else {
@@ -420,7 +425,7 @@ pub(crate) fn call_pairs(messages: &Transcript<'_>) -> Vec<CallPair> {
 }
 
 /// How many assistant messages came after `index`: a call pair's age in steps.
-pub(crate) fn steps_after(messages: &Transcript<'_>, index: usize) -> usize {
+pub(crate) fn steps_after(messages: &Transcript<'_, '_>, index: usize) -> usize {
     (index + 1..messages.len())
         .filter(|&i| messages[i].role == Role::Assistant)
         .count()

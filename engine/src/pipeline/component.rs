@@ -59,7 +59,7 @@ pub trait Reformat: Send + Sync {
     /// Any error reverts this component for this request.
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError>;
 }
@@ -182,7 +182,7 @@ pub trait Offload: Send + Sync {
     ///
     /// # Errors
     /// Any error reverts this component for this request.
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed;
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed;
 }
 
 /// What [`Offload::offload`] returns: the key of every original it stashed, or the error that

@@ -120,7 +120,7 @@ pub(super) fn reapply_frozen(
     freeze: Freeze,
     whole: bool,
     repairable: bool,
-    messages: &mut Transcript<'_>,
+    messages: &mut Transcript<'_, '_>,
     cx: &mut ApplyCx<'_>,
 ) -> Vec<StashKey> {
     let (store, session) = (cx.run.store.clone(), cx.run.session.clone());

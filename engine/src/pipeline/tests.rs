@@ -9,7 +9,7 @@ use crate::store::{MemoryStore, MemoryStoreLimits};
 
 struct Shorten;
 impl Offload for Shorten {
-    fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let key = cx.stash(&messages[1].content)?;
         messages.get_mut(1).content = format!("short {}", key.marker());
         Ok(vec![key])
@@ -20,7 +20,7 @@ struct Panics;
 impl Reformat for Panics {
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         messages.get_mut(2).content.clear();
@@ -32,7 +32,7 @@ struct Fails;
 impl Reformat for Fails {
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         messages.get_mut(2).content = "half done".into();
@@ -42,7 +42,7 @@ impl Reformat for Fails {
 
 struct DropsWithoutKey;
 impl Offload for DropsWithoutKey {
-    fn offload(&self, messages: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Stashed {
+    fn offload(&self, messages: &mut Transcript<'_, '_>, _: &mut ApplyCx<'_>) -> Stashed {
         messages.get_mut(2).content = "gone".into();
         Ok(Vec::new())
     }
@@ -52,7 +52,7 @@ struct Grows;
 impl Reformat for Grows {
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         messages
@@ -68,7 +68,7 @@ struct Observer(parking_lot::Mutex<Vec<String>>);
 impl Reformat for Observer {
     fn reformat(
         &self,
-        messages: &mut Transcript<'_>,
+        messages: &mut Transcript<'_, '_>,
         _: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         self.0.lock().push(messages[2].content.clone());
@@ -103,7 +103,7 @@ fn each_failure_mode_reverts_only_its_component() {
     impl Reformat for Shared {
         fn reformat(
             &self,
-            m: &mut Transcript<'_>,
+            m: &mut Transcript<'_, '_>,
             cx: &mut ApplyCx<'_>,
         ) -> Result<(), ComponentError> {
             self.0.reformat(m, cx)
@@ -301,7 +301,7 @@ fn a_lost_freeze_is_rederived_identically_only_when_rederivable() {
             Policy::SAMPLED
         }
 
-        fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+        fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
             let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut keys = Vec::new();
             for i in 1..messages.len() {
@@ -344,7 +344,7 @@ fn a_new_decision_inside_the_cached_prefix_is_reverted_on_a_warm_turn() {
             Policy::rederivable(false)
         }
 
-        fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+        fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
             let mut keys = Vec::new();
             for i in 1..messages.len() - 1 {
                 let key = cx.stash(&messages[i].content).unwrap();
@@ -403,7 +403,7 @@ fn a_component_that_fails_after_replaying_keeps_its_replays() {
             Policy::rederivable(false)
         }
 
-        fn offload(&self, _: &mut Transcript<'_>, _: &mut ApplyCx<'_>) -> Stashed {
+        fn offload(&self, _: &mut Transcript<'_, '_>, _: &mut ApplyCx<'_>) -> Stashed {
             Err(ComponentError::Other("bug on a later message".into()))
         }
     }
@@ -459,7 +459,7 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
             Policy::rederivable(false)
         }
 
-        fn offload(&self, messages: &mut Transcript<'_>, cx: &mut ApplyCx<'_>) -> Stashed {
+        fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
             let original = turn(2)[1].content.clone();
             if self.undo_and_fail {
                 messages.set_content(1, original);
@@ -475,7 +475,7 @@ fn a_replay_put_back_by_a_revert_is_never_vouched_for_by_the_originals_hash() {
     impl Reformat for Probe {
         fn reformat(
             &self,
-            messages: &mut Transcript<'_>,
+            messages: &mut Transcript<'_, '_>,
             cx: &mut ApplyCx<'_>,
         ) -> Result<(), ComponentError> {
             let mut seen = self.0.lock();

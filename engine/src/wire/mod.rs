@@ -20,7 +20,7 @@ mod write_back;
 
 use std::borrow::Cow;
 
-use crate::message::{Message, Role};
+use crate::message::{Forwarded, Message, Role};
 use json::Span;
 pub use resume::{Continuation, Resumed, parse_continuing, resumes};
 #[cfg(test)]

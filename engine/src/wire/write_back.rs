@@ -52,39 +52,33 @@ impl<'a> ParsedBody<'a> {
                 discarded: Vec::new(),
             };
         }
-        self.write_back_at(rewritten, 0..rewritten.len())
+        self.write_back_at(rewritten.iter().enumerate())
     }
 
-    /// [`ParsedBody::write_back`] for a host that knows which messages may differ from the
-    /// parsed ones: `changed`, ascending (what the pipeline's components report changing). The
-    /// others are taken as equal, not compared, which on a long session is most of them.
-    pub fn write_back_changed(&self, rewritten: &[Message], changed: &[usize]) -> WriteBack<'a> {
-        debug_assert!(
-            self.messages.len() != rewritten.len()
-                || self
-                    .messages
-                    .iter()
-                    .zip(rewritten)
-                    .enumerate()
-                    .all(|(i, (a, b))| a == b || changed.binary_search(&i).is_ok()),
-            "a message differs that no component reports changing"
-        );
-        if rewritten.len() != self.messages.len() {
-            return self.write_back(rewritten);
+    /// [`ParsedBody::write_back`] for a run's result, told as the messages it changed (a
+    /// pipeline run never copies the rest): only those are compared and spliced, which on a
+    /// long session is a handful of hundreds.
+    pub fn write_back_changed(&self, forwarded: &Forwarded) -> WriteBack<'a> {
+        if forwarded.len() != self.messages.len() {
+            return WriteBack {
+                body: Cow::Borrowed(self.text.as_bytes()),
+                discarded: (0..self.messages.len())
+                    .map(|i| (i, Discard::MessageCountChanged))
+                    .collect(),
+            };
         }
-        self.write_back_at(rewritten, changed.iter().copied())
+        self.write_back_at(forwarded.changed().iter().map(|(i, m)| (*i, m)))
     }
 
-    /// The write-back of the messages at `indices` (ascending, in range).
-    fn write_back_at(
+    /// The write-back of `rewritten`, each message with its index (ascending, in range).
+    fn write_back_at<'m>(
         &self,
-        rewritten: &[Message],
-        indices: impl Iterator<Item = usize>,
+        rewritten: impl Iterator<Item = (usize, &'m Message)>,
     ) -> WriteBack<'a> {
         let mut edits: Vec<Edit> = Vec::new();
         let mut discarded = Vec::new();
-        for index in indices {
-            let (Some(old), Some(new)) = (self.messages.get(index), rewritten.get(index)) else {
+        for (index, new) in rewritten {
+            let Some(old) = self.messages.get(index) else {
                 continue;
             };
             if old == new {

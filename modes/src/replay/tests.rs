@@ -88,7 +88,7 @@ fn an_injected_flip_is_detected() {
     impl Offload for LateRewrite {
         fn offload(
             &self,
-            m: &mut Transcript<'_>,
+            m: &mut Transcript<'_, '_>,
             cx: &mut ApplyCx<'_>,
         ) -> Result<Vec<StashKey>, ComponentError> {
             if m.len() < 7 || m[2].content.contains("<<cg:") {
