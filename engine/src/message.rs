@@ -165,8 +165,12 @@ impl Forwarded {
         &self.changed
     }
 
-    /// Message `index` as forwarded, `originals` being what the run was given.
+    /// Message `index` as forwarded, `originals` being what the run was given; `None` past
+    /// [`Forwarded::len`] (a run that failed forwarded the body untouched and reports none).
     pub fn get<'m>(&'m self, originals: &'m [Message], index: usize) -> Option<&'m Message> {
+        if index >= self.len {
+            return None;
+        }
         match self.changed.binary_search_by_key(&index, |(i, _)| *i) {
             Ok(at) => Some(&self.changed[at].1),
             Err(_) => originals.get(index),

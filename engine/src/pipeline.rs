@@ -124,7 +124,7 @@ impl Pipeline {
     }
 
     /// [`Pipeline::run`] for a host that still holds the messages as parsed (`originals`,
-    /// equal to `messages` on entry), which saves a copy of the transcript.
+    /// equal to `messages` on entry): the changed ones are written over `messages`.
     pub fn run_from(
         &self,
         originals: &[Message],

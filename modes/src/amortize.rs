@@ -114,7 +114,7 @@ pub fn weigh(
     let first_change = first_difference(originals, &usual.messages, &deep.messages);
     let suffix_tokens: usize = first_change.map_or(0, |from| {
         let to = cached_prefix.max(from);
-        if to > originals.len() {
+        if to > deep.messages.len() {
             return 0;
         }
         (from..to)
@@ -135,9 +135,10 @@ pub fn weigh(
     }
 }
 
-/// The first index at which the two runs forward different messages: only an index one of
-/// them changed can be one.
+/// The first index at which the two runs forward different messages, among those both
+/// forwarded (a failed run reports none): only an index one of them changed can be one.
 fn first_difference(originals: &[Message], a: &Forwarded, b: &Forwarded) -> Option<usize> {
+    let both = a.len().min(b.len());
     let mut indices: Vec<usize> = a
         .changed()
         .iter()
@@ -147,5 +148,6 @@ fn first_difference(originals: &[Message], a: &Forwarded, b: &Forwarded) -> Opti
     indices.sort_unstable();
     indices
         .into_iter()
+        .take_while(|&i| i < both)
         .find(|&i| a.get(originals, i) != b.get(originals, i))
 }

@@ -63,9 +63,8 @@ pub fn detect(state: &mut SessionState, messages: &[Message]) -> u32 {
 /// Remembers what the forwarded request cut: the calls behind the cut outputs it ends with (for
 /// [`detect`]) and the output kind behind each marker id (for [`note_expand`]).
 ///
-/// `changed` lists, in ascending order, every message the pipeline may have forwarded
-/// differently (what its components report they changed): the others are not compared, which
-/// on a long session is most of the transcript.
+/// Only the messages `forwarded` changed are compared: the others left as they came, which on
+/// a long session is most of the transcript.
 pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &Forwarded) {
     let mut cut_calls = BTreeMap::new();
     // "Right after": only the outputs the request ends with (the answers to the model's

@@ -158,6 +158,38 @@ fn each_failure_mode_reverts_only_its_component() {
     assert_eq!(report.components[0].stashed.len(), 1);
 }
 
+/// A run hands back the messages it changed and nothing else: a message a failing component
+/// wrote to and that was put back is its original again, not a copy.
+#[test]
+fn a_run_returns_only_the_messages_it_kept_changes_to() {
+    let originals = messages();
+    let computed = crate::digests::Computed::of(&originals);
+    let pipeline = Pipeline::new(vec![
+        Stage::reformat("panics", Panics),
+        Stage::offload("shorten", Shorten),
+        Stage::reformat("fails", Fails),
+        Stage::reformat("grows", Grows),
+    ]);
+    let (report, forwarded) = pipeline.run_digested(&originals, computed.digests(), &cx());
+    assert_eq!(forwarded.len(), originals.len());
+    let changed: Vec<usize> = forwarded.changed().iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        changed,
+        vec![1],
+        "message 2 was written by three reverted components"
+    );
+    assert!(forwarded.changed()[0].1.content.starts_with("short <<cg:"));
+    assert_eq!(forwarded.get(&originals, 2), Some(&originals[2]));
+    assert_eq!(forwarded.get(&originals, 3), None, "past the transcript");
+    assert_eq!(report.changed(), vec![1]);
+    // The same run over a slice writes the same change into it.
+    let mut in_place = originals.clone();
+    pipeline.run_from(&originals, &mut in_place, &cx());
+    assert_eq!(in_place, forwarded.to_vec(&originals));
+    // A failed run forwards the body untouched and reports no message at all.
+    assert_eq!(Forwarded::default().get(&originals, 0), None);
+}
+
 #[test]
 fn stash_key_resolves_to_the_exact_original() {
     let context = cx();

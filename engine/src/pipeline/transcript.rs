@@ -73,7 +73,7 @@ impl<'a> Working<'a> {
     }
 
     /// Puts `prior` (a state [`Transcript`] saved) back at `index`: the original is put back
-    /// by dropping the copy, not by copying the original again.
+    /// by unlinking the copy, not by copying the original again.
     pub(super) fn restore(&mut self, index: usize, prior: Cow<'a, Message>) {
         match prior {
             Cow::Borrowed(_) => self.slot[index] = ORIGINAL,
