@@ -63,6 +63,18 @@ pub(crate) fn marked(message: &Message) -> bool {
     marker::contains_marker(&message.content)
 }
 
+/// A message's identity for the session tracker's prefix matching: everything the model reads
+/// of it, plus its role and tool ids, folded from `content_hash`, the hash of its content.
+/// Content it does not cover (an image) can only make two different messages look equal,
+/// which makes the prefix look longer: the safe direction. Carried from turn to turn like the
+/// other digests (`wire::ParsedBody::fingerprints`), so a turn folds only its new messages.
+pub fn fingerprint_hashed(message: &Message, content_hash: u64) -> u64 {
+    let h = tokens::content_hash(message.role.as_str()).rotate_left(17) ^ content_hash;
+    message
+        .identity_texts()
+        .fold(h, |h, text| h.rotate_left(17) ^ tokens::content_hash(text))
+}
+
 /// Content tokens of one message: every piece of text the model reads.
 pub fn message_tokens(message: &Message) -> usize {
     message.visible_texts().map(tokens::count).sum()

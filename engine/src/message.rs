@@ -113,6 +113,21 @@ impl Message {
         }
     }
 
+    /// What tells the message apart besides its role and content, in the order the hashes that
+    /// identify it (the tracker's fingerprint, a freeze key's prefix) fold it: its call id,
+    /// each call's id, name and arguments, then its reasoning.
+    pub fn identity_texts(&self) -> impl Iterator<Item = &str> {
+        self.tool_call_id
+            .as_deref()
+            .into_iter()
+            .chain(
+                self.tool_calls
+                    .iter()
+                    .flat_map(|c| [c.id.as_str(), c.name.as_str(), c.arguments.as_str()]),
+            )
+            .chain(self.reasoning.iter().map(String::as_str))
+    }
+
     pub fn is_tool(&self) -> bool {
         self.role == Role::Tool
     }

@@ -19,12 +19,7 @@ pub(crate) fn begin_turn(
     parsed: &ParsedBody<'_>,
     now: std::time::Duration,
 ) -> TurnFacts {
-    let fingerprints = parsed
-        .messages()
-        .iter()
-        .zip(parsed.content_hashes())
-        .map(|(m, &content)| tracker::fingerprint_hashed(m, content))
-        .collect();
+    let fingerprints = parsed.fingerprints().to_vec();
     let raw = parsed.text().as_bytes();
     let dialect = parsed.dialect();
     // OpenAI caches every long enough prompt on its own; Anthropic only what a breakpoint asks.

@@ -53,32 +53,12 @@ pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
     }
 }
 
-/// A message's identity for prefix matching: everything the model reads of it, plus its role
-/// and tool ids. Content it does not cover (an image) can only make two different messages look
-/// equal, which makes the prefix look longer: the safe direction.
+pub use engine::digests::fingerprint_hashed;
+
+/// A message's identity for prefix matching ([`fingerprint_hashed`], which a parsed body
+/// carries for each message as `ParsedBody::fingerprints`).
 pub fn fingerprint(message: &Message) -> u64 {
     fingerprint_hashed(message, tokens::content_hash(&message.content))
-}
-
-/// [`fingerprint`] of a message whose content hash is known (`ParsedBody::content_hashes`).
-pub fn fingerprint_hashed(message: &Message, content: u64) -> u64 {
-    let mut h = tokens::content_hash(message.role.as_str());
-    h = h.rotate_left(17) ^ content;
-    let mut fold = |text: &str| {
-        h = h.rotate_left(17) ^ tokens::content_hash(text);
-    };
-    if let Some(id) = &message.tool_call_id {
-        fold(id);
-    }
-    for call in &message.tool_calls {
-        fold(&call.id);
-        fold(&call.name);
-        fold(&call.arguments);
-    }
-    for r in &message.reasoning {
-        fold(r);
-    }
-    h
 }
 
 /// What the tracker knows about one turn, decided before the pipeline runs.

@@ -248,7 +248,7 @@ fn head_first(turn: &[u8]) -> Vec<u8> {
 /// dialects, chained as a live conversation chains them (each continuation the last resumed
 /// parse's), as written, pretty-printed (whitespace between every element) and with the system
 /// prompt and tools before the transcript: `ParsedBody` equal, and its digests (content hashes,
-/// token counts, markers) equal.
+/// token counts, markers, the tracker's fingerprints) equal.
 #[test]
 fn every_corpus_turn_resumes_to_the_whole_parse() {
     use engine::wire::{Resumed, parse_continuing, parse_text};
@@ -270,6 +270,7 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
                 .collect();
             let first = parse_text(texts[0], body.dialect).unwrap();
             first.digests();
+            first.fingerprints();
             let mut earlier = first.into_continuation(None);
             for text in &texts[1..] {
                 let entries = earlier.entries();
@@ -279,6 +280,7 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
                 let whole = parse_text(text, body.dialect).unwrap();
                 assert_eq!(parsed, whole, "{name}");
                 assert_eq!(parsed.digests(), whole.digests(), "{name}");
+                assert_eq!(parsed.fingerprints(), whole.fingerprints(), "{name}");
                 earlier = parsed.into_continuation(Some((&seen, kept)));
                 checked += 1;
             }

@@ -303,7 +303,7 @@ impl Delta {
         if lines.len() > self.config.max_lines {
             return Err(gate::TOO_MANY_LINES);
         }
-        let mut needed: HashMap<&str, usize> = HashMap::new();
+        let mut needed: LineCounts<'_> = LineCounts::default();
         for line in &lines {
             *needed.entry(line).or_default() += 1;
         }
@@ -361,9 +361,14 @@ fn key(index: usize, bases: &[usize], len: usize, hashes: &[Option<u64>]) -> u64
     key ^ (bases.len() as u64).wrapping_mul(K).rotate_left(17) ^ (len as u64)
 }
 
+/// Lines counted. Hashed by `foldhash` (seeded per process): SipHash over every line of each
+/// candidate base was a fifth of the component on a new output, and the counts are only ever
+/// summed, so the map's order never reaches a decision.
+type LineCounts<'a> = HashMap<&'a str, usize, foldhash::fast::RandomState>;
+
 /// Lines of `base` that `needed` (the new output's lines, counted) also has, as a multiset.
-fn shared_lines(needed: &HashMap<&str, usize>, base: &str) -> usize {
-    let mut have: HashMap<&str, usize> = HashMap::new();
+fn shared_lines(needed: &LineCounts<'_>, base: &str) -> usize {
+    let mut have = LineCounts::default();
     for line in base.lines().filter(|l| needed.contains_key(l)) {
         *have.entry(line).or_default() += 1;
     }

@@ -79,18 +79,9 @@ pub(super) fn prefix_hashes(originals: &[Message], content: &[u64]) -> Vec<u64> 
         out.push(h);
         h = mix(h, tokens::content_hash(m.role.as_str()));
         h = mix(h, content_hash);
-        let mut fold = |text: &str| h = mix(h, tokens::content_hash(text));
-        if let Some(id) = &m.tool_call_id {
-            fold(id);
-        }
-        for c in &m.tool_calls {
-            fold(&c.id);
-            fold(&c.name);
-            fold(&c.arguments);
-        }
-        for r in &m.reasoning {
-            fold(r);
-        }
+        h = m
+            .identity_texts()
+            .fold(h, |h, text| mix(h, tokens::content_hash(text)));
     }
     out.push(h);
     out

@@ -252,6 +252,7 @@ struct Digests {
     hashes: std::sync::OnceLock<Vec<u64>>,
     tokens: std::sync::OnceLock<Vec<usize>>,
     marked: std::sync::OnceLock<Vec<bool>>,
+    fingerprints: std::sync::OnceLock<Vec<u64>>,
 }
 
 impl PartialEq for Digests {
@@ -541,6 +542,18 @@ impl<'a> ParsedBody<'a> {
             self.messages
                 .iter()
                 .map(crate::digests::content_hash)
+                .collect()
+        })
+    }
+
+    /// Each message's `digests::fingerprint_hashed`, what the session tracker matches turns by.
+    /// A resumed parse carries the shared messages' over, like the content hashes.
+    pub fn fingerprints(&self) -> &[u64] {
+        self.digests.fingerprints.get_or_init(|| {
+            self.messages
+                .iter()
+                .zip(self.content_hashes())
+                .map(|(m, &hash)| crate::digests::fingerprint_hashed(m, hash))
                 .collect()
         })
     }

@@ -35,6 +35,7 @@ pub struct Continuation {
     hashes: Option<Vec<u64>>,
     tokens: Option<Vec<usize>>,
     marked: Option<Vec<bool>>,
+    fingerprints: Option<Vec<u64>>,
     /// What it holds, counted once when it is made (see [`Continuation::held_bytes`]).
     held: usize,
 }
@@ -42,9 +43,10 @@ pub struct Continuation {
 /// What a message costs beside its text: the struct, its slot and entry, allocator slack.
 const PER_MESSAGE: usize = 256;
 
-/// What a message's carried digests hold: its content hash, token count and marker flag.
+/// What a message's carried digests hold: its content hash, token count, marker flag and
+/// fingerprint.
 const DIGEST_BYTES: usize =
-    std::mem::size_of::<u64>() + std::mem::size_of::<usize>() + std::mem::size_of::<bool>();
+    2 * std::mem::size_of::<u64>() + std::mem::size_of::<usize>() + std::mem::size_of::<bool>();
 
 impl Continuation {
     /// About what it holds in memory: every text of every message (a tool output's call
@@ -124,6 +126,7 @@ pub fn parse_continuing(
         hashes,
         tokens,
         marked,
+        fingerprints,
         ..
     } = earlier;
     // Moved, not copied: the continuation was the memo's, and this turn now holds its messages.
@@ -151,19 +154,26 @@ pub fn parse_continuing(
         Dialect::Responses | Dialect::Gemini => return None,
     }
     parsed.finish(&index, at.messages);
-    carry_digests(&parsed, (hashes, tokens, marked), was.messages..at.messages);
+    let carried = Carried {
+        hashes,
+        tokens,
+        marked,
+        fingerprints,
+    };
+    carry_digests(&parsed, carried, was.messages..at.messages);
     Some(Resumed { parsed, kept, seen })
 }
 
 /// Sets the resumed body's digests from the continuation's, for the `shared` messages, and
 /// computes them for the rest: the system prompt (read fresh) and the new messages. A digest
 /// the last turn did not ask for is left to be computed when this one does.
-#[allow(clippy::type_complexity)]
-fn carry_digests(
-    parsed: &ParsedBody<'_>,
-    (hashes, tokens, marked): (Option<Vec<u64>>, Option<Vec<usize>>, Option<Vec<bool>>),
-    shared: std::ops::Range<usize>,
-) {
+fn carry_digests(parsed: &ParsedBody<'_>, carried: Carried, shared: std::ops::Range<usize>) {
+    let Carried {
+        hashes,
+        tokens,
+        marked,
+        fingerprints,
+    } = carried;
     let messages = &parsed.messages;
     let Some(hashes) = stitch(hashes, &shared, messages, |_, m| {
         crate::digests::content_hash(m)
@@ -174,6 +184,9 @@ fn carry_digests(
         crate::digests::message_tokens_hashed(m, hashes[i])
     });
     let marked = stitch(marked, &shared, messages, |_, m| crate::digests::marked(m));
+    let fingerprints = stitch(fingerprints, &shared, messages, |i, m| {
+        crate::digests::fingerprint_hashed(m, hashes[i])
+    });
     let _ = parsed.digests.hashes.set(hashes);
     if let Some(tokens) = tokens {
         let _ = parsed.digests.tokens.set(tokens);
@@ -181,6 +194,17 @@ fn carry_digests(
     if let Some(marked) = marked {
         let _ = parsed.digests.marked.set(marked);
     }
+    if let Some(fingerprints) = fingerprints {
+        let _ = parsed.digests.fingerprints.set(fingerprints);
+    }
+}
+
+/// The digests a continuation carries, each `None` when its turn did not compute it.
+struct Carried {
+    hashes: Option<Vec<u64>>,
+    tokens: Option<Vec<usize>>,
+    marked: Option<Vec<bool>>,
+    fingerprints: Option<Vec<u64>>,
 }
 
 /// One digest of every message: `carried` for the `shared` ones (where the last turn had
@@ -242,6 +266,7 @@ impl ParsedBody<'_> {
             hashes: self.digests.hashes.into_inner(),
             tokens: self.digests.tokens.into_inner(),
             marked: self.digests.marked.into_inner(),
+            fingerprints: self.digests.fingerprints.into_inner(),
         }
     }
 }
