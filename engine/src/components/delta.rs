@@ -361,7 +361,7 @@ fn key(index: usize, bases: &[usize], len: usize, hashes: &[Option<u64>]) -> u64
     key ^ (bases.len() as u64).wrapping_mul(K).rotate_left(17) ^ (len as u64)
 }
 
-/// Lines counted. Hashed by `foldhash` (seeded per process): SipHash over every line of each
+/// Lines counted. Hashed by `foldhash` (randomly seeded): SipHash over every line of each
 /// candidate base was a fifth of the component on a new output, and the counts are only ever
 /// summed, so the map's order never reaches a decision.
 type LineCounts<'a> = HashMap<&'a str, usize, foldhash::fast::RandomState>;

@@ -31,7 +31,8 @@ pub struct Continuation {
     opaque: Vec<Opaque>,
     entries: Vec<EntryMark>,
     read: Mark,
-    /// The messages' digests (content hashes, token counts, markers), when the turn asked.
+    /// The messages' digests (content hashes, token counts, markers, fingerprints), each when
+    /// the turn asked for it.
     hashes: Option<Vec<u64>>,
     tokens: Option<Vec<usize>>,
     marked: Option<Vec<bool>>,
