@@ -1,7 +1,7 @@
-//! What every pipeline run computes of each message before it starts: the content's hash, the
-//! message's token count, and whether its content carries a marker. A leaf, so the parse
-//! (`wire`, which carries them from turn to turn) and the pipeline (which reads them) share it
-//! without depending on each other.
+//! What every turn computes of each message: for the pipeline before it starts, the content's
+//! hash, the message's token count and whether its content carries a marker; for the session
+//! tracker, the message's fingerprint. A leaf, so the parse (`wire`, which carries them from
+//! turn to turn) and the pipeline (which reads them) share it without depending on each other.
 
 use crate::marker;
 use crate::message::Message;

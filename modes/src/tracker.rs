@@ -17,8 +17,6 @@
 
 use std::time::Duration;
 
-use engine::message::Message;
-use engine::tokens;
 use engine::wire::Dialect;
 use serde::{Deserialize, Serialize};
 
@@ -51,14 +49,6 @@ pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
         // one without being asked reads a cold turn as warm, the direction that costs nothing.
         Dialect::Gemini => ONE_HOUR,
     }
-}
-
-pub use engine::digests::fingerprint_hashed;
-
-/// A message's identity for prefix matching ([`fingerprint_hashed`], which a parsed body
-/// carries for each message as `ParsedBody::fingerprints`).
-pub fn fingerprint(message: &Message) -> u64 {
-    fingerprint_hashed(message, tokens::content_hash(&message.content))
 }
 
 /// What the tracker knows about one turn, decided before the pipeline runs.

@@ -245,9 +245,9 @@ pub struct ParsedBody<'a> {
 
 /// Caches of what every turn computes over a body's messages: `tokens::content_hash` of each
 /// content, each message's token count, whether its content carries a marker, and the session
-/// tracker's fingerprint of each message. Filled on
-/// first use, or carried over for the messages a resumed parse shares. Functions of the messages, so they take no part in
-/// equality: two bodies with equal messages have equal digests.
+/// tracker's fingerprint of each message. Filled on first use, or carried over for the messages
+/// a resumed parse shares. Functions of the messages, so they take no part in equality: two
+/// bodies with equal messages have equal digests.
 #[derive(Debug, Clone, Default)]
 struct Digests {
     hashes: std::sync::OnceLock<Vec<u64>>,

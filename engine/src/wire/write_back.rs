@@ -37,13 +37,7 @@ impl<'a> ParsedBody<'a> {
     /// expressed keeps its original bytes entirely, and its index is reported in `discarded`.
     pub fn write_back(&self, rewritten: &[Message]) -> WriteBack<'a> {
         if rewritten.len() != self.messages.len() {
-            let discarded = (0..self.messages.len())
-                .map(|i| (i, Discard::MessageCountChanged))
-                .collect();
-            return WriteBack {
-                body: Cow::Borrowed(self.text.as_bytes()),
-                discarded,
-            };
+            return self.count_changed();
         }
         if std::ptr::eq(self.messages.as_slice(), rewritten) {
             // Handed our own messages back: nothing can have changed.
@@ -60,14 +54,19 @@ impl<'a> ParsedBody<'a> {
     /// long session is a handful of hundreds.
     pub fn write_back_changed(&self, forwarded: &Forwarded) -> WriteBack<'a> {
         if forwarded.len() != self.messages.len() {
-            return WriteBack {
-                body: Cow::Borrowed(self.text.as_bytes()),
-                discarded: (0..self.messages.len())
-                    .map(|i| (i, Discard::MessageCountChanged))
-                    .collect(),
-            };
+            return self.count_changed();
         }
         self.write_back_at(forwarded.changed().iter().map(|(i, m)| (*i, m)))
+    }
+
+    /// The body as it came, every message discarded: the count changed, so no slot aligns.
+    fn count_changed(&self) -> WriteBack<'a> {
+        WriteBack {
+            body: Cow::Borrowed(self.text.as_bytes()),
+            discarded: (0..self.messages.len())
+                .map(|i| (i, Discard::MessageCountChanged))
+                .collect(),
+        }
     }
 
     /// The write-back of `rewritten`, each message with its index (ascending, in range).
