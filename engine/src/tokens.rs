@@ -168,6 +168,16 @@ pub fn bytes_key(bytes: &[u8]) -> u128 {
     (u128::from(avalanche(a)) << 64) | u128::from(avalanche(b))
 }
 
+/// A 128-bit key of `bytes` for what never leaves the process: the prefix finder's keys of a
+/// session's last body ([`crate::wire::prefix`]), the parse memo's opening key and the stash-id
+/// memo's. xxh3-128 reads at about twice [`bytes_key`]'s speed (29 against 14.5 GB/s on this
+/// machine), and a resumed turn proves every byte it shares with the last turn by this key. A
+/// key a store keeps (freeze records, summaries) stays [`bytes_key`]: changing it would re-key
+/// every store.
+pub fn memory_key(bytes: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(bytes)
+}
+
 /// Texts this long are hashed in four lanes.
 const LANES_MIN_BYTES: usize = 64;
 

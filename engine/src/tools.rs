@@ -21,7 +21,10 @@
 //! new rule protects goes back to the original once, as after any config change.
 
 use crate::gate::{self, Gate};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 
 use serde::Deserialize;
 
@@ -222,7 +225,44 @@ pub const EVERY_TOOL: &str = "\u{0}every tool";
 /// and for a shell-like tool the program its command runs (`bash:pytest`, `bash:cat`). One
 /// re-run `pytest` says nothing about `ls`, and an agent with a single shell tool would
 /// otherwise stop saving on every output after one retry.
+///
+/// Remembered by call: the turn asks it of every cut output (the retry memory, the learned
+/// rules), and parsing each call's arguments again was 3-4% of a resumed turn on long sessions.
 pub fn output_kind(tool: &str, arguments: Option<&str>) -> String {
+    /// Calls remembered; the memo is emptied when full.
+    const MAX_CALLS: usize = 1 << 14;
+    /// Arguments longer than this are parsed each time (an edit's whole file), not kept.
+    const MAX_ARGUMENT_BYTES: usize = 4096;
+    type Calls = HashMap<u128, (Box<str>, Option<Box<str>>, String)>;
+    static MEMO: OnceLock<Mutex<Calls>> = OnceLock::new();
+    if arguments.is_some_and(|a| a.len() > MAX_ARGUMENT_BYTES) {
+        return output_kind_of(tool, arguments);
+    }
+    let mut key_text = Vec::with_capacity(tool.len() + 1 + arguments.map_or(0, str::len));
+    key_text.extend_from_slice(tool.as_bytes());
+    key_text.push(u8::from(arguments.is_some()));
+    key_text.extend_from_slice(arguments.unwrap_or_default().as_bytes());
+    let key = crate::tokens::memory_key(&key_text);
+    let memo = MEMO.get_or_init(Mutex::default);
+    // A hit counts only for the same call, compared whole: the memo is shared by every session,
+    // and a crafted key collision must not hand one session the kind of another's call.
+    if let Some((t, a, kind)) = memo.lock().get(&key)
+        && **t == *tool
+        && a.as_deref() == arguments
+    {
+        return kind.clone();
+    }
+    let kind = output_kind_of(tool, arguments);
+    let mut calls = memo.lock();
+    if calls.len() >= MAX_CALLS {
+        calls.clear();
+    }
+    calls.insert(key, (tool.into(), arguments.map(Into::into), kind.clone()));
+    kind
+}
+
+/// [`output_kind`], computed.
+fn output_kind_of(tool: &str, arguments: Option<&str>) -> String {
     let program = arguments
         .and_then(|a| serde_json::from_str::<serde_json::Value>(a).ok())
         .and_then(|args| {

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use engine::session::UNSCOPED;
-use engine::tokens::bytes_key;
+use engine::tokens::memory_key;
 use engine::wire::prefix::Seen;
 use engine::wire::{self, Continuation, Dialect, ParsedBody, Resumed, WireError, json};
 use parking_lot::Mutex;
@@ -196,9 +196,9 @@ fn opening_key(scope: &str, text: &str, dialect: Dialect) -> Option<u128> {
         json::get(text, span, "role").is_some_and(|role| role.of(text) == "\"user\"")
     };
     let end = json::opening_end(text, dialect.transcript_key(), OPENING_ENTRIES, user)?;
-    let opening = bytes_key(&text.as_bytes()[..end]);
+    let opening = memory_key(&text.as_bytes()[..end]);
     // Mixed, not concatenated: the scope is the caller's, the opening the body's.
-    Some(opening ^ bytes_key(scope.as_bytes()).rotate_left(64).wrapping_mul(3))
+    Some(opening ^ memory_key(scope.as_bytes()).rotate_left(64).wrapping_mul(3))
 }
 
 #[cfg(test)]

@@ -16,14 +16,14 @@
 //! takes the full path; a body shorter than a span ends the prefix there; an edit inside the
 //! history (an agent's own compaction) ends it at the edit.
 //!
-//! Keys are [`bytes_key`], two 64-bit multiply-rotate hashes: fast, and out of reach of any
-//! accidental collision, but not of a crafted one. A collision would make a turn resume from
+//! Keys are [`memory_key`] (xxh3-128): fast, and out of reach of any accidental collision, but
+//! not of a crafted one. A collision would make a turn resume from
 //! another body's parse; the parse memo (`modes::parses`) keeps the conversations of a caller
 //! only under its credential's scope, and none for a caller without one, so a forger can only
 //! confuse conversations of its own credential.
 
 use super::json::{self, Span};
-use crate::tokens::bytes_key;
+use crate::tokens::memory_key;
 
 /// What a session keeps of the last body it read, to recognise its own history next turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,15 +84,15 @@ impl Seen {
         for element in &elements[messages.len()..] {
             let covered = Span::new(from, element.end);
             from = element.end;
-            messages.push((covered, bytes_key(&bytes[covered.start..covered.end])));
+            messages.push((covered, memory_key(&bytes[covered.start..covered.end])));
         }
         Seen {
-            head: earlier.map_or_else(|| bytes_key(&bytes[..array.start]), |(s, _)| s.head),
+            head: earlier.map_or_else(|| memory_key(&bytes[..array.start]), |(s, _)| s.head),
             array_start: array.start,
             messages,
-            rest: bytes_key(&bytes[from..]),
+            rest: memory_key(&bytes[from..]),
             len: bytes.len(),
-            after: (bytes.len() - array.end, bytes_key(&bytes[array.end..])),
+            after: (bytes.len() - array.end, memory_key(&bytes[array.end..])),
         }
     }
 
@@ -120,13 +120,13 @@ impl Seen {
             identical: false,
         };
         let head = body.get(..self.array_start);
-        if head.map(bytes_key) != Some(self.head) || body.get(self.array_start) != Some(&b'[') {
+        if head.map(memory_key) != Some(self.head) || body.get(self.array_start) != Some(&b'[') {
             return common;
         }
         common.head_matches = true;
         for (span, key) in &self.messages {
             match body.get(span.start..span.end) {
-                Some(bytes) if bytes_key(bytes) == *key => common.matched += 1,
+                Some(bytes) if memory_key(bytes) == *key => common.matched += 1,
                 _ => return common,
             }
         }
@@ -134,7 +134,7 @@ impl Seen {
             .messages
             .last()
             .map_or(self.array_start, |(span, _)| span.end);
-        common.identical = body.len() == self.len && bytes_key(&body[rest_start..]) == self.rest;
+        common.identical = body.len() == self.len && memory_key(&body[rest_start..]) == self.rest;
         common
     }
 
@@ -142,7 +142,7 @@ impl Seen {
     /// the turn has read its new messages), is what followed it last turn.
     pub fn same_after(&self, body: &[u8], array_end: usize) -> bool {
         body.get(array_end..)
-            .is_some_and(|after| after.len() == self.after.0 && bytes_key(after) == self.after.1)
+            .is_some_and(|after| after.len() == self.after.0 && memory_key(after) == self.after.1)
     }
 }
 
