@@ -567,9 +567,15 @@ fn keep_stage(
     component: &mut ComponentReport,
 ) {
     for (&(i, n), (_, old)) in new_counts.iter().zip(saved) {
+        // A message no earlier stage wrote to is its original, whose hash the run carries: a
+        // long session's cut outputs are not hashed again on every turn.
+        let content_key = match (state.hashes.dirty.get(i), state.hashes.content.get(i)) {
+            (Some(false), Some(&hash)) => hash,
+            _ => tokens::content_hash(&old.content),
+        };
         component.savings.push(MessageSaving {
             index: i,
-            content_key: tokens::content_hash(&old.content),
+            content_key,
             saved_tokens: state.counts[i].saturating_sub(n),
         });
         state.counts[i] = n;

@@ -30,7 +30,6 @@
 //! config compatibility and has nothing to lift.
 
 use crate::gate;
-use std::borrow::Cow;
 
 use serde::Deserialize;
 
@@ -137,32 +136,46 @@ impl Offload for Collapse {
             }
             // The text to cut: the output itself, or, when the output is JSON whose lines all sit
             // inside one string (mini-swe-agent's `{"returncode":0,"output":"..."}`, many MCP
-            // tools), that string; the JSON around it stays as it is, and valid.
-            let (text, json_string): (Cow<'_, str>, _) = match head_and_tail(
+            // tools), that string; the JSON around it stays as it is, and valid. An output with
+            // lines enough is cut as it is, from the one count of its lines.
+            let direct = head_and_tail(
                 &message.content,
                 self.config.head_lines,
                 self.config.tail_lines,
-            ) {
-                Some(_) => (Cow::Borrowed(&message.content), None),
+            );
+            let json_text = match direct {
+                Some(_) => None,
                 None => match super::longest_json_text(&message.content) {
-                    Some((span, text)) => (Cow::Owned(text), Some(span)),
+                    Some(found) => Some(found),
                     None => {
                         cx.gate(gate::TOO_FEW_LINES);
                         continue;
                     }
                 },
             };
-            let Some((head, omitted, tail)) =
-                head_and_tail(&text, self.config.head_lines, self.config.tail_lines)
-            else {
+            let (text, parts) = match &json_text {
+                None => (message.content.as_str(), direct),
+                Some((_, text)) => (
+                    text.as_str(),
+                    head_and_tail(text, self.config.head_lines, self.config.tail_lines),
+                ),
+            };
+            let json_string = json_text.as_ref().map(|(span, _)| *span);
+            let Some((head, omitted, tail)) = parts else {
                 cx.gate(gate::TOO_FEW_LINES);
                 continue;
             };
+            // The call's terms only when lines are kept for them (off by default).
+            let terms = if self.config.keep_lines > 0 {
+                call_terms(message.tool_arguments.as_deref().unwrap_or(""))
+            } else {
+                Vec::new()
+            };
             let kept = salient_lines(
-                &text,
+                text,
                 self.config.head_lines,
                 omitted,
-                &call_terms(message.tool_arguments.as_deref().unwrap_or("")),
+                &terms,
                 self.config.keep_lines,
             );
             // Owned: the message is written below. Both ends are a few dozen lines.
