@@ -102,7 +102,13 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
             messages: Forwarded::unchanged(originals.len()),
         };
     }
-    let (report, mut messages) = pipeline.run_digested(originals, parsed.digests(), &cx);
+    // What the last turn's run did to the messages this body shares with it goes in as it
+    // was; what this run does goes with the body to the next turn (`pipeline::settle`).
+    let (report, mut messages, carry) =
+        pipeline.run_carrying(originals, parsed.digests(), &cx, parsed.run_carry());
+    if let Some(carry) = carry {
+        parsed.leave_run_carry(carry);
+    }
     debug_assert!(
         {
             let reported = report.changed();

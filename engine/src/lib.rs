@@ -7,6 +7,7 @@
 //! tests run it on a simulated clock.
 
 pub mod apply;
+pub mod carry;
 pub mod clock;
 pub mod code;
 pub mod components;

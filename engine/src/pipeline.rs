@@ -45,6 +45,7 @@ mod component;
 mod context;
 mod freeze;
 mod report;
+mod settle;
 mod transcript;
 
 pub use crate::digests::{Digests, message_tokens};
@@ -54,11 +55,14 @@ pub use component::*;
 pub use context::*;
 use freeze::*;
 pub use report::*;
+use settle::Settle;
 pub use transcript::*;
 
 /// An ordered list of built components.
 #[derive(Debug, Default)]
 pub struct Pipeline {
+    /// This build's identity, part of every carry's stamp (see `settle`).
+    id: u64,
     stages: Vec<Stage>,
     /// `tools:`: outputs some components may not change (see `tools.rs`).
     tool_rules: crate::tools::ToolRules,
@@ -71,6 +75,7 @@ fn duration_us(d: Duration) -> u64 {
 impl Pipeline {
     pub fn new(stages: Vec<Stage>) -> Pipeline {
         Pipeline {
+            id: settle::next_pipeline_id(),
             stages,
             tool_rules: crate::tools::ToolRules::default(),
         }
@@ -79,6 +84,8 @@ impl Pipeline {
     /// The pipeline with per-tool rules, enforced by each stage's guard.
     pub fn with_tool_rules(mut self, rules: crate::tools::ToolRules) -> Pipeline {
         self.tool_rules = rules;
+        // Other rules, other decisions: a carry made under the old ones does not hold.
+        self.id = settle::next_pipeline_id();
         self
     }
 
@@ -150,6 +157,21 @@ impl Pipeline {
         digests: Digests<'_>,
         cx: &RunCx,
     ) -> (RunReport, Forwarded) {
+        let (report, forwarded, _) = self.run_carrying(originals, digests, cx, None);
+        (report, forwarded)
+    }
+
+    /// [`Pipeline::run_digested`] for a host that carries the pipeline's records from turn to
+    /// turn (`settle`): `carried` is what the last turn's run did to the messages this turn
+    /// shares with it ([`crate::wire::ParsedBody::run_carry`]), and the carry this run makes
+    /// comes back beside the report, when it could make one.
+    pub fn run_carrying(
+        &self,
+        originals: &[Message],
+        digests: Digests<'_>,
+        cx: &RunCx,
+        carried: Option<&crate::carry::RunCarry>,
+    ) -> (RunReport, Forwarded, Option<crate::carry::RunCarry>) {
         let started = cx.clock.now();
         let mut messages = Working::new(originals);
         let mut state = self.begin_run(originals, digests);
@@ -157,23 +179,24 @@ impl Pipeline {
             tokens_before: state.total,
             ..RunReport::default()
         };
-        for stage in &self.stages {
+        let stamp = self.carry_stamp(cx);
+        let mut settle = Settle::new(stamp, carried, originals.len(), self.stages.len());
+        for (s, stage) in self.stages.iter().enumerate() {
             if !cx.offloads && stage.kind() == Kind::Offload {
                 continue;
             }
-            let component = run_stage(
+            let run = StageRun {
                 stage,
+                index: s,
                 cx,
-                originals,
-                &mut messages,
-                &mut state,
-                &self.tool_rules,
-            );
+                rules: &self.tool_rules,
+            };
+            let component = run_stage(&run, originals, &mut messages, &mut state, &mut settle);
             report.components.push(component);
         }
         report.tokens_after = state.total;
         report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
-        (report, messages.into_forwarded())
+        (report, messages.into_forwarded(), settle.into_carry())
     }
 
     /// Takes each original's digests: hash (freeze keys and components share it), token count
@@ -223,15 +246,30 @@ struct RunState {
     hashes: RunHashes,
 }
 
+/// What one stage runs with beside the messages.
+struct StageRun<'r> {
+    stage: &'r Stage,
+    /// Its place in the pipeline.
+    index: usize,
+    cx: &'r RunCx,
+    /// `tools:`: outputs some components may not change.
+    rules: &'r crate::tools::ToolRules,
+}
+
 /// One stage behind its guard: run it, judge what it did, keep it or revert it.
 fn run_stage<'a>(
-    stage: &Stage,
-    cx: &RunCx,
+    run: &StageRun<'_>,
     originals: &'a [Message],
     messages: &mut Working<'a>,
     state: &mut RunState,
-    tool_rules: &crate::tools::ToolRules,
+    settle: &mut Settle<'_>,
 ) -> ComponentReport {
+    let StageRun {
+        stage,
+        index: s,
+        cx,
+        ..
+    } = *run;
     let stage_started = cx.clock.now();
     let freeze = stage.freeze();
     let mut acx = ApplyCx::new(
@@ -242,9 +280,11 @@ fn run_stage<'a>(
         &state.hashes,
     );
     let mut transcript = Transcript::new(messages, &mut state.touched);
+    let carried_keys = settle.prefill(s, &mut transcript, &mut acx);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         invoke(stage, freeze, &mut transcript, &mut acx)
-    }));
+    }))
+    .map(|stashed| stashed.map(|keys| [carried_keys, keys].concat()));
     let mut saved = std::mem::take(&mut transcript.saved);
     drop(transcript);
     saved.sort_unstable_by_key(|(i, _)| *i);
@@ -256,21 +296,7 @@ fn run_stage<'a>(
     // of them (a revert puts replays back). Taken before the filter below, which drops a message
     // written back to its state before the stage.
     let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
-    // Written to is not changed: keep only messages that differ from their saved copy.
-    saved.retain(|(i, old)| messages[*i] != **old);
-    if !tool_rules.is_empty() {
-        let component = stage.name();
-        hold_outputs(&mut saved, &mut acx, messages, |_, m| {
-            tool_rules.applies(m.tool_name.as_deref()).allows(component)
-        });
-    }
-    if stage.kind() == Kind::Offload {
-        hold_learned(cx, &state.counts, &mut saved, &mut acx, messages);
-    }
-    let new_counts: Vec<(usize, usize)> = saved
-        .iter()
-        .map(|(i, _)| (*i, message_tokens(&messages[*i])))
-        .collect();
+    let new_counts = kept_changes(run, &mut saved, &mut acx, messages, &state.counts, settle);
     let after = new_counts
         .iter()
         .fold(state.total, |acc, &(i, n)| acc - state.counts[i] + n);
@@ -300,6 +326,8 @@ fn run_stage<'a>(
         frozen: acx.frozen,
         duration_us: 0,
     };
+    let log = acx.log.take();
+    settle.record(s, revert.is_none(), log, (&saved, &new_counts), messages);
     match revert {
         Some(why) => {
             let reapplied = std::mem::take(&mut acx.reapplied_as);
@@ -322,6 +350,35 @@ fn run_stage<'a>(
         }
     }
     component
+}
+
+/// Narrows `saved` to the changes the stage may keep (written to is not changed; `tools:` rules
+/// and the session's learned rules hold some back) and counts each kept message's tokens.
+fn kept_changes<'a>(
+    run: &StageRun<'_>,
+    saved: &mut Saved<'a>,
+    acx: &mut ApplyCx<'_>,
+    messages: &mut Working<'a>,
+    counts: &[usize],
+    settle: &Settle<'_>,
+) -> Vec<(usize, usize)> {
+    saved.retain(|(i, old)| messages[*i] != **old);
+    if !run.rules.is_empty() {
+        let component = run.stage.name();
+        hold_outputs(saved, acx, messages, |_, m| {
+            run.rules.applies(m.tool_name.as_deref()).allows(component)
+        });
+    }
+    if run.stage.kind() == Kind::Offload {
+        hold_learned(run.cx, counts, saved, acx, messages);
+    }
+    saved
+        .iter()
+        .map(|(i, _)| {
+            let carried = settle.tokens(run.index, *i);
+            (*i, carried.unwrap_or_else(|| message_tokens(&messages[*i])))
+        })
+        .collect()
 }
 
 /// Puts back the offloader's cuts the session learned not to make: any tool output once the
@@ -381,6 +438,7 @@ fn hold_outputs<'a>(
             continue;
         }
         if let Err(reason) = allowed(*i, message) {
+            acx.at(*i);
             acx.gate(reason);
             held.push(*i);
             held_calls.extend(message.tool_call_id.clone());

@@ -119,6 +119,11 @@ struct Collapse {
 }
 
 impl Offload for Collapse {
+    /// Decides each output alone: settled ones are skipped by the candidate helper.
+    fn settles(&self) -> bool {
+        true
+    }
+
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut keys = Vec::new();
         for index in 0..messages.len() {

@@ -71,6 +71,11 @@ impl Offload for Dedup {
         Policy::keep_recent(self.config.keep_recent)
     }
 
+    /// Settled outputs rebuild which texts were seen first from their notes.
+    fn settles(&self) -> bool {
+        true
+    }
+
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Keyed by the fast content hash (SipHash over every output cost more than the rest of
         // the component); a hit is confirmed by comparing the texts, so a collision can only
@@ -78,6 +83,14 @@ impl Offload for Dedup {
         let mut first_seen: HashMap<u64, &str> = HashMap::new();
         let mut duplicates = Vec::new();
         for (index, message) in messages.iter().enumerate() {
+            if cx.settled(index) {
+                // Decided last turn as now; an output seen first then is seen first now.
+                if cx.noted(index) {
+                    let key = cx.content_hash(index, &message.content);
+                    first_seen.entry(key).or_insert(&message.content);
+                }
+                continue;
+            }
             if !offload_candidate(message, index, cx) {
                 continue;
             }
@@ -89,6 +102,7 @@ impl Offload for Dedup {
             match first_seen.get(&key) {
                 Some(earlier) if *earlier == message.content => duplicates.push(index),
                 _ => {
+                    cx.note(index);
                     first_seen.entry(key).or_insert(&message.content);
                     cx.gate(gate::NO_EARLIER_IDENTICAL_OUTPUT);
                 }

@@ -186,12 +186,19 @@ impl Memo {
 }
 
 impl Offload for Delta {
+    /// Settled outputs rebuild the bases from their notes.
+    fn settles(&self) -> bool {
+        true
+    }
+
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Each output's hash once per run: a base is looked at by up to `window` later outputs.
+        // A settled output that is no base is never looked at.
         let hashes: Vec<Option<u64>> = (0..messages.len())
             .map(|i| {
                 let m = &messages[i];
-                (m.is_tool() && m.rewritable).then(|| cx.content_hash(i, &m.content))
+                let looked_at = !cx.settled(i) || cx.noted(i);
+                (m.is_tool() && m.rewritable && looked_at).then(|| cx.content_hash(i, &m.content))
             })
             .collect();
         // Decided on the transcript as this stage found it, then written: a base is always an
@@ -201,6 +208,13 @@ impl Offload for Delta {
         for index in 0..messages.len() {
             let message = &messages[index];
             if !message.is_tool() {
+                continue;
+            }
+            if cx.settled(index) {
+                // Decided last turn as now: a base then is a base now.
+                if cx.noted(index) {
+                    earlier.push(index);
+                }
                 continue;
             }
             if !offload_candidate(message, index, cx) {
@@ -228,7 +242,10 @@ impl Offload for Delta {
             // the bases (and every later decision) are a function of the transcript alone.
             match decision {
                 Some((base, hunks)) => decided.push((index, base, hunks)),
-                None => earlier.push(index),
+                None => {
+                    cx.note(index);
+                    earlier.push(index);
+                }
             }
         }
         let mut keys = Vec::new();

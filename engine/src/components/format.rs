@@ -73,12 +73,18 @@ impl Reformat for Format {
         Policy::keep_recent(self.config.keep_recent)
     }
 
+    /// Decides each output alone: settled ones are skipped by the candidate helper.
+    fn settles(&self) -> bool {
+        true
+    }
+
     fn reformat(
         &self,
         messages: &mut Transcript<'_, '_>,
         cx: &mut ApplyCx<'_>,
     ) -> Result<(), ComponentError> {
         for index in super::repack_candidates(messages, self.config.keep_recent, 0, cx) {
+            cx.at(index);
             let message = &messages[index];
             let trimmed = message.content.trim();
             if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {

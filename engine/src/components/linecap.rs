@@ -227,6 +227,11 @@ impl Linecap {
 }
 
 impl Offload for Linecap {
+    /// Decides each output alone: settled ones are skipped by the candidate helper.
+    fn settles(&self) -> bool {
+        true
+    }
+
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut keys = Vec::new();
         for index in 0..messages.len() {

@@ -233,6 +233,11 @@ pub(crate) fn text_tool_output(message: &Message, cx: &mut ApplyCx<'_>) -> bool 
 /// `message` is message `index` as the component has it. Records the gate and returns false
 /// when the message is not a candidate.
 pub(crate) fn offload_candidate(message: &Message, index: usize, cx: &mut ApplyCx<'_>) -> bool {
+    // Settled: the pipeline put in what this component did to it last turn.
+    if cx.settled(index) {
+        return false;
+    }
+    cx.at(index);
     if !text_tool_output(message, cx) {
         return false;
     }
@@ -317,6 +322,7 @@ pub(crate) fn offload_with(
     cx: &mut ApplyCx<'_>,
     build: impl FnOnce(&Message, &str) -> String,
 ) -> Option<StashKey> {
+    cx.at(index);
     // Borrowed, not copied: the original can be a megabyte, and this runs on every turn.
     let original: &str = match cx.wire_original(index) {
         Some(wire) => wire,
@@ -393,6 +399,11 @@ pub(crate) fn repack_candidates(
     let recent = recent_outputs(messages, keep_recent);
     let mut candidates = Vec::new();
     for index in 0..messages.len() {
+        // Settled: the pipeline put in what this component did to it last turn.
+        if cx.settled(index) {
+            continue;
+        }
+        cx.at(index);
         if held_back(&recent, keep_recent, index, cx) || !text_tool_output(&messages[index], cx) {
             continue;
         }
@@ -414,6 +425,7 @@ pub(crate) fn held_back(
     index: usize,
     cx: &mut ApplyCx<'_>,
 ) -> bool {
+    cx.at(index);
     if recent.contains(&index) {
         cx.gate(gate::WITHIN_KEEP_RECENT);
         return true;

@@ -73,6 +73,11 @@ impl Reformat for Textclean {
         Policy::keep_recent(self.config.keep_recent)
     }
 
+    /// Decides each output alone: settled ones are skipped by the candidate helper.
+    fn settles(&self) -> bool {
+        true
+    }
+
     fn reformat(
         &self,
         messages: &mut Transcript<'_, '_>,
@@ -80,6 +85,7 @@ impl Reformat for Textclean {
     ) -> Result<(), ComponentError> {
         let (keep, min) = (self.config.keep_recent, self.config.min_tokens);
         for index in super::repack_candidates(messages, keep, min, cx) {
+            cx.at(index);
             let message = &messages[index];
             let hash = cx.content_hash(index, &message.content);
             // The output itself, or the text inside a JSON output's string (mini-swe-agent's

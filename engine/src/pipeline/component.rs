@@ -55,6 +55,11 @@ pub trait Reformat: Send + Sync {
         Policy::STATELESS
     }
 
+    /// Whether it settles (see [`Offload::settles`]). Defaults to no.
+    fn settles(&self) -> bool {
+        false
+    }
+
     /// # Errors
     /// Any error reverts this component for this request.
     fn reformat(
@@ -178,6 +183,16 @@ pub trait Offload: Send + Sync {
         None
     }
 
+    /// Whether it settles: it skips the messages [`ApplyCx::settled`] names (the pipeline put
+    /// in what it did to them last turn), rebuilding its look-back from them with
+    /// [`ApplyCx::noted`], and it names each message it decides with [`ApplyCx::at`] before it
+    /// counts a gate or stashes for it (the shared candidate helpers do). Only a stateless
+    /// component may say yes, and a pipeline carries its records from turn to turn only when
+    /// every stage does. Defaults to no.
+    fn settles(&self) -> bool {
+        false
+    }
+
     /// Returns the keys of every original it stashed.
     ///
     /// # Errors
@@ -253,6 +268,14 @@ impl Stage {
 
     pub fn freeze(&self) -> Freeze {
         self.policy().freeze
+    }
+
+    /// Whether the component settles ([`Offload::settles`]).
+    pub fn settles(&self) -> bool {
+        match &self.component {
+            Component::Reformat(c) => c.settles(),
+            Component::Offload(c) => c.settles(),
+        }
     }
 
     pub(super) fn whole_messages(&self) -> bool {

@@ -153,7 +153,30 @@ pub struct ApplyCx<'a> {
     pub(super) marked: &'a [bool],
     /// Whether an earlier component changed the message (its hash in `hashes` is then stale).
     pub(super) dirty: &'a [bool],
+    /// Messages below this are settled: the pipeline put in what this stage did to them last
+    /// turn, and the component decides only the rest (see `settle`).
+    pub(super) settled: usize,
+    /// The last turn's records of this stage, for [`ApplyCx::noted`].
+    pub(super) carried: Option<&'a crate::carry::StageCarry>,
+    /// The message the component is deciding, which [`ApplyCx::gate`] and
+    /// [`ApplyCx::stash_as`] count for (see [`ApplyCx::at`]).
+    pub(super) cursor: usize,
+    /// What the component did, by message, for the next turn's carry; `None` when no carry is
+    /// being made.
+    pub(super) log: Option<StageLog>,
 }
+
+/// What one stage did, by message, as it ran (the raw form of a `carry::StageCarry`).
+#[derive(Debug, Default)]
+pub(super) struct StageLog {
+    pub(super) gates: Vec<(usize, &'static str)>,
+    pub(super) stashed: Vec<(usize, String)>,
+    pub(super) noted: Vec<usize>,
+}
+
+/// [`ApplyCx::cursor`] before the component names a message: what is counted then belongs to
+/// none, and the run makes no carry.
+pub(super) const NO_MESSAGE: usize = usize::MAX;
 
 impl<'a> ApplyCx<'a> {
     pub(super) fn new(
@@ -180,7 +203,39 @@ impl<'a> ApplyCx<'a> {
             reapplied_as: Vec::new(),
             fresh: Vec::new(),
             frozen: FrozenCounts::default(),
+            settled: 0,
+            carried: None,
+            cursor: NO_MESSAGE,
+            log: None,
         }
+    }
+
+    /// Whether message `index` is settled: the pipeline already put in what this component
+    /// did to it last turn (its output, gates and stashes), so the component must not decide
+    /// it again, and reads it only to rebuild its look-back (see [`ApplyCx::noted`]).
+    pub fn settled(&self, index: usize) -> bool {
+        index < self.settled
+    }
+
+    /// Names the message the component is deciding now: the gates it counts and the originals
+    /// it stashes until the next call are that message's. Every component that settles calls
+    /// it (through the shared candidate helpers) before it counts anything for a message.
+    pub fn at(&mut self, index: usize) {
+        self.cursor = index;
+    }
+
+    /// Notes message `index` for the component's own look-back on later turns (a base `delta`
+    /// may diff against, an output `dedup` saw first): [`ApplyCx::noted`] answers it when the
+    /// message is settled.
+    pub fn note(&mut self, index: usize) {
+        if let Some(log) = &mut self.log {
+            log.noted.push(index);
+        }
+    }
+
+    /// Whether settled message `index` was noted when the component decided it.
+    pub fn noted(&self, index: usize) -> bool {
+        self.carried.is_some_and(|carried| carried.noted(index))
     }
 
     /// Tokens of message `index` as this component found it (every text the model reads; for a
@@ -288,6 +343,9 @@ impl<'a> ApplyCx<'a> {
     /// Records why the component declined an item (a named skip reason, shown in `/stats`).
     pub fn gate(&mut self, gate: Gate) {
         *self.gates.entry(gate.name).or_insert(0) += 1;
+        if let Some(log) = &mut self.log {
+            log.gates.push((self.cursor, gate.name));
+        }
     }
 
     /// Stashes `original` for this session and returns its key.
@@ -304,6 +362,9 @@ impl<'a> ApplyCx<'a> {
         debug_assert_eq!(id, marker::stash_id(original));
         self.run.store.stash(&self.run.session, &id, original)?;
         self.stashed += 1;
+        if let Some(log) = &mut self.log {
+            log.stashed.push((self.cursor, id.clone()));
+        }
         Ok(StashKey { id })
     }
 

@@ -241,6 +241,23 @@ pub struct ParsedBody<'a> {
     read: Mark,
     /// What every turn computes of each message, once asked for (see [`ParsedBody::digests`]).
     digests: Digests,
+    /// The last turn's pipeline records for the messages this body shares with it, and this
+    /// turn's, once a run leaves them (see [`ParsedBody::run_carry`]).
+    run_carry: RunCarries,
+}
+
+/// A pipeline run's records carried in and left (`crate::carry`). Like [`Digests`], a function
+/// of the conversation, not of the bytes: no part of equality.
+#[derive(Debug, Clone, Default)]
+struct RunCarries {
+    carried: Option<crate::carry::RunCarry>,
+    left: std::sync::OnceLock<crate::carry::RunCarry>,
+}
+
+impl PartialEq for RunCarries {
+    fn eq(&self, _: &RunCarries) -> bool {
+        true
+    }
 }
 
 /// Caches of what every turn computes over a body's messages: `tokens::content_hash` of each
@@ -442,6 +459,7 @@ impl<'a> ParsedBody<'a> {
             entries: Vec::new(),
             read: Mark::default(),
             digests: Digests::default(),
+            run_carry: RunCarries::default(),
         })
     }
 
@@ -582,6 +600,19 @@ impl<'a> ParsedBody<'a> {
             tokens,
             marked,
         }
+    }
+
+    /// What the last turn's pipeline run did to the messages this body shares with it (a
+    /// resumed parse carries it, truncated to them), for the pipeline to forward as it did.
+    pub fn run_carry(&self) -> Option<&crate::carry::RunCarry> {
+        self.run_carry.carried.as_ref()
+    }
+
+    /// Keeps what this turn's run did, for the next body of the conversation. The first run
+    /// of a turn to leave one is kept: any other ran under the same stamp (and did the same)
+    /// or under another, which the next turn tells apart.
+    pub fn leave_run_carry(&self, carry: crate::carry::RunCarry) {
+        let _ = self.run_carry.left.set(carry);
     }
 
     /// The original body text.

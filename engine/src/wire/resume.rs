@@ -37,6 +37,8 @@ pub struct Continuation {
     tokens: Option<Vec<usize>>,
     marked: Option<Vec<bool>>,
     fingerprints: Option<Vec<u64>>,
+    /// What the turn's pipeline run did to each message (`crate::carry`), when one ran.
+    run_carry: Option<crate::carry::RunCarry>,
     /// What it holds, counted once when it is made (see [`Continuation::held_bytes`]).
     held: usize,
 }
@@ -119,6 +121,9 @@ pub fn parse_continuing(
         opaque: mark.opaque - was.opaque + fresh.opaque,
     };
     let at = earlier.entries.get(kept).map_or(earlier.read, |e| e.before);
+    // The run's records hold for the shared messages only while every message before them is
+    // the last turn's too: the system prompt, read fresh, must be the one they were made with.
+    let same_system = parsed.messages[..was.messages] == earlier.messages[..was.messages];
     let Continuation {
         seen,
         messages,
@@ -128,8 +133,12 @@ pub fn parse_continuing(
         tokens,
         marked,
         fingerprints,
+        run_carry,
         ..
     } = earlier;
+    parsed.run_carry.carried = run_carry
+        .filter(|_| same_system)
+        .map(|carry| carry.truncated(at.messages));
     // Moved, not copied: the continuation was the memo's, and this turn now holds its messages.
     let shared = was.messages..at.messages;
     parsed
@@ -255,7 +264,13 @@ impl ParsedBody<'_> {
             .sum::<usize>()
             + elements.len() * 48
             + self.messages.len() * DIGEST_BYTES;
+        let run_carry = self.run_carry.left.into_inner();
+        let held = held
+            + run_carry
+                .as_ref()
+                .map_or(0, crate::carry::RunCarry::held_bytes);
         Continuation {
+            run_carry,
             dialect: self.dialect,
             seen,
             held,
