@@ -191,7 +191,14 @@ impl Pipeline {
                 cx,
                 rules: &self.tool_rules,
             };
-            let component = run_stage(&run, originals, &mut messages, &mut state, &mut settle);
+            let settling = settle.settling(s);
+            let mut component = run_stage(&run, originals, &mut messages, &mut state, &mut settle);
+            if settling && component.reverted.is_some() {
+                // Run again deciding every message (the revert stopped the settling): what a
+                // failing component counts before it fails depends on where it fails, and the
+                // report must be the one a full run makes.
+                component = run_stage(&run, originals, &mut messages, &mut state, &mut settle);
+            }
             report.components.push(component);
         }
         report.tokens_after = state.total;
@@ -280,11 +287,12 @@ fn run_stage<'a>(
         &state.hashes,
     );
     let mut transcript = Transcript::new(messages, &mut state.touched);
-    let carried_keys = settle.prefill(s, &mut transcript, &mut acx);
+    // Inside the guard: a store that panics on an original stashed again fails the stage, as
+    // it would fail the component stashing it on a full run.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        invoke(stage, freeze, &mut transcript, &mut acx)
-    }))
-    .map(|stashed| stashed.map(|keys| [carried_keys, keys].concat()));
+        let carried = settle.prefill(s, &mut transcript, &mut acx);
+        invoke(stage, freeze, &mut transcript, &mut acx).map(|keys| [carried, keys].concat())
+    }));
     let mut saved = std::mem::take(&mut transcript.saved);
     drop(transcript);
     saved.sort_unstable_by_key(|(i, _)| *i);

@@ -34,6 +34,8 @@ pub struct ParseMemo {
     /// Parses that resumed, and the transcript entries they did not read again.
     resumed: AtomicU64,
     skipped: AtomicU64,
+    /// Resumed parses that carried the last run's records (`engine::carry`).
+    carried: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +87,7 @@ impl ParseMemo {
             budget,
             resumed: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            carried: AtomicU64::new(0),
         }
     }
 
@@ -108,6 +111,9 @@ impl ParseMemo {
             Some(Resumed { parsed, kept, seen }) => {
                 self.resumed.fetch_add(1, Ordering::Relaxed);
                 self.skipped.fetch_add(kept as u64, Ordering::Relaxed);
+                if parsed.run_carry().is_some() {
+                    self.carried.fetch_add(1, Ordering::Relaxed);
+                }
                 let earlier = Some((seen, kept));
                 (Ok(parsed), Ticket { key, earlier })
             }
@@ -168,6 +174,11 @@ impl ParseMemo {
             self.resumed.load(Ordering::Relaxed),
             self.skipped.load(Ordering::Relaxed),
         )
+    }
+
+    /// Resumed parses that carried the last run's records for the messages they share.
+    pub fn carried(&self) -> u64 {
+        self.carried.load(Ordering::Relaxed)
     }
 
     /// Conversations kept and the bytes they hold.

@@ -90,6 +90,11 @@ impl<'c> Settle<'c> {
         self.next
     }
 
+    /// Whether stage `s` runs with settled messages put in.
+    pub(super) fn settling(&self, s: usize) -> bool {
+        self.stage(s).is_some()
+    }
+
     fn stage(&self, s: usize) -> Option<&'c StageCarry> {
         self.carried
             .and_then(|c| c.stages.get(s))
@@ -170,6 +175,13 @@ impl<'c> Settle<'c> {
         changes: (&Saved<'_>, &[(usize, usize)]),
         messages: &Working<'_>,
     ) {
+        if !kept {
+            // The revert put the settled messages back to what the stage found: what later
+            // stages did to them last turn was done to this stage's output, which is gone.
+            self.settled = 0;
+            self.next = None;
+            return;
+        }
         let carried = self.stage(s);
         let settled = carried.map_or(0, |_| self.settled);
         let (saved, counts) = changes;
@@ -181,7 +193,7 @@ impl<'c> Settle<'c> {
         let Some(next) = &mut self.next else {
             return;
         };
-        let Some(log) = log.filter(|log| kept && content_only && recordable(log, settled)) else {
+        let Some(log) = log.filter(|log| content_only && recordable(log, settled)) else {
             self.next = None;
             return;
         };

@@ -122,8 +122,9 @@ fn a_carried_turn_forwards_reports_and_carries_what_a_full_one_does() {
     }
 }
 
-/// Records which messages it decided; cuts every tool output to a marker.
-struct Counting(Arc<Mutex<Vec<usize>>>);
+/// Records which messages it decided; cuts every tool output to a marker. One that `fails`
+/// panics on an output that says "boom", as a component with a bug would.
+struct Counting(Arc<Mutex<Vec<usize>>>, bool);
 impl Offload for Counting {
     fn settles(&self) -> bool {
         true
@@ -134,6 +135,8 @@ impl Offload for Counting {
             if !crate::components::offload_candidate(&messages[index], index, cx) {
                 continue;
             }
+            let boom = messages[index].content.contains("boom");
+            assert!(!(self.1 && boom), "a component bug");
             self.0.lock().push(index);
             keys.extend(crate::components::offload_with(
                 messages,
@@ -149,7 +152,10 @@ impl Offload for Counting {
 /// A pipeline of one [`Counting`], and what it decided.
 fn counting() -> (Pipeline, Arc<Mutex<Vec<usize>>>) {
     let decided = Arc::new(Mutex::new(Vec::new()));
-    let pipeline = Pipeline::new(vec![Stage::offload("counting", Counting(decided.clone()))]);
+    let pipeline = Pipeline::new(vec![Stage::offload(
+        "counting",
+        Counting(decided.clone(), false),
+    )]);
     (pipeline, decided)
 }
 
@@ -270,4 +276,34 @@ fn a_store_that_refuses_the_originals_gets_the_full_run_and_no_carry() {
         carried.2.is_none() && full.2.is_none(),
         "no carry from a refused stash"
     );
+}
+
+#[test]
+fn a_stage_that_fails_on_a_new_message_gets_the_full_run_and_so_do_the_stages_after_it() {
+    let stages = || {
+        let decided = Arc::new(Mutex::new(Vec::new()));
+        Pipeline::new(vec![
+            Stage::offload("fails", Counting(decided.clone(), true)),
+            Stage::offload("after", Counting(decided, false)),
+        ])
+    };
+    let pipeline = stages();
+    let first = session(6);
+    let (_, _, carry) = run_with(&pipeline, &first, &run_cx(memory()), None);
+    let carry = carry.unwrap().truncated(first.len());
+    let mut second = session(7);
+    second.push(Message::tool("c9", "bash", "boom ".repeat(80)));
+    let carried = run_with(&pipeline, &second, &run_cx(memory()), Some(&carry));
+    let full = run_with(&stages(), &second, &run_cx(memory()), None);
+    assert!(matches!(
+        carried.0.components[0].reverted,
+        Some(Revert::Panicked(_))
+    ));
+    assert!(
+        carried.0.components[1].acted,
+        "the stage after it cut what it left"
+    );
+    assert_eq!(format!("{:?}", carried.0), format!("{:?}", full.0));
+    assert_eq!(carried.1, full.1);
+    assert!(carried.2.is_none(), "no carry from a reverted stage");
 }
