@@ -103,7 +103,7 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
         };
     }
     // What the last turn's run did to the messages this body shares with it goes in as it
-    // was; what this run does goes with the body to the next turn (`pipeline::settle`).
+    // was; what this run does goes with the body to the next turn (`pipeline::carry_over`).
     let (report, mut messages, carry) =
         pipeline.run_carrying(originals, parsed.digests(), &cx, parsed.run_carry());
     if let Some(carry) = carry {

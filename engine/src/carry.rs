@@ -5,10 +5,10 @@
 //! and reads it) share it without depending on each other.
 //!
 //! The next turn's messages that are the last turn's, byte for byte and at the same index (the
-//! resumed parse proves them), are *settled*: a stage whose decision on a message is a function
+//! resumed parse proves them), are *carried over*: a stage whose decision on a message is a function
 //! of that message and the ones before it ([`crate::pipeline::Freeze::Stateless`]) decides them
 //! as it did, so the pipeline forwards the carried result instead of deciding again. See
-//! `pipeline::settle` for when a carry is made and used.
+//! `pipeline::carry_over` for when a carry is made and used.
 
 use std::sync::Arc;
 
@@ -78,9 +78,9 @@ impl RunCarry {
 }
 
 impl StageCarry {
-    /// The entries for messages below `settled`, in index order.
-    pub(crate) fn below<T>(list: &[(u32, T)], settled: usize) -> &[(u32, T)] {
-        &list[..list.partition_point(|(i, _)| (*i as usize) < settled)]
+    /// The entries for messages below `carried_over`, in index order.
+    pub(crate) fn below<T>(list: &[(u32, T)], carried_over: usize) -> &[(u32, T)] {
+        &list[..list.partition_point(|(i, _)| (*i as usize) < carried_over)]
     }
 
     /// Whether message `index` was noted.

@@ -88,8 +88,9 @@ pub fn contains_marker(text: &str) -> bool {
 /// finds them (a test holds the two to the same answers). A vectorized search for the opening
 /// instead of the regex's captures: the retry memory reads every cut output of every turn.
 pub fn marker_ids(text: &str) -> impl Iterator<Item = &str> {
+    static FINDER: OnceLock<memchr::memmem::Finder<'static>> = OnceLock::new();
+    let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new(OPEN));
     let bytes = text.as_bytes();
-    let finder = memchr::memmem::Finder::new(OPEN);
     let mut from = 0;
     std::iter::from_fn(move || {
         while let Some(found) = finder.find(bytes.get(from..)?) {

@@ -41,31 +41,33 @@ use crate::store::{Store, StoreError};
 use crate::tokens;
 use crate::wire::Dialect;
 
+mod carry_over;
 mod component;
 mod context;
 mod freeze;
 mod report;
-mod settle;
 mod transcript;
 
 pub use crate::digests::{Digests, message_tokens};
 use crate::gate;
 pub use crate::gate::Gate;
+use carry_over::CarryOver;
 pub use component::*;
 pub use context::*;
 use freeze::*;
 pub use report::*;
-use settle::Settle;
 pub use transcript::*;
 
 /// An ordered list of built components.
 #[derive(Debug, Default)]
 pub struct Pipeline {
-    /// This build's identity, part of every carry's stamp (see `settle`).
+    /// This build's identity, part of every carry's stamp (see `carry_over`).
     id: u64,
     stages: Vec<Stage>,
     /// `tools:`: outputs some components may not change (see `tools.rs`).
     tool_rules: crate::tools::ToolRules,
+    /// Runs that put in the last turn's records for at least one message (`carry_over`).
+    carried_over_runs: std::sync::atomic::AtomicU64,
 }
 
 fn duration_us(d: Duration) -> u64 {
@@ -75,9 +77,10 @@ fn duration_us(d: Duration) -> u64 {
 impl Pipeline {
     pub fn new(stages: Vec<Stage>) -> Pipeline {
         Pipeline {
-            id: settle::next_pipeline_id(),
+            id: carry_over::next_pipeline_id(),
             stages,
             tool_rules: crate::tools::ToolRules::default(),
+            carried_over_runs: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -85,8 +88,15 @@ impl Pipeline {
     pub fn with_tool_rules(mut self, rules: crate::tools::ToolRules) -> Pipeline {
         self.tool_rules = rules;
         // Other rules, other decisions: a carry made under the old ones does not hold.
-        self.id = settle::next_pipeline_id();
+        self.id = carry_over::next_pipeline_id();
         self
+    }
+
+    /// Runs that put in the last turn's records for at least one message instead of deciding
+    /// it again (`carry_over`): how a host or a test sees that carries are used.
+    pub fn carried_over_runs(&self) -> u64 {
+        self.carried_over_runs
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The per-tool rules this pipeline enforces.
@@ -162,7 +172,7 @@ impl Pipeline {
     }
 
     /// [`Pipeline::run_digested`] for a host that carries the pipeline's records from turn to
-    /// turn (`settle`): `carried` is what the last turn's run did to the messages this turn
+    /// turn (`carry_over`): `carried` is what the last turn's run did to the messages this turn
     /// shares with it ([`crate::wire::ParsedBody::run_carry`]), and the carry this run makes
     /// comes back beside the report, when it could make one.
     pub fn run_carrying(
@@ -180,7 +190,11 @@ impl Pipeline {
             ..RunReport::default()
         };
         let stamp = self.carry_stamp(cx);
-        let mut settle = Settle::new(stamp, carried, originals.len(), self.stages.len());
+        let mut carry_over = CarryOver::new(stamp, carried, originals.len(), self.stages.len());
+        if carry_over.carrying_over(0) {
+            self.carried_over_runs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         for (s, stage) in self.stages.iter().enumerate() {
             if !cx.offloads && stage.kind() == Kind::Offload {
                 continue;
@@ -191,19 +205,20 @@ impl Pipeline {
                 cx,
                 rules: &self.tool_rules,
             };
-            let settling = settle.settling(s);
-            let mut component = run_stage(&run, originals, &mut messages, &mut state, &mut settle);
-            if settling && component.reverted.is_some() {
-                // Run again deciding every message (the revert stopped the settling): what a
+            let carrying_over = carry_over.carrying_over(s);
+            let mut component =
+                run_stage(&run, originals, &mut messages, &mut state, &mut carry_over);
+            if carrying_over && component.reverted.is_some() {
+                // Run again deciding every message (the revert stopped the carrying over): what a
                 // failing component counts before it fails depends on where it fails, and the
                 // report must be the one a full run makes.
-                component = run_stage(&run, originals, &mut messages, &mut state, &mut settle);
+                component = run_stage(&run, originals, &mut messages, &mut state, &mut carry_over);
             }
             report.components.push(component);
         }
         report.tokens_after = state.total;
         report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
-        (report, messages.into_forwarded(), settle.into_carry())
+        (report, messages.into_forwarded(), carry_over.into_carry())
     }
 
     /// Takes each original's digests: hash (freeze keys and components share it), token count
@@ -269,14 +284,9 @@ fn run_stage<'a>(
     originals: &'a [Message],
     messages: &mut Working<'a>,
     state: &mut RunState,
-    settle: &mut Settle<'_>,
+    carry_over: &mut CarryOver<'_>,
 ) -> ComponentReport {
-    let StageRun {
-        stage,
-        index: s,
-        cx,
-        ..
-    } = *run;
+    let (stage, s, cx) = (run.stage, run.index, run.cx);
     let stage_started = cx.clock.now();
     let freeze = stage.freeze();
     let mut acx = ApplyCx::new(
@@ -290,7 +300,7 @@ fn run_stage<'a>(
     // Inside the guard: a store that panics on an original stashed again fails the stage, as
     // it would fail the component stashing it on a full run.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let carried = settle.prefill(s, &mut transcript, &mut acx);
+        let carried = carry_over.prefill(s, &mut transcript, &mut acx);
         invoke(stage, freeze, &mut transcript, &mut acx).map(|keys| [carried, keys].concat())
     }));
     let mut saved = std::mem::take(&mut transcript.saved);
@@ -304,7 +314,14 @@ fn run_stage<'a>(
     // of them (a revert puts replays back). Taken before the filter below, which drops a message
     // written back to its state before the stage.
     let written: Vec<usize> = saved.iter().map(|(i, _)| *i).collect();
-    let new_counts = kept_changes(run, &mut saved, &mut acx, messages, &state.counts, settle);
+    let new_counts = kept_changes(
+        run,
+        &mut saved,
+        &mut acx,
+        messages,
+        &state.counts,
+        carry_over,
+    );
     let after = new_counts
         .iter()
         .fold(state.total, |acc, &(i, n)| acc - state.counts[i] + n);
@@ -335,7 +352,7 @@ fn run_stage<'a>(
         duration_us: 0,
     };
     let log = acx.log.take();
-    settle.record(s, revert.is_none(), log, (&saved, &new_counts), messages);
+    carry_over.record(s, revert.is_none(), log, (&saved, &new_counts), messages);
     match revert {
         Some(why) => {
             let reapplied = std::mem::take(&mut acx.reapplied_as);
@@ -368,7 +385,7 @@ fn kept_changes<'a>(
     acx: &mut ApplyCx<'_>,
     messages: &mut Working<'a>,
     counts: &[usize],
-    settle: &Settle<'_>,
+    carry_over: &CarryOver<'_>,
 ) -> Vec<(usize, usize)> {
     saved.retain(|(i, old)| messages[*i] != **old);
     if !run.rules.is_empty() {
@@ -383,7 +400,7 @@ fn kept_changes<'a>(
     saved
         .iter()
         .map(|(i, _)| {
-            let carried = settle.tokens(run.index, *i);
+            let carried = carry_over.tokens_after(run.index, *i);
             (*i, carried.unwrap_or_else(|| message_tokens(&messages[*i])))
         })
         .collect()

@@ -169,8 +169,8 @@ pub fn bytes_key(bytes: &[u8]) -> u128 {
 }
 
 /// A 128-bit key of `bytes` for what never leaves the process: the prefix finder's keys of a
-/// session's last body ([`crate::wire::prefix`]), the parse memo's opening key and the stash-id
-/// memo's. xxh3-128 reads at about twice [`bytes_key`]'s speed (29 against 14.5 GB/s on this
+/// session's last body ([`crate::wire::prefix`]), the parse memo's opening key, and the keys of
+/// the stash-id and output-kind memos. xxh3-128 reads at about twice [`bytes_key`]'s speed (29 against 14.5 GB/s on this
 /// machine), and a resumed turn proves every byte it shares with the last turn by this key. A
 /// key a store keeps (freeze records, summaries) stays [`bytes_key`]: changing it would re-key
 /// every store.

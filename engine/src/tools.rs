@@ -229,16 +229,24 @@ pub const EVERY_TOOL: &str = "\u{0}every tool";
 /// Remembered by call: the turn asks it of every cut output (the retry memory, the learned
 /// rules), and parsing each call's arguments again was 3-4% of a resumed turn on long sessions.
 pub fn output_kind(tool: &str, arguments: Option<&str>) -> String {
-    /// Calls remembered; the memo is emptied when full.
-    const MAX_CALLS: usize = 1 << 14;
-    /// Arguments longer than this are parsed each time (an edit's whole file), not kept.
-    const MAX_ARGUMENT_BYTES: usize = 4096;
-    type Calls = HashMap<u128, (Box<str>, Option<Box<str>>, String)>;
+    /// Bytes of calls remembered (names, arguments and kinds); the memo is emptied when a new
+    /// call would pass it. Shared by every session and fed by what callers send: bounded.
+    const MAX_BYTES: usize = 4 << 20;
+    /// A call longer than this is parsed each time (an edit's whole file), not kept.
+    const MAX_CALL_BYTES: usize = 4096;
+    /// A call (its tool and arguments, to compare on a hit) and its kind.
+    type Call = (Box<str>, Option<Box<str>>, String);
+    #[derive(Default)]
+    struct Calls {
+        kinds: HashMap<u128, Call>,
+        bytes: usize,
+    }
     static MEMO: OnceLock<Mutex<Calls>> = OnceLock::new();
-    if arguments.is_some_and(|a| a.len() > MAX_ARGUMENT_BYTES) {
+    let call_bytes = tool.len() + arguments.map_or(0, str::len);
+    if call_bytes > MAX_CALL_BYTES {
         return output_kind_of(tool, arguments);
     }
-    let mut key_text = Vec::with_capacity(tool.len() + 1 + arguments.map_or(0, str::len));
+    let mut key_text = Vec::with_capacity(call_bytes + 1);
     key_text.extend_from_slice(tool.as_bytes());
     key_text.push(u8::from(arguments.is_some()));
     key_text.extend_from_slice(arguments.unwrap_or_default().as_bytes());
@@ -246,18 +254,23 @@ pub fn output_kind(tool: &str, arguments: Option<&str>) -> String {
     let memo = MEMO.get_or_init(Mutex::default);
     // A hit counts only for the same call, compared whole: the memo is shared by every session,
     // and a crafted key collision must not hand one session the kind of another's call.
-    if let Some((t, a, kind)) = memo.lock().get(&key)
+    if let Some((t, a, kind)) = memo.lock().kinds.get(&key)
         && **t == *tool
         && a.as_deref() == arguments
     {
         return kind.clone();
     }
     let kind = output_kind_of(tool, arguments);
+    let entry_bytes = call_bytes + kind.len();
     let mut calls = memo.lock();
-    if calls.len() >= MAX_CALLS {
-        calls.clear();
+    if calls.bytes + entry_bytes > MAX_BYTES {
+        calls.kinds.clear();
+        calls.bytes = 0;
     }
-    calls.insert(key, (tool.into(), arguments.map(Into::into), kind.clone()));
+    let entry = (tool.into(), arguments.map(Into::into), kind.clone());
+    if calls.kinds.insert(key, entry).is_none() {
+        calls.bytes += entry_bytes;
+    }
     kind
 }
 

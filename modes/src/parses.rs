@@ -34,8 +34,6 @@ pub struct ParseMemo {
     /// Parses that resumed, and the transcript entries they did not read again.
     resumed: AtomicU64,
     skipped: AtomicU64,
-    /// Resumed parses that carried the last run's records (`engine::carry`).
-    carried: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -87,7 +85,6 @@ impl ParseMemo {
             budget,
             resumed: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
-            carried: AtomicU64::new(0),
         }
     }
 
@@ -111,9 +108,6 @@ impl ParseMemo {
             Some(Resumed { parsed, kept, seen }) => {
                 self.resumed.fetch_add(1, Ordering::Relaxed);
                 self.skipped.fetch_add(kept as u64, Ordering::Relaxed);
-                if parsed.run_carry().is_some() {
-                    self.carried.fetch_add(1, Ordering::Relaxed);
-                }
                 let earlier = Some((seen, kept));
                 (Ok(parsed), Ticket { key, earlier })
             }
@@ -130,7 +124,11 @@ impl ParseMemo {
             return;
         };
         let earlier = ticket.earlier.as_ref().map(|(seen, kept)| (seen, *kept));
-        let continuation = parsed.into_continuation(earlier);
+        let mut continuation = parsed.into_continuation(earlier);
+        if continuation.held_bytes() > self.budget / 8 {
+            // The carry only saves the next turn work; the rest is what it resumes from at all.
+            continuation.drop_run_carry();
+        }
         let len = continuation.held_bytes();
         // One conversation never takes more than an eighth: a 32 MiB body does not empty the
         // memo of everyone else's.
@@ -174,11 +172,6 @@ impl ParseMemo {
             self.resumed.load(Ordering::Relaxed),
             self.skipped.load(Ordering::Relaxed),
         )
-    }
-
-    /// Resumed parses that carried the last run's records for the messages they share.
-    pub fn carried(&self) -> u64 {
-        self.carried.load(Ordering::Relaxed)
     }
 
     /// Conversations kept and the bytes they hold.

@@ -22,7 +22,11 @@ fn sluice_env(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("sluice runs");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A command that answers without reading its input (a flag error, `--help`) may exit
+    // before the write: the pipe is then closed, and what it printed is still the answer.
+    if let Err(err) = child.stdin.take().unwrap().write_all(stdin) {
+        assert_eq!(err.kind(), std::io::ErrorKind::BrokenPipe, "{err}");
+    }
     child.wait_with_output().unwrap()
 }
 

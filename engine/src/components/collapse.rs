@@ -119,8 +119,8 @@ struct Collapse {
 }
 
 impl Offload for Collapse {
-    /// Decides each output alone: settled ones are skipped by the candidate helper.
-    fn settles(&self) -> bool {
+    /// Decides each output alone: carried-over ones are skipped by the candidate helper.
+    fn carries_over(&self) -> bool {
         true
     }
 

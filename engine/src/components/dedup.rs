@@ -71,8 +71,8 @@ impl Offload for Dedup {
         Policy::keep_recent(self.config.keep_recent)
     }
 
-    /// Settled outputs rebuild which texts were seen first from their notes.
-    fn settles(&self) -> bool {
+    /// Carried-over outputs rebuild which texts were seen first from their notes.
+    fn carries_over(&self) -> bool {
         true
     }
 
@@ -83,7 +83,7 @@ impl Offload for Dedup {
         let mut first_seen: HashMap<u64, &str> = HashMap::new();
         let mut duplicates = Vec::new();
         for (index, message) in messages.iter().enumerate() {
-            if cx.settled(index) {
+            if cx.carried_over(index) {
                 // Decided last turn as now; an output seen first then is seen first now.
                 if cx.noted(index) {
                     let key = cx.content_hash(index, &message.content);

@@ -186,18 +186,18 @@ impl Memo {
 }
 
 impl Offload for Delta {
-    /// Settled outputs rebuild the bases from their notes.
-    fn settles(&self) -> bool {
+    /// Carried-over outputs rebuild the bases from their notes.
+    fn carries_over(&self) -> bool {
         true
     }
 
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         // Each output's hash once per run: a base is looked at by up to `window` later outputs.
-        // A settled output that is no base is never looked at.
+        // A carried-over output that is no base is never looked at.
         let hashes: Vec<Option<u64>> = (0..messages.len())
             .map(|i| {
                 let m = &messages[i];
-                let looked_at = !cx.settled(i) || cx.noted(i);
+                let looked_at = !cx.carried_over(i) || cx.noted(i);
                 (m.is_tool() && m.rewritable && looked_at).then(|| cx.content_hash(i, &m.content))
             })
             .collect();
@@ -210,7 +210,7 @@ impl Offload for Delta {
             if !message.is_tool() {
                 continue;
             }
-            if cx.settled(index) {
+            if cx.carried_over(index) {
                 // Decided last turn as now: a base then is a base now.
                 if cx.noted(index) {
                     earlier.push(index);

@@ -73,8 +73,8 @@ impl Reformat for Format {
         Policy::keep_recent(self.config.keep_recent)
     }
 
-    /// Decides each output alone: settled ones are skipped by the candidate helper.
-    fn settles(&self) -> bool {
+    /// Decides each output alone: carried-over ones are skipped by the candidate helper.
+    fn carries_over(&self) -> bool {
         true
     }
 

@@ -227,8 +227,8 @@ impl Linecap {
 }
 
 impl Offload for Linecap {
-    /// Decides each output alone: settled ones are skipped by the candidate helper.
-    fn settles(&self) -> bool {
+    /// Decides each output alone: carried-over ones are skipped by the candidate helper.
+    fn carries_over(&self) -> bool {
         true
     }
 

@@ -233,8 +233,8 @@ pub(crate) fn text_tool_output(message: &Message, cx: &mut ApplyCx<'_>) -> bool 
 /// `message` is message `index` as the component has it. Records the gate and returns false
 /// when the message is not a candidate.
 pub(crate) fn offload_candidate(message: &Message, index: usize, cx: &mut ApplyCx<'_>) -> bool {
-    // Settled: the pipeline put in what this component did to it last turn.
-    if cx.settled(index) {
+    // Carried over: the pipeline put in what this component did to it last turn.
+    if cx.carried_over(index) {
         return false;
     }
     cx.at(index);
@@ -399,8 +399,8 @@ pub(crate) fn repack_candidates(
     let recent = recent_outputs(messages, keep_recent);
     let mut candidates = Vec::new();
     for index in 0..messages.len() {
-        // Settled: the pipeline put in what this component did to it last turn.
-        if cx.settled(index) {
+        // Carried over: the pipeline put in what this component did to it last turn.
+        if cx.carried_over(index) {
             continue;
         }
         cx.at(index);

@@ -55,8 +55,8 @@ pub trait Reformat: Send + Sync {
         Policy::STATELESS
     }
 
-    /// Whether it settles (see [`Offload::settles`]). Defaults to no.
-    fn settles(&self) -> bool {
+    /// Whether it carries over (see [`Offload::carries_over`]). Defaults to no.
+    fn carries_over(&self) -> bool {
         false
     }
 
@@ -183,13 +183,13 @@ pub trait Offload: Send + Sync {
         None
     }
 
-    /// Whether it settles: it skips the messages [`ApplyCx::settled`] names (the pipeline put
+    /// Whether it carries over: it skips the messages [`ApplyCx::carried_over`] names (the pipeline put
     /// in what it did to them last turn), rebuilding its look-back from them with
     /// [`ApplyCx::noted`], and it names each message it decides with [`ApplyCx::at`] before it
     /// counts a gate or stashes for it (the shared candidate helpers do). Only a stateless
     /// component may say yes, and a pipeline carries its records from turn to turn only when
     /// every stage does. Defaults to no.
-    fn settles(&self) -> bool {
+    fn carries_over(&self) -> bool {
         false
     }
 
@@ -270,11 +270,11 @@ impl Stage {
         self.policy().freeze
     }
 
-    /// Whether the component settles ([`Offload::settles`]).
-    pub fn settles(&self) -> bool {
+    /// Whether the component carries over ([`Offload::carries_over`]).
+    pub fn carries_over(&self) -> bool {
         match &self.component {
-            Component::Reformat(c) => c.settles(),
-            Component::Offload(c) => c.settles(),
+            Component::Reformat(c) => c.carries_over(),
+            Component::Offload(c) => c.carries_over(),
         }
     }
 

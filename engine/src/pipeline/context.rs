@@ -153,9 +153,9 @@ pub struct ApplyCx<'a> {
     pub(super) marked: &'a [bool],
     /// Whether an earlier component changed the message (its hash in `hashes` is then stale).
     pub(super) dirty: &'a [bool],
-    /// Messages below this are settled: the pipeline put in what this stage did to them last
-    /// turn, and the component decides only the rest (see `settle`).
-    pub(super) settled: usize,
+    /// Messages below this are carried over: the pipeline put in what this stage did to them last
+    /// turn, and the component decides only the rest (see `carry_over`).
+    pub(super) carried_over: usize,
     /// The last turn's records of this stage, for [`ApplyCx::noted`].
     pub(super) carried: Option<&'a crate::carry::StageCarry>,
     /// The message the component is deciding, which [`ApplyCx::gate`] and
@@ -203,22 +203,22 @@ impl<'a> ApplyCx<'a> {
             reapplied_as: Vec::new(),
             fresh: Vec::new(),
             frozen: FrozenCounts::default(),
-            settled: 0,
+            carried_over: 0,
             carried: None,
             cursor: NO_MESSAGE,
             log: None,
         }
     }
 
-    /// Whether message `index` is settled: the pipeline already put in what this component
+    /// Whether message `index` is carried over: the pipeline already put in what this component
     /// did to it last turn (its output, gates and stashes), so the component must not decide
     /// it again, and reads it only to rebuild its look-back (see [`ApplyCx::noted`]).
-    pub fn settled(&self, index: usize) -> bool {
-        index < self.settled
+    pub fn carried_over(&self, index: usize) -> bool {
+        index < self.carried_over
     }
 
     /// Names the message the component is deciding now: the gates it counts and the originals
-    /// it stashes until the next call are that message's. Every component that settles calls
+    /// it stashes until the next call are that message's. Every component that carries over calls
     /// it (through the shared candidate helpers) before it counts anything for a message.
     pub fn at(&mut self, index: usize) {
         self.cursor = index;
@@ -226,14 +226,14 @@ impl<'a> ApplyCx<'a> {
 
     /// Notes message `index` for the component's own look-back on later turns (a base `delta`
     /// may diff against, an output `dedup` saw first): [`ApplyCx::noted`] answers it when the
-    /// message is settled.
+    /// message is carried over.
     pub fn note(&mut self, index: usize) {
         if let Some(log) = &mut self.log {
             log.noted.push(index);
         }
     }
 
-    /// Whether settled message `index` was noted when the component decided it.
+    /// Whether carried-over message `index` was noted when the component decided it.
     pub fn noted(&self, index: usize) -> bool {
         self.carried.is_some_and(|carried| carried.noted(index))
     }

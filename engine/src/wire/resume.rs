@@ -59,6 +59,13 @@ impl Continuation {
         self.held
     }
 
+    /// Lets go of the pipeline's records it carries, keeping what the next body resumes from.
+    pub fn drop_run_carry(&mut self) {
+        if let Some(carry) = self.run_carry.take() {
+            self.held = self.held.saturating_sub(carry.held_bytes());
+        }
+    }
+
     /// How many transcript entries it knows.
     pub fn entries(&self) -> usize {
         self.entries.len()

@@ -216,3 +216,29 @@ fn other_dialects_are_read_whole() {
         .into_continuation(None);
     assert!(parse_continuing(last, Dialect::Responses, earlier).is_none());
 }
+
+#[test]
+fn a_run_carry_rides_with_the_shared_messages_and_can_be_let_go() {
+    let last = body(&history(false), true);
+    let parsed = parse_text(&last, Dialect::Anthropic).unwrap();
+    let messages = parsed.messages().len();
+    let mut carry = crate::carry::RunCarry::new(7, messages, 1);
+    carry.stages[0].outputs = vec![(1, std::sync::Arc::from("x".repeat(10_000)), 3)];
+    carry.stages[0].noted = vec![0, u32::try_from(messages - 1).unwrap()];
+    parsed.leave_run_carry(carry);
+    let mut left = parsed.into_continuation(None);
+    let with_carry = left.held_bytes();
+    let bare = continuation(&last, Dialect::Anthropic).held_bytes();
+    assert!(with_carry >= bare + 10_000, "{with_carry} against {bare}");
+    // The next turn gets the records of the messages it shares, cut to them.
+    let mut next = history(false);
+    next.push(call("toolu_03", "cargo test -p parser"));
+    let next = body(&next, true);
+    let resumed = parse_continuing(&next, Dialect::Anthropic, left.clone()).unwrap();
+    let carried = resumed.parsed.run_carry().expect("carried");
+    assert!(carried.covered <= messages);
+    assert_eq!(carried.stages[0].outputs.len(), 1);
+    // A memo short of room keeps what the next body resumes from without the records.
+    left.drop_run_carry();
+    assert_eq!(left.held_bytes(), bare);
+}

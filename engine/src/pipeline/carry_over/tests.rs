@@ -1,5 +1,5 @@
 //! A carried turn against a full one: same forwarded messages, same report, and the carry each
-//! makes; what is settled is never decided again; a store that dropped or refuses originals.
+//! makes; what is carried over is never decided again; a store that dropped or refuses originals.
 
 use std::sync::Arc;
 
@@ -126,7 +126,7 @@ fn a_carried_turn_forwards_reports_and_carries_what_a_full_one_does() {
 /// panics on an output that says "boom", as a component with a bug would.
 struct Counting(Arc<Mutex<Vec<usize>>>, bool);
 impl Offload for Counting {
-    fn settles(&self) -> bool {
+    fn carries_over(&self) -> bool {
         true
     }
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
@@ -170,7 +170,7 @@ fn counted_first_turn() -> (Pipeline, Arc<Mutex<Vec<usize>>>, RunCarry) {
 }
 
 #[test]
-fn a_settled_message_is_not_decided_again_and_its_original_is_stashed_again() {
+fn a_carried_over_message_is_not_decided_again_and_its_original_is_stashed_again() {
     let (pipeline, decided, carry) = counted_first_turn();
     let second = session(8);
     // A store that kept nothing of the first turn, as one that evicted its stashes would.
@@ -198,13 +198,17 @@ fn another_stamp_decides_everything_again() {
     )]));
     let cx = run_cx(memory()).with_lossless_tools(learned);
     run_with(&pipeline, &second, &cx, Some(&carry));
-    assert_eq!(decided.lock().len(), 8, "learned rules: nothing settled");
+    assert_eq!(
+        decided.lock().len(),
+        8,
+        "learned rules: nothing carried_over"
+    );
     let (other, decided_by_other) = counting();
     run_with(&other, &second, &run_cx(memory()), Some(&carry));
     assert_eq!(
         decided_by_other.lock().len(),
         8,
-        "another pipeline: nothing settled"
+        "another pipeline: nothing carried_over"
     );
 }
 

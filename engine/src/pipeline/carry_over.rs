@@ -1,4 +1,4 @@
-//! Settled messages: a turn forwards what each stage did last turn to the messages it shares
+//! Carried-over messages: a turn forwards what each stage did last turn to the messages it shares
 //! with the last turn, instead of deciding them again (issue #34).
 //!
 //! An agent re-sends its whole transcript every turn, and a stage whose decision on a message is
@@ -10,12 +10,12 @@
 //! parse carries it for the messages it proves byte-identical ([`ParsedBody::run_carry`]), and
 //! the run puts those in before each stage runs: it stashes the originals again (a marker never
 //! leaves without its original in the store, whatever the store dropped since), writes the
-//! outputs, counts the gates; the component decides only the rest ([`ApplyCx::settled`]),
-//! reading the settled messages only to rebuild its look-back ([`ApplyCx::noted`]).
+//! outputs, counts the gates; the component decides only the rest ([`ApplyCx::carried_over`]),
+//! reading the carried-over messages only to rebuild its look-back ([`ApplyCx::noted`]).
 //!
 //! A carry is made and used only under one stamp ([`Pipeline::carry_stamp`]): the same built
 //! pipeline (a reload builds another), the same session rules (the learned lossless tools and
-//! cut floor), offloads on or off alike; and only when every stage settles. A run makes none
+//! cut floor), offloads on or off alike; and only when every stage carries over. A run makes none
 //! when a stage was reverted, when the store refused an original (the outcome depends on the
 //! store then, not on the messages), or when something was counted for no message. When the
 //! store refuses an original being stashed again, that stage and every later one decide every
@@ -39,10 +39,10 @@ pub(super) fn next_pipeline_id() -> u64 {
 impl Pipeline {
     /// The stamp a run under `cx` makes and reads carries with, or `None` when this pipeline
     /// cannot carry: a stage that is frozen or windowed (whether it acts depends on later
-    /// messages), or one not written to settle ([`Offload::settles`]).
+    /// messages), or one not written to carry over ([`Offload::carries_over`]).
     pub(super) fn carry_stamp(&self, cx: &RunCx) -> Option<u64> {
-        let settles = |s: &Stage| s.settles() && s.freeze() == Freeze::Stateless;
-        if self.stages.is_empty() || !self.stages.iter().all(settles) {
+        let carries_over = |s: &Stage| s.carries_over() && s.freeze() == Freeze::Stateless;
+        if self.stages.is_empty() || !self.stages.iter().all(carries_over) {
             return None;
         }
         let mix = |h: u64, x: u64| (h.rotate_left(23) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -58,28 +58,28 @@ impl Pipeline {
     }
 }
 
-/// A run's settling: what it reads of the last turn's carry and the carry it makes.
-pub(super) struct Settle<'c> {
-    /// Messages below this are settled for the stage about to run; 0 from the first stage
+/// A run's carrying over: what it reads of the last turn's carry and the carry it makes.
+pub(super) struct CarryOver<'c> {
+    /// Messages below this are carried over for the stage about to run; 0 from the first stage
     /// whose originals the store refused.
-    settled: usize,
+    carried_over: usize,
     carried: Option<&'c RunCarry>,
     /// The carry this run makes, while it still can.
     next: Option<RunCarry>,
 }
 
-impl<'c> Settle<'c> {
+impl<'c> CarryOver<'c> {
     pub(super) fn new(
         stamp: Option<u64>,
         carried: Option<&'c RunCarry>,
         messages: usize,
         stages: usize,
-    ) -> Settle<'c> {
+    ) -> CarryOver<'c> {
         let carried = carried.filter(|c| {
             Some(c.stamp) == stamp && c.stages.len() == stages && c.covered <= messages
         });
-        Settle {
-            settled: carried.map_or(0, |c| c.covered),
+        CarryOver {
+            carried_over: carried.map_or(0, |c| c.covered),
             carried,
             next: stamp.map(|stamp| RunCarry::new(stamp, messages, stages)),
         }
@@ -90,29 +90,29 @@ impl<'c> Settle<'c> {
         self.next
     }
 
-    /// Whether stage `s` runs with settled messages put in.
-    pub(super) fn settling(&self, s: usize) -> bool {
+    /// Whether stage `s` runs with carried-over messages put in.
+    pub(super) fn carrying_over(&self, s: usize) -> bool {
         self.stage(s).is_some()
     }
 
     fn stage(&self, s: usize) -> Option<&'c StageCarry> {
         self.carried
             .and_then(|c| c.stages.get(s))
-            .filter(|_| self.settled > 0)
+            .filter(|_| self.carried_over > 0)
     }
 
-    /// The settled tokens of message `index` after stage `s`, when the stage changed it.
-    pub(super) fn tokens(&self, s: usize, index: usize) -> Option<usize> {
-        if index >= self.settled {
+    /// The carried over tokens of message `index` after stage `s`, when the stage changed it.
+    pub(super) fn tokens_after(&self, s: usize, index: usize) -> Option<usize> {
+        if index >= self.carried_over {
             return None;
         }
         self.stage(s)?.output(index).map(|(_, tokens)| tokens)
     }
 
-    /// Puts in what stage `s` did last turn to the settled messages, before the component
+    /// Puts in what stage `s` did last turn to the carried-over messages, before the component
     /// runs: their originals stashed again, their outputs written, their gates counted. Returns
     /// the stash keys, in message order (a component returns its own in message order too).
-    /// When the store refuses an original, nothing is put in and nothing is settled from this
+    /// When the store refuses an original, nothing is put in and nothing is carried over from this
     /// stage on.
     pub(super) fn prefill<'x>(
         &mut self,
@@ -128,9 +128,9 @@ impl<'c> Settle<'c> {
             acx.log = recording.then(StageLog::default);
             return Vec::new();
         };
-        let settled = self.settled;
+        let carried_over = self.carried_over;
         let mut keys = Vec::new();
-        for (i, id) in StageCarry::below(&stage.stashed, settled) {
+        for (i, id) in StageCarry::below(&stage.stashed, carried_over) {
             let i = *i as usize;
             // What `offload_with` stashed: the wire original, or the text as the stage found
             // it when the original carries a marker.
@@ -142,7 +142,7 @@ impl<'c> Settle<'c> {
             match acx.stash_as(original, id.clone()) {
                 Ok(key) => keys.push(key),
                 Err(_) => {
-                    self.settled = 0;
+                    self.carried_over = 0;
                     acx.log = recording.then(StageLog::default);
                     return Vec::new();
                 }
@@ -150,23 +150,23 @@ impl<'c> Settle<'c> {
         }
         let outputs = &stage.outputs[..stage
             .outputs
-            .partition_point(|(i, _, _)| (*i as usize) < settled)];
+            .partition_point(|(i, _, _)| (*i as usize) < carried_over)];
         for (i, content, _) in outputs {
             transcript.set_content(*i as usize, content.to_string());
         }
-        for (_, gate) in StageCarry::below(&stage.gates, settled) {
+        for (_, gate) in StageCarry::below(&stage.gates, carried_over) {
             *acx.gates.entry(gate).or_insert(0) += 1;
         }
-        acx.settled = settled;
+        acx.carried_over = carried_over;
         acx.carried = Some(stage);
         acx.log = recording.then(StageLog::default);
         keys
     }
 
-    /// Records what stage `s` did for the next turn: the settled messages' records carried
+    /// Records what stage `s` did for the next turn: the carried-over messages' records carried
     /// over, the rest from what the component logged and the changes the guard kept. Makes no
     /// carry when the stage was reverted, when the store refused an original, or when something
-    /// was counted for no message or for a settled one.
+    /// was counted for no message or for a carried-over one.
     pub(super) fn record(
         &mut self,
         s: usize,
@@ -176,24 +176,24 @@ impl<'c> Settle<'c> {
         messages: &Working<'_>,
     ) {
         if !kept {
-            // The revert put the settled messages back to what the stage found: what later
+            // The revert put the carried-over messages back to what the stage found: what later
             // stages did to them last turn was done to this stage's output, which is gone.
-            self.settled = 0;
+            self.carried_over = 0;
             self.next = None;
             return;
         }
         let carried = self.stage(s);
-        let settled = carried.map_or(0, |_| self.settled);
+        let carried_over = carried.map_or(0, |_| self.carried_over);
         let (saved, counts) = changes;
         // A carry holds a changed message's content alone.
         let content_only = saved
             .iter()
-            .filter(|(i, _)| *i >= settled)
+            .filter(|(i, _)| *i >= carried_over)
             .all(|(i, old)| old.with_content(messages[*i].content.clone()) == messages[*i]);
         let Some(next) = &mut self.next else {
             return;
         };
-        let Some(log) = log.filter(|log| content_only && recordable(log, settled)) else {
+        let Some(log) = log.filter(|log| content_only && recordable(log, carried_over)) else {
             self.next = None;
             return;
         };
@@ -201,12 +201,14 @@ impl<'c> Settle<'c> {
         if let Some(stage) = carried {
             let below = stage
                 .outputs
-                .partition_point(|(i, _, _)| (*i as usize) < settled);
+                .partition_point(|(i, _, _)| (*i as usize) < carried_over);
             record.outputs = stage.outputs[..below].to_vec();
-            record.gates = StageCarry::below(&stage.gates, settled).to_vec();
-            record.stashed = StageCarry::below(&stage.stashed, settled).to_vec();
-            record.noted =
-                stage.noted[..stage.noted.partition_point(|i| (*i as usize) < settled)].to_vec();
+            record.gates = StageCarry::below(&stage.gates, carried_over).to_vec();
+            record.stashed = StageCarry::below(&stage.stashed, carried_over).to_vec();
+            record.noted = stage.noted[..stage
+                .noted
+                .partition_point(|i| (*i as usize) < carried_over)]
+                .to_vec();
         }
         let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         let StageLog {
@@ -226,7 +228,7 @@ impl<'c> Settle<'c> {
             .stashed
             .extend(stashed.into_iter().map(|(i, id)| (index(i), id)));
         record.noted.extend(noted.into_iter().map(index));
-        for &(i, tokens) in counts.iter().filter(|(i, _)| *i >= settled) {
+        for &(i, tokens) in counts.iter().filter(|(i, _)| *i >= carried_over) {
             let content: Arc<str> = Arc::from(messages[i].content.as_str());
             record
                 .outputs
@@ -237,8 +239,8 @@ impl<'c> Settle<'c> {
 
 /// Whether a stage's log can stand for its decisions next turn: everything counted for a
 /// message it decided this turn, and no original the store refused.
-fn recordable(log: &StageLog, settled: usize) -> bool {
-    let decided = |i: usize| i != NO_MESSAGE && i >= settled;
+fn recordable(log: &StageLog, carried_over: usize) -> bool {
+    let decided = |i: usize| i != NO_MESSAGE && i >= carried_over;
     log.gates
         .iter()
         .all(|(i, g)| decided(*i) && *g != gate::STORE_FULL.name)
