@@ -83,6 +83,18 @@ impl StageCarry {
         &list[..list.partition_point(|(i, _)| (*i as usize) < carried_over)]
     }
 
+    /// The outputs of messages below `carried_over`, in index order.
+    pub(crate) fn outputs_below(&self, carried_over: usize) -> &[(u32, Arc<str>, u32)] {
+        &self.outputs[..self
+            .outputs
+            .partition_point(|(i, _, _)| (*i as usize) < carried_over)]
+    }
+
+    /// The noted messages below `carried_over`, ascending.
+    pub(crate) fn noted_below(&self, carried_over: usize) -> &[u32] {
+        &self.noted[..self.noted.partition_point(|i| (*i as usize) < carried_over)]
+    }
+
     /// Whether message `index` was noted.
     pub(crate) fn noted(&self, index: usize) -> bool {
         u32::try_from(index).is_ok_and(|i| self.noted.binary_search(&i).is_ok())

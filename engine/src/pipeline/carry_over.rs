@@ -148,10 +148,7 @@ impl<'c> CarryOver<'c> {
                 }
             }
         }
-        let outputs = &stage.outputs[..stage
-            .outputs
-            .partition_point(|(i, _, _)| (*i as usize) < carried_over)];
-        for (i, content, _) in outputs {
+        for (i, content, _) in stage.outputs_below(carried_over) {
             transcript.set_content(*i as usize, content.to_string());
         }
         for (_, gate) in StageCarry::below(&stage.gates, carried_over) {
@@ -184,6 +181,9 @@ impl<'c> CarryOver<'c> {
         }
         let carried = self.stage(s);
         let carried_over = carried.map_or(0, |_| self.carried_over);
+        if self.next.is_none() {
+            return;
+        }
         let (saved, counts) = changes;
         // A carry holds a changed message's content alone.
         let content_only = saved
@@ -199,16 +199,10 @@ impl<'c> CarryOver<'c> {
         };
         let record = &mut next.stages[s];
         if let Some(stage) = carried {
-            let below = stage
-                .outputs
-                .partition_point(|(i, _, _)| (*i as usize) < carried_over);
-            record.outputs = stage.outputs[..below].to_vec();
+            record.outputs = stage.outputs_below(carried_over).to_vec();
             record.gates = StageCarry::below(&stage.gates, carried_over).to_vec();
             record.stashed = StageCarry::below(&stage.stashed, carried_over).to_vec();
-            record.noted = stage.noted[..stage
-                .noted
-                .partition_point(|i| (*i as usize) < carried_over)]
-                .to_vec();
+            record.noted = stage.noted_below(carried_over).to_vec();
         }
         let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
         let StageLog {
