@@ -945,3 +945,70 @@ async fn idle_connections_close_and_paused_streams_do_not() {
         "the paused stream finished: {events}"
     );
 }
+
+/// A connection's read buffer is bounded (`proxy::server::READ_BUFFER_MAX`, 64 KiB): a head
+/// longer than that is answered 431, while a body many times its size, in one write, still
+/// goes through whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_over_the_read_buffer_is_refused_and_a_body_over_it_is_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let sluice = start().await;
+    let addr = sluice.url.trim_start_matches("http://").to_owned();
+    let post = |pad: usize, body: &[u8]| {
+        let mut request = format!(
+            "POST {} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-pad: {}\r\ncontent-length: {}\r\n\r\n",
+            route(Dialect::Anthropic),
+            "a".repeat(pad),
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        request
+    };
+    let status = |answer: &[u8]| -> Option<u16> {
+        String::from_utf8_lossy(answer)
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+
+    let mut long_head = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _ = long_head.write_all(&post(80 << 10, b"{}")).await;
+    let mut answer = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(5), long_head.read(&mut answer))
+        .await
+        .expect("an answer, not a hang")
+        .unwrap_or(0);
+    assert_eq!(
+        status(&answer[..n]),
+        Some(431),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+
+    // A transcript of 400 KB: one tool output six times the buffer's bound.
+    let output = "line of a long build log\n".repeat(16 << 10);
+    let d = Dialect::Anthropic;
+    let body = with_messages(
+        d,
+        json!([{"role": "user", "content": "go"}, tool_message(d, json!(output))]),
+    );
+    assert!(body.len() > 6 * (64 << 10));
+    sluice.mock.clear_recorded();
+    let mut big_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    big_body.write_all(&post(8 << 10, &body)).await.unwrap();
+    let mut answer = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(10), big_body.read(&mut answer))
+        .await
+        .expect("an answer, not a hang")
+        .unwrap();
+    assert_eq!(
+        status(&answer[..n]),
+        Some(200),
+        "{:?}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    let forwarded = sluice.mock.recorded();
+    assert_eq!(forwarded.len(), 1, "the body went upstream once");
+}
