@@ -198,15 +198,20 @@ impl Copies {
         self.next_tick += 1;
         let tick = self.next_tick;
         let now = Instant::now();
-        let copy = self
-            .sessions
-            .entry(session.to_owned())
-            .or_insert_with(|| Copy::new(now));
+        // Looked up before it is named: a turn touches its session once per stash it makes or
+        // carries over, and making the name twice each time was most of that.
+        if !self.sessions.contains_key(session) {
+            self.sessions.insert(session.to_owned(), Copy::new(now));
+        }
+        let copy = self.sessions.get_mut(session).expect("inserted above");
         let old = std::mem::replace(&mut copy.tick, tick);
         copy.used = now;
-        self.recency.remove(&old);
-        self.recency.insert(tick, session.to_owned());
-        self.sessions.get_mut(session).expect("inserted above")
+        let name = self
+            .recency
+            .remove(&old)
+            .unwrap_or_else(|| session.to_owned());
+        self.recency.insert(tick, name);
+        copy
     }
 
     fn get(&self, session: &str) -> Option<&Copy> {

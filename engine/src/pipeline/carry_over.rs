@@ -149,11 +149,9 @@ impl<'c> CarryOver<'c> {
             }
         }
         for (i, content, _) in stage.outputs_below(carried_over) {
-            transcript.set_content(*i as usize, content.to_string());
+            transcript.set_content(*i as usize, String::from(&**content));
         }
-        for (_, gate) in StageCarry::below(&stage.gates, carried_over) {
-            *acx.gates.entry(gate).or_insert(0) += 1;
-        }
+        count_gates(StageCarry::below(&stage.gates, carried_over), acx);
         acx.carried_over = carried_over;
         acx.carried = Some(stage);
         acx.log = recording.then(StageLog::default);
@@ -228,6 +226,26 @@ impl<'c> CarryOver<'c> {
                 .outputs
                 .push((index(i), content, u32::try_from(tokens).unwrap_or(u32::MAX)));
         }
+    }
+}
+
+/// Counts carried-over gates into the run's. They come in message order, mostly one or two kinds
+/// over and over, so they are counted in runs: the map is touched once per run, where once per
+/// message was a sixth of putting a stage's carry in on a long session.
+fn count_gates(gates: &[(u32, &'static str)], acx: &mut ApplyCx<'_>) {
+    let mut run: Option<(&'static str, u32)> = None;
+    for &(_, gate) in gates {
+        match &mut run {
+            Some((kind, n)) if *kind == gate => *n += 1,
+            _ => {
+                if let Some((kind, n)) = run.replace((gate, 1)) {
+                    *acx.gates.entry(kind).or_insert(0) += n;
+                }
+            }
+        }
+    }
+    if let Some((kind, n)) = run {
+        *acx.gates.entry(kind).or_insert(0) += n;
     }
 }
 

@@ -1,6 +1,11 @@
 //! Write-back: a rewritten transcript spliced into the original bytes, so every byte a
 //! component did not change leaves as it came.
 
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
 use super::*;
 
 /// What a write-back produced.
@@ -140,7 +145,7 @@ impl<'a> ParsedBody<'a> {
             edits.push(Edit {
                 start: span.start,
                 end: span.end,
-                replacement: json::to_literal(&new.content),
+                replacement: content_literal(&new.content),
             });
         }
         for (i, (a, b)) in old.reasoning.iter().zip(&new.reasoning).enumerate() {
@@ -149,7 +154,7 @@ impl<'a> ParsedBody<'a> {
                 edits.push(Edit {
                     start: span.start,
                     end: span.end,
-                    replacement: json::to_literal(b),
+                    replacement: Replacement::Owned(json::to_literal(b)),
                 });
             }
         }
@@ -159,14 +164,14 @@ impl<'a> ParsedBody<'a> {
             }
             let (span, encoding) = *slot.args.get(i).ok_or(Discard::UnsupportedField)?;
             let replacement = match encoding {
-                ArgsEncoding::JsonString => json::to_literal(&b.arguments),
+                ArgsEncoding::JsonString => Replacement::Owned(json::to_literal(&b.arguments)),
                 ArgsEncoding::RawObject => {
                     let valid = json::parse_document(&b.arguments)
                         .is_ok_and(|root| json::kind_of(&b.arguments, root) == json::Kind::Object);
                     if !valid {
                         return Err(Discard::ArgumentsNotJson);
                     }
-                    b.arguments.clone()
+                    Replacement::Owned(b.arguments.clone())
                 }
             };
             edits.push(Edit {
@@ -190,7 +195,7 @@ impl<'a> ParsedBody<'a> {
             edits.push(Edit {
                 start: close,
                 end: close,
-                replacement: member.to_owned(),
+                replacement: Replacement::Static(member),
             });
         }
         Ok(edits)
@@ -206,5 +211,97 @@ const CACHE_CONTROL_MEMBER_1H: &str = r#","cache_control":{"type":"ephemeral","t
 struct Edit {
     start: usize,
     end: usize,
-    replacement: String,
+    replacement: Replacement,
+}
+
+/// The bytes an edit puts in: made for this edit, a constant, or a literal remembered from an
+/// earlier write-back ([`content_literal`]).
+#[derive(Debug)]
+enum Replacement {
+    Owned(String),
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl std::ops::Deref for Replacement {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Replacement::Owned(text) => text,
+            Replacement::Static(text) => text,
+            Replacement::Shared(text) => text,
+        }
+    }
+}
+
+/// The JSON literal of a rewritten content, remembered by content.
+///
+/// A message a component cut is cut the same way on every later turn of its session, and each
+/// turn's write-back splices it again: encoding the same cut outputs turn after turn was 2% of
+/// the hop's growing arm (`benches/hop.sh`, issue #34), where a hit costs a hash and a compare.
+/// The memo is shared by every session, so a hit counts only for the same content, compared
+/// whole: a crafted key collision must not put one session's text in another's body.
+fn content_literal(content: &str) -> Replacement {
+    /// Contents shorter than this are encoded each time: the hash and the lock cost about as
+    /// much as the encoding.
+    const MIN_BYTES: usize = 256;
+    /// A content longer than this (a whole file the agent wrote) is encoded each time, not kept.
+    const MAX_BYTES: usize = 64 << 10;
+    /// Bytes remembered (contents and literals); the memo is emptied when a new one would pass
+    /// this. Cut outputs are short: 64 sessions' worth fit.
+    const MEMO_BYTES: usize = 8 << 20;
+    #[derive(Default)]
+    struct Literals {
+        by_content: HashMap<u128, (Arc<str>, Arc<str>)>,
+        bytes: usize,
+    }
+    static MEMO: OnceLock<Mutex<Literals>> = OnceLock::new();
+    if !(MIN_BYTES..=MAX_BYTES).contains(&content.len()) {
+        return Replacement::Owned(json::to_literal(content));
+    }
+    let key = crate::tokens::memory_key(content.as_bytes());
+    let memo = MEMO.get_or_init(Mutex::default);
+    if let Some((known, literal)) = memo.lock().by_content.get(&key)
+        && **known == *content
+    {
+        return Replacement::Shared(literal.clone());
+    }
+    let literal: Arc<str> = json::to_literal(content).into();
+    let bytes = content.len() + literal.len();
+    let mut memo = memo.lock();
+    if memo.bytes + bytes > MEMO_BYTES {
+        memo.by_content.clear();
+        memo.bytes = 0;
+    }
+    if memo
+        .by_content
+        .insert(key, (content.into(), literal.clone()))
+        .is_none()
+    {
+        memo.bytes += bytes;
+    }
+    Replacement::Shared(literal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A remembered literal is the literal of the same content, and only of it: contents of one
+    /// length that differ in one byte, escapes, a content at each bound.
+    #[test]
+    fn remembered_literals_are_the_contents_own() {
+        let base = "line \"quoted\"\tand a backslash \\ and é\n".repeat(12);
+        let mut other = base.clone();
+        other.replace_range(0..1, "L");
+        let short = "x".repeat(255);
+        let long = "y\n".repeat(40 << 10);
+        for content in [&base, &other, &base, &short, &long, &other] {
+            let made = content_literal(content);
+            assert_eq!(&*made, json::to_literal(content), "{}", &content[..20]);
+            let shared = matches!(made, Replacement::Shared(_));
+            assert_eq!(shared, (256..=64 << 10).contains(&content.len()));
+        }
+    }
 }
