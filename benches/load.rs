@@ -16,6 +16,10 @@
 //! second pass's rows are a turn without first sight, and the difference between the passes is
 //! what first sight costs on the request path. `TURNS_PRESET=off` runs the same turns through
 //! `--preset off`, which forwards without reading: what the hop itself adds.
+//! `TURNS_DIALECT=anthropic` (or `openai`) sends one dialect's sessions only, to a sluice of its
+//! own: both dialects hold the same runs, so the dialect sent second finds every output's token
+//! count already memoized by the first, and only the first row of a two-dialect run is a first
+//! sight of every output.
 //!
 //! `load.sh dashboard` measures the dashboard's capture instead: two sluices on the same mock,
 //! one with `--no-dashboard` and one with the dashboard on a file and content capture open,
@@ -287,8 +291,14 @@ async fn turn_by_turn(binary: &str, mock: &Mock, client: &HttpClient) {
             .expect("TURNS_PASSES is a number of passes")
             .max(1)
     });
+    let dialects: Vec<Dialect> = match std::env::var("TURNS_DIALECT").ok().as_deref() {
+        None => vec![Dialect::OpenAi, Dialect::Anthropic],
+        Some("openai") => vec![Dialect::OpenAi],
+        Some("anthropic") => vec![Dialect::Anthropic],
+        Some(other) => panic!("TURNS_DIALECT is openai or anthropic, not {other}"),
+    };
     for pass in 1..=passes {
-        for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        for &dialect in &dialects {
             turns_of_dialect(dialect, pass, passes, &url, mock, client).await;
         }
     }
