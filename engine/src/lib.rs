@@ -17,6 +17,7 @@ pub mod digests;
 pub mod dsl;
 pub mod gate;
 pub mod marker;
+pub(crate) mod memo;
 pub mod message;
 pub mod model;
 pub mod pipeline;

@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Clock;
@@ -67,7 +68,7 @@ pub struct Pipeline {
     /// `tools:`: outputs some components may not change (see `tools.rs`).
     tool_rules: crate::tools::ToolRules,
     /// Runs that put in the last turn's records for at least one message (`carry_over`).
-    carried_over_runs: std::sync::atomic::AtomicU64,
+    carried_over_runs: AtomicU64,
 }
 
 fn duration_us(d: Duration) -> u64 {
@@ -80,7 +81,7 @@ impl Pipeline {
             id: carry_over::next_pipeline_id(),
             stages,
             tool_rules: crate::tools::ToolRules::default(),
-            carried_over_runs: std::sync::atomic::AtomicU64::new(0),
+            carried_over_runs: AtomicU64::new(0),
         }
     }
 
@@ -95,8 +96,7 @@ impl Pipeline {
     /// Runs that put in the last turn's records for at least one message instead of deciding
     /// it again (`carry_over`): how a host or a test sees that carries are used.
     pub fn carried_over_runs(&self) -> u64 {
-        self.carried_over_runs
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.carried_over_runs.load(Ordering::Relaxed)
     }
 
     /// The per-tool rules this pipeline enforces.
@@ -192,8 +192,7 @@ impl Pipeline {
         let stamp = self.carry_stamp(cx);
         let mut carry_over = CarryOver::new(stamp, carried, originals.len(), self.stages.len());
         if carry_over.carrying_over(0) {
-            self.carried_over_runs
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.carried_over_runs.fetch_add(1, Ordering::Relaxed);
         }
         for (s, stage) in self.stages.iter().enumerate() {
             if !cx.offloads && stage.kind() == Kind::Offload {

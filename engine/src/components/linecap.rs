@@ -31,12 +31,12 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Deserialize;
 
-use super::memo::PureMemo;
 use super::{
     BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
+use crate::memo::PureMemo;
 use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
 use crate::tokens;
 

@@ -20,7 +20,6 @@ mod format;
 mod linecap;
 pub mod llm_offload;
 mod mask;
-mod memo;
 mod oversized_block;
 mod phi_evict;
 mod repeated_call;

@@ -13,9 +13,9 @@
 use crate::gate;
 use serde::Deserialize;
 
-use super::memo::PureMemo;
 use super::{BuildError, ComponentFactory, decode, defaults};
 use crate::components::ComponentSource;
+use crate::memo::PureMemo;
 use crate::pipeline::{ApplyCx, Component, ComponentError, Policy, Reformat, Transcript};
 use crate::terminal::{clean, has_noise};
 use crate::tokens;

@@ -101,7 +101,7 @@ impl<'c> CarryOver<'c> {
             .filter(|_| self.carried_over > 0)
     }
 
-    /// The carried over tokens of message `index` after stage `s`, when the stage changed it.
+    /// The carried-over tokens of message `index` after stage `s`, when the stage changed it.
     pub(super) fn tokens_after(&self, s: usize, index: usize) -> Option<usize> {
         if index >= self.carried_over {
             return None;

@@ -1,12 +1,10 @@
 //! Write-back: a rewritten transcript spliced into the original bytes, so every byte a
 //! component did not change leaves as it came.
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
-
-use parking_lot::Mutex;
+use std::sync::{Arc, LazyLock};
 
 use super::*;
+use crate::memo::PureMemo;
 
 /// What a write-back produced.
 #[derive(Debug)]
@@ -240,48 +238,23 @@ impl std::ops::Deref for Replacement {
 /// A message a component cut is cut the same way on every later turn of its session, and each
 /// turn's write-back splices it again: encoding the same cut outputs turn after turn was 2% of
 /// the hop's growing arm (`benches/hop.sh`, issue #34), where a hit costs a hash and a compare.
-/// The memo is shared by every session, so a hit counts only for the same content, compared
-/// whole: a crafted key collision must not put one session's text in another's body.
+/// The memo is the components' [`PureMemo`]: shared by every session, so a hit counts only for
+/// the same content, compared whole, and bounded in bytes.
 fn content_literal(content: &str) -> Replacement {
     /// Contents shorter than this are encoded each time: the hash and the lock cost about as
     /// much as the encoding.
     const MIN_BYTES: usize = 256;
     /// A content longer than this (a whole file the agent wrote) is encoded each time, not kept.
     const MAX_BYTES: usize = 64 << 10;
-    /// Bytes remembered (contents and literals); the memo is emptied when a new one would pass
-    /// this. Cut outputs are short: 64 sessions' worth fit.
-    const MEMO_BYTES: usize = 8 << 20;
-    #[derive(Default)]
-    struct Literals {
-        by_content: HashMap<u128, (Arc<str>, Arc<str>)>,
-        bytes: usize,
-    }
-    static MEMO: OnceLock<Mutex<Literals>> = OnceLock::new();
+    static LITERALS: LazyLock<PureMemo> = LazyLock::new(PureMemo::default);
     if !(MIN_BYTES..=MAX_BYTES).contains(&content.len()) {
         return Replacement::Owned(json::to_literal(content));
     }
-    let key = crate::tokens::memory_key(content.as_bytes());
-    let memo = MEMO.get_or_init(Mutex::default);
-    if let Some((known, literal)) = memo.lock().by_content.get(&key)
-        && **known == *content
-    {
-        return Replacement::Shared(literal.clone());
+    let hash = crate::tokens::content_hash(content);
+    match LITERALS.reduce(content, hash, |c| Some(json::to_literal(c))) {
+        Some(literal) => Replacement::Shared(literal),
+        None => Replacement::Owned(json::to_literal(content)),
     }
-    let literal: Arc<str> = json::to_literal(content).into();
-    let bytes = content.len() + literal.len();
-    let mut memo = memo.lock();
-    if memo.bytes + bytes > MEMO_BYTES {
-        memo.by_content.clear();
-        memo.bytes = 0;
-    }
-    if memo
-        .by_content
-        .insert(key, (content.into(), literal.clone()))
-        .is_none()
-    {
-        memo.bytes += bytes;
-    }
-    Replacement::Shared(literal)
 }
 
 #[cfg(test)]

@@ -201,14 +201,14 @@ fn another_stamp_decides_everything_again() {
     assert_eq!(
         decided.lock().len(),
         8,
-        "learned rules: nothing carried_over"
+        "learned rules: nothing carried over"
     );
     let (other, decided_by_other) = counting();
     run_with(&other, &second, &run_cx(memory()), Some(&carry));
     assert_eq!(
         decided_by_other.lock().len(),
         8,
-        "another pipeline: nothing carried_over"
+        "another pipeline: nothing carried over"
     );
 }
 

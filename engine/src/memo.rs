@@ -4,7 +4,9 @@
 //! `textclean` are pure functions of one output's text: on a long session almost all of their
 //! work is recomputing answers they already gave. The memo keeps those answers, bounded in
 //! memory, per component instance (so per pipeline, shared by every session that uses it:
-//! answers depend on the text and the component's config only, never on a session).
+//! answers depend on the text and the component's config only, never on a session). Write-back
+//! keeps one too, for the JSON literals of the contents it splices (`wire::write_back`): a leaf
+//! of the crate, so both reach it without `wire` depending on `components`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
