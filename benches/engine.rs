@@ -328,34 +328,41 @@ fn config() -> Criterion {
 /// The exact o200k count of a new tool output, as the request path pays it the turn the output
 /// first appears: the tokenizer crate's own `count`, sluice's count with this thread's piece
 /// counts empty (a process that has counted nothing), and with them warm from counting this
-/// output before (the best case). The output is the largest tool output of the largest public
-/// OpenAI run.
+/// output before (the best case). The outputs are the largest tool output of the largest public
+/// OpenAI run (ASCII) and of the largest Claude Code session (a file read: an arrow, not ASCII,
+/// after every line number).
 fn first_sight_count(c: &mut Criterion) {
-    let mut group = c.benchmark_group("tokens/largest_public_tool_output");
-    let body = benches::public_bodies(Dialect::OpenAi).remove(0).1;
-    let parsed = wire::parse(&body, Dialect::OpenAi).unwrap();
-    let text = parsed
-        .messages()
-        .iter()
-        .filter(|m| m.is_tool())
-        .map(|m| m.content.clone())
-        .max_by_key(String::len)
-        .unwrap();
-    group.throughput(Throughput::Bytes(text.len() as u64));
-    group.bench_function("bpe_openai_count", |b| {
-        b.iter(|| bpe_openai::o200k_base().count(black_box(text.as_str())));
-    });
-    group.bench_function("count_uncached/pieces_empty", |b| {
-        b.iter_batched(
-            engine::tokens::clear_memo,
-            |()| engine::tokens::count_uncached(black_box(&text)),
-            BatchSize::PerIteration,
-        );
-    });
-    group.bench_function("count_uncached/pieces_warm", |b| {
-        b.iter(|| engine::tokens::count_uncached(black_box(&text)));
-    });
-    group.finish();
+    for (folder, dialect) in [
+        ("public", Dialect::OpenAi),
+        ("claude-code", Dialect::Anthropic),
+    ] {
+        let body = benches::corpus_bodies(folder, dialect).remove(0).1;
+        let parsed = wire::parse(&body, dialect).unwrap();
+        let text = parsed
+            .messages()
+            .iter()
+            .filter(|m| m.is_tool())
+            .map(|m| m.content.clone())
+            .max_by_key(String::len)
+            .unwrap();
+        let name = format!("tokens/largest_{}_tool_output", folder.replace('-', "_"));
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.bench_function("bpe_openai_count", |b| {
+            b.iter(|| bpe_openai::o200k_base().count(black_box(text.as_str())));
+        });
+        group.bench_function("count_uncached/pieces_empty", |b| {
+            b.iter_batched(
+                engine::tokens::clear_memo,
+                |()| engine::tokens::count_uncached(black_box(&text)),
+                BatchSize::PerIteration,
+            );
+        });
+        group.bench_function("count_uncached/pieces_warm", |b| {
+            b.iter(|| engine::tokens::count_uncached(black_box(&text)));
+        });
+        group.finish();
+    }
 }
 
 /// The last two turns of a session: the history without its newest step, then the whole.

@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
+mod split;
+
 /// The memo is cleared when it grows past this many entries, bounding its memory to a few MiB.
 const MEMO_MAX_ENTRIES: usize = 200_000;
 
@@ -61,27 +63,27 @@ pub fn warm_up() {
 /// every message in a process that has counted nothing before.
 pub fn clear_memo() {
     memo().lock().clear();
-    PIECES.with_borrow_mut(|pieces| pieces.counts.clear());
+    PIECES.with_borrow_mut(PieceCounts::clear);
 }
 
 /// Counts without touching the memo.
 ///
 /// The same count as `bpe_openai`'s `Tokenizer::count` (o200k does not normalize, so a text is
-/// its pre-tokenizer's pieces, each encoded alone), with one difference in cost: that function
-/// sets up a fresh encoder, two heap allocations, for every piece, and a piece is mostly one
-/// word. Short pieces repeat endlessly in tool output (`self`, ` =`, `\n    `), so their counts
-/// are remembered per thread (up to 57,344), and a piece seen before costs a hash and a
-/// compare. This is what a long output pays the first turn it appears, on the request path
-/// (issue #22).
+/// its pre-tokenizer's pieces, each encoded alone), with two differences in cost. The pieces come
+/// from [`split`], which walks ASCII by hand where the crate runs a regex search per piece.
+/// And that function sets up a fresh encoder, two heap allocations, for every piece, where a
+/// piece is mostly one word: short pieces repeat endlessly in tool output (`self`, ` =`,
+/// `\n    `), so their counts are remembered per thread, and a piece seen before costs a
+/// lookup. This is what a long output pays the first turn it appears, on the request path
+/// (issues #22 and #34).
 pub fn count_uncached(text: &str) -> usize {
     if text.is_empty() {
         return 0;
     }
-    let tokenizer = bpe_openai::o200k_base();
+    let bpe = &bpe_openai::o200k_base().bpe;
     PIECES.with_borrow_mut(|pieces| {
-        tokenizer
-            .split(text)
-            .map(|piece| pieces.count(piece, |p| tokenizer.bpe.count(p.as_bytes())))
+        split::pieces(text)
+            .map(|piece| pieces.count(piece, |p| bpe.count(p.as_bytes())))
             .sum()
     })
 }
@@ -90,38 +92,96 @@ thread_local! {
     static PIECES: std::cell::RefCell<PieceCounts> = std::cell::RefCell::new(PieceCounts::default());
 }
 
-/// Token counts of short pre-tokenizer pieces, keyed by [`content_hash`] and checked against
-/// the piece itself, so a hash collision costs a count, never a wrong one.
-#[derive(Default)]
+/// Token counts of short pre-tokenizer pieces. A piece of up to [`PACKED_MAX`] bytes is its
+/// own key, packed with its length into two words, in a two-way table that a new piece
+/// overwrites the older of; a longer one is keyed by [`content_hash`] and checked against the
+/// piece itself. Either way a collision costs a count, never a wrong one.
 struct PieceCounts {
-    counts: HashMap<u64, (Box<str>, u32), IdentityBuild>,
+    packed: Box<[Packed]>,
+    hashed: HashMap<u64, (Box<str>, u32), IdentityBuild>,
+}
+
+/// Pieces this long or shorter are packed: 15 bytes and the length fill 16.
+const PACKED_MAX: usize = 15;
+/// 2^16 entries of 24 bytes: 1.5 MiB per thread that counts, touched as it fills.
+const PACKED_BITS: u32 = 16;
+
+#[derive(Clone, Copy, Default)]
+struct Packed {
+    key: [u64; 2],
+    count: u32,
+}
+
+impl Default for PieceCounts {
+    fn default() -> PieceCounts {
+        PieceCounts {
+            packed: vec![Packed::default(); 1 << PACKED_BITS].into_boxed_slice(),
+            hashed: HashMap::default(),
+        }
+    }
 }
 
 impl PieceCounts {
     /// Pieces longer than this are counted directly: they are rare, and remembering them would
     /// fill the map with one-off strings.
     const MAX_PIECE_BYTES: usize = 24;
-    /// The map is cleared past this many pieces: 7/8 of 65,536 buckets, so the table never
-    /// grows past them (2 MiB of entries plus the pieces' strings, about 4 MiB per thread).
-    const MAX_PIECES: usize = 57_344;
+    /// The map of longer pieces is cleared past this many: 7/8 of 8,192 buckets.
+    const MAX_HASHED: usize = 7_168;
 
     fn count(&mut self, piece: &str, encode: impl FnOnce(&str) -> usize) -> usize {
-        if piece.len() > Self::MAX_PIECE_BYTES {
-            return encode(piece);
+        match piece.len() {
+            0 => 0,
+            // Each of the 256 bytes is a token of a byte-level BPE (and a one-byte piece is ASCII).
+            1 => 1,
+            2..=PACKED_MAX => self.count_packed(piece, encode),
+            16..=Self::MAX_PIECE_BYTES => self.count_hashed(piece, encode),
+            _ => encode(piece),
         }
+    }
+
+    fn count_packed(&mut self, piece: &str, encode: impl FnOnce(&str) -> usize) -> usize {
+        let mut bytes = [0u8; 16];
+        bytes[..piece.len()].copy_from_slice(piece.as_bytes());
+        // The length makes the key of a piece with trailing NULs differ from the shorter one's,
+        // and no key of a piece (2 bytes or more) is the empty entry's.
+        bytes[15] = piece.len() as u8;
+        let (low, high) = bytes.split_at(8);
+        let word = |half: &[u8]| u64::from_le_bytes(half.try_into().unwrap_or_default());
+        let key = [word(low), word(high)];
+        let mixed = (key[0] ^ key[1].rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let way = (mixed >> (64 - PACKED_BITS)) as usize & !1;
+        let pair = &mut self.packed[way..way + 2];
+        if let Some(hit) = pair.iter().find(|entry| entry.key == key) {
+            return hit.count as usize;
+        }
+        let n = encode(piece);
+        pair[1] = pair[0];
+        pair[0] = Packed {
+            key,
+            count: u32::try_from(n).unwrap_or(u32::MAX),
+        };
+        n
+    }
+
+    fn count_hashed(&mut self, piece: &str, encode: impl FnOnce(&str) -> usize) -> usize {
         let key = content_hash(piece);
-        if let Some((known, n)) = self.counts.get(&key)
+        if let Some((known, n)) = self.hashed.get(&key)
             && **known == *piece
         {
             return *n as usize;
         }
         let n = encode(piece);
-        if self.counts.len() >= Self::MAX_PIECES {
-            self.counts.clear();
+        if self.hashed.len() >= Self::MAX_HASHED {
+            self.hashed.clear();
         }
-        self.counts
+        self.hashed
             .insert(key, (piece.into(), u32::try_from(n).unwrap_or(u32::MAX)));
         n
+    }
+
+    fn clear(&mut self) {
+        self.packed.fill(Packed::default());
+        self.hashed.clear();
     }
 }
 

@@ -42,6 +42,38 @@ fn every_corpus_body_parses_in_its_dialect() {
     }
 }
 
+/// sluice's count (its own pre-tokenizer split over ASCII, its per-thread piece counts) is the
+/// tokenizer crate's, on every text the model reads in both corpora: Claude Code's read outputs
+/// put a non-ASCII arrow on every line, so both halves of the split are exercised.
+#[test]
+fn every_corpus_text_counts_as_the_tokenizer_counts_it() {
+    let tokenizer = bpe_openai::o200k_base();
+    let mut seen = std::collections::HashSet::new();
+    let (mut texts, mut wide) = (0, 0);
+    for body in bodies() {
+        let parsed = wire::parse(&body.bytes, body.dialect).unwrap();
+        for message in parsed.messages() {
+            for text in message.visible_texts() {
+                if !seen.insert(engine::tokens::content_key(text)) {
+                    continue;
+                }
+                texts += 1;
+                wide += usize::from(!text.is_ascii());
+                assert_eq!(
+                    engine::tokens::count_uncached(text),
+                    tokenizer.count(text),
+                    "{}: {text:.60}",
+                    body.path.display()
+                );
+            }
+        }
+    }
+    assert!(
+        texts > 1_000 && wide > 100,
+        "{texts} texts, {wide} not ASCII"
+    );
+}
+
 #[test]
 fn off_preset_returns_the_input_bytes() {
     let config = Config::from_preset("off").unwrap();
