@@ -326,7 +326,7 @@ fn config() -> Criterion {
 }
 
 /// The exact o200k count of a new tool output, as the request path pays it the turn the output
-/// first appears: the tokenizer crate's own `count`, sluice's count with this thread's piece
+/// first appears: the tokenizer crate's own `count`, sluice's count with its piece
 /// counts empty (a process that has counted nothing), and with them warm from counting this
 /// output before (the best case). The outputs are the largest tool output of the largest public
 /// OpenAI run (ASCII) and of the largest Claude Code session (a file read: an arrow, not ASCII,

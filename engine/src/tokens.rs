@@ -59,10 +59,11 @@ pub fn warm_up() {
     count_uncached("warm up");
 }
 
-/// Empties the memo, and this thread's piece counts. For benches that measure a first sight of
-/// every message in a process that has counted nothing before.
+/// Empties the memo and the piece counts (the shared table's, and this thread's). For benches
+/// that measure a first sight of every message in a process that has counted nothing before.
 pub fn clear_memo() {
     memo().lock().clear();
+    shared_pieces().lock().clear();
     PIECES.with_borrow_mut(PieceCounts::clear);
 }
 
@@ -73,19 +74,32 @@ pub fn clear_memo() {
 /// from [`split`], which walks ASCII by hand where the crate runs a regex search per piece.
 /// And that function sets up a fresh encoder, two heap allocations, for every piece, where a
 /// piece is mostly one word: short pieces repeat endlessly in tool output (`self`, ` =`,
-/// `\n    `), so their counts are remembered per thread, and a piece seen before costs a
-/// lookup. This is what a long output pays the first turn it appears, on the request path
-/// (issues #22 and #34).
+/// `\n    `), so their counts are remembered, and a piece seen before costs a lookup. This is
+/// what a long output pays the first turn it appears, on the request path (issues #22 and #34).
+///
+/// The remembered counts are one table for the process, taken for a whole text: a connection
+/// moves between the runtime's threads, and a table per thread learned every word once per
+/// thread. A thread that finds the table taken counts with a table of its own instead of
+/// waiting for a long text to be counted.
 pub fn count_uncached(text: &str) -> usize {
     if text.is_empty() {
         return 0;
     }
     let bpe = &bpe_openai::o200k_base().bpe;
-    PIECES.with_borrow_mut(|pieces| {
+    let count = |pieces: &mut PieceCounts| {
         split::pieces(text)
             .map(|piece| pieces.count(piece, |p| bpe.count(p.as_bytes())))
             .sum()
-    })
+    };
+    match shared_pieces().try_lock() {
+        Some(mut pieces) => count(&mut pieces),
+        None => PIECES.with_borrow_mut(count),
+    }
+}
+
+fn shared_pieces() -> &'static Mutex<PieceCounts> {
+    static SHARED: OnceLock<Mutex<PieceCounts>> = OnceLock::new();
+    SHARED.get_or_init(|| Mutex::new(PieceCounts::default()))
 }
 
 thread_local! {
@@ -103,7 +117,7 @@ struct PieceCounts {
 
 /// Pieces this long or shorter are packed: 15 bytes and the length fill 16.
 const PACKED_MAX: usize = 15;
-/// 2^16 entries of 24 bytes: 1.5 MiB per thread that counts, touched as it fills.
+/// 2^16 entries of 24 bytes: 1.5 MiB a table, touched as it fills.
 const PACKED_BITS: u32 = 16;
 
 #[derive(Clone, Copy, Default)]
