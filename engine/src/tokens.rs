@@ -5,7 +5,7 @@
 //! transcript every turn, so after the first turn nearly every count is a memo hit: the memo is
 //! what keeps the pipeline within its latency budget on large bodies (see `benches/engine.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
@@ -51,12 +51,13 @@ pub fn count_hashed(text: &str, key: u64) -> usize {
     n
 }
 
-/// Builds the tokenizer's tables now. They are built on first use, which takes 40–50 ms on
+/// Builds the tokenizer's tables now, and the set of its short tokens. They are built on first use, which takes 40–50 ms on
 /// the machines in `docs/performance.md`: a server calls this before it listens, so that cost
 /// is not added to the first request a client sends (it was the slowest turn of every run of
 /// `benches/load.sh turns`).
 pub fn warm_up() {
     count_uncached("warm up");
+    single_tokens();
 }
 
 /// Empties the memo and the piece counts (the shared table's, and this thread's). For benches
@@ -154,24 +155,21 @@ impl PieceCounts {
     }
 
     fn count_packed(&mut self, piece: &str, encode: impl FnOnce(&str) -> usize) -> usize {
-        let mut bytes = [0u8; 16];
-        bytes[..piece.len()].copy_from_slice(piece.as_bytes());
-        // The length makes the key of a piece with trailing NULs differ from the shorter one's,
-        // and no key of a piece (2 bytes or more) is the empty entry's.
-        bytes[15] = piece.len() as u8;
-        let (low, high) = bytes.split_at(8);
-        let word = |half: &[u8]| u64::from_le_bytes(half.try_into().unwrap_or_default());
-        let key = [word(low), word(high)];
-        let mixed = (key[0] ^ key[1].rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let way = (mixed >> (64 - PACKED_BITS)) as usize & !1;
+        let key = pack(piece.as_bytes());
+        let words = [key as u64, (key >> 64) as u64];
+        let way = (mix(key) >> (64 - PACKED_BITS)) as usize & !1;
         let pair = &mut self.packed[way..way + 2];
-        if let Some(hit) = pair.iter().find(|entry| entry.key == key) {
+        if let Some(hit) = pair.iter().find(|entry| entry.key == words) {
             return hit.count as usize;
         }
-        let n = encode(piece);
+        let n = if single_tokens().contains(&key) {
+            1
+        } else {
+            encode(piece)
+        };
         pair[1] = pair[0];
         pair[0] = Packed {
-            key,
+            key: words,
             count: u32::try_from(n).unwrap_or(u32::MAX),
         };
         n
@@ -196,6 +194,62 @@ impl PieceCounts {
     fn clear(&mut self) {
         self.packed.fill(Packed::default());
         self.hashed.clear();
+    }
+}
+
+/// `bytes` (2 to [`PACKED_MAX`] of them) and their length in one key. The length makes the
+/// key of a piece with trailing NULs differ from the shorter one's, and no key is the empty
+/// entry's.
+fn pack(bytes: &[u8]) -> u128 {
+    let mut packed = [0u8; 16];
+    packed[..bytes.len()].copy_from_slice(bytes);
+    packed[15] = bytes.len() as u8;
+    u128::from_le_bytes(packed)
+}
+
+/// A packed key folded to a word whose high bits (the table's index) and low bits (the
+/// hash set's) both depend on every byte.
+fn mix(key: u128) -> u64 {
+    let folded = ((key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (key >> 64) as u64)
+        .wrapping_mul(0x517c_c1b7_2722_0a95);
+    folded ^ (folded >> 32)
+}
+
+/// o200k's tokens of 2 to [`PACKED_MAX`] bytes, packed. A piece that is one of them is one
+/// token: `bpe` builds its dictionary only of tokens that encode to themselves. Looking it up
+/// costs about 30 ns where the encoder takes 0.6 µs, and three new pieces in five of the
+/// public corpus's are single tokens (`docs/performance.md`). About 190,000 keys, 4.5 MiB,
+/// built by [`warm_up`].
+fn single_tokens() -> &'static HashSet<u128, BuildHasherDefault<PackedHasher>> {
+    static SINGLE: OnceLock<HashSet<u128, BuildHasherDefault<PackedHasher>>> = OnceLock::new();
+    SINGLE.get_or_init(|| {
+        let bpe = &bpe_openai::o200k_base().bpe;
+        (0..bpe.num_tokens())
+            .filter_map(|id| u32::try_from(id).ok())
+            .map(|id| bpe.token_bytes(id))
+            .filter(|bytes| (2..=PACKED_MAX).contains(&bytes.len()))
+            .map(pack)
+            .collect()
+    })
+}
+
+/// Hashes a packed key with [`mix`].
+#[derive(Default)]
+struct PackedHasher(u64);
+
+impl std::hash::Hasher for PackedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u128(&mut self, key: u128) {
+        self.0 = mix(key);
     }
 }
 
@@ -359,6 +413,29 @@ mod tests {
         );
         assert_ne!(content_hash("ab"), content_hash("ba"));
         assert_ne!(content_hash(""), content_hash("\0"));
+    }
+
+    /// The shortcut's premise: a piece that is a token's bytes encodes as that one token. Every
+    /// 13th token the set holds, with text that could be a piece (valid UTF-8).
+    #[test]
+    fn a_piece_that_is_a_short_token_counts_one() {
+        let bpe = &bpe_openai::o200k_base().bpe;
+        let mut checked = 0;
+        for id in (0..bpe.num_tokens() as u32).step_by(13) {
+            let bytes = bpe.token_bytes(id);
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                continue;
+            };
+            if (2..=PACKED_MAX).contains(&bytes.len()) {
+                assert!(single_tokens().contains(&pack(bytes)), "{text:?}");
+                assert_eq!(bpe.count(bytes), 1, "{text:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+        // Not a token: counted by the encoder, not taken for one.
+        assert!(!single_tokens().contains(&pack(b"qzxjvq_wkpf")));
+        assert_eq!(count_uncached("qzxjvq_wkpf"), bpe.count(b"qzxjvq_wkpf"));
     }
 
     #[test]
