@@ -274,7 +274,7 @@ async fn turn_by_turn(binary: &str, mock: &Mock, client: &HttpClient) {
     let port = free_port();
     // `TURNS_PRESET=off`: the same turns through `--preset off`, which forwards without
     // reading, so what the hop costs by itself is measured beside what the turn adds.
-    let preset = std::env::var("TURNS_PRESET").ok();
+    let preset = std::env::var("TURNS_PRESET").ok().filter(|p| !p.is_empty());
     let mut extra = vec!["--no-dashboard"];
     if let Some(preset) = &preset {
         extra.extend(["--preset", preset.as_str()]);

@@ -216,9 +216,9 @@ fn mix(key: u128) -> u64 {
 }
 
 /// o200k's tokens of 2 to [`PACKED_MAX`] bytes, packed. A piece that is one of them is one
-/// token: `bpe` builds its dictionary only of tokens that encode to themselves. Looking it up
-/// costs about 30 ns where the encoder takes 0.6 µs, and three new pieces in five of the
-/// public corpus's are single tokens (`docs/performance.md`). About 190,000 keys, 4.5 MiB,
+/// token: `bpe` builds its dictionary only of tokens that encode to themselves. A lookup
+/// answers it where the encoder took 0.6 µs, and three new pieces in five of the public
+/// corpus's are single tokens (`docs/performance.md`). 194,250 keys, about 4 MiB,
 /// built by [`warm_up`].
 fn single_tokens() -> &'static HashSet<u128, BuildHasherDefault<PackedHasher>> {
     static SINGLE: OnceLock<HashSet<u128, BuildHasherDefault<PackedHasher>>> = OnceLock::new();
