@@ -75,6 +75,23 @@ fn any_body() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
+    /// sluice's token count (its own pre-tokenizer over ASCII, the crate's regex where a byte
+    /// over 0x7F decides a piece, remembered piece counts, single tokens by lookup) is the
+    /// tokenizer crate's on any text: any characters, and text mostly ASCII with any between.
+    #[test]
+    fn token_counts_are_the_tokenizers(
+        any_text in any::<String>(),
+        mostly_ascii in "([ -~\\t\\n\\r]{0,12}\\PC?){0,24}",
+    ) {
+        for text in [&any_text, &mostly_ascii] {
+            prop_assert_eq!(
+                engine::tokens::count_uncached(text),
+                bpe_openai::o200k_base().count(text.as_str()),
+                "{:?}", text
+            );
+        }
+    }
+
     /// Cutting some tool outputs changes those messages' content and nothing else: every other
     /// top-level field and every message not cut leaves byte-identical.
     #[test]
