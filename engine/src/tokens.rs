@@ -51,10 +51,10 @@ pub fn count_hashed(text: &str, key: u64) -> usize {
     n
 }
 
-/// Builds the tokenizer's tables now, and the set of its short tokens. They are built on first use, which takes 40–50 ms on
-/// the machines in `docs/performance.md`: a server calls this before it listens, so that cost
-/// is not added to the first request a client sends (it was the slowest turn of every run of
-/// `benches/load.sh turns`).
+/// Builds the tokenizer's tables now, and the set of its short tokens. They are built on first
+/// use, which takes 40–50 ms on the machines in `docs/performance.md` (the set, 14 ms more): a
+/// server calls this before it listens, so that cost is not added to the first request a client
+/// sends (it was the slowest turn of every run of `benches/load.sh turns`).
 pub fn warm_up() {
     count_uncached("warm up");
     single_tokens();
@@ -108,8 +108,8 @@ thread_local! {
 }
 
 /// Token counts of short pre-tokenizer pieces. A piece of up to [`PACKED_MAX`] bytes is its
-/// own key, packed with its length into two words, in a two-way table that a new piece
-/// overwrites the older of; a longer one is keyed by [`content_hash`] and checked against the
+/// own key, packed with its length into two words, in a two-way table where a new piece
+/// displaces the one put in first (a hit does not refresh); a longer one is keyed by [`content_hash`] and checked against the
 /// piece itself. Either way a collision costs a count, never a wrong one.
 struct PieceCounts {
     packed: Box<[Packed]>,
@@ -118,6 +118,8 @@ struct PieceCounts {
 
 /// Pieces this long or shorter are packed: 15 bytes and the length fill 16.
 const PACKED_MAX: usize = 15;
+/// Longer pieces, up to `PieceCounts::MAX_PIECE_BYTES`, are keyed by their hash.
+const HASHED_MIN: usize = PACKED_MAX + 1;
 /// 2^16 entries of 24 bytes: 1.5 MiB a table, touched as it fills.
 const PACKED_BITS: u32 = 16;
 
@@ -149,7 +151,7 @@ impl PieceCounts {
             // Each of the 256 bytes is a token of a byte-level BPE (and a one-byte piece is ASCII).
             1 => 1,
             2..=PACKED_MAX => self.count_packed(piece, encode),
-            16..=Self::MAX_PIECE_BYTES => self.count_hashed(piece, encode),
+            HASHED_MIN..=Self::MAX_PIECE_BYTES => self.count_hashed(piece, encode),
             _ => encode(piece),
         }
     }

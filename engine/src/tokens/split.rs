@@ -157,8 +157,8 @@ fn white_space_end(bytes: &Bytes<'_>, first: Class) -> usize {
     }
 }
 
-/// The text's bytes as the pattern's classes, noting whether a byte over 0x7F (or the end of a
-/// text that is only a prefix) was read.
+/// The text's bytes as the pattern's classes, noting whether a byte over 0x7F was read. Past
+/// the end is the end of the text (this is the rest of it), where every run stops.
 struct Bytes<'a> {
     text: &'a [u8],
     saw_wide: std::cell::Cell<bool>,
@@ -183,7 +183,8 @@ impl<'a> Bytes<'a> {
         }
     }
 
-    /// The class of the byte at `i`; past the end, a class no branch continues on.
+    /// The class of the byte at `i`; past the end, `Wide` without noting it: a class no branch
+    /// continues on.
     fn class(&self, i: usize) -> Class {
         match self.text.get(i) {
             Some(&b) => {
