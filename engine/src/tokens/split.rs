@@ -5,7 +5,7 @@
 //! and a piece is mostly one word. Over ASCII the pattern's classes are a byte table and its
 //! alternation a few branches, so this walks the bytes itself and asks the regex only for a
 //! piece whose extent depends on a byte over 0x7F (a letter, digit or space the table does not
-//! know). Each piece is anchored where the last one ended, the regex's own pieces are too, and
+//! know; a few common punctuation characters and symbols it does). Each piece is anchored where the last one ended, the regex's own pieces are too, and
 //! the pattern has no look-behind, so a piece asked of the regex at any position is the piece
 //! the regex's own split makes there: the pieces, and so the counts, are the same.
 //!
@@ -32,7 +32,7 @@ enum Class {
     Space,
     /// Neither letter, digit nor white space: `[^\s\p{L}\p{N}]` over ASCII.
     Other,
-    /// Over 0x7F: the table cannot say.
+    /// Over 0x7F: the table cannot say (`Bytes::known_other` knows a few characters).
     Wide,
 }
 
@@ -101,9 +101,10 @@ fn piece_end(bytes: &Bytes<'_>) -> usize {
         return 0;
     }
     // 1 and 2: letters, after one byte that is not a newline, letter or digit.
-    let prefixed = matches!(first, Class::Space | Class::Other) && bytes.is_letter(1);
+    let width = bytes.width(0);
+    let prefixed = matches!(first, Class::Space | Class::Other) && bytes.is_letter(width);
     if bytes.is_letter(0) || prefixed {
-        return letters_end(bytes, usize::from(prefixed));
+        return letters_end(bytes, if prefixed { width } else { 0 });
     }
     if first == Class::Digit {
         // Three at most, so a byte after them is not read.
@@ -112,7 +113,9 @@ fn piece_end(bytes: &Bytes<'_>) -> usize {
             .unwrap_or(3);
     }
     // 4: punctuation, after an optional space, then newlines and slashes.
-    let start = usize::from(bytes.byte(0) == Some(b' ') && bytes.class(1) == Class::Other);
+    let start = usize::from(
+        first == Class::Space && bytes.byte(0) == Some(b' ') && bytes.class(1) == Class::Other,
+    );
     if bytes.class(start) == Class::Other {
         let end = bytes.run(start, |c| c == Class::Other);
         return bytes.run_bytes(end, |b| matches!(b, b'\r' | b'\n' | b'/'));
@@ -183,13 +186,16 @@ impl<'a> Bytes<'a> {
         }
     }
 
-    /// The class of the byte at `i`; past the end, `Wide` without noting it: a class no branch
-    /// continues on.
+    /// The class of the character at `i` (a character boundary); past the end, `Wide` without
+    /// noting it: a class no branch continues on.
     fn class(&self, i: usize) -> Class {
         match self.text.get(i) {
             Some(&b) => {
                 let class = CLASSES[usize::from(b)];
                 if class == Class::Wide {
+                    if self.known_other(i) {
+                        return Class::Other;
+                    }
                     self.saw_wide.set(true);
                 }
                 class
@@ -198,15 +204,37 @@ impl<'a> Bytes<'a> {
         }
     }
 
+    /// The length of the character at `i`: 1, or 3 for one [`Bytes::known_other`] knows.
+    fn width(&self, i: usize) -> usize {
+        if self.known_other(i) { 3 } else { 1 }
+    }
+
+    /// Whether the character at `i` is one of the few over 0x7F common in tool output that are
+    /// neither letter, mark, digit nor white space, so `[^\s\p{L}\p{N}]` and the prefix class take
+    /// them as they take ASCII punctuation: the general punctuation of U+2010-U+2027 and
+    /// U+2030-U+205E (dashes, quotes, bullets, ellipsis), arrows (Claude Code numbers every line
+    /// of a file it reads with `→`), box drawing, block elements, geometric shapes, and the
+    /// dingbats before the circled digits. A test checks each of them against the regex.
+    fn known_other(&self, i: usize) -> bool {
+        let Some(&[0xE2, second, third]) = self.text.get(i..i + 3) else {
+            return false;
+        };
+        let point = 0x2000 | (u32::from(second & 0x3F) << 6) | u32::from(third & 0x3F);
+        matches!(
+            point,
+            0x2010..=0x2027 | 0x2030..=0x205E | 0x2190..=0x21FF | 0x2500..=0x25FF | 0x2700..=0x2775
+        )
+    }
+
     fn is_letter(&self, i: usize) -> bool {
         matches!(self.class(i), Class::Upper | Class::Lower)
     }
 
-    /// Where the run of bytes of a class `keep` takes, from `from`, ends.
+    /// Where the run of characters of a class `keep` takes, from `from`, ends.
     fn run(&self, from: usize, keep: impl Fn(Class) -> bool) -> usize {
         let mut i = from;
         while keep(self.class(i)) {
-            i += 1;
+            i += self.width(i);
         }
         i
     }
@@ -278,6 +306,38 @@ mod tests {
         }
     }
 
+    /// Every character `known_other` takes for punctuation, in the contexts where its class
+    /// decides a piece: alone, in a run, as a letter's or a space's prefix, between digits,
+    /// before a newline or a slash, after an apostrophe; and the characters around its ranges.
+    #[test]
+    fn the_characters_read_as_punctuation_split_as_the_regex_does() {
+        let ranges = [
+            0x2000..=0x2030,
+            0x2030..=0x2060,
+            0x2180..=0x2200,
+            0x24f0..=0x2600,
+            0x26f0..=0x2780,
+        ];
+        let mut checked = 0;
+        for c in ranges.into_iter().flatten().filter_map(char::from_u32) {
+            for text in [
+                format!("{c}"),
+                format!("{c}{c}{c}x"),
+                format!("{c}import os"),
+                format!(" {c}Word"),
+                format!("x {c}\n\n"),
+                format!("1{c}2{c}"),
+                format!("{c}/\n/a"),
+                format!("a'{c}s"),
+                format!("    {c}  "),
+            ] {
+                same_pieces(&text);
+                checked += 1;
+            }
+        }
+        assert!(checked > 5_000, "{checked}");
+    }
+
     /// Random texts over an alphabet that holds every class and the bytes that end a run,
     /// ASCII and not: each must split as the regex splits it.
     #[test]
@@ -285,7 +345,7 @@ mod tests {
         const ALPHABET: &[&str] = &[
             "a", "z", "Q", "S", "e", "l", "r", "v", "0", "7", " ", " ", "\t", "\n", "\r", "\x0b",
             "\x0c", "'", "/", "-", "(", ".", "\0", "é", "É", "²", "٣", "\u{a0}", "\u{3000}", "→",
-            "🚀", "\u{301}", "ſ", "\u{85}",
+            "🚀", "\u{301}", "ſ", "\u{85}", "─", "…", "“", "✓", "❶", "\u{2028}", "\u{205f}",
         ];
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
         let mut next = move || {
