@@ -85,9 +85,10 @@ impl<'a> Iterator for Pieces<'a> {
     }
 }
 
-/// The length of the piece at the start of `text`, or `None` when it depends on a byte over
-/// 0x7F. Every byte it reads goes through [`Bytes`], which answers such a byte as the end of
-/// the run being read and remembers that it did.
+/// The length of the piece at the start of `text`, or `None` when it depends on a character
+/// over 0x7F that [`Bytes::known_other`] does not know. Every byte it reads goes through
+/// [`Bytes`], which answers such a character as the end of the run being read and remembers
+/// that it did.
 fn ascii_piece(text: &[u8]) -> Option<usize> {
     let bytes = Bytes::new(text);
     let end = piece_end(&bytes);
@@ -100,7 +101,7 @@ fn piece_end(bytes: &Bytes<'_>) -> usize {
     if first == Class::Wide {
         return 0;
     }
-    // 1 and 2: letters, after one byte that is not a newline, letter or digit.
+    // 1 and 2: letters, after one character that is not a newline, letter or digit.
     let width = bytes.width(0);
     let prefixed = matches!(first, Class::Space | Class::Other) && bytes.is_letter(width);
     if bytes.is_letter(0) || prefixed {
