@@ -109,8 +109,9 @@ thread_local! {
 
 /// Token counts of short pre-tokenizer pieces. A piece of up to [`PACKED_MAX`] bytes is its
 /// own key, packed with its length into two words, in a two-way table where a new piece
-/// displaces the one put in first (a hit does not refresh); a longer one is keyed by [`content_hash`] and checked against the
-/// piece itself. Either way a collision costs a count, never a wrong one.
+/// displaces the one put in first (a hit does not refresh); a longer one is keyed by
+/// [`content_hash`] and checked against the piece itself. Either way a collision costs a count,
+/// never a wrong one.
 struct PieceCounts {
     packed: Box<[Packed]>,
     hashed: HashMap<u64, (Box<str>, u32), IdentityBuild>,
