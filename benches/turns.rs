@@ -78,6 +78,7 @@ async fn one_pass(arm: Arm, dialect: Dialect, session: &str, turns: &[Bytes]) ->
                 body,
                 headers: &headers,
                 models: None,
+                defer_counts: false,
             })
             .await;
         out.push(started.elapsed());

@@ -135,6 +135,8 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
     }
     let mut report = report;
     if !discarded.is_empty() {
+        // The total is taken whole again here: the rest of the report must be too.
+        report.settle();
         report.tokens_after = messages.iter(originals).map(message_tokens).sum();
     }
     let mut body = written.body;
@@ -211,6 +213,10 @@ fn restructure(
                 None => continue,
             },
         };
+        if outcome.is_ok() {
+            // A saving taken off the totals, floored at zero, needs them whole.
+            report.settle();
+        }
         let Some(component) = report
             .components
             .iter_mut()

@@ -9,14 +9,51 @@ use crate::tokens;
 
 /// What a run computes of each original message, once per body: a host that parsed it may
 /// have them already (`wire::ParsedBody::digests`). Each slice is indexed like the messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Digests<'a> {
     /// `tokens::content_hash` of each content.
     pub content: &'a [u64],
-    /// [`message_tokens`] of each message.
+    /// [`message_tokens`] of each message, or [`UNCOUNTED`] for one a resumed parse left for
+    /// the run to count when something asks (`wire::resume`).
     pub tokens: &'a [usize],
     /// `marker::contains_marker` of each content.
     pub marked: &'a [bool],
+    /// Where a run leaves the counts it took of the [`UNCOUNTED`] messages, for the next turn's
+    /// parse to carry; `None` for digests no later turn resumes from.
+    pub late: Option<&'a LateCounts>,
+}
+
+/// A [`Digests::tokens`] entry not counted yet. A resumed parse leaves its new messages so: a
+/// count only a report's totals read is taken after the request has gone upstream
+/// (`pipeline::RunReport::settle`), and one a component reads when it reads it.
+pub const UNCOUNTED: usize = usize::MAX;
+
+/// The token counts a body's run took late, by message index: shared between the body's
+/// parse, which the parse memo keeps for the next turn (`wire::resume`), and the run's report,
+/// which fills it once it has counted (`pipeline::RunReport::settle`). The next turn carries
+/// the counts it finds and counts what it does not: filled or not, the counts are the same.
+#[derive(Debug, Clone, Default)]
+pub struct LateCounts(std::sync::Arc<std::sync::OnceLock<Vec<(usize, usize)>>>);
+
+impl LateCounts {
+    /// Leaves `counts` (index, tokens), ascending by index; the first run to finish wins (every
+    /// run of a body counts the same originals).
+    pub(crate) fn leave(&self, counts: Vec<(usize, usize)>) {
+        debug_assert!(counts.is_sorted_by_key(|(i, _)| *i));
+        let _ = self.0.set(counts);
+    }
+
+    /// The count left for message `index`, if one was.
+    pub(crate) fn get(&self, index: usize) -> Option<usize> {
+        let counts = self.0.get()?;
+        let at = counts.binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        Some(counts[at].1)
+    }
+
+    /// Whether a run left its counts.
+    pub fn is_left(&self) -> bool {
+        self.0.get().is_some()
+    }
 }
 
 /// [`Digests`] computed and owned, for a host that has none to carry.
@@ -49,6 +86,7 @@ impl Computed {
             content: &self.content,
             tokens: &self.tokens,
             marked: &self.marked,
+            late: None,
         }
     }
 }

@@ -45,6 +45,7 @@ use crate::wire::Dialect;
 mod carry_over;
 mod component;
 mod context;
+mod counts;
 mod freeze;
 mod report;
 mod transcript;
@@ -55,6 +56,8 @@ pub use crate::gate::Gate;
 use carry_over::CarryOver;
 pub use component::*;
 pub use context::*;
+use counts::Counts;
+pub use counts::Pending;
 use freeze::*;
 pub use report::*;
 pub use transcript::*;
@@ -184,11 +187,14 @@ impl Pipeline {
     ) -> (RunReport, Forwarded, Option<crate::carry::RunCarry>) {
         let started = cx.clock.now();
         let mut messages = Working::new(originals);
-        let mut state = self.begin_run(originals, digests);
+        let mut state = self.begin_run(originals, digests, cx.defer_counts);
         let mut report = RunReport {
-            tokens_before: state.total,
+            tokens_before: state.counts.total(),
             ..RunReport::default()
         };
+        // Where the counts stood when each total was taken (`counts::Counts::fix`).
+        let begun = state.counts.late();
+        let mut taken_at = Vec::with_capacity(self.stages.len());
         let stamp = self.carry_stamp(cx);
         let mut carry_over = CarryOver::new(stamp, carried, originals.len(), self.stages.len());
         if carry_over.carrying_over(0) {
@@ -213,16 +219,28 @@ impl Pipeline {
                 // report must be the one a full run makes.
                 component = run_stage(&run, originals, &mut messages, &mut state, &mut carry_over);
             }
+            taken_at.push(state.counts.late());
             report.components.push(component);
         }
-        report.tokens_after = state.total;
+        report.tokens_after = state.counts.total();
         report.duration_us = duration_us(cx.clock.now().saturating_sub(started));
+        let counts = &state.counts;
+        counts.fix(&mut report.tokens_before, begun);
+        for (component, &at) in report.components.iter_mut().zip(&taken_at) {
+            counts.fix(&mut component.tokens_before, at);
+            counts.fix(&mut component.tokens_after, at);
+        }
+        let RunState { counts, hashes, .. } = state;
+        report.pending = counts.into_pending(originals, &hashes.content, digests.late);
+        if !cx.defer_counts {
+            report.settle();
+        }
         (report, messages.into_forwarded(), carry_over.into_carry())
     }
 
     /// Takes each original's digests: hash (freeze keys and components share it), token count
-    /// and marker.
-    fn begin_run(&self, originals: &[Message], digests: Digests<'_>) -> RunState {
+    /// and marker. A run that does not `defer` counts what the digests left uncounted now.
+    fn begin_run(&self, originals: &[Message], digests: Digests<'_>, defer: bool) -> RunState {
         // The contract says the digests are the originals'; a caller that broke it gets
         // correct values, not the cached ones of other texts.
         let n = originals.len();
@@ -243,8 +261,11 @@ impl Pipeline {
         } else {
             Vec::new()
         };
+        let counts = Counts::new(&counts);
+        if !defer {
+            counts.count_all(originals, &content);
+        }
         RunState {
-            total: counts.iter().sum(),
             counts,
             touched: vec![false; n],
             hashes: RunHashes {
@@ -259,9 +280,8 @@ impl Pipeline {
 
 /// What a run carries from one stage to the next.
 struct RunState {
-    /// Tokens of each message as the next stage finds it.
-    counts: Vec<usize>,
-    total: usize,
+    /// Tokens of each message as the next stage finds it, and their total.
+    counts: Counts,
     /// Messages the running stage has written to (reset after each stage).
     touched: Vec<bool>,
     hashes: RunHashes,
@@ -305,6 +325,15 @@ fn run_stage<'a>(
     let mut saved = std::mem::take(&mut transcript.saved);
     drop(transcript);
     saved.sort_unstable_by_key(|(i, _)| *i);
+    // The guard weighs every change against the message as the stage found it: count each
+    // message it wrote to (and each replay, which a revert keeps) if no one has.
+    let written_to = saved.iter().map(|(i, _)| *i);
+    for i in written_to.chain(acx.reapplied_as.iter().map(|(i, _, _)| *i)) {
+        if let (Some(original), Some(&hash)) = (originals.get(i), state.hashes.content.get(i)) {
+            state.counts.get(i, original, hash);
+        }
+    }
+    state.counts.absorb();
     for (i, _) in &saved {
         state.touched[*i] = false;
     }
@@ -321,24 +350,18 @@ fn run_stage<'a>(
         &state.counts,
         carry_over,
     );
+    let total = state.counts.total();
     let after = new_counts
         .iter()
-        .fold(state.total, |acc, &(i, n)| acc - state.counts[i] + n);
+        .fold(total, |acc, &(i, n)| acc - state.counts.known(i) + n);
     let revert = verdict(
-        stage,
-        freeze,
-        &outcome,
-        &saved,
-        &acx,
-        messages,
-        after,
-        state.total,
+        stage, freeze, &outcome, &saved, &acx, messages, after, total,
     );
     let mut component = ComponentReport {
         name: stage.name(),
         kind: stage.kind(),
-        tokens_before: state.total,
-        tokens_after: state.total,
+        tokens_before: total,
+        tokens_after: total,
         saved_tokens: 0,
         mutated: false,
         acted: false,
@@ -383,7 +406,7 @@ fn kept_changes<'a>(
     saved: &mut Saved<'a>,
     acx: &mut ApplyCx<'_>,
     messages: &mut Working<'a>,
-    counts: &[usize],
+    counts: &Counts,
     carry_over: &CarryOver<'_>,
 ) -> Vec<(usize, usize)> {
     saved.retain(|(i, old)| messages[*i] != **old);
@@ -410,7 +433,7 @@ fn kept_changes<'a>(
 /// floor.
 fn hold_learned<'a>(
     cx: &RunCx,
-    counts: &[usize],
+    counts: &Counts,
     saved: &mut Saved<'a>,
     acx: &mut ApplyCx<'_>,
     messages: &mut Working<'a>,
@@ -423,7 +446,7 @@ fn hold_learned<'a>(
     // is not the cut's saving.
     let below_floor = |i: usize, m: &Message| {
         cx.cut_floor.is_some_and(|floor| {
-            i >= floor.from && counts[i].saturating_sub(message_tokens(m)) < floor.min_saved
+            i >= floor.from && counts.known(i).saturating_sub(message_tokens(m)) < floor.min_saved
         })
     };
     let retried = |i: usize, m: &Message| {
@@ -587,18 +610,21 @@ fn revert_stage<'a>(
     }
     for (i, _, reapplied) in reapplied {
         let n = message_tokens(&reapplied);
+        let was = state.counts.known(i);
         component.savings.push(MessageSaving {
             index: i,
             content_key: tokens::content_hash(&messages[i].content),
-            saved_tokens: state.counts[i].saturating_sub(n),
+            saved_tokens: was.saturating_sub(n),
         });
-        state.total = state.total - state.counts[i] + n;
-        state.counts[i] = n;
+        state.counts.set_total(state.counts.total() - was + n);
+        state.counts.set(i, n);
         messages.set(i, reapplied);
         component.changed.push(i);
     }
-    component.tokens_after = state.total;
-    component.saved_tokens = component.tokens_before.saturating_sub(state.total);
+    component.tokens_after = state.counts.total();
+    component.saved_tokens = component
+        .tokens_before
+        .saturating_sub(component.tokens_after);
     component.acted = component.saved_tokens > 0;
     component.mutated = !component.changed.is_empty();
     component.reverted = Some(why);
@@ -658,17 +684,18 @@ fn keep_stage(
         component.savings.push(MessageSaving {
             index: i,
             content_key,
-            saved_tokens: state.counts[i].saturating_sub(n),
+            saved_tokens: state.counts.known(i).saturating_sub(n),
         });
-        state.counts[i] = n;
+        state.counts.set(i, n);
     }
+    let total = state.counts.total();
     component.tokens_after = after;
-    component.saved_tokens = state.total - after;
-    component.acted = after < state.total;
+    component.saved_tokens = total - after;
+    component.acted = after < total;
     component.mutated = !saved.is_empty();
     component.changed = saved.iter().map(|(i, _)| *i).collect();
     component.stashed = keys.into_iter().map(|k| k.id).collect();
-    state.total = after;
+    state.counts.set_total(after);
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -43,12 +43,62 @@ pub fn count_hashed(text: &str, key: u64) -> usize {
         return hit as usize;
     }
     let n = count_uncached(text);
+    remember(key, n);
+    n
+}
+
+fn remember(key: u64, n: usize) {
     let mut memo = memo().lock();
     if memo.len() >= MEMO_MAX_ENTRIES {
         memo.clear();
     }
     memo.insert(key, u32::try_from(n).unwrap_or(u32::MAX));
-    n
+}
+
+/// How far a count that stopped at a limit got ([`count_until`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Partial {
+    /// The end of the last piece counted.
+    pub offset: usize,
+    /// The tokens before it.
+    pub tokens: usize,
+}
+
+/// Counts `text` on from where `partial` stopped: `Ok` with the whole count (memoized under
+/// `key`, its [`content_hash`]) when the text ends before the count reaches `limit`, `Err`
+/// with how far it got when it reaches it. A gate under a component's `min_tokens` so reads no
+/// further into a long output, and the next, higher gate goes on from there: a text is cut
+/// into pieces left to right, each from the text after the one before alone, and a count is
+/// the sum of its pieces', so a count resumed at a piece's end is the count in one go.
+pub fn count_until(text: &str, key: u64, partial: Partial, limit: usize) -> Result<usize, Partial> {
+    if partial.offset == 0
+        && let Some(&hit) = memo().lock().get(&key)
+    {
+        return Ok(hit as usize);
+    }
+    let bpe = &bpe_openai::o200k_base().bpe;
+    let count = |pieces: &mut PieceCounts| {
+        let mut split = split::pieces_from(text, partial.offset);
+        let mut n = partial.tokens;
+        while n < limit {
+            let Some(piece) = split.next() else {
+                return Ok(n);
+            };
+            n += pieces.count(piece, |p| bpe.count(p.as_bytes()));
+        }
+        Err(Partial {
+            offset: split.at(),
+            tokens: n,
+        })
+    };
+    let counted = match shared_pieces().try_lock() {
+        Some(mut pieces) => count(&mut pieces),
+        None => PIECES.with_borrow_mut(count),
+    };
+    if let Ok(n) = counted {
+        remember(key, n);
+    }
+    counted
 }
 
 /// Builds the tokenizer's tables now, and the set of its short tokens. They are built on first

@@ -526,6 +526,7 @@ async fn forward_turn(
         body: &bytes,
         headers,
         models: None,
+        defer_counts: false,
     };
     match service.run(input).await {
         Turn::Forward(forward) => *forward,

@@ -86,6 +86,8 @@ fn run_under<'a>(
     // A staircase step is taken whether or not the re-write pays: weighing costs a second
     // pipeline run, at most once every `every_turns`.
     state.turns_since_amortized = 0;
+    // The two runs are weighed by their totals: each must be whole.
+    let cx = cx.with_deferred_counts(false);
     let usual_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
     let deep_store = Arc::new(amortize::Overlay::new(cx.store.clone()));
     let mut usual_cx = cx.clone();

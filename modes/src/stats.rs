@@ -266,6 +266,10 @@ impl Stats {
 
     /// A request sluice rewrote (or tried to): its pipeline report and the time sluice added.
     pub fn record_run(&self, report: &RunReport, discarded: &[Discarded], added: Duration) {
+        debug_assert!(
+            report.is_settled(),
+            "a run recorded before its counts settled"
+        );
         let mut t = self.totals.lock();
         t.requests += 1;
         t.compacted_requests += 1;
@@ -303,6 +307,10 @@ impl Stats {
     /// What sync would have done to a request observe mode forwarded untouched (the shadow
     /// run), and what computing it cost off the request path.
     pub fn record_projection(&self, report: &RunReport, discarded: &[Discarded], took: Duration) {
+        debug_assert!(
+            report.is_settled(),
+            "a run recorded before its counts settled"
+        );
         let mut t = self.totals.lock();
         t.observe_projections += 1;
         t.observe_us += micros(took);
@@ -644,6 +652,7 @@ mod tests {
                 duration_us: 1500,
             }],
             duration_us: 2000,
+            pending: None,
         }
     }
 

@@ -94,6 +94,10 @@ pub struct TurnInput<'a> {
     pub headers: &'a HeaderMap,
     /// The host's model service; `None` offline.
     pub models: Option<&'a dyn TurnModelsSource>,
+    /// The host sends the request before it reads the report's totals, and settles them then
+    /// ([`Forward::settle_counts`]): counts no decision reads are taken off the request path.
+    /// False: the turn's report is complete when it returns.
+    pub defer_counts: bool,
 }
 
 /// Why a request goes upstream exactly as it came.
@@ -177,6 +181,25 @@ pub struct Forward {
 }
 
 impl Forward {
+    /// Completes the report's totals when the turn deferred counts ([`TurnInput::defer_counts`]):
+    /// a host calls it once the request is on its way, before it reads them.
+    pub fn settle_counts(&mut self) {
+        self.report.settle();
+    }
+
+    /// [`Turn::record`] of a forwarded turn, for a host that holds the `Forward` alone (one
+    /// that settles its counts after the send).
+    pub fn record(&self, stats: &Stats) {
+        let facts = &self.facts;
+        stats.record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
+        stats.record_retries(facts.retries.into());
+        stats.record_run(&self.report, &self.discarded, self.added);
+        if let Some(reason) = self.withheld {
+            stats.record_way_back_withheld(reason.label());
+        }
+        stats.record_opaque(self.opaque as u64);
+    }
+
     /// A turn forwarded as it came (a bypass), in the shape of a rewritten one.
     pub fn untouched(
         body: Bytes,
@@ -232,22 +255,11 @@ impl Turn {
 
     /// Feeds `/stats`: every turn is counted exactly once, here.
     pub fn record(&self, stats: &Stats) {
-        let record_facts = |f: &TurnFacts| {
-            stats.record_turn(f.cold, f.known, f.diverged, f.amortized);
-        };
         match self {
-            Turn::Forward(f) => {
-                record_facts(&f.facts);
-                stats.record_retries(f.facts.retries.into());
-                stats.record_run(&f.report, &f.discarded, f.added);
-                if let Some(reason) = f.withheld {
-                    stats.record_way_back_withheld(reason.label());
-                }
-                stats.record_opaque(f.opaque as u64);
-            }
+            Turn::Forward(f) => f.record(stats),
             Turn::Untouched { reason, facts, .. } => {
-                if let Some(facts) = facts {
-                    record_facts(facts);
+                if let Some(f) = facts {
+                    stats.record_turn(f.cold, f.known, f.diverged, f.amortized);
                 }
                 match reason {
                     // Not ours to judge: the upstream answers a body we cannot read.
@@ -529,7 +541,9 @@ impl TurnService {
         }
         let reach = way_back::reach(&parsed);
         let models = input.models.map(|source| source.for_turn(&parsed));
-        let cx = self.run_cx(&parsed, &session, models.as_ref(), reach.is_ok());
+        let cx = self
+            .run_cx(&parsed, &session, models.as_ref(), reach.is_ok())
+            .with_deferred_counts(input.defer_counts);
         let (mut applied, facts) =
             run_turn(&mut lease, &parsed, &pipeline, cx.clone(), &self.amortize);
         // A re-run of this turn holds to what this turn learned (tools kept whole, a floor), too.

@@ -324,6 +324,7 @@ async fn compact_route(app: &App, request: Request<Incoming>) -> Response<Body> 
         body: &body,
         headers: &parts.headers,
         models: None,
+        defer_counts: false,
     };
     // The same turn the proxy would forward, without a tracker; the original when it cannot be
     // rewritten.
@@ -366,6 +367,7 @@ async fn count_tokens_route(app: &App, request: Request<Incoming>) -> Response<B
         body: &body,
         headers: &parts.headers,
         models: None,
+        defer_counts: false,
     };
     let counted = one_off_rewrite(app, &input, None).await.unwrap_or(body);
     let uri = upstream_uri(&app.settings().anthropic_upstream, &parts.uri);

@@ -7,7 +7,9 @@
 //! upstream error status passes through verbatim.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -95,21 +97,20 @@ pub(crate) async fn chat(
         body: &body,
         headers: turn_headers,
         models: Some(&models),
+        defer_counts: true,
     };
     let turn = app.turns().run(input).await;
-    turn.record(&app.stats);
+    if !matches!(turn, Turn::Forward(_)) {
+        // A forwarded turn is recorded once its counts are settled, after the send.
+        turn.record(&app.stats);
+    }
     if let Some(session) = turn.session() {
         access.session(session);
     }
     match turn {
         Turn::Forward(mut forward) => {
             if let Some(call) = &routed {
-                if let Some(stream) = call.stream {
-                    forward.stream = stream;
-                }
-                forward
-                    .model
-                    .get_or_insert_with(|| call.model.clone().into_owned());
+                call.route(&mut forward);
             }
             out.send_turn(app, access, &body, forward).await
         }
@@ -198,13 +199,6 @@ impl Outgoing {
         body: &Bytes,
         mut forward: Box<modes::turn::Forward>,
     ) -> Response<Body> {
-        access.turn(&forward.report, forward.added);
-        access.bytes_out = forward.body.len();
-        access.expandable = forward.expandable;
-        let capture = self.capture;
-        if let Some(capture) = &capture {
-            capture.turn(&mut forward, body, self.dialect);
-        }
         let outbound = Outbound {
             method: self.method,
             uri: &self.uri,
@@ -212,7 +206,30 @@ impl Outgoing {
             body: forward.body.clone(),
             auth: &self.auth,
         };
-        let sent = outbound.send_timed(app, &mut access).await;
+        let started = std::time::Instant::now();
+        let capture = self.capture;
+        let sent = {
+            let mut sending = std::pin::pin!(outbound.send(app));
+            // The request is on its way first; the counts the turn left
+            // (`TurnInput::defer_counts`) are taken while the upstream reads it, and everything
+            // that reads the report's totals (`/stats`, the access line, the dashboard) comes
+            // after.
+            let first = std::future::poll_fn(|cx| Poll::Ready(sending.as_mut().poll(cx))).await;
+            tokio::task::yield_now().await;
+            forward.settle_counts();
+            forward.record(&app.stats);
+            access.turn(&forward.report, forward.added);
+            access.bytes_out = forward.body.len();
+            access.expandable = forward.expandable;
+            if let Some(capture) = &capture {
+                capture.turn(&mut forward, body, self.dialect);
+            }
+            match first {
+                Poll::Ready(sent) => sent,
+                Poll::Pending => sending.await,
+            }
+        };
+        access.upstream = Some(started.elapsed());
         let answered = |status: u16, upstream| {
             if let Some(capture) = &capture {
                 capture.answered(status, upstream);
@@ -325,6 +342,7 @@ fn observe(
             body: &body,
             headers: &headers,
             models: None,
+            defer_counts: false,
         };
         let turn = runtime.block_on(shadow.run(input));
         turn.record_projection(&stats);

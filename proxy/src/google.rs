@@ -34,6 +34,19 @@ pub struct Generate<'a> {
     pub stream: Option<bool>,
 }
 
+impl Generate<'_> {
+    /// What the path says, on a turn whose body does not say it: the reply streams when the
+    /// path asks it to, and the model is the path's unless the body named one.
+    pub(crate) fn route(&self, forward: &mut modes::turn::Forward) {
+        if let Some(stream) = self.stream {
+            forward.stream = stream;
+        }
+        forward
+            .model
+            .get_or_insert_with(|| self.model.clone().into_owned());
+    }
+}
+
 /// The call a path makes, when it is one sluice rewrites (see the module's list).
 pub fn generates<'a>(path: &'a str, query: Option<&str>) -> Option<Generate<'a>> {
     if let Some(rest) = path.strip_prefix("/gemini/") {

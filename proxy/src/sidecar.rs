@@ -107,6 +107,7 @@ pub(crate) async fn compress_route(app: &App, request: Request<Incoming>) -> Res
         body: &chat,
         headers: &parts.headers,
         models: None,
+        defer_counts: false,
     };
     let turn = app.turns().compact(&input, None).await;
     let Turn::Forward(forward) = turn else {

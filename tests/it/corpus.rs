@@ -45,6 +45,29 @@ fn every_corpus_body_parses_in_its_dialect() {
 /// sluice's count (its own pre-tokenizer split over ASCII, its per-thread piece counts) is the
 /// tokenizer crate's, on every text the model reads in both corpora: Claude Code's read outputs
 /// put a non-ASCII arrow on every line, so both halves of the split are exercised.
+/// `text` counted as the default pipeline's gates count a new output: up to `textclean`'s
+/// `min_tokens`, on to `dedup`'s, `delta`'s and `collapse`'s limit, then to its end, each
+/// count going on from where the last stopped (`tokens::count_until`). Keyed apart from the
+/// memo's own key, so no step is a memo hit.
+pub(crate) fn resumed_count(text: &str) -> usize {
+    let key = engine::tokens::content_hash(text) ^ 0x5eed_c0de;
+    let mut partial = engine::tokens::Partial::default();
+    for limit in [50, 100, 200, 2001, usize::MAX] {
+        match engine::tokens::count_until(text, key, partial, limit) {
+            Ok(n) => {
+                assert!(n < limit, "{n} counted under {limit}");
+                return n;
+            }
+            Err(far) => {
+                assert!(far.tokens >= limit && far.offset <= text.len(), "{far:?}");
+                assert!(text.is_char_boundary(far.offset));
+                partial = far;
+            }
+        }
+    }
+    unreachable!("no text reaches usize::MAX tokens")
+}
+
 #[test]
 fn every_corpus_text_counts_as_the_tokenizer_counts_it() {
     let tokenizer = bpe_openai::o200k_base();
@@ -59,10 +82,17 @@ fn every_corpus_text_counts_as_the_tokenizer_counts_it() {
                 }
                 texts += 1;
                 wide += usize::from(!text.is_ascii());
+                let whole = tokenizer.count(text);
                 assert_eq!(
                     engine::tokens::count_uncached(text),
-                    tokenizer.count(text),
+                    whole,
                     "{}: {text:.60}",
+                    body.path.display()
+                );
+                assert_eq!(
+                    resumed_count(text),
+                    whole,
+                    "{}, resumed: {text:.60}",
                     body.path.display()
                 );
             }

@@ -170,9 +170,9 @@ fn compacted_from(turns: &[Vec<u8>], at: usize) -> Vec<Vec<u8>> {
 }
 
 /// Item 2 of issue #34: every corpus session, both corpora, both dialects, turn by turn, through
-/// a turn service that resumes its parses and one that parses whole. Same forwarded bytes, same
-/// reports; Claude Code's moving breakpoint on the Messages turns, and an agent's compaction
-/// halfway through every session.
+/// a turn service that resumes its parses (and defers its counts past the send) and one that
+/// parses whole. Same forwarded bytes, same reports; Claude Code's moving breakpoint on the
+/// Messages turns, and an agent's compaction halfway through every session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_turn_forwards_what_a_whole_one_does() {
     let ((resumed, pipeline), (whole, _)) = (service(true), service(false));
@@ -198,14 +198,21 @@ async fn a_resumed_turn_forwards_what_a_whole_one_does() {
                     modes::turn::SESSION_HEADER,
                     http::HeaderValue::from_str(&session).unwrap(),
                 );
-                let input = |body: &integration_tests::CorpusBody| modes::turn::TurnInput {
-                    dialect: body.dialect,
-                    body: &bytes,
-                    headers: &headers,
-                    models: None,
-                };
-                let a = resumed.run(input(&body)).await;
-                let b = whole.run(input(&body)).await;
+                let input =
+                    |body: &integration_tests::CorpusBody, defer_counts| modes::turn::TurnInput {
+                        dialect: body.dialect,
+                        body: &bytes,
+                        headers: &headers,
+                        models: None,
+                        defer_counts,
+                    };
+                // The resumed turn also defers its counts, as the proxy's does, and settles
+                // them as the proxy does once the request is sent.
+                let mut a = resumed.run(input(&body, true)).await;
+                if let modes::turn::Turn::Forward(forward) = &mut a {
+                    forward.settle_counts();
+                }
+                let b = whole.run(input(&body, false)).await;
                 assert_eq!(outcome(&a), outcome(&b), "{name}, variant {variant}");
                 turns += 1;
             }
@@ -293,7 +300,19 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
                 assert_eq!(kept, entries, "{name}: every earlier entry is shared");
                 let whole = parse_text(text, body.dialect).unwrap();
                 assert_eq!(parsed, whole, "{name}");
-                assert_eq!(parsed.digests(), whole.digests(), "{name}");
+                let (digests, full) = (parsed.digests(), whole.digests());
+                assert_eq!(digests.content, full.content, "{name}");
+                assert_eq!(digests.marked, full.marked, "{name}");
+                // A count is carried or left to the run (no run took it here), never another.
+                let uncounted = engine::digests::UNCOUNTED;
+                assert!(
+                    digests
+                        .tokens
+                        .iter()
+                        .zip(full.tokens)
+                        .all(|(&n, &whole)| n == whole || n == uncounted),
+                    "{name}"
+                );
                 assert_eq!(parsed.fingerprints(), whole.fingerprints(), "{name}");
                 earlier = parsed.into_continuation(Some((&seen, kept)));
                 checked += 1;

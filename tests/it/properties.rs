@@ -84,11 +84,21 @@ proptest! {
         mostly_ascii in "([ -~\\t\\n\\r]{0,12}\\PC?){0,24}",
     ) {
         for text in [&any_text, &mostly_ascii] {
-            prop_assert_eq!(
-                engine::tokens::count_uncached(text),
-                bpe_openai::o200k_base().count(text.as_str()),
-                "{:?}", text
-            );
+            let whole = bpe_openai::o200k_base().count(text.as_str());
+            prop_assert_eq!(engine::tokens::count_uncached(text), whole, "{:?}", text);
+            // And counted in steps, each going on from where the last stopped.
+            let mut partial = engine::tokens::Partial::default();
+            let key = engine::tokens::content_hash(text) ^ 0x5eed_c0de;
+            let resumed = [1, 2, 5, 9, usize::MAX].into_iter().find_map(|limit| {
+                match engine::tokens::count_until(text, key, partial, limit) {
+                    Ok(n) => Some(n),
+                    Err(far) => {
+                        partial = far;
+                        None
+                    }
+                }
+            });
+            prop_assert_eq!(resumed, Some(whole), "{:?}, resumed", text);
         }
     }
 

@@ -85,6 +85,7 @@ async fn every_public_session_replays_turn_by_turn_with_zero_flips() {
                 body: &bytes::Bytes::from(turn.clone()),
                 headers: &headers,
                 models: None,
+                defer_counts: false,
             };
             let Turn::Forward(applied) = service.run(input).await else {
                 panic!("{} turn {k}: untouched", body.path.display());

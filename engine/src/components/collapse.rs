@@ -118,6 +118,19 @@ struct Collapse {
     config: CollapseConfig,
 }
 
+impl Collapse {
+    /// Why output `index` is kept whole for its size: short enough to read, or a failure short
+    /// enough to keep in view.
+    fn kept_whole(&self, message: &Message, index: usize, cx: &ApplyCx<'_>) -> Option<gate::Gate> {
+        if cx.tokens_below(index, self.config.max_tokens.saturating_add(1)) {
+            return Some(gate::BELOW_MAX_TOKENS);
+        }
+        // The failure first: it reads the first line, the count up to 8,000 tokens.
+        let keep = self.config.keep_failures.saturating_add(1);
+        (reports_failure(message) && cx.tokens_below(index, keep)).then_some(gate::FAILURE_IN_VIEW)
+    }
+}
+
 impl Offload for Collapse {
     /// Decides each output alone: carried-over ones are skipped by the candidate helper.
     fn carries_over(&self) -> bool {
@@ -131,12 +144,8 @@ impl Offload for Collapse {
             if !offload_candidate(message, index, cx) {
                 continue;
             }
-            if cx.tokens(index) <= self.config.max_tokens {
-                cx.gate(gate::BELOW_MAX_TOKENS);
-                continue;
-            }
-            if cx.tokens(index) <= self.config.keep_failures && reports_failure(message) {
-                cx.gate(gate::FAILURE_IN_VIEW);
+            if let Some(small) = self.kept_whole(message, index, cx) {
+                cx.gate(small);
                 continue;
             }
             // The text to cut: the output itself, or, when the output is JSON whose lines all sit

@@ -94,7 +94,7 @@ impl Offload for Dedup {
             if !offload_candidate(message, index, cx) {
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

@@ -220,7 +220,7 @@ impl Offload for Delta {
             if !offload_candidate(message, index, cx) {
                 continue;
             }
-            let decision = if cx.tokens(index) < self.config.min_tokens {
+            let decision = if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 None
             } else if earlier.is_empty() {

@@ -251,7 +251,7 @@ impl Offload for ExtractLlm {
             if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
-            if cx.tokens(index) < floor {
+            if cx.tokens_below(index, floor) {
                 cx.gate(gate::BELOW_OUTPUT_FLOOR);
                 continue;
             }
@@ -311,7 +311,7 @@ impl Llm<'_> {
         let own_model =
             self.model.source == crate::model::ModelSource::Incoming && self.model.model.is_none();
         let warm_and_small =
-            (!cx.is_cold() || own_model) && cx.tokens(index) < self.break_even_tokens;
+            (!cx.is_cold() || own_model) && cx.tokens_below(index, self.break_even_tokens);
         let submit = mutable && !warm_and_small;
         let session = cx.session().to_owned();
         let build = || Job::Extract {

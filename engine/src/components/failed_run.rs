@@ -165,7 +165,7 @@ impl Offload for FailedRun {
                 continue;
             }
             let index = *index;
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

@@ -91,7 +91,7 @@ impl Reformat for Format {
                 cx.gate(gate::NOT_JSON_SHAPED);
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

@@ -97,7 +97,7 @@ impl Offload for Mask {
             if !offload_candidate(&messages[index], index, cx) {
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

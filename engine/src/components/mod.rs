@@ -406,7 +406,7 @@ pub(crate) fn repack_candidates(
         if held_back(&recent, keep_recent, index, cx) || !text_tool_output(&messages[index], cx) {
             continue;
         }
-        if min_tokens > 0 && cx.tokens(index) < min_tokens {
+        if min_tokens > 0 && cx.tokens_below(index, min_tokens) {
             cx.gate(gate::BELOW_MIN_TOKENS);
             continue;
         }

@@ -153,7 +153,7 @@ impl Offload for Skeleton {
                 cx.gate(gate::NEWEST_READ);
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

@@ -168,7 +168,7 @@ impl Offload for Smartcrush {
                 cx.gate(gate::BELOW_MIN_ITEMS);
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

@@ -79,7 +79,7 @@ impl Reformat for Toon {
                 cx.gate(gate::NOT_JSON);
                 continue;
             }
-            if cx.tokens(index) < self.config.min_tokens {
+            if cx.tokens_below(index, self.config.min_tokens) {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }

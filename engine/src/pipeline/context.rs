@@ -36,6 +36,10 @@ pub struct RunCx {
     /// whose expand rounds cost more than its cuts saved keeps only the cuts that would pay
     /// for a round on their own (see `modes::guard`). `None`: no floor.
     pub cut_floor: Option<CutFloor>,
+    /// Counts no decision reads are left for [`RunReport::settle`], which the host calls once
+    /// the request has gone upstream (see `pipeline::counts`); until then the report's totals
+    /// are short. False: the run counts everything first and its report is complete.
+    pub defer_counts: bool,
 }
 
 /// A floor under lossy cuts: an offloader's cut of a tool output at or after `from` that saves
@@ -67,6 +71,7 @@ impl RunCx {
             offloads: true,
             lossless_tools: Arc::default(),
             cut_floor: None,
+            defer_counts: false,
         }
     }
 
@@ -100,6 +105,13 @@ impl RunCx {
         self
     }
 
+    /// Leaves what no decision counts for [`RunReport::settle`] (see [`RunCx::defer_counts`]).
+    #[must_use]
+    pub fn with_deferred_counts(mut self, defer: bool) -> RunCx {
+        self.defer_counts = defer;
+        self
+    }
+
     /// The floor under this session's lossy cuts, if its cost guard set one.
     #[must_use]
     pub fn with_cut_floor(mut self, floor: Option<CutFloor>) -> RunCx {
@@ -125,8 +137,9 @@ pub struct ApplyCx<'a> {
     pub(super) run: &'a RunCx,
     /// The messages as the pipeline received them (the wire originals).
     pub(super) initial: &'a [Message],
-    /// Tokens of each message as this component found it.
-    pub(super) counts: &'a [usize],
+    /// Tokens of each message as this component found it, an original's counted when first
+    /// read.
+    pub(super) counts: &'a Counts,
     pub(super) gates: BTreeMap<&'static str, u32>,
     pub(super) stashed: usize,
     /// The running component may act at depth on a cold turn.
@@ -182,7 +195,7 @@ impl<'a> ApplyCx<'a> {
     pub(super) fn new(
         run: &'a RunCx,
         initial: &'a [Message],
-        counts: &'a [usize],
+        counts: &'a Counts,
         cold_cache: bool,
         hashes: &'a RunHashes,
     ) -> ApplyCx<'a> {
@@ -239,10 +252,23 @@ impl<'a> ApplyCx<'a> {
     }
 
     /// Tokens of message `index` as this component found it (every text the model reads; for a
-    /// tool output, its content). Counted once per run and kept current between components, so
-    /// a gate costs a lookup, not another pass over the text.
+    /// tool output, its content). Counted once per run, when first read, and kept current
+    /// between components, so a gate costs a lookup, not another pass over the text.
     pub fn tokens(&self, index: usize) -> usize {
-        self.counts.get(index).copied().unwrap_or(0)
+        match (self.initial.get(index), self.hashes.get(index)) {
+            (Some(original), Some(&hash)) => self.counts.get(index, original, hash),
+            _ => 0,
+        }
+    }
+
+    /// Whether message `index` counts fewer than `limit` tokens as this component found it:
+    /// `tokens(index) < limit`, without counting a long output to its end when no one has (a
+    /// `min_tokens` gate; see `pipeline::counts`).
+    pub fn tokens_below(&self, index: usize, limit: usize) -> bool {
+        match (self.initial.get(index), self.hashes.get(index)) {
+            (Some(original), Some(&hash)) => self.counts.below(index, original, hash, limit),
+            _ => 0 < limit,
+        }
     }
 
     /// `tokens::content_hash(content)` for `content`, the content of message `index` as this

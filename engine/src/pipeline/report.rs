@@ -98,9 +98,38 @@ pub struct RunReport {
     pub tokens_after: usize,
     pub components: Vec<ComponentReport>,
     pub duration_us: u64,
+    /// Counts the run left for [`RunReport::settle`] (a run that defers them,
+    /// [`super::RunCx::defer_counts`]): until then every total above is short by the same
+    /// amount, and every difference is exact.
+    #[serde(skip)]
+    pub pending: Option<super::counts::Pending>,
 }
 
 impl RunReport {
+    /// Counts what the run left uncounted and adds it to every total: the report is then the
+    /// one a run that counted everything first makes. A host that asked the run to defer calls
+    /// it once the request has gone upstream; calling it again does nothing.
+    pub fn settle(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        let missing = pending.count();
+        if missing == 0 {
+            return;
+        }
+        self.tokens_before += missing;
+        self.tokens_after += missing;
+        for c in &mut self.components {
+            c.tokens_before += missing;
+            c.tokens_after += missing;
+        }
+    }
+
+    /// Whether every total is complete ([`RunReport::settle`]).
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_none()
+    }
+
     pub fn saved_tokens(&self) -> usize {
         self.tokens_before.saturating_sub(self.tokens_after)
     }

@@ -59,6 +59,20 @@ pub(crate) fn pieces(text: &str) -> Pieces<'_> {
     Pieces { text, at: 0 }
 }
 
+/// [`pieces`] from byte `at`, the end of an earlier piece: each piece is cut from the text
+/// after the one before it alone, so the pieces from there are the ones a split from the start
+/// makes.
+pub(crate) fn pieces_from(text: &str, at: usize) -> Pieces<'_> {
+    Pieces { text, at }
+}
+
+impl Pieces<'_> {
+    /// Where the next piece starts.
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+}
+
 pub(crate) struct Pieces<'a> {
     text: &'a str,
     at: usize,

@@ -271,6 +271,8 @@ struct Digests {
     tokens: std::sync::OnceLock<Vec<usize>>,
     marked: std::sync::OnceLock<Vec<bool>>,
     fingerprints: std::sync::OnceLock<Vec<u64>>,
+    /// What this body's run counted late of the messages the parse left uncounted.
+    late: crate::digests::LateCounts,
 }
 
 impl PartialEq for Digests {
@@ -599,6 +601,7 @@ impl<'a> ParsedBody<'a> {
             content,
             tokens,
             marked,
+            late: Some(&self.digests.late),
         }
     }
 

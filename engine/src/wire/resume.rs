@@ -19,6 +19,7 @@
 
 use super::prefix::Seen;
 use super::{Dialect, EntryMark, Mark, Opaque, ParsedBody, Slot, anthropic, json, openai};
+use crate::digests::{LateCounts, UNCOUNTED};
 use crate::message::Message;
 
 /// What a parse leaves for the next body of the same conversation.
@@ -37,6 +38,9 @@ pub struct Continuation {
     tokens: Option<Vec<usize>>,
     marked: Option<Vec<bool>>,
     fingerprints: Option<Vec<u64>>,
+    /// The counts the turn's run took after it was made, of the messages `tokens` holds as
+    /// [`UNCOUNTED`].
+    late: LateCounts,
     /// What the turn's pipeline run did to each message (`crate::carry`), when one ran.
     run_carry: Option<crate::carry::RunCarry>,
     /// What it holds, counted once when it is made (see [`Continuation::held_bytes`]).
@@ -140,6 +144,7 @@ pub fn parse_continuing(
         tokens,
         marked,
         fingerprints,
+        late,
         run_carry,
         ..
     } = earlier;
@@ -174,6 +179,7 @@ pub fn parse_continuing(
     let carried = Carried {
         hashes,
         tokens,
+        late,
         marked,
         fingerprints,
     };
@@ -184,10 +190,15 @@ pub fn parse_continuing(
 /// Sets the resumed body's digests from the continuation's, for the `shared` messages, and
 /// computes them for the rest: the system prompt (read fresh) and the new messages. A digest
 /// the last turn did not ask for is left to be computed when this one does.
+///
+/// Token counts are the exception: the rest are left [`UNCOUNTED`], for the run to count when a
+/// component reads one and the report after the request has gone (`pipeline::RunReport::settle`).
+/// A shared message the last turn left uncounted takes the count its run took late, if it did.
 fn carry_digests(parsed: &ParsedBody<'_>, carried: Carried, shared: std::ops::Range<usize>) {
     let Carried {
         hashes,
         tokens,
+        late,
         marked,
         fingerprints,
     } = carried;
@@ -197,8 +208,13 @@ fn carry_digests(parsed: &ParsedBody<'_>, carried: Carried, shared: std::ops::Ra
     }) else {
         return;
     };
-    let tokens = stitch(tokens, &shared, messages, |i, m| {
-        crate::digests::message_tokens_hashed(m, hashes[i])
+    let tokens = stitch(tokens, &shared, messages, |_, _| UNCOUNTED).map(|mut tokens| {
+        for (i, n) in tokens[shared.clone()].iter_mut().enumerate() {
+            if *n == UNCOUNTED {
+                *n = late.get(shared.start + i).unwrap_or(UNCOUNTED);
+            }
+        }
+        tokens
     });
     let marked = stitch(marked, &shared, messages, |_, m| crate::digests::marked(m));
     let fingerprints = stitch(fingerprints, &shared, messages, |i, m| {
@@ -220,6 +236,7 @@ fn carry_digests(parsed: &ParsedBody<'_>, carried: Carried, shared: std::ops::Ra
 struct Carried {
     hashes: Option<Vec<u64>>,
     tokens: Option<Vec<usize>>,
+    late: LateCounts,
     marked: Option<Vec<bool>>,
     fingerprints: Option<Vec<u64>>,
 }
@@ -290,6 +307,7 @@ impl ParsedBody<'_> {
             tokens: self.digests.tokens.into_inner(),
             marked: self.digests.marked.into_inner(),
             fingerprints: self.digests.fingerprints.into_inner(),
+            late: self.digests.late,
         }
     }
 }

@@ -72,6 +72,7 @@ async fn run(service: &TurnService, body: &Bytes, headers: &HeaderMap) -> Turn {
             body,
             headers,
             models: None,
+            defer_counts: false,
         })
         .await
 }
@@ -192,6 +193,7 @@ async fn a_one_off_rewrite_has_its_own_namespace_and_the_same_way_back() {
         body: &body,
         headers: &headers(&[(SESSION_HEADER, "s-3")]),
         models: None,
+        defer_counts: false,
     };
     let compacted = forward(service.compact(&input, None).await);
     assert_eq!(compacted.session, "compact:u:s-3");

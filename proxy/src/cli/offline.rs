@@ -114,6 +114,7 @@ pub(super) fn compact(args: &CompactArgs) -> Result<(), Failure> {
         body: &body,
         headers: &http::HeaderMap::new(),
         models: None,
+        defer_counts: false,
     };
     // The same turn `POST /compact` runs: a body that carries a marker declares the expand tool.
     // No durable store and no session actors: the rewrite never waits, a small runtime drives it.
