@@ -124,7 +124,15 @@ impl Pipeline {
         self.stages.is_empty()
     }
 
-    /// Runs every component over `messages` in order, each behind its guard.
+    /// Whether some offloader prepares ([`Offload::prepares`]): [`Pipeline::prepare`] does
+    /// nothing otherwise.
+    pub fn prepares(&self) -> bool {
+        self.stages.iter().any(|s| match s.component() {
+            Component::Offload(offload) => offload.prepares(),
+            Component::Reformat(_) => false,
+        })
+    }
+
     /// Lets each offloader precompute what it will need for `messages` (see
     /// [`Offload::prepare`]). A panic in one is contained: preparing is only ever an
     /// optimization, and the turn that needs the result computes it itself.
@@ -138,6 +146,7 @@ impl Pipeline {
         }
     }
 
+    /// Runs every component over `messages` in order, each behind its guard.
     pub fn run(&self, messages: &mut [Message], cx: &RunCx) -> RunReport {
         let originals = messages.to_vec();
         self.run_from(&originals, messages, cx)

@@ -754,6 +754,10 @@ impl TurnService {
         let Some(preparer) = &self.preparer else {
             return;
         };
+        let pipeline = self.pipeline();
+        if !pipeline.prepares() {
+            return;
+        }
         let messages = parsed.messages();
         let from = mutable_from.min(messages.len().saturating_sub(NEWEST));
         let new: Vec<Message> = messages[from..]
@@ -764,7 +768,6 @@ impl TurnService {
         if new.is_empty() {
             return;
         }
-        let pipeline = self.pipeline();
         let key = preparer.jobs.fetch_add(1, Ordering::Relaxed);
         // Refused when the queue is full: preparing is an optimization, the turn that needs
         // the result computes it itself.

@@ -108,6 +108,10 @@ impl Offload for Skeleton {
         Policy::rederivable(self.config.cold_cache)
     }
 
+    fn prepares(&self) -> bool {
+        true
+    }
+
     /// Parses a new read's code so the turn that supersedes it finds the shape memoized.
     fn prepare(&self, message: &Message) {
         if !message.is_tool()

@@ -169,6 +169,13 @@ pub trait Offload: Send + Sync {
         let _ = message;
     }
 
+    /// Whether [`Offload::prepare`] is implemented: a host hands a turn's new outputs to a
+    /// worker only for a pipeline with a component that prepares (the copy and the worker's
+    /// wake-up are the request's otherwise).
+    fn prepares(&self) -> bool {
+        false
+    }
+
     /// Whether [`Offload::restructure`] is implemented: the host checks what the body-level
     /// rewrite may not touch (`tools:` rules) only for components that have one.
     fn restructures(&self) -> bool {
