@@ -480,18 +480,23 @@ impl TurnService {
         lease
     }
 
+    /// The turn of every request when nothing can change a body (`--preset off`): relayed
+    /// without being read, so an empty pipeline costs what a plain hop does. A host that has it
+    /// may send the body on as it read it, without making it one buffer first.
+    pub fn untouched_by_pipeline(&self) -> Option<Turn> {
+        self.pipeline().is_empty().then_some(Turn::Untouched {
+            reason: Untouched::Bypassed("empty_pipeline"),
+            session: None,
+            facts: None,
+        })
+    }
+
     /// A live turn: sync mode, observe's shadow run, replay.
     pub async fn run(&self, input: TurnInput<'_>) -> Turn {
-        let pipeline = self.pipeline();
-        if pipeline.is_empty() {
-            // Nothing can change the body (`--preset off`): relayed without being read, so an
-            // empty pipeline costs what a plain hop does.
-            return Turn::Untouched {
-                reason: Untouched::Bypassed("empty_pipeline"),
-                session: None,
-                facts: None,
-            };
+        if let Some(turn) = self.untouched_by_pipeline() {
+            return turn;
         }
+        let pipeline = self.pipeline();
         let started = self.clock.now();
         let scope = self.scope(input.headers);
         let (parsed, ticket) = match &self.parses {

@@ -217,7 +217,7 @@ fn has_dot_segment(path: &str) -> bool {
 
 async fn passthrough(app: &App, base: &str, request: Request<Incoming>) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let body = match read_body(app, &parts.headers, body).await {
+    let body = match crate::forward::read_chunks(app, &parts.headers, body).await {
         Ok(body) => body,
         Err(err) => return err.into_response(),
     };
@@ -245,7 +245,7 @@ async fn bedrock_passthrough(app: &App, request: Request<Incoming>) -> Response<
         method: parts.method,
         uri: &uri,
         headers: &parts.headers,
-        body,
+        body: body.into(),
         auth: &auth,
     };
     outbound
@@ -371,7 +371,7 @@ async fn count_tokens_route(app: &App, request: Request<Incoming>) -> Response<B
     };
     let counted = one_off_rewrite(app, &input, None).await.unwrap_or(body);
     let uri = upstream_uri(&app.settings().anthropic_upstream, &parts.uri);
-    match send(app, parts.method, &uri, &parts.headers, counted).await {
+    match send(app, parts.method, &uri, &parts.headers, counted.into()).await {
         Ok(response) => relay(response),
         Err(err) => ProxyError::Upstream(err).into_response(),
     }

@@ -26,10 +26,11 @@ use crate::bedrock::Auth;
 use crate::capture::Capture;
 use crate::expand_loop::Continuation;
 use crate::forward::{
-    FLUSH_WAIT, Meet, Outbound, Report, read_body, relay_counted, relay_reporting, upstream_uri,
+    FLUSH_WAIT, Meet, Outbound, Report, read_chunks, relay_counted, relay_reporting, upstream_uri,
 };
 use crate::respond::{Body, ProxyError};
 use crate::state::App;
+use crate::upstream::Chunks;
 
 pub(crate) async fn chat(
     app: &Arc<App>,
@@ -37,12 +38,12 @@ pub(crate) async fn chat(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let body = match read_body(app, &parts.headers, body).await {
-        Ok(body) => body,
+    let chunks = match read_chunks(app, &parts.headers, body).await {
+        Ok(chunks) => chunks,
         Err(err) => return err.into_response(),
     };
     app.stats.record_dialect(dialect.as_str());
-    let mut access = Access::new(dialect, body.len());
+    let mut access = Access::new(dialect, chunks.len());
     let prepared = Outgoing::prepare(
         app,
         dialect,
@@ -64,7 +65,7 @@ pub(crate) async fn chat(
         app.stats.record_untouched("client_signed");
         let capture = out.capture.clone();
         return out
-            .untouched(body)
+            .untouched(chunks)
             .forward(app, access, "client_signed", None, capture)
             .await;
     }
@@ -78,32 +79,37 @@ pub(crate) async fn chat(
     if let Some(observer) = app.observer() {
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
         let capture = out.capture.clone();
+        let body = chunks.to_bytes();
         let meet = observe(app, observer, dialect, turn_headers, &body, capture.clone());
         app.stats.record_passthrough(false);
         let report = Some(Report::Observed(meet));
         return out
-            .untouched(body)
+            .untouched(chunks)
             .forward(app, access, "observe", report, capture)
             .await;
     }
-    let models = IncomingModels {
-        llm: &app.llm,
-        dialect,
-        headers: &out.headers,
-        uri: &out.uri,
+    let mut body = Bytes::new();
+    let turn = match app.turns().untouched_by_pipeline() {
+        // `--preset off`: nothing can change the body, so it is never made one buffer.
+        Some(turn) => turn,
+        None => {
+            body = chunks.to_bytes();
+            let models = IncomingModels {
+                llm: &app.llm,
+                dialect,
+                headers: &out.headers,
+                uri: &out.uri,
+            };
+            let input = TurnInput {
+                dialect,
+                body: &body,
+                headers: turn_headers,
+                models: Some(&models),
+                defer_counts: true,
+            };
+            app.turns().run(input).await
+        }
     };
-    let input = TurnInput {
-        dialect,
-        body: &body,
-        headers: turn_headers,
-        models: Some(&models),
-        defer_counts: true,
-    };
-    let turn = app.turns().run(input).await;
-    if !matches!(turn, Turn::Forward(_)) {
-        // A forwarded turn is recorded once its counts are settled, after the send.
-        turn.record(&app.stats);
-    }
     if let Some(session) = turn.session() {
         access.session(session);
     }
@@ -115,17 +121,13 @@ pub(crate) async fn chat(
             out.send_turn(app, access, &body, forward).await
         }
         Turn::Untouched {
-            session, reason, ..
+            ref session,
+            reason,
+            ..
         } => {
-            // A bypassed turn was recorded by the tracker: its cache report belongs there.
-            let capture = out.capture.clone();
-            if let Some(capture) = &capture {
-                capture.untouched(reason.label(), session.as_deref());
-            }
-            // It settles no cost-guard turn: it ran none.
-            let report = session.map(|s| Report::Live(s, None));
-            out.untouched(body)
-                .forward(app, access, reason.label(), report, capture)
+            turn.record(&app.stats);
+            let session = session.clone();
+            out.relay_untouched(app, access, chunks, (session, reason))
                 .await
         }
     }
@@ -180,12 +182,32 @@ impl Outgoing {
         })
     }
 
-    fn untouched(&self, body: Bytes) -> PassedOn<'_> {
+    /// Relays a body the turn left as it came, and why (`Turn::Untouched`).
+    async fn relay_untouched(
+        self,
+        app: &Arc<App>,
+        access: Access,
+        body: Chunks,
+        (session, reason): (Option<String>, modes::turn::Untouched),
+    ) -> Response<Body> {
+        // A bypassed turn was recorded by the tracker: its cache report belongs there.
+        let capture = self.capture.clone();
+        if let Some(capture) = &capture {
+            capture.untouched(reason.label(), session.as_deref());
+        }
+        // It settles no cost-guard turn: it ran none.
+        let report = session.map(|s| Report::Live(s, None));
+        self.untouched(body)
+            .forward(app, access, reason.label(), report, capture)
+            .await
+    }
+
+    fn untouched(&self, body: impl Into<Chunks>) -> PassedOn<'_> {
         PassedOn(Outbound {
             method: self.method.clone(),
             uri: &self.uri,
             headers: &self.headers,
-            body,
+            body: body.into(),
             auth: &self.auth,
         })
     }
@@ -203,7 +225,7 @@ impl Outgoing {
             method: self.method,
             uri: &self.uri,
             headers: &self.headers,
-            body: forward.body.clone(),
+            body: forward.body.clone().into(),
             auth: &self.auth,
         };
         let started = std::time::Instant::now();

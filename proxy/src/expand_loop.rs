@@ -114,7 +114,7 @@ impl Continuation {
             method: Method::POST,
             uri: &self.uri,
             headers: &self.headers,
-            body,
+            body: body.into(),
             auth: &self.auth,
         };
         outbound.send(&self.app).await

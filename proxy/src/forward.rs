@@ -22,7 +22,7 @@ use crate::capture::Capture;
 use crate::decode::{Decoder, Encoding};
 use crate::respond::{Body, BoxError, ProxyError};
 use crate::state::App;
-use crate::upstream::{UpstreamError, strip_hop_by_hop};
+use crate::upstream::{Chunks, UpstreamError, strip_hop_by_hop};
 use crate::usage::{UsageScanner, cache_report};
 
 /// The scheme and host of an upstream URI, for logs: the path, the query and any credentials
@@ -66,8 +66,17 @@ pub(crate) fn upstream_uri(base: &str, request_uri: &http::Uri) -> String {
 pub(crate) async fn read_body(
     app: &App,
     headers: &http::HeaderMap,
-    mut body: Incoming,
+    body: Incoming,
 ) -> Result<Bytes, ProxyError> {
+    Ok(read_chunks(app, headers, body).await?.to_bytes())
+}
+
+/// [`read_body`], the chunks kept as they came: for a request that may go upstream as it came.
+pub(crate) async fn read_chunks(
+    app: &App,
+    headers: &http::HeaderMap,
+    mut body: Incoming,
+) -> Result<Chunks, ProxyError> {
     let limit = app.settings().body_limit;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
@@ -77,7 +86,7 @@ pub(crate) async fn read_body(
         return Err(ProxyError::BodyTooLarge { limit });
     }
     let idle = app.settings().body_idle;
-    let mut out = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    let mut out = Chunks::default();
     loop {
         let frame = match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => {
@@ -85,7 +94,7 @@ pub(crate) async fn read_body(
                     seconds: idle.as_secs(),
                 });
             }
-            Ok(None) => return Ok(Bytes::from(out)),
+            Ok(None) => return Ok(out),
             Ok(Some(Err(_))) => return Err(ProxyError::BodyUnreadable),
             Ok(Some(Ok(frame))) => frame,
         };
@@ -93,7 +102,7 @@ pub(crate) async fn read_body(
             if out.len() + data.len() > limit {
                 return Err(ProxyError::BodyTooLarge { limit });
             }
-            out.extend_from_slice(&data);
+            out.push(data);
         }
     }
 }
@@ -103,7 +112,7 @@ pub(crate) struct Outbound<'a> {
     pub(crate) method: Method,
     pub(crate) uri: &'a str,
     pub(crate) headers: &'a HeaderMap,
-    pub(crate) body: Bytes,
+    pub(crate) body: Chunks,
     pub(crate) auth: &'a Auth,
 }
 
@@ -115,7 +124,13 @@ impl Outbound<'_> {
         }
         let mut headers = self.headers.clone();
         app.bedrock
-            .sign_for(self.auth, &self.method, self.uri, &mut headers, &self.body)
+            .sign_for(
+                self.auth,
+                &self.method,
+                self.uri,
+                &mut headers,
+                &self.body.to_bytes(),
+            )
             .await?;
         send(app, self.method, self.uri, &headers, self.body).await
     }
@@ -138,7 +153,7 @@ pub(crate) async fn send(
     method: Method,
     uri: &str,
     headers: &HeaderMap,
-    body: Bytes,
+    body: Chunks,
 ) -> Result<Response<Incoming>, UpstreamError> {
     let started = Instant::now();
     let result = app.upstream().send(method, uri, headers, body).await;
