@@ -7,8 +7,11 @@
 #   default -> sluice on its embedded default                           -> the canned upstream
 # in rounds, interleaved, on two workloads in the same run: the same body on every request
 # (`same`), and 64 agents each sending the largest public Anthropic session turn by turn
-# (`growing`, benches/hop/grow.lua), as agents do. Needs Debian's nginx and wrk. Figures go to
-# docs/performance.md.
+# (`growing`, benches/hop/grow.lua), as agents do. Beside requests per second, each arm's CPU
+# time per request (user and system, from /proc, over the requests wrk counted): on a two-core
+# machine that wrk, the canned upstream and the hop share, rounds swing by a quarter, and the
+# CPU a request costs the hop is the steadier figure. Needs Debian's nginx and wrk. Figures go
+# to docs/performance.md.
 # Usage: [HOP_SECS=N] [HOP_SESSIONS=64] [SLUICE_BIN=path] [HOP_STORE=memory] bash benches/hop.sh
 # SLUICE_BIN runs a binary built elsewhere (an earlier commit's, for a before/after); the
 # default arm keeps its state in SQLite unless HOP_STORE says otherwise.
@@ -54,35 +57,34 @@ PY
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 canned_port=$(port); hop_port=$(port); off_port=$(port); default_port=$(port)
 reply='{"id":"msg_hop","type":"message","role":"assistant","model":"claude-hop","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":52011,"output_tokens":1,"cache_read_input_tokens":51000,"cache_creation_input_tokens":0}}'
-cat > "$work/nginx.conf" <<NGINX
+# Two nginx instances, the canned upstream and the hop, so the hop's CPU is its own.
+nginx_conf() { # name listen location
+    cat > "$work/$1.conf" <<NGINX
 worker_processes 2;
-pid $work/nginx.pid;
-error_log $work/error.log warn;
+pid $work/$1.pid;
+error_log $work/$1.error.log warn;
 events { worker_connections 4096; }
 http {
     access_log off;
-    client_body_temp_path $work/body;
-    proxy_temp_path $work/proxy;
+    client_body_temp_path $work/$1.body;
+    proxy_temp_path $work/$1.proxy;
     client_max_body_size 32m;
     client_body_buffer_size 1m;
     upstream canned { server 127.0.0.1:$canned_port; keepalive 128; }
     server {
-        listen 127.0.0.1:$canned_port;
+        listen 127.0.0.1:$2;
         tcp_nodelay on;
-        location / { default_type application/json; return 200 '$reply'; }
-    }
-    server {
-        listen 127.0.0.1:$hop_port;
-        tcp_nodelay on;
-        location / {
-            proxy_pass http://canned;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
+        location / { $3 }
     }
 }
 NGINX
-nginx -c "$work/nginx.conf" -p "$work" -g 'daemon off;' 2>"$work/nginx.err" &
+}
+nginx_conf canned "$canned_port" "default_type application/json; return 200 '$reply';"
+nginx_conf hop "$hop_port" 'proxy_pass http://canned; proxy_http_version 1.1; proxy_set_header Connection "";'
+nginx -c "$work/canned.conf" -p "$work" -g 'daemon off;' 2>"$work/canned.err" &
+pids+=($!)
+nginx -c "$work/hop.conf" -p "$work" -g 'daemon off;' 2>"$work/hop.err" &
+hop_pid=$!
 pids+=($!)
 SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$off_port" --preset off --store memory \
     --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/off.err" &
@@ -96,7 +98,12 @@ for p in $canned_port $hop_port $off_port $default_port; do
 done
 
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-nginx_rss_kib() { local t=0; for p in $(pgrep -f "nginx: worker" ); do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
+nginx_rss_kib() { local t=0; for p in $(pgrep -P "$hop_pid"); do t=$((t + $(rss_kib "$p"))); done; echo "$t"; }
+# CPU time (user + system, clock ticks) of an arm's processes: the hop's workers, or sluice.
+ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+procs_nginx() { pgrep -P "$hop_pid" | tr '\n' ' '; }
+procs_off() { echo "$off_pid"; }
+procs_default() { echo "$default_pid"; }
 idle_off=$(rss_kib $off_pid); idle_default=$(rss_kib $default_pid); idle_nginx=$(nginx_rss_kib)
 
 # HOP_SESSIONS=64: the requests carry 64 session ids in turn (64 agents); otherwise none, so
@@ -108,11 +115,17 @@ case "${HOP_SESSIONS:-1}" in
     64) script=sessions.lua ;;
     *) echo "HOP_SESSIONS is 1 or 64" >&2; exit 2 ;;
 esac
-run() { # arm url [script] -> "rps p50_ms"
-    HOP_BODY="$work/body.json" HOP_TURNS="$work/turns" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s "benches/hop/${3:-$script}" "$2" 2>/dev/null \
-        | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000} p50=v} END {printf "%s %s\n", rps, p50}'
+run() { # arm url [script] -> "rps p50_ms cpu_us_per_request" (cpu 0 for direct)
+    local procs="" before after out
+    [ "$1" != direct ] && procs=$("procs_$1")
+    before=$(ticks $procs)
+    out=$(HOP_BODY="$work/body.json" HOP_TURNS="$work/turns" wrk -t1 -c64 -d"${HOP_SECS:-10}"s --latency -s "benches/hop/${3:-$script}" "$2" 2>/dev/null \
+        | awk '/^ +[0-9]+ requests in/ {n=$1} /Requests\/sec/ {rps=$2} /^ +50%/ {v=$2; if (v ~ /us$/) {sub("us","",v); v=v/1000} else if (v ~ /ms$/) {sub("ms","",v)} else if (v ~ /s$/) {sub("s","",v); v=v*1000} p50=v} END {printf "%s %s %s\n", rps, p50, n}')
+    after=$(ticks $procs)
+    read -r r p n <<<"$out"
+    awk -v r="$r" -v p="$p" -v n="$n" -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%s %s %.1f\n", r, p, (n > 0 ? t / hz * 1e6 / n : 0)}'
 }
-declare -A rps p50
+declare -A rps p50 cpu
 arms=(direct nginx off default)
 workloads=(same growing)
 url_direct="http://127.0.0.1:$canned_port/v1/messages"
@@ -124,23 +137,28 @@ for arm in "${arms[@]}"; do run "$arm" "$(eval echo \$url_$arm)" >/dev/null; don
 for round in 1 2 3; do
     for w in "${workloads[@]}"; do
         for arm in "${arms[@]}"; do
-            read -r r p <<<"$(run "$arm" "$(eval echo \$url_$arm)" "$(script_of "$w")")"
-            rps[$w.$arm]="${rps[$w.$arm]:-} $r"; p50[$w.$arm]="${p50[$w.$arm]:-} $p"
+            read -r r p c <<<"$(run "$arm" "$(eval echo \$url_$arm)" "$(script_of "$w")")"
+            rps[$w.$arm]="${rps[$w.$arm]:-} $r"; p50[$w.$arm]="${p50[$w.$arm]:-} $p"; cpu[$w.$arm]="${cpu[$w.$arm]:-} $c"
         done
     done
 done
 busy_off=$(rss_kib $off_pid); busy_default=$(rss_kib $default_pid); busy_nginx=$(nginx_rss_kib)
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo "| workload | arm | req/s (median of 3) | share of nginx | p50 (median) | added p50 over direct |"
-echo "|---|---|--:|--:|--:|--:|"
+echo "| workload | arm | req/s (median of 3) | share of nginx | p50 (median) | added p50 over direct | CPU per request (median) | against nginx's |"
+echo "|---|---|--:|--:|--:|--:|--:|--:|"
 for w in "${workloads[@]}"; do
     n_rps=$(echo "${rps[$w.nginx]}" | median); d_p50=$(echo "${p50[$w.direct]}" | median)
+    n_cpu=$(echo "${cpu[$w.nginx]}" | median)
     for arm in "${arms[@]}"; do
         r=$(echo "${rps[$w.$arm]}" | median); p=$(echo "${p50[$w.$arm]}" | median)
-        awk -v w="$w" -v a="$arm" -v r="$r" -v n="$n_rps" -v p="$p" -v d="$d_p50" 'BEGIN {printf "| %s | %s | %.0f | %.0f%% | %.2f ms | %.2f ms |\n", w, a, r, 100*r/n, p, p-d}'
+        c=$(echo "${cpu[$w.$arm]}" | median)
+        awk -v w="$w" -v a="$arm" -v r="$r" -v n="$n_rps" -v p="$p" -v d="$d_p50" -v c="$c" -v nc="$n_cpu" 'BEGIN {
+            cpu = (a == "direct") ? "-" : sprintf("%.0f us", c); share = (a == "direct" || nc == 0) ? "-" : sprintf("%.1fx", c / nc)
+            printf "| %s | %s | %.0f | %.0f%% | %.2f ms | %.2f ms | %s | %s |\n", w, a, r, 100*r/n, p, p-d, cpu, share}'
     done
 done
 echo
 echo "rounds: $(for w in "${workloads[@]}"; do for a in "${arms[@]}"; do echo -n "$w.$a:${rps[$w.$a]} "; done; done)"
+echo "CPU per request, us: $(for w in "${workloads[@]}"; do for a in nginx off default; do echo -n "$w.$a:${cpu[$w.$a]} "; done; done)"
 awk -v io="$idle_off" -v bo="$busy_off" -v id="$idle_default" -v bd="$busy_default" -v in_="$idle_nginx" -v bn="$busy_nginx" 'BEGIN {
     printf "memory per connection at 64 (RSS under load minus idle, / 64): sluice off %.0f KiB, sluice default %.0f KiB, nginx %.0f KiB\n", (bo-io)/64, (bd-id)/64, (bn-in_)/64 }'
