@@ -38,7 +38,7 @@ pub(crate) async fn chat(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    let chunks = match read_chunks(app, &parts.headers, body).await {
+    let mut chunks = match read_chunks(app, &parts.headers, body).await {
         Ok(chunks) => chunks,
         Err(err) => return err.into_response(),
     };
@@ -90,10 +90,10 @@ pub(crate) async fn chat(
     }
     let mut body = Bytes::new();
     let turn = match app.turns().untouched_by_pipeline() {
-        // `--preset off`: nothing can change the body, so it is never made one buffer.
-        Some(turn) => turn,
+        Some(turn) => turn, // `--preset off`: nothing can change the body; never one buffer
         None => {
             body = chunks.to_bytes();
+            chunks = Chunks::from(body.clone()); // let go, not held beside the one buffer
             let models = IncomingModels {
                 llm: &app.llm,
                 dialect,
@@ -235,7 +235,11 @@ impl Outgoing {
             // The request is on its way first; the counts the turn left
             // (`TurnInput::defer_counts`) are taken while the upstream reads it, and everything
             // that reads the report's totals (`/stats`, the access line, the dashboard) comes
-            // after.
+            // after. The yield lets the connection's task write the request (a task this one
+            // wakes runs on this thread next) before the counting. Two costs, both taken: a
+            // request whose client is gone at that yield goes unrecorded, as one gone while
+            // its upstream answers goes without an access line; and an upstream that answers
+            // within the counting has the counting in its time to first byte.
             let first = std::future::poll_fn(|cx| Poll::Ready(sending.as_mut().poll(cx))).await;
             tokio::task::yield_now().await;
             forward.settle_counts();
