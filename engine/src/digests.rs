@@ -49,11 +49,6 @@ impl LateCounts {
         let at = counts.binary_search_by_key(&index, |(i, _)| *i).ok()?;
         Some(counts[at].1)
     }
-
-    /// Whether a run left its counts.
-    pub fn is_left(&self) -> bool {
-        self.0.get().is_some()
-    }
 }
 
 /// [`Digests`] computed and owned, for a host that has none to carry.
@@ -120,10 +115,11 @@ pub fn message_tokens(message: &Message) -> usize {
 
 /// [`message_tokens`] for a message whose content hash is known.
 pub(crate) fn message_tokens_hashed(message: &Message, content_hash: u64) -> usize {
-    tokens::count_hashed(&message.content, content_hash)
-        + message
-            .visible_texts()
-            .skip(1)
-            .map(tokens::count)
-            .sum::<usize>()
+    tokens::count_hashed(&message.content, content_hash) + tokens_beside_content(message)
+}
+
+/// The tokens of what the model reads of `message` beside its content: its reasoning and its
+/// calls' arguments.
+pub(crate) fn tokens_beside_content(message: &Message) -> usize {
+    message.visible_texts().skip(1).map(tokens::count).sum()
 }

@@ -91,10 +91,7 @@ pub fn count_until(text: &str, key: u64, partial: Partial, limit: usize) -> Resu
             tokens: n,
         })
     };
-    let counted = match shared_pieces().try_lock() {
-        Some(mut pieces) => count(&mut pieces),
-        None => PIECES.with_borrow_mut(count),
-    };
+    let counted = with_piece_counts(count);
     if let Ok(n) = counted {
         remember(key, n);
     }
@@ -142,9 +139,15 @@ pub fn count_uncached(text: &str) -> usize {
             .map(|piece| pieces.count(piece, |p| bpe.count(p.as_bytes())))
             .sum()
     };
+    with_piece_counts(count)
+}
+
+/// Runs `f` with the process's piece counts, or, when another thread holds them, this
+/// thread's own.
+fn with_piece_counts<T>(f: impl FnOnce(&mut PieceCounts) -> T) -> T {
     match shared_pieces().try_lock() {
-        Some(mut pieces) => count(&mut pieces),
-        None => PIECES.with_borrow_mut(count),
+        Some(mut pieces) => f(&mut pieces),
+        None => PIECES.with_borrow_mut(f),
     }
 }
 

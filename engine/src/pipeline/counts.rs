@@ -66,7 +66,8 @@ impl Counts {
                     self.partial[index].get(),
                     usize::MAX,
                 );
-                let n = content.unwrap_or(usize::MAX) + rest_of(original);
+                let n =
+                    content.unwrap_or(usize::MAX) + crate::digests::tokens_beside_content(original);
                 self.take(index, n);
                 n
             }
@@ -96,7 +97,7 @@ impl Counts {
                 let partial = &self.partial[index];
                 match tokens::count_until(&original.content, hash, partial.get(), limit) {
                     Ok(content) => {
-                        let n = content + rest_of(original);
+                        let n = content + crate::digests::tokens_beside_content(original);
                         self.take(index, n);
                         n < limit
                     }
@@ -188,12 +189,6 @@ impl Counts {
             late: late.cloned(),
         })
     }
-}
-
-/// The tokens of what the model reads of `message` beside its content (its reasoning, its
-/// calls' arguments), as `digests::message_tokens_hashed` adds them.
-fn rest_of(message: &Message) -> usize {
-    message.visible_texts().skip(1).map(tokens::count).sum()
 }
 
 /// Counts a run left for [`RunReport::settle`]: the originals no one counted, and the ones it
