@@ -484,7 +484,13 @@ impl TurnService {
     /// without being read, so an empty pipeline costs what a plain hop does. A host that has it
     /// may send the body on as it read it, without making it one buffer first.
     pub fn untouched_by_pipeline(&self) -> Option<Turn> {
-        self.pipeline().is_empty().then_some(Turn::Untouched {
+        Self::untouched_by(&self.pipeline())
+    }
+
+    /// The turn an empty `pipeline` makes: one read of the pipeline decides it and runs the
+    /// turn, so a reload in between cannot split them.
+    fn untouched_by(pipeline: &Pipeline) -> Option<Turn> {
+        pipeline.is_empty().then_some(Turn::Untouched {
             reason: Untouched::Bypassed("empty_pipeline"),
             session: None,
             facts: None,
@@ -493,10 +499,10 @@ impl TurnService {
 
     /// A live turn: sync mode, observe's shadow run, replay.
     pub async fn run(&self, input: TurnInput<'_>) -> Turn {
-        if let Some(turn) = self.untouched_by_pipeline() {
+        let pipeline = self.pipeline();
+        if let Some(turn) = Self::untouched_by(&pipeline) {
             return turn;
         }
-        let pipeline = self.pipeline();
         let started = self.clock.now();
         let scope = self.scope(input.headers);
         let (parsed, ticket) = match &self.parses {

@@ -236,14 +236,17 @@ impl Outgoing {
             // (`TurnInput::defer_counts`) are taken while the upstream reads it, and everything
             // that reads the report's totals (`/stats`, the access line, the dashboard) comes
             // after. The yield lets the connection's task write the request (a task this one
-            // wakes runs on this thread next) before the counting. Two costs, both taken: a
-            // request whose client is gone at that yield goes unrecorded, as one gone while
-            // its upstream answers goes without an access line; and an upstream that answers
-            // within the counting has the counting in its time to first byte.
+            // wakes runs on this thread next) before the counting. A request whose client is
+            // gone at that yield is still counted (`Unrecorded`), though without an access
+            // line, as one gone while its upstream answers; an upstream that answers within
+            // the counting has the counting in its time to first byte.
             let first = std::future::poll_fn(|cx| Poll::Ready(sending.as_mut().poll(cx))).await;
+            let unrecorded = Unrecorded {
+                forward: Some(forward),
+                stats: &app.stats,
+            };
             tokio::task::yield_now().await;
-            forward.settle_counts();
-            forward.record(&app.stats);
+            forward = unrecorded.record();
             access.turn(&forward.report, forward.added);
             access.bytes_out = forward.body.len();
             access.expandable = forward.expandable;
@@ -298,6 +301,32 @@ impl Outgoing {
         } else {
             call.buffered(forward.body, response).await
         })
+    }
+}
+
+/// A turn whose request is on its way and whose report is not yet in `/stats`: recorded once,
+/// by [`Unrecorded::record`] or, when the handler is dropped first (the client gone), on drop.
+struct Unrecorded<'a> {
+    forward: Option<Box<modes::turn::Forward>>,
+    stats: &'a modes::stats::Stats,
+}
+
+impl Unrecorded<'_> {
+    /// Takes the turn's deferred counts and records its report; hands the turn back.
+    fn record(mut self) -> Box<modes::turn::Forward> {
+        let mut forward = self.forward.take().expect("recorded once");
+        forward.settle_counts();
+        forward.record(self.stats);
+        forward
+    }
+}
+
+impl Drop for Unrecorded<'_> {
+    fn drop(&mut self) {
+        if let Some(forward) = self.forward.as_mut() {
+            forward.settle_counts();
+            forward.record(self.stats);
+        }
     }
 }
 
@@ -466,5 +495,49 @@ impl TurnModels for ModelsOfRequest {
         let waited = self.inner.wait().await;
         self.llm.record_timeouts(waited.timed_out as u64);
         waited.finished
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use modes::stats::Stats;
+    use modes::turn::Forward;
+
+    fn requests(stats: &Stats) -> u64 {
+        stats.to_json("sync", None, None)["requests"]
+            .as_u64()
+            .expect("requests is a count")
+    }
+
+    fn forward() -> Box<Forward> {
+        let body = Bytes::from_static(
+            br#"{"model":"gpt-4o","messages":[{"role":"user","content":"list the files"}]}"#,
+        );
+        let parsed = engine::wire::parse(&body, Dialect::OpenAi).expect("a chat body");
+        let facts = modes::tracker::TurnFacts::default();
+        Box::new(Forward::untouched(body.clone(), &parsed, "s".into(), facts))
+    }
+
+    #[test]
+    fn a_turn_whose_handler_is_dropped_at_the_yield_is_still_counted() {
+        let stats = Stats::new();
+        drop(Unrecorded {
+            forward: Some(forward()),
+            stats: &stats,
+        });
+        assert_eq!(requests(&stats), 1);
+    }
+
+    #[test]
+    fn a_turn_recorded_on_the_way_is_counted_once() {
+        let stats = Stats::new();
+        let unrecorded = Unrecorded {
+            forward: Some(forward()),
+            stats: &stats,
+        };
+        let forward = unrecorded.record();
+        assert_eq!(requests(&stats), 1);
+        assert_eq!(forward.session, "s");
     }
 }
