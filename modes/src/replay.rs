@@ -419,7 +419,7 @@ async fn replay_on(
         let facts = applied.facts;
         let incoming = parsed.messages();
         let now = clock.now();
-        let ttl = tracker::asked_ttl(body, dialect);
+        let ttl = tracker::asked_ttl(&parsed);
         let warm = last_at.is_some_and(|t| now.saturating_sub(t) <= ttl);
         last_at = Some(now);
         let sent = Billable::of(body, incoming.to_vec());

@@ -98,7 +98,15 @@ pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &Forw
         }
         let kind = engine::tools::output_kind(tool, Some(arguments));
         for marker in ids {
-            state.marker_tools.insert(marker.to_owned(), kind.clone());
+            // A marker carried over from the last turn is on record with this kind already:
+            // looked up before a key and a kind are copied to insert it again.
+            match state.marker_tools.get_mut(marker) {
+                Some(known) if *known == kind => {}
+                Some(known) => known.clone_from(&kind),
+                None => {
+                    state.marker_tools.insert(marker.to_owned(), kind.clone());
+                }
+            }
         }
     }
     state.cut_calls = cut_calls;

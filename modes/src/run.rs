@@ -7,7 +7,7 @@ use std::sync::Arc;
 use engine::apply::{Applied, apply_parsed};
 use engine::config::AmortizeConfig;
 use engine::pipeline::{Pipeline, RunCx};
-use engine::wire::{Dialect, ParsedBody};
+use engine::wire::{Dialect, Mention, ParsedBody};
 
 use crate::session::SessionState;
 use crate::tracker::{self, TurnFacts};
@@ -20,17 +20,12 @@ pub(crate) fn begin_turn(
     now: std::time::Duration,
 ) -> TurnFacts {
     let fingerprints = parsed.fingerprints().to_vec();
-    let raw = parsed.text().as_bytes();
-    let dialect = parsed.dialect();
     // OpenAI caches every long enough prompt on its own; Anthropic only what a breakpoint asks.
     let asked_caching =
-        dialect != Dialect::Anthropic || memchr::memmem::find(raw, b"\"cache_control\"").is_some();
-    state.tracker.begin_turn(
-        fingerprints,
-        now,
-        tracker::asked_ttl(raw, dialect),
-        asked_caching,
-    )
+        parsed.dialect() != Dialect::Anthropic || parsed.mentions(Mention::CacheControl);
+    state
+        .tracker
+        .begin_turn(fingerprints, now, tracker::asked_ttl(parsed), asked_caching)
 }
 
 /// One turn: the tracker's facts, then the pipeline under them. `cx` carries the request's

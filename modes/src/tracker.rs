@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use engine::wire::Dialect;
+use engine::wire::{Dialect, Mention, ParsedBody};
 use serde::{Deserialize, Serialize};
 
 /// Transcripts remembered per session.
@@ -34,16 +34,16 @@ pub const ONE_HOUR: Duration = Duration::from_secs(60 * 60);
 /// OpenAI's extended retention (`"prompt_cache_retention": "24h"`).
 pub const ONE_DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The longest prompt-cache lifetime a request asks for, judged from its raw bytes.
+/// The longest prompt-cache lifetime a request asks for, judged from its raw bytes
+/// ([`ParsedBody::mentions`]).
 ///
 /// A scan rather than a parse, because it only ever widens the TTL: a stray `"1h"` in a
 /// message makes a cold turn read warm, which forgoes a saving and costs nothing.
-pub fn asked_ttl(body: &[u8], dialect: Dialect) -> Duration {
-    let has = |needle: &[u8]| memchr::memmem::find(body, needle).is_some();
-    match dialect {
-        Dialect::Anthropic if has(b"\"1h\"") => ONE_HOUR,
+pub fn asked_ttl(body: &ParsedBody<'_>) -> Duration {
+    match body.dialect() {
+        Dialect::Anthropic if body.mentions(Mention::OneHour) => ONE_HOUR,
         Dialect::Anthropic => ANTHROPIC_TTL,
-        Dialect::OpenAi | Dialect::Responses if has(b"\"24h\"") => ONE_DAY,
+        Dialect::OpenAi | Dialect::Responses if body.mentions(Mention::OneDay) => ONE_DAY,
         Dialect::OpenAi | Dialect::Responses => ONE_HOUR,
         // Gemini documents no lifetime for its implicit cache; the longest any provider keeps
         // one without being asked reads a cold turn as warm, the direction that costs nothing.
@@ -455,14 +455,20 @@ mod tests {
 
     #[test]
     fn asked_ttl_reads_the_longest_lifetime() {
-        let body = br#"{"system":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"1h"}}]}"#;
-        assert_eq!(asked_ttl(body, Dialect::Anthropic), ONE_HOUR);
-        assert_eq!(asked_ttl(b"{}", Dialect::Anthropic), ANTHROPIC_TTL);
+        let ttl = |body: &str, dialect| {
+            asked_ttl(&engine::wire::parse(body.as_bytes(), dialect).expect("a body"))
+        };
+        let one_hour = r#"{"system":[{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"1h"}}],"messages":[]}"#;
+        assert_eq!(ttl(one_hour, Dialect::Anthropic), ONE_HOUR);
+        assert_eq!(ttl(r#"{"messages":[]}"#, Dialect::Anthropic), ANTHROPIC_TTL);
         assert_eq!(
-            asked_ttl(br#"{"prompt_cache_retention":"24h"}"#, Dialect::OpenAi),
+            ttl(
+                r#"{"messages":[],"prompt_cache_retention":"24h"}"#,
+                Dialect::OpenAi
+            ),
             ONE_DAY
         );
-        assert_eq!(asked_ttl(b"{}", Dialect::OpenAi), ONE_HOUR);
+        assert_eq!(ttl(r#"{"messages":[]}"#, Dialect::OpenAi), ONE_HOUR);
     }
 
     #[test]

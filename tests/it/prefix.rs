@@ -269,10 +269,10 @@ fn head_first(turn: &[u8]) -> Vec<u8> {
 /// dialects, chained as a live conversation chains them (each continuation the last resumed
 /// parse's), as written, pretty-printed (whitespace between every element) and with the system
 /// prompt and tools before the transcript: `ParsedBody` equal, and its digests (content hashes,
-/// token counts, markers, the tracker's fingerprints) equal.
+/// token counts, markers, the tracker's fingerprints) and mentions equal.
 #[test]
 fn every_corpus_turn_resumes_to_the_whole_parse() {
-    use engine::wire::{Resumed, parse_continuing, parse_text};
+    use engine::wire::{Mention, Resumed, parse_continuing, parse_text};
     let mut checked = 0;
     for body in bodies() {
         let name = body.path.display();
@@ -292,6 +292,7 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
             let first = parse_text(texts[0], body.dialect).unwrap();
             first.digests();
             first.fingerprints();
+            let _ = Mention::ALL.map(|m| first.mentions(m));
             let mut earlier = first.into_continuation(None);
             for text in &texts[1..] {
                 let entries = earlier.entries();
@@ -314,6 +315,10 @@ fn every_corpus_turn_resumes_to_the_whole_parse() {
                     "{name}"
                 );
                 assert_eq!(parsed.fingerprints(), whole.fingerprints(), "{name}");
+                // What the tracker looks for, searched past the shared bytes only.
+                for mention in Mention::ALL {
+                    assert_eq!(parsed.mentions(mention), whole.mentions(mention), "{name}");
+                }
                 earlier = parsed.into_continuation(Some((&seen, kept)));
                 checked += 1;
             }

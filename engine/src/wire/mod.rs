@@ -12,6 +12,7 @@
 mod anthropic;
 mod gemini;
 pub mod json;
+mod mentions;
 mod openai;
 pub mod prefix;
 mod responses;
@@ -22,6 +23,7 @@ use std::borrow::Cow;
 
 use crate::message::{Forwarded, Message, Role};
 use json::Span;
+pub use mentions::Mention;
 pub use resume::{Continuation, Resumed, parse_continuing, resumes};
 #[cfg(test)]
 pub(crate) use write_back::DECLARATION_ROOM;
@@ -244,6 +246,8 @@ pub struct ParsedBody<'a> {
     /// The last turn's pipeline records for the messages this body shares with it, and this
     /// turn's, once a run leaves them (see [`ParsedBody::run_carry`]).
     run_carry: RunCarries,
+    /// Where the strings hosts look for occur, once looked for (see [`ParsedBody::mentions`]).
+    mentions: mentions::Mentions,
 }
 
 /// A pipeline run's records carried in and left (`crate::carry`). Like [`Digests`], a function
@@ -462,6 +466,7 @@ impl<'a> ParsedBody<'a> {
             read: Mark::default(),
             digests: Digests::default(),
             run_carry: RunCarries::default(),
+            mentions: mentions::Mentions::default(),
         })
     }
 
@@ -621,6 +626,12 @@ impl<'a> ParsedBody<'a> {
     /// The original body text.
     pub fn text(&self) -> &'a str {
         self.text
+    }
+
+    /// Whether the body says `mention` anywhere (a text included): searched once, and in a
+    /// resumed body only past the bytes it shares with the last one.
+    pub fn mentions(&self, mention: Mention) -> bool {
+        self.mentions.first(self.text.as_bytes(), mention).is_some()
     }
 
     /// `cache_control` breakpoints the caller already spent (system + tools + messages).

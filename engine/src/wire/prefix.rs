@@ -138,6 +138,23 @@ impl Seen {
         common
     }
 
+    /// How many bytes at the start of a body are proven this body's by a [`Common`] of it: the
+    /// whole body when it is the same, else the head and the `matched` messages with what
+    /// separates them.
+    pub fn proven(&self, common: Common) -> usize {
+        if common.identical {
+            return self.len;
+        }
+        if !common.head_matches {
+            return 0;
+        }
+        common
+            .matched
+            .checked_sub(1)
+            .and_then(|last| self.messages.get(last))
+            .map_or(self.array_start, |(span, _)| span.end)
+    }
+
     /// Whether what follows the messages array of `body`, which ends at `array_end` (known once
     /// the turn has read its new messages), is what followed it last turn.
     pub fn same_after(&self, body: &[u8], array_end: usize) -> bool {

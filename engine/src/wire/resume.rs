@@ -17,6 +17,7 @@
 //! it changed (its breakpoints, whether it could be read). Only chat completions and Messages
 //! bodies resume; any other, and any body whose resumed scan fails, is parsed whole.
 
+use super::mentions::{Found, Mentions};
 use super::prefix::Seen;
 use super::{Dialect, EntryMark, Mark, Opaque, ParsedBody, Slot, anthropic, json, openai};
 use crate::digests::{LateCounts, UNCOUNTED};
@@ -43,6 +44,8 @@ pub struct Continuation {
     late: LateCounts,
     /// What the turn's pipeline run did to each message (`crate::carry`), when one ran.
     run_carry: Option<crate::carry::RunCarry>,
+    /// Where the strings the turn looked for occur in its body.
+    mentions: Found,
     /// What it holds, counted once when it is made (see [`Continuation::held_bytes`]).
     held: usize,
 }
@@ -106,6 +109,7 @@ pub fn parse_continuing(
     if !common.head_matches || kept == 0 {
         return None;
     }
+    let proven = earlier.seen.proven(common);
     let array_start = earlier.seen.array_start();
     let known = earlier.entries[..kept].iter().map(|e| e.span).collect();
     let (root, index) = json::parse_indexed_resuming(text, array_start, known).ok()?;
@@ -146,8 +150,10 @@ pub fn parse_continuing(
         fingerprints,
         late,
         run_carry,
+        mentions,
         ..
     } = earlier;
+    parsed.mentions = Mentions::resuming(proven, mentions);
     parsed.run_carry.carried = run_carry
         .filter(|_| same_system)
         .map(|carry| carry.truncated(at.messages));
@@ -295,6 +301,7 @@ impl ParsedBody<'_> {
                 .map_or(0, crate::carry::RunCarry::held_bytes);
         Continuation {
             run_carry,
+            mentions: self.mentions.found(),
             dialect: self.dialect,
             seen,
             held,

@@ -3,12 +3,13 @@
 
 use super::*;
 use crate::wire::prefix::tests::{SYSTEM, TOOLS, body, call, history, result, user};
-use crate::wire::{self, parse_text};
+use crate::wire::{self, Mention, parse_text};
 
 /// What a live turn leaves: its digests were asked for (the tracker and the pipeline do).
 fn continuation(text: &str, dialect: Dialect) -> Continuation {
     let parsed = parse_text(text, dialect).unwrap();
     parsed.digests();
+    let _ = Mention::ALL.map(|m| parsed.mentions(m));
     parsed.into_continuation(None)
 }
 
@@ -28,6 +29,14 @@ fn resumed(last: &str, next: &str, dialect: Dialect) -> Option<usize> {
         assert!(
             n == whole_n || n == UNCOUNTED,
             "message {i}: {n} against {whole_n}"
+        );
+    }
+    // The mentions the tracker looks for, searched past the shared bytes only.
+    for mention in Mention::ALL {
+        assert_eq!(
+            parsed.mentions(mention),
+            whole.mentions(mention),
+            "{mention:?}"
         );
     }
     // And what it leaves for the turn after is what a whole parse leaves, counts aside.
