@@ -12,9 +12,12 @@
 # machine that wrk, the canned upstream and the hop share, rounds swing by a quarter, and the
 # CPU a request costs the hop is the steadier figure. Needs Debian's nginx and wrk. Figures go
 # to docs/performance.md.
-# Usage: [HOP_SECS=N] [HOP_SESSIONS=64] [SLUICE_BIN=path] [HOP_STORE=memory] bash benches/hop.sh
-# SLUICE_BIN runs a binary built elsewhere (an earlier commit's, for a before/after); the
-# default arm keeps its state in SQLite unless HOP_STORE says otherwise.
+# Usage: [HOP_SECS=N] [HOP_SESSIONS=64] [SLUICE_BIN=path] [SLUICE_BEFORE=path] [HOP_STORE=memory]
+#        bash benches/hop.sh
+# SLUICE_BIN runs a binary built elsewhere; SLUICE_BEFORE adds a `before` arm, that binary on
+# the embedded default, interleaved with the others in every round, so a before/after is
+# measured side by side in one run (run after run, the machine's own swing is larger than
+# most changes). The default arms keep their state in SQLite unless HOP_STORE says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v nginx >/dev/null && command -v wrk >/dev/null || { echo "install nginx and wrk (apt-get install nginx-light wrk)" >&2; exit 1; }
@@ -93,7 +96,16 @@ store="${HOP_STORE:-sqlite:$work/state.db}"
 SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$default_port" --store "$store" \
     --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/default.err" &
 pids+=($!); default_pid=$!
-for p in $canned_port $hop_port $off_port $default_port; do
+ports="$canned_port $hop_port $off_port $default_port"
+if [ -n "${SLUICE_BEFORE:-}" ]; then
+    before_port=$(port)
+    before_store="${HOP_STORE:-sqlite:$work/before.db}"
+    SLUICE_LOG=warn "$SLUICE_BEFORE" serve --listen "127.0.0.1:$before_port" --store "$before_store" \
+        --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/before.err" &
+    pids+=($!); before_pid=$!
+    ports="$ports $before_port"
+fi
+for p in $ports; do
     for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null && break; sleep 0.05; done
 done
 
@@ -104,7 +116,9 @@ ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc
 procs_nginx() { pgrep -P "$hop_pid" | tr '\n' ' '; }
 procs_off() { echo "$off_pid"; }
 procs_default() { echo "$default_pid"; }
+procs_before() { echo "$before_pid"; }
 idle_off=$(rss_kib $off_pid); idle_default=$(rss_kib $default_pid); idle_nginx=$(nginx_rss_kib)
+[ -n "${SLUICE_BEFORE:-}" ] && idle_before=$(rss_kib $before_pid)
 
 # HOP_SESSIONS=64: the requests carry 64 session ids in turn (64 agents); otherwise none, so
 # sluice derives one session from the body and every request is a turn of that one session,
@@ -127,11 +141,13 @@ run() { # arm url [script] -> "rps p50_ms cpu_us_per_request" (cpu 0 for direct)
 }
 declare -A rps p50 cpu
 arms=(direct nginx off default)
+[ -n "${SLUICE_BEFORE:-}" ] && arms+=(before)
 workloads=(same growing)
 url_direct="http://127.0.0.1:$canned_port/v1/messages"
 url_nginx="http://127.0.0.1:$hop_port/v1/messages"
 url_off="http://127.0.0.1:$off_port/anthropic/v1/messages"
 url_default="http://127.0.0.1:$default_port/anthropic/v1/messages"
+url_before="http://127.0.0.1:${before_port:-0}/anthropic/v1/messages"
 script_of() { if [ "$1" = growing ]; then echo grow.lua; else echo "$script"; fi; }
 for arm in "${arms[@]}"; do run "$arm" "$(eval echo \$url_$arm)" >/dev/null; done   # warm-up
 for round in 1 2 3; do
@@ -143,6 +159,7 @@ for round in 1 2 3; do
     done
 done
 busy_off=$(rss_kib $off_pid); busy_default=$(rss_kib $default_pid); busy_nginx=$(nginx_rss_kib)
+[ -n "${SLUICE_BEFORE:-}" ] && busy_before=$(rss_kib $before_pid)
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "| workload | arm | req/s (median of 3) | share of nginx | p50 (median) | added p50 over direct | CPU per request (median) | against nginx's |"
 echo "|---|---|--:|--:|--:|--:|--:|--:|"
@@ -159,6 +176,9 @@ for w in "${workloads[@]}"; do
 done
 echo
 echo "rounds: $(for w in "${workloads[@]}"; do for a in "${arms[@]}"; do echo -n "$w.$a:${rps[$w.$a]} "; done; done)"
-echo "CPU per request, us: $(for w in "${workloads[@]}"; do for a in nginx off default; do echo -n "$w.$a:${cpu[$w.$a]} "; done; done)"
+echo "CPU per request, us: $(for w in "${workloads[@]}"; do for a in "${arms[@]:1}"; do echo -n "$w.$a:${cpu[$w.$a]} "; done; done)"
 awk -v io="$idle_off" -v bo="$busy_off" -v id="$idle_default" -v bd="$busy_default" -v in_="$idle_nginx" -v bn="$busy_nginx" 'BEGIN {
     printf "memory per connection at 64 (RSS under load minus idle, / 64): sluice off %.0f KiB, sluice default %.0f KiB, nginx %.0f KiB\n", (bo-io)/64, (bd-id)/64, (bn-in_)/64 }'
+if [ -n "${SLUICE_BEFORE:-}" ]; then
+    awk -v ib="$idle_before" -v bb="$busy_before" 'BEGIN { printf "memory per connection at 64, before: %.0f KiB\n", (bb-ib)/64 }'
+fi
