@@ -99,7 +99,9 @@ pids+=($!); default_pid=$!
 ports="$canned_port $hop_port $off_port $default_port"
 if [ -n "${SLUICE_BEFORE:-}" ]; then
     before_port=$(port)
-    before_store="${HOP_STORE:-sqlite:$work/before.db}"
+    # A store of its own: two processes on one SQLite file would share (and fight over) it.
+    before_store="sqlite:$work/before.db"
+    [ "${HOP_STORE:-}" = memory ] && before_store=memory
     SLUICE_LOG=warn "$SLUICE_BEFORE" serve --listen "127.0.0.1:$before_port" --store "$before_store" \
         --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/before.err" &
     pids+=($!); before_pid=$!

@@ -164,6 +164,7 @@ impl SqliteBackend {
             counts: counts.clone(),
             last_sweep: Instant::now(),
             last_measure: None,
+            unmeasured: false,
         };
         std::thread::Builder::new()
             .name("sluice-sqlite".to_owned())
@@ -227,8 +228,10 @@ struct Writer {
     conn: Option<Connection>,
     counts: Arc<Counts>,
     last_sweep: Instant,
-    /// When the file's size was last read for `/stats` (see [`Writer::measure`]).
+    /// When the file's size was last read for `/stats` (see [`Writer::measure`]), and whether
+    /// a write since has gone unmeasured.
     last_measure: Option<Instant>,
+    unmeasured: bool,
 }
 
 /// How often the writer reads the file's size for `/stats`: two `statx` calls per batch were 3%
@@ -238,10 +241,19 @@ const MEASURE_EVERY: Duration = Duration::from_secs(1);
 impl Writer {
     fn run(mut self, rx: &Receiver<Job>) {
         loop {
-            let first = match rx.recv_timeout(SWEEP_EVERY) {
+            // A size reading put off by the last batch is taken once the writer idles.
+            let wait = if self.unmeasured {
+                MEASURE_EVERY
+            } else {
+                SWEEP_EVERY
+            };
+            let first = match rx.recv_timeout(wait) {
                 Ok(job) => job,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    self.sweep();
+                    if self.last_sweep.elapsed() >= SWEEP_EVERY {
+                        self.sweep();
+                    }
+                    self.measure();
                     continue;
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
@@ -280,7 +292,8 @@ impl Writer {
         };
         if transaction_failed {
             // Reopened on the next batch: a file that became writable again recovers. (One job's
-            // own failure is rolled back to its savepoint and keeps the connection.)
+            // own failure is rolled back, to its savepoint or with the transaction when it ran
+            // alone, and keeps the connection.)
             self.conn = None;
         }
         answers.into_iter().for_each(Answer::send);
@@ -292,8 +305,10 @@ impl Writer {
             .last_measure
             .is_some_and(|at| at.elapsed() < MEASURE_EVERY)
         {
+            self.unmeasured = true;
             return;
         }
+        self.unmeasured = false;
         self.last_measure = Some(Instant::now());
         let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
         let mut wal = self.path.clone().into_os_string();
@@ -342,8 +357,8 @@ struct Tally {
     expired: u64,
 }
 
-/// Runs a batch in one transaction, each job under its own savepoint (a failing job leaves no
-/// partial write); the answers, and whether the transaction itself failed.
+/// Runs a batch in one transaction, each job of several under its own savepoint (a failing job
+/// leaves no partial write); the answers, and whether the transaction itself failed.
 fn run_in_transaction(
     conn: &mut Connection,
     batch: Vec<Job>,
@@ -366,10 +381,10 @@ fn run_in_transaction(
         let job = batch.into_iter().next().expect("one job");
         let answer = run_job(&tx, job, &mut tally);
         if answer.is_err() {
-            return match tx.rollback() {
-                Ok(()) => (vec![answer], false),
-                Err(error) => (vec![answer.failed(&io(error))], true),
-            };
+            // A rollback that fails (SQLite may have ended the transaction itself, on a full
+            // disk) drops the connection; the job still hears its own error.
+            let rolled_back = tx.rollback().is_ok();
+            return (vec![answer], !rolled_back);
         }
         return commit(tx, vec![answer], &tally, counts);
     }

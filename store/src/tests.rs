@@ -337,3 +337,26 @@ fn each_listen_address_gets_a_default_file_of_its_own() {
     );
     assert_ne!(at("[::1]:4002"), at("127.0.0.1:4003"));
 }
+
+#[tokio::test]
+async fn the_files_size_is_read_again_once_the_writer_idles() {
+    use crate::backend::Backend;
+    let path = temp_db("measure");
+    let backend = SqliteBackend::open(&path).unwrap();
+    let ttl = Duration::from_secs(600);
+    backend.put("s", "small", "{}", ttl).await.unwrap();
+    let before = backend.occupancy().bytes;
+    // Within a second of the last reading: the size is not read after this write...
+    let big = "x".repeat(1 << 20);
+    backend.put("s", "big", &big, ttl).await.unwrap();
+    // ...but once the writer has waited out the second with nothing to do.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while backend.occupancy().bytes < before + (1 << 20) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the size stayed at {} after a 1 MiB write",
+            backend.occupancy().bytes
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
