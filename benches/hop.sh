@@ -153,8 +153,11 @@ url_before="http://127.0.0.1:${before_port:-0}/anthropic/v1/messages"
 script_of() { if [ "$1" = growing ]; then echo grow.lua; else echo "$script"; fi; }
 for arm in "${arms[@]}"; do run "$arm" "$(eval echo \$url_$arm)" >/dev/null; done   # warm-up
 for round in 1 2 3; do
+    order=("${arms[@]}")
+    # The before arm goes first every other round, so neither build always follows the other.
+    if [ -n "${SLUICE_BEFORE:-}" ] && [ $((round % 2)) = 0 ]; then order=(direct nginx off before default); fi
     for w in "${workloads[@]}"; do
-        for arm in "${arms[@]}"; do
+        for arm in "${order[@]}"; do
             read -r r p c <<<"$(run "$arm" "$(eval echo \$url_$arm)" "$(script_of "$w")")"
             rps[$w.$arm]="${rps[$w.$arm]:-} $r"; p50[$w.$arm]="${p50[$w.$arm]:-} $p"; cpu[$w.$arm]="${cpu[$w.$arm]:-} $c"
         done
