@@ -76,6 +76,15 @@ pub fn count_until(text: &str, key: u64, partial: Partial, limit: usize) -> Resu
     {
         return Ok(hit as usize);
     }
+    let counted = count_from(text, partial, limit);
+    if let Ok(n) = counted {
+        remember(key, n);
+    }
+    counted
+}
+
+/// [`count_until`] without the memo: the pieces from `partial` on, counted until `limit`.
+fn count_from(text: &str, partial: Partial, limit: usize) -> Result<usize, Partial> {
     let bpe = &bpe_openai::o200k_base().bpe;
     let count = |pieces: &mut PieceCounts| {
         let mut split = split::pieces_from(text, partial.offset);
@@ -91,11 +100,7 @@ pub fn count_until(text: &str, key: u64, partial: Partial, limit: usize) -> Resu
             tokens: n,
         })
     };
-    let counted = with_piece_counts(count);
-    if let Ok(n) = counted {
-        remember(key, n);
-    }
-    counted
+    with_piece_counts(count)
 }
 
 /// Builds the tokenizer's tables now, and the set of its short tokens. They are built on first
@@ -133,13 +138,9 @@ pub fn count_uncached(text: &str) -> usize {
     if text.is_empty() {
         return 0;
     }
-    let bpe = &bpe_openai::o200k_base().bpe;
-    let count = |pieces: &mut PieceCounts| {
-        split::pieces(text)
-            .map(|piece| pieces.count(piece, |p| bpe.count(p.as_bytes())))
-            .sum()
-    };
-    with_piece_counts(count)
+    match count_from(text, Partial::default(), usize::MAX) {
+        Ok(n) | Err(Partial { tokens: n, .. }) => n,
+    }
 }
 
 /// Runs `f` with the process's piece counts, or, when another thread holds them, this

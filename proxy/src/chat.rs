@@ -314,19 +314,21 @@ struct Unrecorded<'a> {
 impl Unrecorded<'_> {
     /// Takes the turn's deferred counts and records its report; hands the turn back.
     fn record(mut self) -> Box<modes::turn::Forward> {
-        let mut forward = self.forward.take().expect("recorded once");
-        forward.settle_counts();
-        forward.record(self.stats);
-        forward
+        self.settle();
+        self.forward.take().expect("recorded once")
+    }
+
+    fn settle(&mut self) {
+        if let Some(forward) = self.forward.as_mut() {
+            forward.settle_counts();
+            forward.record(self.stats);
+        }
     }
 }
 
 impl Drop for Unrecorded<'_> {
     fn drop(&mut self) {
-        if let Some(forward) = self.forward.as_mut() {
-            forward.settle_counts();
-            forward.record(self.stats);
-        }
+        self.settle();
     }
 }
 

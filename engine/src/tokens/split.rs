@@ -54,14 +54,10 @@ const CLASSES: [Class; 256] = {
     table
 };
 
-/// The pieces of `text`, in order: what `bpe_openai::o200k_base().split(text)` yields.
-pub(crate) fn pieces(text: &str) -> Pieces<'_> {
-    Pieces { text, at: 0 }
-}
-
-/// [`pieces`] from byte `at`, the end of an earlier piece: each piece is cut from the text
-/// after the one before it alone, so the pieces from there are the ones a split from the start
-/// makes.
+/// The pieces of `text`, in order, from byte `at` (0, or the end of an earlier piece): what
+/// `bpe_openai::o200k_base().split(text)` yields. Each piece is cut from the text after the
+/// one before it alone, so the pieces from an earlier piece's end are the ones a split from the
+/// start makes.
 pub(crate) fn pieces_from(text: &str, at: usize) -> Pieces<'_> {
     Pieces { text, at }
 }
@@ -278,7 +274,7 @@ mod tests {
 
     #[track_caller]
     fn same_pieces(text: &str) {
-        let ours: Vec<&str> = pieces(text).collect();
+        let ours: Vec<&str> = pieces_from(text, 0).collect();
         assert_eq!(ours, regex_pieces(text), "{text:?}");
     }
 
