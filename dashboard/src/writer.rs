@@ -269,7 +269,8 @@ fn gates_json(gates: &[(&'static str, u32)]) -> String {
         if out.len() > 1 {
             out.push(',');
         }
-        out.push_str(&serde_json::Value::from(gate).to_string());
+        // A JSON string, escaped as the map wrote its keys (plain data: cannot fail).
+        out.push_str(&serde_json::to_string(gate).unwrap_or_default());
         let _ = write!(out, ":{n}");
     }
     out.push('}');
@@ -399,25 +400,45 @@ const INSERT_CONTENT: &str = "INSERT INTO request_content (
     after_gz
 ) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
-/// The live feed's row: a summary, never content.
+/// The live feed's row: a summary, never content. Its keys are in the order a `serde_json` map
+/// writes them (sorted), as the feed always sent them; a struct writes them without building
+/// a map per request.
+#[derive(serde::Serialize)]
+struct Summary<'a> {
+    cost_usd: Option<f64>,
+    expand_rounds: u32,
+    id: u64,
+    mode: &'a str,
+    model: Option<&'a str>,
+    net_saved_usd: Option<f64>,
+    route: &'a str,
+    saved_tokens: u64,
+    session: Option<&'a str>,
+    status: u16,
+    tokens_after: u64,
+    tokens_before: u64,
+    ts: u64,
+}
+
 fn summary(id: u64, row: &Prepared) -> String {
     let e = &row.event;
-    serde_json::json!({
-        "id": id,
-        "ts": e.ts_ms,
-        "session": row.session,
-        "route": e.dialect.map_or("", engine::wire::Dialect::as_str),
-        "model": e.model,
-        "mode": e.mode,
-        "status": e.status,
-        "tokens_before": e.tokens_before,
-        "tokens_after": e.tokens_after,
-        "saved_tokens": e.tokens_before.saturating_sub(e.tokens_after),
-        "expand_rounds": e.expand_rounds,
-        "cost_usd": row.priced.map(|p| p.cost),
-        "net_saved_usd": row.priced.map(|p| p.net),
-    })
-    .to_string()
+    let summary = Summary {
+        cost_usd: row.priced.map(|p| p.cost),
+        expand_rounds: e.expand_rounds,
+        id,
+        mode: e.mode,
+        model: e.model.as_deref(),
+        net_saved_usd: row.priced.map(|p| p.net),
+        route: e.dialect.map_or("", engine::wire::Dialect::as_str),
+        saved_tokens: e.tokens_before.saturating_sub(e.tokens_after),
+        session: row.session.as_deref(),
+        status: e.status,
+        tokens_after: e.tokens_after,
+        tokens_before: e.tokens_before,
+        ts: e.ts_ms,
+    };
+    // Plain data: serializing it cannot fail.
+    serde_json::to_string(&summary).unwrap_or_default()
 }
 
 /// Deletes rows past the age bound, then the oldest while the rows are over the size bound.
@@ -487,6 +508,87 @@ mod tests {
         ];
         for gates in cases {
             assert_eq!(gates_json(gates), as_value(gates), "{gates:?}");
+        }
+    }
+
+    /// The feed's row as the writer wrote it before [`Summary`]: a `json!` map.
+    fn summary_as_value(id: u64, row: &Prepared) -> String {
+        let e = &row.event;
+        serde_json::json!({
+            "id": id,
+            "ts": e.ts_ms,
+            "session": row.session,
+            "route": e.dialect.map_or("", engine::wire::Dialect::as_str),
+            "model": e.model,
+            "mode": e.mode,
+            "status": e.status,
+            "tokens_before": e.tokens_before,
+            "tokens_after": e.tokens_after,
+            "saved_tokens": e.tokens_before.saturating_sub(e.tokens_after),
+            "expand_rounds": e.expand_rounds,
+            "cost_usd": row.priced.map(|p| p.cost),
+            "net_saved_usd": row.priced.map(|p| p.net),
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn the_feeds_summary_is_written_as_the_map_was() {
+        let priced = prices::Priced {
+            cost: 0.012_345_678_9,
+            baseline: 0.02,
+            saved: 0.007,
+            expand_cost: 0.0,
+            net: -1.5e-7,
+        };
+        let rows = [
+            Prepared {
+                session: None,
+                fresh: None,
+                priced: None,
+                content: Vec::new(),
+                event: Event {
+                    ts_ms: 1,
+                    mode: "observe",
+                    ..Event::default()
+                },
+            },
+            Prepared {
+                session: Some("a1b2 \"quoted\"".into()),
+                fresh: Some(10),
+                priced: Some(priced),
+                content: Vec::new(),
+                event: Event {
+                    ts_ms: 1_764_000_000_000,
+                    dialect: Some(engine::wire::Dialect::Anthropic),
+                    model: Some("claude-sonnet-4-5".into()),
+                    mode: "sync",
+                    status: 200,
+                    tokens_before: 120_000,
+                    tokens_after: 80_000,
+                    expand_rounds: 2,
+                    ..Event::default()
+                },
+            },
+            Prepared {
+                session: Some("s".into()),
+                fresh: None,
+                priced: Some(prices::Priced {
+                    cost: f64::NAN,
+                    net: f64::INFINITY,
+                    ..priced
+                }),
+                content: Vec::new(),
+                event: Event {
+                    tokens_before: 5,
+                    tokens_after: 9,
+                    ..Event::default()
+                },
+            },
+        ];
+        for (id, row) in rows.iter().enumerate() {
+            let id = id as u64 * 1_000_003;
+            assert_eq!(summary(id, row), summary_as_value(id, row));
         }
     }
 

@@ -16,6 +16,7 @@ pub mod contain;
 pub mod digests;
 pub mod dsl;
 pub mod gate;
+pub mod hex;
 pub mod marker;
 pub(crate) mod memo;
 pub mod message;

@@ -54,12 +54,7 @@ pub fn stash_id(original: &str) -> String {
 
 fn sha256_id(original: &str) -> String {
     let digest = Sha256::digest(original.as_bytes());
-    let mut hex = String::with_capacity(ID_HEX_LEN);
-    for byte in digest.iter().take(ID_HEX_LEN / 2) {
-        use std::fmt::Write as _;
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex
+    crate::hex::encode(&digest[..ID_HEX_LEN / 2])
 }
 
 /// `<<cg:ID>>`.

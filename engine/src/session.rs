@@ -44,8 +44,11 @@ pub fn credential_scope(secret: &[u8], credential: Option<&[u8]>) -> String {
     hasher.update([0]);
     hasher.update(credential);
     let digest = hasher.finalize();
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("k{hex}:")
+    let mut scope = String::with_capacity(18);
+    scope.push('k');
+    crate::hex::push(&mut scope, &digest[..8]);
+    scope.push(':');
+    scope
 }
 
 /// The scope of a caller that sent no credential.
@@ -78,7 +81,7 @@ fn key_of<'a>(system: &str, users: impl Iterator<Item = &'a str>) -> String {
         hasher.update(user.as_bytes());
     }
     let digest = hasher.finalize();
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&digest[..8])
 }
 
 /// The session key for a request: the sanitized explicit id, else the derived one.

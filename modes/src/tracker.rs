@@ -113,14 +113,10 @@ mod hex_fingerprints {
     use serde::de::{self, SeqAccess, Visitor};
     use serde::{Deserializer, Serializer};
 
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-
     pub(super) fn serialize<S: Serializer>(prints: &[u64], to: S) -> Result<S::Ok, S::Error> {
         let mut text = Vec::with_capacity(prints.len() * 16);
         for print in prints {
-            for shift in (0..16).rev() {
-                text.push(DIGITS[((print >> (shift * 4)) & 0xf) as usize]);
-            }
+            engine::hex::extend(&mut text, &print.to_be_bytes());
         }
         // Hex digits only: always UTF-8.
         to.serialize_str(std::str::from_utf8(&text).unwrap_or_default())

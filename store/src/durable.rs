@@ -195,17 +195,23 @@ struct Copies {
 impl Copies {
     /// `session`'s copy, created if absent, marked most recently used.
     fn touch(&mut self, session: &str) -> &mut Copy {
-        self.next_tick += 1;
-        let tick = self.next_tick;
         let now = Instant::now();
         // Looked up before it is named: a turn touches its session once per stash it makes or
         // carries over, and making the name twice each time was most of that.
         if !self.sessions.contains_key(session) {
             self.sessions.insert(session.to_owned(), Copy::new(now));
         }
+        let latest = self.next_tick;
         let copy = self.sessions.get_mut(session).expect("inserted above");
-        let old = std::mem::replace(&mut copy.tick, tick);
         copy.used = now;
+        if copy.tick == latest && latest != 0 {
+            // Already the most recently used (the turn's earlier stashes touched it): its place
+            // in the eviction order stands, and moving it again was most of each later touch.
+            return copy;
+        }
+        self.next_tick += 1;
+        let tick = self.next_tick;
+        let old = std::mem::replace(&mut copy.tick, tick);
         let name = self
             .recency
             .remove(&old)
@@ -786,6 +792,29 @@ impl Store for DurableStore {
             quota_refused: self.counters.quota_refused.load(Ordering::Relaxed),
             expired: self.backend.occupancy().expired,
             frozen_evicted: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod recency {
+    use super::*;
+
+    /// A session touched again while it is the most recent keeps its place without moving;
+    /// the eviction order is the order of last use either way, one entry per session.
+    #[test]
+    fn the_eviction_order_is_the_order_of_last_use() {
+        let mut copies = Copies::default();
+        for session in ["a", "b", "b", "b", "a", "c", "c", "a", "a"] {
+            let before = Instant::now();
+            let copy = copies.touch(session);
+            assert!(copy.used >= before, "each touch marks the copy used");
+        }
+        let order: Vec<&str> = copies.recency.values().map(String::as_str).collect();
+        assert_eq!(order, ["b", "c", "a"]);
+        assert_eq!(copies.recency.len(), copies.sessions.len());
+        for (tick, session) in &copies.recency {
+            assert_eq!(copies.sessions[session].tick, *tick);
         }
     }
 }
