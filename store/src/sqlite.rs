@@ -508,10 +508,15 @@ fn run_job(conn: &Connection, job: Job, tally: &mut Tally) -> Answer {
 
 /// Deletes `session` if its time to live has run out and the sweep has not come yet, so an
 /// expired session is never read, nor revived with its old rows by a new write.
-fn clear_expired(conn: &Connection, session: &str, tally: &mut Tally) -> rusqlite::Result<()> {
+fn clear_expired(
+    conn: &Connection,
+    session: &str,
+    now: i64,
+    tally: &mut Tally,
+) -> rusqlite::Result<()> {
     let gone = conn
         .prepare_cached("DELETE FROM sessions WHERE session = ?1 AND expires_ms < ?2")?
-        .execute(params![session, now_ms()])?;
+        .execute(params![session, now])?;
     if gone > 0 {
         conn.prepare_cached("DELETE FROM stashes WHERE session = ?1")?
             .execute([session])?;
@@ -523,7 +528,7 @@ fn clear_expired(conn: &Connection, session: &str, tally: &mut Tally) -> rusqlit
 }
 
 fn load(conn: &Connection, session: &str, tally: &mut Tally) -> rusqlite::Result<Snapshot> {
-    clear_expired(conn, session, tally)?;
+    clear_expired(conn, session, now_ms(), tally)?;
     let version: Option<i64> = conn
         .prepare_cached("SELECT version FROM sessions WHERE session = ?1")?
         .query_row([session], |r| r.get(0))
@@ -555,8 +560,27 @@ fn upsert_session(
     ttl: Duration,
     tally: &mut Tally,
 ) -> rusqlite::Result<()> {
-    clear_expired(conn, session, tally)?;
-    let expires = now_ms().saturating_add(ttl.as_millis() as i64);
+    let now = now_ms();
+    let expires = now.saturating_add(ttl.as_millis() as i64);
+    // A live session's next write, the common case, is one statement. One whose time to live
+    // ran out is not updated: it is cleared below and written new, so its old rows never revive.
+    let updated = match version {
+        Some(v) => conn
+            .prepare_cached(
+                "UPDATE sessions SET version = ?2, expires_ms = ?3 \
+                 WHERE session = ?1 AND expires_ms >= ?4",
+            )?
+            .execute(params![session, v as i64, expires, now])?,
+        None => conn
+            .prepare_cached(
+                "UPDATE sessions SET expires_ms = ?2 WHERE session = ?1 AND expires_ms >= ?3",
+            )?
+            .execute(params![session, expires, now])?,
+    };
+    if updated > 0 {
+        return Ok(());
+    }
+    clear_expired(conn, session, now, tally)?;
     let new = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO sessions (session, version, expires_ms) VALUES (?1, ?2, ?3)",
@@ -564,16 +588,7 @@ fn upsert_session(
         .execute(params![session, version.unwrap_or(0) as i64, expires])?;
     if new > 0 {
         tally.added += 1;
-        return Ok(());
     }
-    match version {
-        Some(v) => conn
-            .prepare_cached("UPDATE sessions SET version = ?2, expires_ms = ?3 WHERE session = ?1")?
-            .execute(params![session, v as i64, expires])?,
-        None => conn
-            .prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE session = ?1")?
-            .execute(params![session, expires])?,
-    };
     Ok(())
 }
 
@@ -745,6 +760,64 @@ mod tests {
             "only the failing job's writes are rolled back"
         );
         assert_eq!(counts.sessions.load(Ordering::Relaxed), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A write to a live session updates its row in place; to one whose time to live ran out
+    /// (before the sweep came), it clears the old rows and starts the session anew; to none,
+    /// it adds one.
+    #[test]
+    fn a_write_updates_a_live_session_and_starts_an_expired_one_anew() {
+        let dir = std::env::temp_dir().join(format!("sluice-sqlite-ttl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let conn = connect(&dir.join("state.db")).expect("opened");
+        let row = |session: &str| -> Option<(i64, i64)> {
+            conn.query_row(
+                "SELECT version, expires_ms FROM sessions WHERE session = ?1",
+                [session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .expect("read")
+        };
+        let frozen = |session: &str| -> i64 {
+            conn.query_row(
+                "SELECT count(*) FROM frozen WHERE session = ?1",
+                [session],
+                |r| r.get(0),
+            )
+            .expect("counted")
+        };
+        let hour = Duration::from_secs(3600);
+        let mut tally = Tally::default();
+
+        upsert_session(&conn, "live", Some(3), hour, &mut tally).expect("written");
+        assert_eq!(tally.added, 1, "a new session is added");
+        let (version, first_expiry) = row("live").expect("its row");
+        assert_eq!(version, 3);
+        upsert_session(&conn, "live", None, hour, &mut tally).expect("written");
+        upsert_session(&conn, "live", Some(4), hour, &mut tally).expect("written");
+        let (version, expiry) = row("live").expect("its row");
+        assert_eq!((version, tally.added, tally.expired), (4, 1, 0));
+        assert!(expiry >= first_expiry, "the time to live slides");
+
+        // A session whose time ran out, with a value of its own still on file.
+        conn.execute(
+            "INSERT INTO sessions (session, version, expires_ms) VALUES ('gone', 9, 1)",
+            [],
+        )
+        .expect("inserted");
+        conn.execute(
+            "INSERT INTO frozen (session, key, value) VALUES ('gone', 'state', '{}')",
+            [],
+        )
+        .expect("inserted");
+        upsert_session(&conn, "gone", None, hour, &mut tally).expect("written");
+        let (version, expiry) = row("gone").expect("written anew");
+        assert_eq!(version, 0, "an expired session starts anew");
+        assert!(expiry > now_ms(), "with a fresh time to live");
+        assert_eq!(frozen("gone"), 0, "its old rows are gone");
+        assert_eq!((tally.added, tally.expired), (2, 1));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
