@@ -39,7 +39,9 @@
 //! the output and its window; a turn costs a lookup per output. Remembered diffs are confirmed
 //! against the texts they were computed from, so a hash collision can never hand one session a
 //! diff of another's outputs. A remembered refusal is not confirmed: a collision there can only
-//! leave an output whole.
+//! leave an output whole. A new output is scored against up to `window` bases by the lines they
+//! share, counted by the lines' hashes; each base's are kept by its content hash, so a base is
+//! split into lines once, not once for every later output that scores it.
 
 use crate::gate::{self, Gate};
 use std::collections::HashMap;
@@ -154,11 +156,36 @@ struct Memo {
     none: HashMap<u64, Gate, tokens::IdentityBuild>,
     found: HashMap<u64, Found, tokens::IdentityBuild>,
     found_bytes: usize,
+    /// Each base's lines by their hashes ([`line_hashes`]), by the base's content hash and
+    /// length.
+    lines: HashMap<u64, (usize, Arc<[u64]>), tokens::IdentityBuild>,
+    lines_bytes: usize,
 }
 
 impl Memo {
     const NONE_MAX: usize = 1 << 16;
     const FOUND_BYTES: usize = 16 << 20;
+    const LINES_BYTES: usize = 8 << 20;
+
+    /// The lines of a base whose content hash is `hash`, `len` bytes long, if kept.
+    fn lines_of(&self, hash: u64, len: usize) -> Option<Arc<[u64]>> {
+        self.lines
+            .get(&lines_key(hash, len))
+            .filter(|(kept_len, _)| *kept_len == len)
+            .map(|(_, lines)| lines.clone())
+    }
+
+    fn remember_lines(&mut self, hash: u64, len: usize, lines: Arc<[u64]>) {
+        let bytes = lines.len() * 8 + 64;
+        if make_room(
+            &mut self.lines,
+            &mut self.lines_bytes,
+            bytes,
+            Self::LINES_BYTES,
+        ) {
+            self.lines.insert(lines_key(hash, len), (len, lines));
+        }
+    }
 
     fn remember(&mut self, key: u64, found: Result<Found, Gate>) {
         match found {
@@ -170,19 +197,38 @@ impl Memo {
             }
             Ok(found) => {
                 let bytes = found.hunks.len() + found.output.len() + found.base.len();
-                if bytes > Self::FOUND_BYTES {
-                    // Found again next turn rather than emptying the memo for one entry.
-                    return;
+                if make_room(
+                    &mut self.found,
+                    &mut self.found_bytes,
+                    bytes,
+                    Self::FOUND_BYTES,
+                ) {
+                    self.found.insert(key, found);
                 }
-                if self.found_bytes + bytes > Self::FOUND_BYTES {
-                    self.found.clear();
-                    self.found_bytes = 0;
-                }
-                self.found_bytes += bytes;
-                self.found.insert(key, found);
             }
         }
     }
+}
+
+/// Makes room for an entry of `bytes` in `map`, which holds `used` of its `budget`: empties it
+/// when the entry would not fit beside what it holds, and counts the entry in. False for an
+/// entry larger than the whole budget: it is found again next time rather than emptying the
+/// map for it.
+fn make_room<V>(
+    map: &mut HashMap<u64, V, tokens::IdentityBuild>,
+    used: &mut usize,
+    bytes: usize,
+    budget: usize,
+) -> bool {
+    if bytes > budget {
+        return false;
+    }
+    if *used + bytes > budget {
+        map.clear();
+        *used = 0;
+    }
+    *used += bytes;
+    true
 }
 
 impl Offload for Delta {
@@ -235,7 +281,7 @@ impl Offload for Delta {
                     .copied()
                     .collect();
                 let key = key(index, &bases, messages[index].content.len(), &hashes);
-                self.decide(key, index, &bases, messages, cx)
+                self.decide(key, index, &bases, (messages, &hashes), cx)
             };
             // An output that goes as a diff is no base for a later one: the model would have to
             // apply two diffs. Excluded on the decision, not on whether its stash succeeds, so
@@ -270,7 +316,7 @@ impl Delta {
         key: u64,
         index: usize,
         bases: &[usize],
-        messages: &Transcript<'_, '_>,
+        (messages, hashes): (&Transcript<'_, '_>, &[Option<u64>]),
         cx: &mut ApplyCx<'_>,
     ) -> Option<(usize, Arc<str>)> {
         let output = messages[index].content.as_str();
@@ -293,7 +339,7 @@ impl Delta {
         }
         // Every outcome is remembered, refusals too: a diff that came out too large costs as
         // much to find again as one that was kept.
-        let found = self.compute(output, bases, messages);
+        let found = self.compute(output, bases, messages, hashes);
         let decided = match &found {
             Ok(found) => Ok((bases[found.back], found.hunks.clone())),
             Err(gate) => Err(*gate),
@@ -309,34 +355,34 @@ impl Delta {
     }
 
     /// Picks the base (of `bases`, nearest first) sharing most lines with `output` and renders
-    /// the diff against it.
+    /// the diff against it. `hashes` are the transcript's content hashes, by which each base's
+    /// lines are kept.
     fn compute(
         &self,
         output: &str,
         bases: &[usize],
         messages: &Transcript<'_, '_>,
+        hashes: &[Option<u64>],
     ) -> Result<Found, Gate> {
-        let lines: Vec<&str> = output.lines().collect();
-        if lines.len() > self.config.max_lines {
-            return Err(gate::TOO_MANY_LINES);
-        }
-        let mut needed: LineCounts<'_> = LineCounts::default();
-        for line in &lines {
-            *needed.entry(line).or_default() += 1;
+        let mut needed = Needed::default();
+        let mut count = 0;
+        for line in output.lines() {
+            count += 1;
+            if count > self.config.max_lines {
+                return Err(gate::TOO_MANY_LINES);
+            }
+            needed.entry(tokens::content_hash(line)).or_default().times += 1;
         }
         // Fewer shared lines than this never qualify, so a base with fewer lines is skipped
         // before it is counted.
-        let least = (self.config.min_shared * lines.len() as f64)
-            .ceil()
-            .max(1.0) as usize;
+        let least = (self.config.min_shared * count as f64).ceil().max(1.0) as usize;
         let mut best: Option<(usize, usize)> = None;
-        for (back, &base) in bases.iter().enumerate() {
-            let text = &messages[base].content;
-            let base_lines = text.lines().count();
-            if base_lines > self.config.max_lines || base_lines < least {
+        for (back, lines) in self.base_lines(bases, messages, hashes).iter().enumerate() {
+            // At most `max_lines + 1` are kept: a longer base is skipped by its count alone.
+            if lines.len() > self.config.max_lines || lines.len() < least {
                 continue;
             }
-            let shared = shared_lines(&needed, text);
+            let shared = shared_lines(&mut needed, lines, back + 1);
             if best.is_none_or(|(_, most)| shared > most) {
                 best = Some((back, shared));
             }
@@ -365,6 +411,66 @@ impl Delta {
     }
 }
 
+impl Delta {
+    /// The lines of each base, hashed ([`line_hashes`]): kept from an earlier output's turn
+    /// when it looked at the same base, else hashed now and kept.
+    fn base_lines(
+        &self,
+        bases: &[usize],
+        messages: &Transcript<'_, '_>,
+        hashes: &[Option<u64>],
+    ) -> Vec<Arc<[u64]>> {
+        let kept: Vec<Option<Arc<[u64]>>> = {
+            let memo = self.memo.lock();
+            bases
+                .iter()
+                .map(|&base| {
+                    let hash = hashes.get(base).copied().flatten()?;
+                    memo.lines_of(hash, messages[base].content.len())
+                })
+                .collect()
+        };
+        let mut fresh = Vec::new();
+        let lines = kept
+            .into_iter()
+            .zip(bases)
+            .map(|(kept, &base)| {
+                kept.unwrap_or_else(|| {
+                    let text = &messages[base].content;
+                    let lines = line_hashes(text, self.config.max_lines + 1);
+                    if let Some(hash) = hashes.get(base).copied().flatten() {
+                        fresh.push((hash, text.len(), lines.clone()));
+                    }
+                    lines
+                })
+            })
+            .collect();
+        if !fresh.is_empty() {
+            let mut memo = self.memo.lock();
+            for (hash, len, lines) in fresh {
+                memo.remember_lines(hash, len, lines);
+            }
+        }
+        lines
+    }
+}
+
+/// The first `most` lines of `text` (as `str::lines` splits them), each as its
+/// [`tokens::content_hash`]: what scoring a base reads of it. A base is looked at by up to
+/// `window` later outputs, and finding and hashing its lines again for each was most of the
+/// component on a new output. Kept by the base's content hash and length: two bases alike in
+/// both would be scored by one's lines (so another base, or none, might be chosen), and the
+/// diff is always taken against the chosen base's own text.
+fn line_hashes(text: &str, most: usize) -> Arc<[u64]> {
+    text.lines().take(most).map(tokens::content_hash).collect()
+}
+
+fn lines_key(hash: u64, len: usize) -> u64 {
+    hash ^ (len as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .rotate_left(29)
+}
+
 /// A key for the decision on `messages[index]`: its content's hash and length, and each
 /// candidate base's hash, in order. The header's call id is read from the transcript when the
 /// diff is written, so it is not part of the key.
@@ -378,18 +484,37 @@ fn key(index: usize, bases: &[usize], len: usize, hashes: &[Option<u64>]) -> u64
     key ^ (bases.len() as u64).wrapping_mul(K).rotate_left(17) ^ (len as u64)
 }
 
-/// Lines counted. Hashed by `foldhash` (randomly seeded): SipHash over every line of each
-/// candidate base was a fifth of the component on a new output, and the counts are only ever
-/// summed, so the map's order never reaches a decision.
-type LineCounts<'a> = HashMap<&'a str, usize, foldhash::fast::RandomState>;
+/// The new output's lines, by their hashes.
+type Needed = HashMap<u64, Want, tokens::IdentityBuild>;
 
-/// Lines of `base` that `needed` (the new output's lines, counted) also has, as a multiset.
-fn shared_lines(needed: &LineCounts<'_>, base: &str) -> usize {
-    let mut have = LineCounts::default();
-    for line in base.lines().filter(|l| needed.contains_key(l)) {
-        *have.entry(line).or_default() += 1;
+/// How often a line occurs in the new output, and how many of those the base being scored
+/// has matched so far (`scoring` names that base, so the next one starts over without the map
+/// being cleared).
+#[derive(Default)]
+struct Want {
+    times: usize,
+    matched: usize,
+    scoring: usize,
+}
+
+/// Lines of `base` that `needed` also has, as a multiset: each base line counts while the new
+/// output has an unmatched copy of it. `scoring` is the base's number, never 0.
+fn shared_lines(needed: &mut Needed, base: &[u64], scoring: usize) -> usize {
+    let mut shared = 0;
+    for line in base {
+        let Some(want) = needed.get_mut(line) else {
+            continue;
+        };
+        if want.scoring != scoring {
+            want.scoring = scoring;
+            want.matched = 0;
+        }
+        if want.matched < want.times {
+            want.matched += 1;
+            shared += 1;
+        }
     }
-    have.iter().map(|(line, n)| (*n).min(needed[line])).sum()
+    shared
 }
 
 /// The changed lines of `output` against `base`, as unified-diff hunks without context lines:
@@ -503,6 +628,117 @@ mod tests {
             "most of the re-run is saved: {c:?}"
         );
         out.assert_stashes_resolve();
+    }
+
+    /// A base's shared lines are the multiset the texts have in common, scored by the lines'
+    /// hashes: each line of the base counts while the new output has a copy of it left, and
+    /// scoring the next base starts over.
+    #[test]
+    fn shared_lines_count_the_lines_both_texts_have() {
+        use std::collections::HashMap;
+        fn by_text(output: &str, base: &str) -> usize {
+            let mut left: HashMap<&str, usize> = HashMap::new();
+            for line in output.lines() {
+                *left.entry(line).or_default() += 1;
+            }
+            base.lines()
+                .filter(|line| {
+                    left.get_mut(line)
+                        .filter(|n| **n > 0)
+                        .map(|n| *n -= 1)
+                        .is_some()
+                })
+                .count()
+        }
+        let output = "ok\nok\nFAILED a\n\nPASSED b\r\nok";
+        let bases = [
+            "ok\nok\nok\nok\nok",
+            "FAILED a\nPASSED b\n\n\n",
+            "nothing alike",
+            "",
+            "ok\r\nPASSED b\nFAILED a\nok\nok\nok",
+        ];
+        let mut needed = super::Needed::default();
+        for line in output.lines() {
+            needed
+                .entry(crate::tokens::content_hash(line))
+                .or_default()
+                .times += 1;
+        }
+        for (i, base) in bases.into_iter().enumerate() {
+            let lines = super::line_hashes(base, usize::MAX);
+            assert_eq!(lines.len(), base.lines().count(), "{base:?}");
+            assert_eq!(
+                super::shared_lines(&mut needed, &lines, i + 1),
+                by_text(output, base),
+                "{base:?}"
+            );
+        }
+        assert_eq!(
+            super::line_hashes("a\nb\nc\nd", 2).len(),
+            2,
+            "at most `most`"
+        );
+    }
+
+    /// Each base's lines are hashed once and kept: a later output scoring the same bases finds
+    /// them, and decides as a component that never saw them does.
+    #[test]
+    fn kept_base_lines_decide_as_fresh_ones() {
+        use crate::config::Config;
+        let outputs = [
+            run(40, &[3]),
+            run(40, &[7, 21]),
+            run(40, &[21]),
+            run(40, &[]),
+        ];
+        let refs: Vec<&str> = outputs.iter().map(String::as_str).collect();
+        let pipeline = || {
+            Config::parse("pipeline: [delta]")
+                .unwrap()
+                .build_pipeline()
+                .unwrap()
+        };
+        let (warm, cold) = (pipeline(), pipeline());
+        let (cx, _) = crate::components::testing::run_cx("test");
+        for n in 2..=refs.len() {
+            // The warm pipeline has scored the earlier outputs' bases on the turns before.
+            let mut messages = tool_messages(&refs[..n]);
+            warm.run(&mut messages, &cx);
+            let mut fresh = tool_messages(&refs[..n]);
+            cold.run(&mut fresh, &crate::components::testing::run_cx("fresh").0);
+            assert_eq!(messages, fresh, "{n} outputs");
+        }
+        let mut messages = tool_messages(&refs);
+        warm.run(&mut messages, &cx);
+        let diffs = messages
+            .iter()
+            .filter(|m| m.content.starts_with("[repeats the output of "))
+            .count();
+        assert_eq!(
+            diffs, 3,
+            "every re-run after the first is a diff: {messages:?}"
+        );
+    }
+
+    /// The memo gives back a base's lines for its hash and length only, and empties itself
+    /// rather than grow past its budget.
+    #[test]
+    fn the_memo_keeps_lines_by_hash_and_length_within_its_budget() {
+        let mut memo = super::Memo::default();
+        let lines = super::line_hashes("a\nb\nc", usize::MAX);
+        memo.remember_lines(42, 5, lines.clone());
+        assert_eq!(memo.lines_of(42, 5).as_deref(), Some(&*lines));
+        assert!(
+            memo.lines_of(42, 6).is_none(),
+            "another length is another text"
+        );
+        assert!(memo.lines_of(43, 5).is_none());
+        let big: std::sync::Arc<[u64]> = vec![7; super::Memo::LINES_BYTES / 8 - 16].into();
+        memo.remember_lines(1, 1, big);
+        assert!(memo.lines_of(42, 5).is_none(), "emptied to make room");
+        assert!(memo.lines_of(1, 1).is_some());
+        assert!(memo.lines_bytes <= super::Memo::LINES_BYTES);
     }
 
     #[test]
