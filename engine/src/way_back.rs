@@ -463,6 +463,15 @@ impl Placement {
     }
 }
 
+/// Whether the JSON text of a `tools` array may name the expand tool: it holds the name's bytes,
+/// or a `\u` escape that could spell them. Without either no entry is named so, and reading
+/// every entry's name (skipping each one's schema, per turn, for agents that send dozens) is
+/// not needed to know it.
+fn may_name_the_expand_tool(tools: &[u8]) -> bool {
+    memchr::memmem::find(tools, EXPAND_TOOL_NAME.as_bytes()).is_some()
+        || memchr::memmem::find(tools, b"\\u").is_some()
+}
+
 fn tool_name(text: &str, tool: Span) -> Option<String> {
     let name = json::get(text, tool, "name")
         .or_else(|| json::get(text, tool, "function").and_then(|f| json::get(text, f, "name")))?;
@@ -529,12 +538,12 @@ fn place_tool(parsed: &ParsedBody<'_>, rewritten: &[u8]) -> Result<Placement, Wi
             text: format!(r#","tools":[{tool}]"#),
         }));
     };
-    let mut empty = true;
-    for existing in json::elements(text, tools) {
-        empty = false;
-        if tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME) {
-            return Ok(Placement::AlreadyDeclared);
-        }
+    let empty = json::elements(text, tools).next().is_none();
+    if may_name_the_expand_tool(&text.as_bytes()[tools.start..tools.end])
+        && json::elements(text, tools)
+            .any(|existing| tool_name(text, existing).as_deref() == Some(EXPAND_TOOL_NAME))
+    {
+        return Ok(Placement::AlreadyDeclared);
     }
     let close = locate_tools(parsed, tools, rewritten).ok_or(Withheld::Unplaced)?;
     let text = if empty { tool } else { format!(",{tool}") };

@@ -534,3 +534,43 @@ fn a_declaration_goes_into_an_owned_body_in_place() {
     assert_eq!((in_place.as_ptr(), in_place.capacity()), (start, capacity));
     expand_tool_is_last(&in_place, Dialect::OpenAi);
 }
+
+/// An expand tool the agent declared itself is found however its name is spelled: the quick
+/// look for the name's bytes must not miss one written with `\u` escapes, and a `tools` array
+/// with neither gets the declaration after its last entry.
+#[test]
+fn a_declared_expand_tool_is_found_in_any_spelling() {
+    let escaped: String = EXPAND_TOOL_NAME
+        .chars()
+        .map(|c| {
+            if c == '_' {
+                "\\u005f".to_owned()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    for (name, declared) in [
+        (EXPAND_TOOL_NAME.to_owned(), true),
+        (escaped, true),
+        ("context_guru_expander".to_owned(), false),
+        ("Read".to_owned(), false),
+        ("Wr\\u0069te".to_owned(), false),
+    ] {
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"x"}}],"tools":[{{"name":"Bash","description":"Runs a command","input_schema":{{"type":"object"}}}},{{"name":"{name}","input_schema":{{}}}}]}}"#
+        );
+        let parsed = wire::parse(body.as_bytes(), Dialect::Anthropic).unwrap();
+        let placed = inject(&parsed, body.as_bytes());
+        if declared {
+            assert_eq!(placed, Ok(Injected::AlreadyDeclared), "{name}");
+            continue;
+        }
+        let Ok(Injected::Added(out)) = placed else {
+            panic!("{name}: not injected");
+        };
+        let value: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(value["tools"][2]["name"], EXPAND_TOOL_NAME, "{name}");
+        assert_eq!(value["tools"].as_array().map(Vec::len), Some(3), "{name}");
+    }
+}
