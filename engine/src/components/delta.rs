@@ -176,6 +176,13 @@ impl Memo {
     }
 
     fn remember_lines(&mut self, hash: u64, len: usize, lines: Arc<[u64]>) {
+        let key = lines_key(hash, len);
+        // Two bases alike (identical outputs both stay bases) or two turns on one base hash the
+        // same lines: kept and counted once, or the budget would count bytes the map no longer
+        // holds and empty it early.
+        if self.lines.contains_key(&key) {
+            return;
+        }
         let bytes = lines.len() * 8 + 64;
         if make_room(
             &mut self.lines,
@@ -183,7 +190,7 @@ impl Memo {
             bytes,
             Self::LINES_BYTES,
         ) {
-            self.lines.insert(lines_key(hash, len), (len, lines));
+            self.lines.insert(key, (len, lines));
         }
     }
 
@@ -195,6 +202,8 @@ impl Memo {
                 }
                 self.none.insert(key, gate);
             }
+            // Two turns may find the same output at once: kept and counted once.
+            Ok(_) if self.found.contains_key(&key) => {}
             Ok(found) => {
                 let bytes = found.hunks.len() + found.output.len() + found.base.len();
                 if make_room(
@@ -734,6 +743,12 @@ mod tests {
             "another length is another text"
         );
         assert!(memo.lines_of(43, 5).is_none());
+        let used = memo.lines_bytes;
+        memo.remember_lines(42, 5, lines.clone());
+        assert_eq!(
+            memo.lines_bytes, used,
+            "the same base kept twice is counted once"
+        );
         let big: std::sync::Arc<[u64]> = vec![7; super::Memo::LINES_BYTES / 8 - 16].into();
         memo.remember_lines(1, 1, big);
         assert!(memo.lines_of(42, 5).is_none(), "emptied to make room");
