@@ -564,19 +564,13 @@ fn upsert_session(
     let expires = now.saturating_add(ttl.as_millis() as i64);
     // A live session's next write, the common case, is one statement. One whose time to live
     // ran out is not updated: it is cleared below and written new, so its old rows never revive.
-    let updated = match version {
-        Some(v) => conn
-            .prepare_cached(
-                "UPDATE sessions SET version = ?2, expires_ms = ?3 \
-                 WHERE session = ?1 AND expires_ms >= ?4",
-            )?
-            .execute(params![session, v as i64, expires, now])?,
-        None => conn
-            .prepare_cached(
-                "UPDATE sessions SET expires_ms = ?2 WHERE session = ?1 AND expires_ms >= ?3",
-            )?
-            .execute(params![session, expires, now])?,
-    };
+    // No version (a stash's touch) keeps the stored one.
+    let updated = conn
+        .prepare_cached(
+            "UPDATE sessions SET version = coalesce(?2, version), expires_ms = ?3 \
+             WHERE session = ?1 AND expires_ms >= ?4",
+        )?
+        .execute(params![session, version.map(|v| v as i64), expires, now])?;
     if updated > 0 {
         return Ok(());
     }
