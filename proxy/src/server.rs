@@ -34,8 +34,9 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_secs(25);
 /// about 400 KiB by default, and keeps that much reserved while the connection idles between
 /// requests: an agent's body of a few hundred KB left each keep-alive connection holding
 /// 0.8 MB (50 MB of 200 at 64 connections, `heaptrack` under `benches/hop.sh`'s growing
-/// arm, on the system allocator: `--no-default-features`). At 64 KiB a 355 KB body takes six reads instead of one or two, a few microseconds,
-/// and the body is copied out of the buffer as it comes (`forward::read_body`) either way.
+/// arm, on the system allocator: `--no-default-features`). At 64 KiB a 355 KB body takes six
+/// reads instead of one or two, a few microseconds, and the body is copied out of the buffer
+/// as it comes (`forward::read_body`) either way.
 /// A request's head must fit in it: 64 KiB is eight times nginx's default limit for a header
 /// line (`large_client_header_buffers`), and a longer head is answered 431.
 const READ_BUFFER_MAX: usize = 64 * 1024;
