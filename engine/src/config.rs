@@ -36,7 +36,10 @@ mod layer;
 mod presets;
 
 use layer::{Layer, Source, has_block};
-pub use presets::{PRESETS, Preset, find_preset, preset_is_available};
+pub use presets::{
+    PRESETS, Preset, find_preset, known_presets, listed_presets, preset_is_available,
+    preset_is_listed, unknown_preset,
+};
 
 /// The config the `sluice` binary runs with when given no file, and the layer under every file.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default.yaml");
@@ -254,7 +257,8 @@ pub struct Config {
     pub count_tokens: CountTokens,
     /// `tools:` — which components may cut which tool's outputs.
     pub tools: crate::tools::ToolRules,
-    /// Accepted settings that have no effect in this build, said out loud.
+    /// Accepted settings that have no effect (in this build, or beside another setting that
+    /// wins), said out loud.
     pub warnings: Vec<String>,
 }
 
@@ -269,9 +273,15 @@ impl Config {
     /// The name is written as a quoted scalar: it can come from a request (`?preset=` on
     /// `POST /compact`), and pasted bare, a name with a line break would add keys of its own.
     ///
+    /// An unknown name is refused before any document is made: its problem names the preset
+    /// and the known ones, with no line or column (the document is ours, not the caller's).
+    ///
     /// # Errors
     /// When the preset is unknown or names a component this build does not have.
     pub fn from_preset(name: &str) -> Result<Config, Vec<ConfigError>> {
+        if find_preset(name).is_none() {
+            return Err(vec![problem("preset", unknown_preset(name, ""))]);
+        }
         Config::parse(&format!(
             "preset: {}\n",
             crate::wire::json::to_literal(name)
@@ -448,6 +458,7 @@ impl Config {
 
     fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
+        warnings.extend(self.preset_and_list());
         if self.cache.keepalive {
             warnings.push("cache.keepalive is accepted for compatibility but not implemented: no pings are sent".into());
         }
@@ -464,6 +475,21 @@ impl Config {
         }
         warnings.extend(self.delta_placement());
         warnings
+    }
+
+    /// A document that writes both `preset:` and `pipeline:` runs the list (the rule is
+    /// `layer::Choice`'s): the preset's pipeline is unused, its tuned blocks still apply.
+    fn preset_and_list(&self) -> Option<String> {
+        let preset = self.preset.as_deref().filter(|_| self.listed)?;
+        let tuned = find_preset(preset).is_some_and(|p| !p.tuned.is_empty());
+        let blocks = if tuned {
+            "; its tuned component settings still apply where the file has no block of its own"
+        } else {
+            ""
+        };
+        Some(format!(
+            "both `preset: {preset}` and `pipeline:` are set: the `pipeline:` list wins, and the preset's pipeline is not used{blocks}"
+        ))
     }
 
     /// `delta` diffs an output against an earlier one it expects the model to see whole; an

@@ -1,47 +1,63 @@
 //! `collapse`: keeps the head and tail lines of an oversized tool output (Offload, fallback).
 //!
-//! Before: a 2,000-line log.
+//! Before: a 3,000-line job log with one failure in its middle, after the question "tell me why
+//! it failed".
 //! After:
 //! ```text
 //! <first 20 lines>
-//! ... (1960 lines omitted) <<cg:44ab…>> [full output: call context_guru_expand]
+//! ... (2960 lines omitted, 3 of them kept below) <<cg:44ab…>> [full output: call context_guru_expand]
+//! [line 2499] 10:41:39Z INFO  batch 2499 committed: 500 rows into orders
+//! [line 2500] 10:41:40Z ERROR batch 2500 failed: duplicate key value violates "orders_pkey"
+//! [line 2501] DETAIL:  Key (id)=(90210) already exists.
 //! <last 20 lines>
 //! ```
 //!
 //! Content-agnostic and late in a pipeline: it catches what nothing more specific handled, and
 //! skips anything already carrying a marker. If the store refuses the stash the output is left
-//! alone.
+//! alone. The whole original stays one expand away, kept lines or not.
 //!
-//! What the next turn is likely to need can stay in view (issue #22): up to `keep_lines` lines
-//! (off by default) from the omitted middle, in order and numbered, are kept below the marker. A line is kept
-//! when it reads as a failure (`error`, `failed`, `traceback`, `exception`, `panicked`,
-//! `assert`, `fatal`) or names a term of the call that produced the output (a searched pattern,
-//! a path, a test name: words of four or more characters in its arguments). Both come from the
-//! message itself, so the cut is still a function of the message alone.
+//! The lines the next turn most likely needs stay in view below the marker, in order and
+//! numbered: a line of the cut middle that reports a failure (`components/failure.rs`,
+//! the one table of them: `ERROR`, `Traceback (most recent call last)`, `panicked at`, a
+//! non-zero exit status, ...; not in a read of a source file, where `raise ValueError` is code)
+//! or that names a distinctive term of the user's latest question before the output (a word few
+//! lines of the middle name: `orders_pkey`, `2500`), each with `failure_context` lines around
+//! it, within `failure_lines` lines and `failure_tokens` tokens. A failure alike but for its
+//! numbers to one already kept, or to one in the head or tail, is not kept again: a log of 3,000
+//! `ERROR request N timed out` lines keeps the first, with a count of the rest.
+//!
+//! `keep_lines` (off by default) keeps, besides, up to that many lines that read as a failure
+//! or name a term of the call that produced the output (a searched pattern, a path, a test
+//! name: words of four or more characters in its arguments).
 //!
 //! A failing call's output stays whole up to `keep_failures` tokens (8,000): the model is about
 //! to debug it, and the identifiers it needs are usually in the middle collapse would cut.
 //!
-//! Cache safety: whether and how it collapses a message depends on that message alone, so every
-//! turn re-derives the same bytes at any depth ([`Freeze::Stateless`]). The reference tail-gates
-//! and freezes it because its threshold could follow the model's context window (`max_frac`);
-//! sluice does not know windows, so that cannot happen here, and a tail gate would only cost the
-//! first turn a proxy sees of a long session its whole saving. `cold_cache` is accepted for
-//! config compatibility and has nothing to lift.
+//! Cache safety: whether and how it collapses a message depends on that message and the user
+//! message before it alone (the question a later turn asks never reaches an earlier output), so
+//! every turn re-derives the same bytes at any depth ([`Freeze::Stateless`]). The reference
+//! tail-gates and freezes it because its threshold could follow the model's context window
+//! (`max_frac`); sluice does not know windows, so that cannot happen here, and a tail gate
+//! would only cost the first turn a proxy sees of a long session its whole saving.
+//! `cold_cache` is accepted for config compatibility and has nothing to lift.
 
 use crate::gate;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
 use super::{
-    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, failure, offload_candidate,
+    offload_with,
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
-use crate::message::Message;
+use crate::message::{Message, Role};
 #[cfg(doc)]
 use crate::pipeline::Freeze;
 use crate::pipeline::{ApplyCx, Component, Offload, Stashed, Transcript};
+use crate::tokens;
 use crate::wire::json;
 
 /// `components.collapse`.
@@ -61,10 +77,21 @@ pub struct CollapseConfig {
     /// Defaults to `true`. Accepted for compatibility: collapse acts at any depth already.
     pub cold_cache: bool,
     /// Defaults to `0` (none). Lines of the omitted middle kept in view when they read as a
-    /// failure or name a term of the call that produced the output. Off by default: on the
-    /// public corpus every setting tried raised visible recall a little and cost more net than
-    /// the expand rounds it saved (`docs/performance.md`).
+    /// failure or name a term of the call that produced the output, besides those
+    /// `failure_lines` keeps. Off by default: on the public corpus every setting tried raised
+    /// visible recall a little and cost more net than the expand rounds it saved
+    /// (`docs/performance.md`).
     pub keep_lines: usize,
+    /// Defaults to `12`; `0` turns it off. Most lines of the omitted middle kept in view because
+    /// they report a failure or name a distinctive term of the user's latest question before
+    /// the output, context lines included.
+    pub failure_lines: usize,
+    /// Defaults to `0`: a line of context on each side cost 0.11 points (agent runs) and 0.15
+    /// (Claude Code) of billed input, saving 2 rounds on the agent runs and adding 2 on Claude
+    /// Code (docs/performance.md). Lines kept before and after each such line.
+    pub failure_context: usize,
+    /// Defaults to `400`. Most tokens those lines take in all.
+    pub failure_tokens: usize,
     /// Defaults to `full` (the only mode).
     pub marker_mode: MarkerMode,
     /// Defaults to `8000`; `0` turns it off. An output that reports a failure (the tool result
@@ -85,6 +112,9 @@ impl Default for CollapseConfig {
             tail_lines: 20,
             cold_cache: true,
             keep_lines: 0,
+            failure_lines: 12,
+            failure_context: 0,
+            failure_tokens: 400,
             marker_mode: MarkerMode::Full,
             keep_failures: 8000,
         }
@@ -93,7 +123,7 @@ impl Default for CollapseConfig {
 
 pub(super) const FACTORY: ComponentFactory = ComponentFactory {
     name: "collapse",
-    summary: "keeps head and tail lines of an oversized output (recoverable fallback)",
+    summary: "keeps head, tail and failure lines of an oversized output (recoverable fallback)",
     gates: &[
         gate::BELOW_MAX_TOKENS,
         gate::FAILURE_IN_VIEW,
@@ -129,6 +159,97 @@ impl Collapse {
         let keep = self.config.keep_failures.saturating_add(1);
         (reports_failure(message) && cx.tokens_below(index, keep)).then_some(gate::FAILURE_IN_VIEW)
     }
+
+    /// The lines of the cut middle kept in view, numbered from 1 in the cut text: what the
+    /// failure budget keeps, then `keep_lines`' own picks.
+    fn kept_lines(
+        &self,
+        message: &Message,
+        cut: &Cut<'_>,
+        question: &[String],
+    ) -> Vec<(usize, String)> {
+        let mut kept: BTreeMap<usize, String> = BTreeMap::new();
+        if self.config.failure_lines > 0 {
+            // A read of a source file shows code: its `raise ValueError(...)` is no report.
+            let failures = !reads_source(message);
+            kept.extend(self.in_view(cut, question, failures));
+        }
+        if self.config.keep_lines > 0 {
+            let terms = call_terms(message.tool_arguments.as_deref().unwrap_or(""));
+            let picked = salient_lines(
+                cut.text,
+                cut.head_lines,
+                cut.omitted,
+                &terms,
+                self.config.keep_lines,
+            );
+            for (number, line) in picked {
+                kept.entry(number).or_insert(line);
+            }
+        }
+        kept.into_iter().collect()
+    }
+
+    /// What the failure budget keeps of the middle: the lines that name a distinctive term of
+    /// the question, then (with `failures`) the lines that report a failure, in order, each
+    /// with `failure_context` lines around it while `failure_lines` and `failure_tokens` last
+    /// (a line whose context does not fit goes alone). Numbered from 1 in the cut text.
+    fn in_view(&self, cut: &Cut<'_>, question: &[String], failures: bool) -> Vec<(usize, String)> {
+        let failing = if failures {
+            failure::failure_lines(cut.middle)
+        } else {
+            Vec::new()
+        };
+        if failing.is_empty() && question.is_empty() {
+            return Vec::new();
+        }
+        let lines = super::linecap::split_lines(cut.middle);
+        let groups = anchors(cut, &lines, question, &failing);
+        let context = self.config.failure_context;
+        let (mut lines_left, mut tokens_left) =
+            (self.config.failure_lines, self.config.failure_tokens);
+        let mut kept: BTreeMap<usize, String> = BTreeMap::new();
+        let number = |at: usize| cut.head_lines + at + 1;
+        let cost = |chosen: &[(usize, String)]| -> usize {
+            chosen
+                .iter()
+                .map(|(at, text)| tokens::count(&format!("\n[line {}] {text}", number(*at))))
+                .sum()
+        };
+        for group in &groups {
+            if lines_left == 0 {
+                break;
+            }
+            let last = group
+                .at
+                .saturating_add(context)
+                .min(lines.len().saturating_sub(1));
+            let mut chosen: Vec<(usize, String)> = (group.at.saturating_sub(context)..=last)
+                .filter(|at| !kept.contains_key(at))
+                .filter(|&at| at == group.at || !lines[at].trim().is_empty())
+                .map(|at| {
+                    let similar = if at == group.at { group.similar } else { 0 };
+                    (at, kept_text(lines[at], similar))
+                })
+                .collect();
+            let mut spent = cost(&chosen[..]);
+            if chosen.len() > lines_left || spent > tokens_left {
+                // The line alone, without its context, when that fits; the budget is spent
+                // when it does not.
+                chosen.retain(|(at, _)| *at == group.at);
+                spent = cost(&chosen[..]);
+                if chosen.len() > lines_left || spent > tokens_left {
+                    break;
+                }
+            }
+            lines_left -= chosen.len();
+            tokens_left -= spent;
+            kept.extend(chosen);
+        }
+        kept.into_iter()
+            .map(|(at, text)| (number(at), text))
+            .collect()
+    }
 }
 
 impl Offload for Collapse {
@@ -139,8 +260,18 @@ impl Offload for Collapse {
 
     fn offload(&self, messages: &mut Transcript<'_, '_>, cx: &mut ApplyCx<'_>) -> Stashed {
         let mut keys = Vec::new();
+        // The terms of the latest user message with words of the person's own, as the loop
+        // reaches each output: it precedes the output, so the cut is still a function of the
+        // output and what precedes it. Read only when lines are kept for it.
+        let mut question: Vec<String> = Vec::new();
         for index in 0..messages.len() {
             let message = &messages[index];
+            if self.config.failure_lines > 0
+                && message.role == Role::User
+                && let Some(terms) = question_terms(&message.content)
+            {
+                question = terms;
+            }
             if !offload_candidate(message, index, cx) {
                 continue;
             }
@@ -179,19 +310,13 @@ impl Offload for Collapse {
                 cx.gate(gate::TOO_FEW_LINES);
                 continue;
             };
-            // The call's terms only when lines are kept for them (off by default).
-            let terms = if self.config.keep_lines > 0 {
-                call_terms(message.tool_arguments.as_deref().unwrap_or(""))
-            } else {
-                Vec::new()
-            };
-            let kept = salient_lines(
+            let cut = Cut::new(
                 text,
-                self.config.head_lines,
+                (head, self.config.head_lines),
                 omitted,
-                &terms,
-                self.config.keep_lines,
+                (tail, self.config.tail_lines),
             );
+            let kept = self.kept_lines(message, &cut, &question);
             // Owned: the message is written below. Both ends are a few dozen lines.
             let (head, tail) = (head.to_owned(), tail.to_owned());
             let around = json_string.map(|span| {
@@ -202,26 +327,7 @@ impl Offload for Collapse {
                 )
             });
             let key = offload_with(messages, index, cx, |_, marker| {
-                let mut out = String::with_capacity(head.len() + tail.len() + 96);
-                if !head.is_empty() {
-                    out.push_str(&head);
-                    out.push('\n');
-                }
-                match kept.len() {
-                    0 => out.push_str(&format!(
-                        "... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"
-                    )),
-                    n => out.push_str(&format!(
-                        "... ({omitted} lines omitted, {n} of them kept below) {marker}{HINT_FULL_OUTPUT}"
-                    )),
-                }
-                for (number, line) in &kept {
-                    out.push_str(&format!("\n[line {number}] {line}"));
-                }
-                if !tail.is_empty() {
-                    out.push('\n');
-                    out.push_str(&tail);
-                }
+                let out = render(&head, omitted, &kept, &tail, marker);
                 match &around {
                     // The cut text goes back into its string: the marker sits inside it.
                     Some((before, after)) => format!("{before}{}{after}", json::to_literal(&out)),
@@ -234,9 +340,276 @@ impl Offload for Collapse {
     }
 }
 
+/// The collapsed text: the head, the marker's line, the kept lines, the tail.
+fn render(
+    head: &str,
+    omitted: usize,
+    kept: &[(usize, String)],
+    tail: &str,
+    marker: &str,
+) -> String {
+    let mut out = String::with_capacity(head.len() + tail.len() + 96);
+    if !head.is_empty() {
+        out.push_str(head);
+        out.push('\n');
+    }
+    match kept.len() {
+        0 => out.push_str(&format!(
+            "... ({omitted} lines omitted) {marker}{HINT_FULL_OUTPUT}"
+        )),
+        n => out.push_str(&format!(
+            "... ({omitted} lines omitted, {n} of them kept below) {marker}{HINT_FULL_OUTPUT}"
+        )),
+    }
+    for (number, line) in kept {
+        out.push_str(&format!("\n[line {number}] {line}"));
+    }
+    if !tail.is_empty() {
+        out.push('\n');
+        out.push_str(tail);
+    }
+    out
+}
+
+/// An output's text as collapse cuts it: the lines it keeps at each end, and the middle it cuts.
+struct Cut<'t> {
+    text: &'t str,
+    head: &'t str,
+    /// The omitted lines, `\n`-separated.
+    middle: &'t str,
+    tail: &'t str,
+    /// Lines in `head`: the middle's first line is line `head_lines + 1` of the text.
+    head_lines: usize,
+    omitted: usize,
+}
+
+impl<'t> Cut<'t> {
+    /// `text` cut as [`head_and_tail`] cut it: `head` (its first `head_lines` lines), `omitted`
+    /// lines, then `tail` (its last `tail_lines`), each a slice of `text`.
+    fn new(
+        text: &'t str,
+        (head, head_lines): (&'t str, usize),
+        omitted: usize,
+        (tail, tail_lines): (&'t str, usize),
+    ) -> Cut<'t> {
+        // Each end is cut at a newline, which the middle does not hold.
+        let start = if head_lines == 0 { 0 } else { head.len() + 1 };
+        let end = if tail_lines == 0 {
+            text.len()
+        } else {
+            text.len() - tail.len() - 1
+        };
+        Cut {
+            text,
+            head,
+            middle: text.get(start..end).unwrap_or_default(),
+            tail,
+            head_lines,
+            omitted,
+        }
+    }
+}
+
+/// A line chosen to anchor a group of kept lines, and how many more lines of the middle are
+/// alike to it (a failure alike but for its numbers).
+struct Anchor {
+    at: usize,
+    similar: usize,
+}
+
+/// The lines of the middle worth keeping, most wanted first: those naming a distinctive term
+/// of the question, then each failure whose shape (the line with its numbers made `#`) neither
+/// the head, the tail nor an earlier failure shows, with a count of the alike ones after it.
+fn anchors(cut: &Cut<'_>, lines: &[&str], question: &[String], failing: &[usize]) -> Vec<Anchor> {
+    let mut anchors: Vec<Anchor> = distinctive_lines(lines, question)
+        .into_iter()
+        .map(|at| Anchor { at, similar: 0 })
+        .collect();
+    // Each shape seen, with the anchor it belongs to (`None`: in view already).
+    let mut shapes: HashMap<String, Option<usize>> = HashMap::new();
+    for end in [cut.head, cut.tail] {
+        let visible: Vec<&str> = end.split('\n').collect();
+        for at in failure::failure_lines(end) {
+            shapes.insert(shape(visible[at]), None);
+        }
+    }
+    let asked = anchors.len();
+    for &at in failing {
+        let alike = shape(lines[at]);
+        // A failure the question already chose anchors its shape there.
+        if let Some(chosen) = anchors[..asked].iter().position(|a| a.at == at) {
+            shapes.entry(alike).or_insert(Some(chosen));
+            continue;
+        }
+        match shapes.get(&alike) {
+            Some(Some(first)) => anchors[*first].similar += 1,
+            Some(None) => {}
+            None => {
+                shapes.insert(alike, Some(anchors.len()));
+                anchors.push(Anchor { at, similar: 0 });
+            }
+        }
+    }
+    anchors
+}
+
+/// Lines of the middle at most this many of which name a term of the question: a term on more
+/// lines says nothing about which of them matters.
+const DISTINCTIVE_LINES: usize = 3;
+
+/// The lines of the middle, ascending, that name (as a whole word, ASCII case aside) a term of
+/// the question that at most [`DISTINCTIVE_LINES`] lines name.
+fn distinctive_lines(lines: &[&str], question: &[String]) -> Vec<usize> {
+    if question.is_empty() {
+        return Vec::new();
+    }
+    let mut hits: Vec<Vec<usize>> = vec![Vec::new(); question.len()];
+    for (at, line) in lines.iter().enumerate() {
+        for word in line.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if word.len() < 3 {
+                continue;
+            }
+            for (term, found) in question.iter().zip(hits.iter_mut()) {
+                if found.len() <= DISTINCTIVE_LINES
+                    && found.last() != Some(&at)
+                    && word.eq_ignore_ascii_case(term)
+                {
+                    found.push(at);
+                }
+            }
+        }
+    }
+    let mut distinctive: Vec<usize> = hits
+        .into_iter()
+        .filter(|found| found.len() <= DISTINCTIVE_LINES)
+        .flatten()
+        .collect();
+    distinctive.sort_unstable();
+    distinctive.dedup();
+    distinctive
+}
+
+/// `line` with every word that holds a digit (a count, an id, a timestamp, a hash) made `#`,
+/// read as far as a kept line is shown: lines alike but for their numbers share it.
+fn shape(line: &str) -> String {
+    let mut rest = prefix(line);
+    let mut out = String::with_capacity(rest.len());
+    while let Some(c) = rest.chars().next() {
+        let word = rest
+            .find(|ch: char| !ch.is_alphanumeric())
+            .unwrap_or(rest.len());
+        if word == 0 {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        if rest[..word].bytes().any(|b| b.is_ascii_digit()) {
+            out.push('#');
+        } else {
+            out.push_str(&rest[..word]);
+        }
+        rest = &rest[word..];
+    }
+    out
+}
+
+/// Bytes of a user message its terms are read from: the words of a question, not of a pasted
+/// log (agents that send observations as user messages would make every word of one a term).
+const QUESTION_BYTES: usize = 2000;
+/// Terms read from one question, at most.
+const QUESTION_TERMS: usize = 12;
+
+/// Words that ask rather than name, and words too common to point at a line.
+const ASKING: &[&str] = &[
+    "about", "again", "also", "anything", "before", "could", "does", "doesn", "done", "explain",
+    "going", "happen", "happened", "have", "help", "here", "into", "just", "know", "look", "make",
+    "need", "please", "should", "show", "some", "still", "sure", "tell", "then", "there", "they",
+    "what", "when", "where", "which", "while", "will", "work", "would", "wrong", "your",
+];
+
+/// The terms of a user message, or `None` when it has no words of the person's own (a turn of
+/// only `<system-reminder>` blocks is the agent's, not a question): words of four or more
+/// characters, or three with a digit, lower-cased, first seen first, common ones left out.
+fn question_terms(content: &str) -> Option<Vec<String>> {
+    let text = without_reminders(content);
+    if text.trim().is_empty() {
+        return None;
+    }
+    let mut end = text.len().min(QUESTION_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut terms: Vec<String> = Vec::new();
+    for word in text[..end].split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+        let digits = word.bytes().any(|b| b.is_ascii_digit());
+        if word.chars().count() < 4 && !(digits && word.len() >= 3) {
+            continue;
+        }
+        let lower = word.to_lowercase();
+        if ASKING.contains(&lower.as_str())
+            || COMMON_TERMS.contains(&lower.as_str())
+            || terms.contains(&lower)
+        {
+            continue;
+        }
+        terms.push(lower);
+        if terms.len() == QUESTION_TERMS {
+            break;
+        }
+    }
+    Some(terms)
+}
+
+/// `content` without the `<system-reminder>` blocks an agent adds to a user turn (Claude Code).
+fn without_reminders(content: &str) -> Cow<'_, str> {
+    const OPEN: &str = "<system-reminder>";
+    const CLOSE: &str = "</system-reminder>";
+    if !content.contains(OPEN) {
+        return Cow::Borrowed(content);
+    }
+    let mut out = String::with_capacity(content.len());
+    let mut rest = content;
+    while let Some(start) = rest.find(OPEN) {
+        out.push_str(&rest[..start]);
+        // An unclosed block runs to the end.
+        rest = match rest[start..].find(CLOSE) {
+            Some(end) => &rest[start + end + CLOSE.len()..],
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// Whether the output is a read of a source file (a path in one of the languages `skeleton`
+/// knows): code, whose error names are not reports.
+fn reads_source(message: &Message) -> bool {
+    super::skeleton::read_path(message)
+        .is_some_and(|path| crate::code::Lang::from_path(&path).is_some())
+}
+
 /// Longest kept line, in bytes (cut on a character boundary): a kept line is a pointer into
 /// the output, not a copy of a minified blob.
 const KEPT_LINE_BYTES: usize = 240;
+
+/// The first [`KEPT_LINE_BYTES`] of `line`, cut on a character boundary.
+fn prefix(line: &str) -> &str {
+    let mut end = line.len().min(KEPT_LINE_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    &line[..end]
+}
+
+/// A kept line as shown: its [`prefix`], ` …` when cut, and how many alike lines it stands for.
+fn kept_text(line: &str, similar: usize) -> String {
+    let shown = prefix(line);
+    let cut = if shown.len() < line.len() { " …" } else { "" };
+    match similar {
+        0 => format!("{shown}{cut}"),
+        n => format!("{shown}{cut}  (+{n} similar)"),
+    }
+}
 
 /// Words that name nothing in particular (commands and flags every call has).
 const COMMON_TERMS: &[&str] = &[
@@ -281,7 +654,7 @@ fn reports_failure(message: &Message) -> bool {
         rest.strip_suffix("</returncode>")
     } else {
         let lower = first.to_ascii_lowercase();
-        ["exit code", "exit status", "exited with code"]
+        failure::EXIT_LABELS
             .iter()
             .find_map(|label| lower.strip_prefix(label))
             // An ASCII label keeps its byte length when lowered, so `first` splits at the
@@ -305,24 +678,8 @@ fn json_returncode(content: &str) -> Option<&str> {
     (json::kind_of(content, code) == json::Kind::Number).then(|| code.of(content))
 }
 
-/// Whether a line reads as a failure.
-fn reads_as_failure(line: &str) -> bool {
-    const MARKS: [&str; 8] = [
-        "error",
-        "failed",
-        "failure",
-        "traceback",
-        "exception",
-        "panicked",
-        "assert",
-        "fatal",
-    ];
-    let lower = line.to_ascii_lowercase();
-    MARKS.iter().any(|mark| lower.contains(mark))
-}
-
 /// Up to `limit` lines of the `omitted` lines after the first `head`, with their 1-based
-/// numbers, that read as a failure or name one of `terms`.
+/// numbers, that read as a failure or name one of `terms` (`keep_lines`).
 fn salient_lines(
     text: &str,
     head: usize,
@@ -339,17 +696,11 @@ fn salient_lines(
         .take(omitted)
         .filter(|(_, line)| {
             !line.trim().is_empty()
-                && (reads_as_failure(line) || terms.iter().any(|t| line.contains(t.as_str())))
+                && (failure::reads_as_failure(line)
+                    || terms.iter().any(|t| line.contains(t.as_str())))
         })
         .take(limit)
-        .map(|(i, line)| {
-            let mut end = line.len().min(KEPT_LINE_BYTES);
-            while !line.is_char_boundary(end) {
-                end -= 1;
-            }
-            let cut = if end < line.len() { " …" } else { "" };
-            (i + 1, format!("{}{cut}", &line[..end]))
-        })
+        .map(|(i, line)| (i + 1, kept_text(line, 0)))
         .collect()
 }
 
@@ -386,6 +737,7 @@ fn head_and_tail(text: &str, head: usize, tail: usize) -> Option<(&str, usize, &
 #[cfg(test)]
 mod tests {
     use crate::components::testing::{check, check_with, tool_messages};
+    use crate::message::{Message, Role};
 
     fn big_log(lines: usize) -> String {
         (0..lines)
@@ -448,7 +800,12 @@ mod tests {
         let log = lines.join("\n");
         let mut messages = tool_messages(&[&log]);
         messages[1].tool_arguments = Some(r#"{"command":"pytest -k parse_config"}"#.into());
-        let out = check("collapse", "keep_lines: 12", messages);
+        // `keep_lines` alone: the failure and the call's term, no context.
+        let out = check(
+            "collapse",
+            "keep_lines: 12\nfailure_lines: 0",
+            messages.clone(),
+        );
         let after = &out.messages[1].content;
         assert!(
             after.contains("(560 lines omitted, 2 of them kept below) <<cg:"),
@@ -458,8 +815,257 @@ mod tests {
         assert!(after.contains("\n[line 401] src/loader.py:88: parse_config(path)\n"));
         assert!(!after.contains("plain line"));
         out.assert_stashes_resolve();
-        let none = check("collapse", "", tool_messages(&[&log]));
+        let none = check("collapse", "failure_lines: 0", tool_messages(&[&log]));
         assert!(!none.messages[1].content.contains("[line "));
+        // With a line of context, the failure with a line on each side, and not the call's term.
+        let default = check("collapse", "failure_context: 1", messages);
+        let after = &default.messages[1].content;
+        assert!(
+            after.contains("(560 lines omitted, 3 of them kept below) <<cg:"),
+            "{after}"
+        );
+        assert!(after.contains(
+            "\n[line 300] ok line 299\n[line 301] tests/test_config.py::test_parse_config FAILED\n[line 302] ok line 301\n"
+        ));
+        assert!(!after.contains("parse_config(path)"));
+        default.assert_stashes_resolve();
+    }
+
+    /// A nightly import job's log: 3,000 lines, one batch failing in the middle with the
+    /// database's detail after it, and lines that name errors without reporting one. The
+    /// failing line is returned too.
+    fn job_log() -> (String, String) {
+        let error = r#"2026-03-02T10:41:40Z ERROR batch 2500 failed: duplicate key value violates unique constraint "orders_pkey""#;
+        let lines: Vec<String> = (1..=3000)
+            .map(|i| match i {
+                2500 => error.to_owned(),
+                2501 => "DETAIL:  Key (id)=(90210) already exists.".to_owned(),
+                i if i % 100 == 50 => format!(
+                    "2026-03-02T10:{:02}:{:02}Z INFO  retry policy from error_handler.py: 0 errors so far",
+                    (i / 60) % 60,
+                    i % 60
+                ),
+                i => format!(
+                    "2026-03-02T10:{:02}:{:02}Z INFO  batch {i} committed: 500 rows into orders in {}ms",
+                    (i / 60) % 60,
+                    i % 60,
+                    10 + i % 7
+                ),
+            })
+            .collect();
+        (lines.join("\n"), error.to_owned())
+    }
+
+    /// `question`, then the log as the output of a `cat`.
+    fn asked(question: &str, log: &str) -> Vec<Message> {
+        let mut output = Message::tool("call_0", "bash", log);
+        output.tool_arguments = Some(r#"{"command":"cat /var/log/import/job-4411.log"}"#.into());
+        vec![Message::text(Role::User, question), output]
+    }
+
+    #[test]
+    fn a_failure_in_the_middle_of_a_long_log_stays_in_view() {
+        let (log, error) = job_log();
+        let out = check(
+            "collapse",
+            "failure_context: 1",
+            asked("tell me why it failed", &log),
+        );
+        let after = &out.messages[1].content;
+        assert!(
+            after.contains("(2960 lines omitted, 3 of them kept below) <<cg:"),
+            "{after}"
+        );
+        assert!(after.contains("\n[line 2499] 2026-03-02T10:41:39Z INFO  batch 2499 committed"));
+        assert!(
+            after.contains(&format!("\n[line 2500] {error}\n")),
+            "{after}"
+        );
+        assert!(after.contains("\n[line 2501] DETAIL:  Key (id)=(90210) already exists.\n"));
+        assert!(
+            !after.contains("error_handler.py"),
+            "`0 errors` and `error_handler` report nothing"
+        );
+        assert!(
+            after.len() * 20 < log.len(),
+            "still cut: {} bytes",
+            after.len()
+        );
+        // The whole log is one expand away.
+        out.assert_stashes_resolve();
+        // Without the question's word, the failure alone keeps the same lines.
+        let unasked = check(
+            "collapse",
+            "failure_context: 1",
+            asked("run the nightly import", &log),
+        );
+        assert_eq!(unasked.messages[1].content, out.messages[1].content);
+        // The default keeps the failing line alone, with no context around it.
+        let default = check("collapse", "", asked("tell me why it failed", &log));
+        let after = &default.messages[1].content;
+        assert!(
+            after.contains(&format!("\n[line 2500] {error}\n")),
+            "{after}"
+        );
+        assert!(!after.contains("[line 2499]") && !after.contains("[line 2501]"));
+        default.assert_stashes_resolve();
+        // Switched off: head and tail only.
+        let off = check(
+            "collapse",
+            "failure_lines: 0",
+            asked("tell me why it failed", &log),
+        );
+        assert!(
+            off.messages[1]
+                .content
+                .contains("(2960 lines omitted) <<cg:")
+        );
+        assert!(!off.messages[1].content.contains("orders_pkey"));
+    }
+
+    #[test]
+    fn failures_alike_but_for_their_numbers_are_kept_once_with_a_count() {
+        // 2,797 timeouts between a quiet start and a quiet end, and a traceback among them.
+        let lines: Vec<String> = (0..3000)
+            .map(|i| match i {
+                0..100 | 2900.. => format!("INFO  poll {i}: queue empty"),
+                1800 => "Traceback (most recent call last):".to_owned(),
+                1801 => r#"  File "/app/worker.py", line 88, in run"#.to_owned(),
+                1802 => "ConnectionResetError: [Errno 104] Connection reset by peer".to_owned(),
+                i => format!(
+                    "ERROR request {i} timed out after 30s (attempt {})",
+                    i % 3 + 1
+                ),
+            })
+            .collect();
+        let log = lines.join("\n");
+        let out = check("collapse", "failure_context: 1", tool_messages(&[&log]));
+        let after = &out.messages[1].content;
+        assert!(
+            after.contains("(2960 lines omitted, 8 of them kept below) <<cg:"),
+            "{after}"
+        );
+        assert_eq!(after.matches("\n[line ").count(), 8);
+        assert!(after.contains("\n[line 100] INFO  poll 99: queue empty\n"));
+        assert!(after.contains(
+            "\n[line 101] ERROR request 100 timed out after 30s (attempt 2)  (+2796 similar)\n"
+        ));
+        assert!(after.contains("\n[line 1801] Traceback (most recent call last):\n"));
+        assert!(after.contains(
+            "\n[line 1803] ConnectionResetError: [Errno 104] Connection reset by peer\n"
+        ));
+        out.assert_stashes_resolve();
+        // The budget: two lines without context keep the first two failures alone.
+        let tight = check(
+            "collapse",
+            "failure_lines: 2\nfailure_context: 0",
+            tool_messages(&[&log]),
+        );
+        let after = &tight.messages[1].content;
+        assert!(after.contains("(2960 lines omitted, 2 of them kept below) <<cg:"));
+        assert!(after.contains("\n[line 101] ERROR request 100"));
+        assert!(after.contains("\n[line 1801] Traceback"));
+        // A token budget no line fits keeps none.
+        let starved = check("collapse", "failure_tokens: 5", tool_messages(&[&log]));
+        assert!(
+            starved.messages[1]
+                .content
+                .contains("(2960 lines omitted) <<cg:")
+        );
+        // A log of 3,000 identical errors: the head shows one, so the middle keeps none.
+        let same = vec!["ERROR: disk quota exceeded on /data"; 3000].join("\n");
+        let out = check("collapse", "failure_context: 1", tool_messages(&[&same]));
+        assert!(
+            out.messages[1]
+                .content
+                .contains("(2960 lines omitted) <<cg:")
+        );
+    }
+
+    #[test]
+    fn a_rare_term_of_the_latest_question_before_the_output_stays_in_view() {
+        let mut lines: Vec<String> = (0..3000)
+            .map(|i| format!("INFO  order {i} accepted by the validator in 3ms"))
+            .collect();
+        lines[1234] = "WARN  order 90210 held: shipping address incomplete".into();
+        let log = lines.join("\n");
+        let question = "why was order 90210 held back?";
+        let out = check("collapse", "failure_context: 1", asked(question, &log));
+        let after = &out.messages[1].content;
+        // `order` is on every line and names none; `90210` and `held` are on one.
+        assert!(
+            after.contains("(2960 lines omitted, 3 of them kept below) <<cg:"),
+            "{after}"
+        );
+        assert!(
+            after.contains("\n[line 1235] WARN  order 90210 held: shipping address incomplete\n")
+        );
+        out.assert_stashes_resolve();
+        // A turn of only the agent's reminders is no question: the one before still counts.
+        let mut messages = asked(question, "ok");
+        messages.push(Message::text(
+            Role::User,
+            "<system-reminder>Today is 2026-03-02.</system-reminder>",
+        ));
+        messages.push(asked(question, &log).remove(1));
+        let reminded = check("collapse", "failure_context: 1", messages);
+        assert_eq!(reminded.messages[3].content, out.messages[1].content);
+        // A question asked after the output never reaches it: every later turn forwards the
+        // same bytes for it (the cached prefix stays put).
+        let mut messages = asked("run the nightly import", &log);
+        messages.push(Message::text(Role::User, question));
+        let later = check("collapse", "failure_context: 1", messages);
+        assert!(
+            later.messages[1]
+                .content
+                .contains("(2960 lines omitted) <<cg:")
+        );
+    }
+
+    #[test]
+    fn a_source_files_error_names_are_code_not_reports() {
+        let source: String = (0..3000)
+            .map(|i| match i % 250 {
+                125 => format!("        raise ValueError(\"bad row {i}\")\n"),
+                200 => format!("        raise KeyError(name_{i})\n"),
+                _ => format!("    total_{i} = compute(row, {i})\n"),
+            })
+            .collect();
+        let read = |command: &str| {
+            let mut messages = tool_messages(&[&source]);
+            messages[1].tool_arguments = Some(format!(r#"{{"command":"{command}"}}"#));
+            check("collapse", "", messages).messages[1].content.clone()
+        };
+        let code = read("cat src/app/rows.py");
+        assert!(code.contains("lines omitted) <<cg:"), "{code:.200}");
+        assert!(!code.contains("[line "));
+        let text = read("cat /tmp/rows.txt");
+        assert!(text.contains("of them kept below) <<cg:"));
+        assert!(text.contains("ValueError") && text.contains("KeyError"));
+    }
+
+    #[test]
+    fn a_questions_terms_leave_out_asking_words_and_the_agents_reminders() {
+        use super::question_terms;
+        assert_eq!(question_terms("tell me why it failed").unwrap(), ["failed"]);
+        assert_eq!(
+            question_terms("Why did batch 2500 hit orders_pkey?").unwrap(),
+            ["batch", "2500", "orders_pkey"]
+        );
+        assert_eq!(
+            question_terms("<system-reminder>Today is 2026-03-02.</system-reminder>\n"),
+            None
+        );
+        assert_eq!(
+            question_terms("<system-reminder>x</system-reminder>why is Redis slow").unwrap(),
+            ["redis", "slow"]
+        );
+        assert_eq!(
+            super::shape(
+                "2026-03-02T10:41:40Z ERROR request 4411 timed out after 30s (id 3fa85f64)"
+            ),
+            "#-#-#:#:# ERROR request # timed out after # (id #)"
+        );
     }
 
     #[test]

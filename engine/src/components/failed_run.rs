@@ -10,11 +10,12 @@
 //!
 //! A run is recognized by line-anchored markers only (a pytest banner or summary, `test result:`,
 //! `--- FAIL:`, `BUILD FAILURE`, a traceback header, `npm ERR!`, ...), so prose that mentions
-//! "FAILED" is not a run. Earlier *passing* runs stay, and so does the newest run of each
-//! command (the program a `command` argument starts with, when the call says; otherwise all
-//! runs count as one family). Whether a run is superseded depends on what came after it, so
-//! decisions are frozen and replayed; the replacement depends only on the content, so a lost
-//! freeze is re-derived. If the store refuses the stash the output is left alone.
+//! "FAILED" is not a run. A run fails when one of its lines reports a failure, as the one
+//! table of them (`failure.rs`) reads it. Earlier *passing* runs stay, and so does the newest
+//! run of each command (the program a `command` argument starts with, when the call says;
+//! otherwise all runs count as one family). Whether a run is superseded depends on what came
+//! after it, so decisions are frozen and replayed; the replacement depends only on the content,
+//! so a lost freeze is re-derived. If the store refuses the stash the output is left alone.
 
 use crate::gate;
 use std::sync::OnceLock;
@@ -23,7 +24,8 @@ use regex::Regex;
 use serde::Deserialize;
 
 use super::{
-    BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
+    BuildError, ComponentFactory, MarkerMode, decode, defaults, failure, offload_candidate,
+    offload_with,
 };
 use crate::components::ComponentSource;
 use crate::marker::HINT_FULL_OUTPUT;
@@ -87,17 +89,6 @@ fn run_like() -> &'static Regex {
             r"(?m)^(?:\s*=+ .*(?:test session starts|FAILURES|ERRORS|\d+ (?:passed|failed|errors?))|test result: (?:ok|FAILED)\.|--- (?:FAIL|PASS): |(?:ok|FAIL)\s+\S+\s+[\d.]+s$|PASS\s|FAIL\s|\s*Tests?:\s+\d+ (?:failed|passed)|BUILD (?:SUCCESS|FAIL)|Traceback \(most recent call last\)|\s*FAILED\b|panic: |npm ERR!|Ran \d+ tests? in |error(?:\[E\d+\])?: |\s*\d+ (?:passing|failing)\b)",
         )
         .expect("run-like regex is valid")
-    })
-}
-
-/// A line that says the run failed.
-fn failing() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(
-            r"(?m)^(?:\s*=+ .*\b[1-9]\d* (?:failed|errors?)\b|test result: FAILED|--- FAIL: |FAIL\s|\s*Tests?:.*\b[1-9]\d* failed|BUILD FAIL|Traceback \(most recent call last\)|\s*FAILED\b|panic: |npm ERR!|error(?:\[E\d+\])?: |\s*[1-9]\d* failing\b|.*\bexit(?:ed)? (?:with )?(?:code|status) [1-9])",
-        )
-        .expect("failing regex is valid")
     })
 }
 
@@ -169,7 +160,8 @@ impl Offload for FailedRun {
                 cx.gate(gate::BELOW_MIN_TOKENS);
                 continue;
             }
-            if !failing().is_match(&messages[index].content) {
+            // A run fails when a line of it reports a failure (the one table, `failure.rs`).
+            if !failure::reads_as_failure(&messages[index].content) {
                 cx.gate(gate::EARLIER_RUN_PASSED);
                 continue;
             }

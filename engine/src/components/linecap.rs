@@ -97,8 +97,9 @@ struct Linecap {
 }
 
 /// `text.split('\n')`, with the newlines found by a vectorized search (the standard library's
-/// char search was a visible cost on megabyte bodies).
-fn split_lines(text: &str) -> Vec<&str> {
+/// char search was a visible cost on megabyte bodies). `collapse` splits the middle it cuts
+/// with it too.
+pub(super) fn split_lines(text: &str) -> Vec<&str> {
     let mut lines = Vec::new();
     let mut start = 0;
     for newline in memchr::memchr_iter(b'\n', text.as_bytes()) {

@@ -5,7 +5,8 @@
 //! as the gate `no_model` on every request, and a warning when the config loads. Its config block
 //! is checked against the spec's keys, so a config written for the reference loads and a typo is
 //! still an error. Presets that name it (agentdiet) build, run, and save exactly what their other
-//! components save.
+//! components save. Neither it nor those presets are offered in listings (`sluice presets`, the
+//! names an error suggests): see `components::is_listed` for why it loads but is not listed.
 
 use crate::gate;
 use serde::Deserialize;

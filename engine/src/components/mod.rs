@@ -16,6 +16,7 @@ mod extract;
 mod extract_llm;
 mod failed_call;
 mod failed_run;
+mod failure;
 mod format;
 mod linecap;
 pub mod llm_offload;
@@ -125,7 +126,7 @@ pub enum BuildError {
     Filters(Vec<LoadError>),
     /// A component the spec names that this build does not have yet.
     #[error(
-        "component `{0}` is part of the spec but not built in this version of sluice yet; remove it or pick a preset whose components are all built (`sluice presets`)"
+        "component `{0}` is a context-guru component not built in this version of sluice yet; remove it or pick a preset whose components are all built (`sluice presets`)"
     )]
     NotBuilt(String),
     /// No component of that name.
@@ -151,8 +152,25 @@ fn joined(errors: &[LoadError]) -> String {
         .join("; ")
 }
 
+/// The components an error offers as the ones built: the listed ones ([`is_listed`]).
 fn built_names() -> String {
-    ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
+    ALL.iter()
+        .map(|f| f.name())
+        .filter(|name| is_listed(name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether listings offer the component (`sluice presets`, the `built:` names of an
+/// unknown-component error): not one that does nothing in this build, which today is
+/// `agentdiet` (no model, see `llm_offload`). It stays registered and loads when a config
+/// names it, with the config's warning that it does nothing, rather than failing the config:
+/// sluice keeps context-guru's names so a file written for context-guru keeps loading
+/// (`config.rs`), and an error would break those files over a component that changes no byte.
+/// Offering it in a list, though, says it does something; so lists leave it out. The docs'
+/// tables of components still show it, as a no-op (`docs/components.md`).
+pub fn is_listed(name: &str) -> bool {
+    !llm_offload::WITHOUT_MODEL.contains(&name)
 }
 
 /// Every component of this build, alphabetically.

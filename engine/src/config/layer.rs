@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::de::{DeserializeOwned, IgnoredAny};
 
-use super::presets::{PRESETS, Preset, find_preset};
+use super::presets::{Preset, find_preset, known_presets, unknown_preset};
 use super::{CacheConfig, CountTokens, KEYS, Mode, ObserveConfig, StoreConfig};
 use crate::yaml::{self as read, ConfigError, Outline, problem};
 
@@ -133,7 +133,13 @@ impl Values<'_> {
         let preset = match self.get::<Option<String>>("preset") {
             Some(Some(name)) => self.preset(&name),
             // `preset:` with no name would silently mean an empty pipeline.
-            Some(None) => self.unknown_preset("needs a preset name".to_owned()),
+            Some(None) => {
+                let at = self.outline.at("preset");
+                self.refuse_preset(format!(
+                    "needs a preset name{at}; known: {}",
+                    known_presets()
+                ))
+            }
             None => None,
         };
         Some(Choice {
@@ -143,13 +149,13 @@ impl Values<'_> {
     }
 
     fn preset(&mut self, name: &str) -> Option<&'static Preset> {
-        find_preset(name).or_else(|| self.unknown_preset(format!("unknown preset `{name}`")))
+        find_preset(name).or_else(|| {
+            let at = self.outline.at("preset");
+            self.refuse_preset(unknown_preset(name, &at))
+        })
     }
 
-    fn unknown_preset(&mut self, what: String) -> Option<&'static Preset> {
-        let known: Vec<_> = PRESETS.iter().map(|p| p.name).collect();
-        let at = self.outline.at("preset");
-        let message = format!("{what} (known: {}){at}", known.join(", "));
+    fn refuse_preset(&mut self, message: String) -> Option<&'static Preset> {
         self.errors.push(problem("preset", message));
         None
     }

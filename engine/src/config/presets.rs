@@ -116,7 +116,7 @@ pub const PRESETS: &[Preset] = &[
             "linecap",
             "cachesplit",
         ],
-        description: "coding agents with a cheap-model extractor (the reference's default)",
+        description: "coding agents with a cheap-model extractor (context-guru's default)",
         tuned: "components:\n  extract: {min_tokens: 400}\n  extract_llm: {strategy: code, model: {source: config}, min_tokens: 3000, trigger: {min_request_tokens: 3000}, llm_max_per_request: 4}\n",
     },
     Preset {
@@ -184,7 +184,7 @@ pub const PRESETS: &[Preset] = &[
             "oversized_block",
             "stale_reasoning",
         ],
-        description: "the five triage screeners, on every request (the spec's manual /triage)",
+        description: "the five triage screeners, on every request (context-guru's manual /triage)",
         tuned: "",
     },
     Preset {
@@ -196,7 +196,7 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         name: "agentdiet",
         pipeline: &["format", "agentdiet", "cachesplit"],
-        description: "the reference's trajectory-diet experiment",
+        description: "context-guru's trajectory-diet experiment",
         tuned: "",
     },
 ];
@@ -205,10 +205,115 @@ pub fn find_preset(name: &str) -> Option<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name)
 }
 
+/// Whether listings offer the preset (`sluice presets`, the known names of an unknown-preset
+/// error): not one that names a component listings leave out (`agentdiet`, which does nothing
+/// in this build; see `components::is_listed`). Such a preset still loads, with the warning.
+pub fn preset_is_listed(preset: &Preset) -> bool {
+    preset
+        .pipeline
+        .iter()
+        .all(|name| components::is_listed(name))
+}
+
+/// The presets listings offer, in [`PRESETS`]'s order.
+pub fn listed_presets() -> impl Iterator<Item = &'static Preset> {
+    PRESETS.iter().filter(|p| preset_is_listed(p))
+}
+
+/// The names of [`listed_presets`], comma-separated.
+pub fn known_presets() -> String {
+    listed_presets()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What to say of a preset name that is none of [`PRESETS`]: the name, the listed preset it is
+/// likely a typo of, `at` (where a file wrote it; "" for a flag or a variable), then the known
+/// names; for example: unknown preset `balancd` (did you mean `balanced`?); known: off, ...
+pub fn unknown_preset(name: &str, at: &str) -> String {
+    let hint = nearest_preset(name)
+        .map(|p| format!(" (did you mean `{p}`?)"))
+        .unwrap_or_default();
+    format!(
+        "unknown preset `{}`{hint}{at}; known: {}",
+        name.escape_debug(),
+        known_presets()
+    )
+}
+
+/// The listed preset `name` is at most two edits from (the closest, the first of equals).
+fn nearest_preset(name: &str) -> Option<&'static str> {
+    listed_presets()
+        .map(|p| (edit_distance(name, p.name), p.name))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, found)| found)
+}
+
+/// Levenshtein distance over chars: insertions, deletions and substitutions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// Whether every component of a preset is built in this version.
 pub fn preset_is_available(preset: &Preset) -> bool {
     preset
         .pipeline
         .iter()
         .all(|name| components::find(name).is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_preset_names_the_near_one_and_the_known_ones() {
+        assert_eq!(edit_distance("balancd", "balanced"), 1);
+        assert_eq!(edit_distance("", "off"), 3);
+        assert_eq!(edit_distance("agnet", "agent"), 2);
+        let message = unknown_preset("balancd", "");
+        assert!(
+            message.starts_with(
+                "unknown preset `balancd` (did you mean `balanced`?); known: off, safe, balanced,"
+            ),
+            "{message}"
+        );
+        assert!(!message.contains("line"), "{message}");
+        let far = unknown_preset("zzzzzzzz", "");
+        assert!(
+            far.starts_with("unknown preset `zzzzzzzz`; known: "),
+            "{far}"
+        );
+    }
+
+    #[test]
+    fn a_preset_that_does_nothing_here_is_not_listed_but_loads() {
+        let agentdiet = find_preset("agentdiet").unwrap();
+        assert!(!preset_is_listed(agentdiet));
+        assert!(!known_presets().split(", ").any(|n| n == "agentdiet"));
+        assert!(listed_presets().any(|p| p.name == "balanced"));
+        let config = crate::config::Config::from_preset("agentdiet").unwrap();
+        assert!(
+            config.warnings.iter().any(|w| w.contains("agentdiet")),
+            "{:?}",
+            config.warnings
+        );
+    }
 }

@@ -25,6 +25,20 @@ fn explicit_pipeline_overrides_the_preset() {
         config.build_pipeline().unwrap().names(),
         ["dedup", "format"]
     );
+    // Said out loud: `config check` prints it, `serve` logs it.
+    assert_eq!(
+        config.warnings,
+        [
+            "both `preset: off` and `pipeline:` are set: the `pipeline:` list wins, and the preset's pipeline is not used"
+        ]
+    );
+    let tuned = Config::parse("preset: agent\npipeline: [format, extract]\n").unwrap();
+    assert!(
+        tuned.warnings[0].contains("tuned component settings still apply"),
+        "{:?}",
+        tuned.warnings
+    );
+    assert!(Config::parse("preset: off\n").unwrap().warnings.is_empty());
     assert!(
         Config::parse("preset: off")
             .unwrap()
@@ -80,6 +94,24 @@ fn every_problem_is_reported_at_once() {
 #[test]
 fn unknown_preset_and_mode_are_rejected() {
     assert!(errors("preset: balanc")[0].contains("unknown preset `balanc`"));
+    // In a file: where it is, and the preset it is likely a typo of.
+    let in_file = &errors("mode: sync\npreset: balancd\n")[0];
+    assert!(
+        in_file
+            .starts_with("preset: unknown preset `balancd` (did you mean `balanced`?) at line 2")
+            && in_file.ends_with(&format!("; known: {}", known_presets())),
+        "{in_file}"
+    );
+    // From a flag, a variable or `?preset=`: no line, no column.
+    let errs = Config::from_preset("balancd").unwrap_err();
+    assert_eq!(errs.len(), 1);
+    assert!(
+        errs[0]
+            .message
+            .starts_with("unknown preset `balancd` (did you mean `balanced`?); known: off, "),
+        "{errs:?}"
+    );
+    assert!(!errs[0].message.contains("line"), "{errs:?}");
     assert!(errors("mode: async")[0].contains("async"));
 }
 
@@ -346,7 +378,7 @@ fn component_build_errors_keep_their_words() {
     let unknown = errors("pipeline: [nope]\n");
     assert!(
         unknown[0]
-            .starts_with("pipeline[0]: unknown component `nope` (built: agentdiet, cacheinject, "),
+            .starts_with("pipeline[0]: unknown component `nope` (built: cacheinject, cachesplit, "),
         "{unknown:?}"
     );
     let unclosed = String::from("(");
