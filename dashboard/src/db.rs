@@ -25,7 +25,8 @@ pub const CONTENT_BUDGET: u64 = 256 << 20;
 /// Where and how the dashboard keeps its rows.
 #[derive(Debug, Clone)]
 pub struct DashboardOptions {
-    /// The SQLite file, or `None` for memory only (a test, or a state store in memory).
+    /// The SQLite file, or `None` for memory only, this run's rows (a test, or `serve` with a
+    /// state store that is not a file). Either is bounded alike (`retention`, `max_bytes`).
     pub path: Option<PathBuf>,
     /// Rows older than this are deleted (`None`: kept until the size bound).
     pub retention: Option<Duration>,
@@ -66,6 +67,10 @@ pub struct Dashboard {
     hub: Arc<Hub>,
     reader: Arc<Mutex<Connection>>,
     content: bool,
+    /// The file the rows are kept in; `None` in memory.
+    path: Option<PathBuf>,
+    /// See [`Dashboard::session_key`].
+    session_key: Vec<u8>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -73,6 +78,7 @@ impl std::fmt::Debug for Dashboard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dashboard")
             .field("content", &self.content)
+            .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
@@ -90,7 +96,7 @@ impl Dashboard {
         let (tx, rx) = crossbeam_channel::bounded(options.queue.max(1));
         let writer = writer::Writer {
             conn: writer_conn,
-            key,
+            key: key.clone(),
             counts: counts.clone(),
             hub: hub.clone(),
             retention: options.retention,
@@ -110,8 +116,17 @@ impl Dashboard {
             hub,
             reader,
             content: options.content,
+            path: options.path,
+            session_key: key,
             writer: Mutex::new(Some(handle)),
         })
+    }
+
+    /// The key this dashboard labels sessions with (`engine::session::label`), kept in its file
+    /// so a session's label survives a restart; the logs label sessions with it too, so an
+    /// access line and a dashboard row name a session alike.
+    pub fn session_key(&self) -> &[u8] {
+        &self.session_key
     }
 
     /// Hands one request's event to the writer; never waits. A full queue drops it, counted.
@@ -154,6 +169,11 @@ impl Dashboard {
     /// Whether the operator allows message content to be captured.
     pub fn content_enabled(&self) -> bool {
         self.content
+    }
+
+    /// The file the rows are kept in, or `None` when they are in memory (this run only).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     pub fn counts(&self) -> &Counts {

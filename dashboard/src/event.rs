@@ -39,6 +39,11 @@ pub struct Event {
     /// Expand rounds the expand loop ran for this request, and the tokens it restored.
     pub expand_rounds: u32,
     pub expand_tokens: u64,
+    /// Prompt tokens those rounds sent upstream again.
+    pub expand_reread_tokens: u64,
+    /// Tokens of the expand tool's declaration sluice added to the request (the net saving
+    /// charges it, `engine::savings`).
+    pub declared_tokens: u64,
     /// The bodies to take message content from, when both switches allow it.
     pub content: Option<ContentSource>,
     /// What stopped content capture (`operator`, `tenant`), when it was stopped.

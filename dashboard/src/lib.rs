@@ -1,5 +1,6 @@
 //! The dashboard store: what happened, per request, per session and per component, durable
-//! across restarts, captured off the request path.
+//! across restarts in its own file (or kept in memory for one run), captured off the request
+//! path.
 //!
 //! The host builds one [`Event`] per request from values it already has (the pipeline's own
 //! report, so the dashboard can never disagree with the rewrite) and hands it to

@@ -12,9 +12,15 @@
 //! - `saved`: the content tokens sluice removed, priced at the tier the request's new suffix
 //!   paid (a cache write when it wrote one, else fresh input): without sluice they would have
 //!   been in that suffix. Later turns re-read them at the cache-read price too; that is not
-//!   counted here, so the figure is a floor per request.
+//!   counted here, so the figure is a floor per request. Less the expand tool's declaration
+//!   sluice added, at the cache-read price when the request read its prefix from the cache
+//!   (the declaration opens it, in `tools`), else at the suffix's.
 //! - `net = saved − expand cost`; `baseline = cost + net` (what the same turn would have cost
 //!   without sluice). In observe mode `saved` is what sync would have saved (`projected`).
+//!
+//! These are the terms of the net saving (`engine::savings`), each priced at its tier: the
+//! dollars say what the headline's tokens were worth, and no percentage is made of them (the
+//! one savings percentage is the token figure, `net_savings_pct`).
 
 /// List prices of one model family, US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -116,9 +122,11 @@ pub struct Billed {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Work {
     pub saved_tokens: u64,
-    /// The forwarded prompt's content tokens, re-read by each expand round.
-    pub prompt_tokens: u64,
-    pub expand_rounds: u32,
+    /// The expand tool's declaration sluice added.
+    pub declared_tokens: u64,
+    /// Prompt tokens the request's expand rounds sent again.
+    pub reread_tokens: u64,
+    /// Tokens of originals those rounds restored.
     pub expand_tokens: u64,
 }
 
@@ -134,9 +142,14 @@ pub fn priced(price: &Price, billed: &Billed, work: &Work) -> Priced {
     } else {
         price.input
     };
-    let saved = per(work.saved_tokens, suffix_rate);
-    let expand_cost = f64::from(work.expand_rounds) * per(work.prompt_tokens, price.cache_read)
-        + per(work.expand_tokens, price.cache_write);
+    let declared_rate = if billed.cache_read > 0 {
+        price.cache_read
+    } else {
+        suffix_rate
+    };
+    let saved = per(work.saved_tokens, suffix_rate) - per(work.declared_tokens, declared_rate);
+    let expand_cost =
+        per(work.reread_tokens, price.cache_read) + per(work.expand_tokens, price.cache_write);
     let net = saved - expand_cost;
     let cost = paid + expand_cost;
     Priced {
@@ -187,8 +200,8 @@ mod tests {
         };
         let work = Work {
             saved_tokens: 20_000,
-            prompt_tokens: 111_000,
-            expand_rounds: 0,
+            declared_tokens: 0,
+            reread_tokens: 0,
             expand_tokens: 0,
         };
         let p = priced(&sonnet, &billed, &work);
@@ -201,7 +214,7 @@ mod tests {
             &sonnet,
             &billed,
             &Work {
-                expand_rounds: 1,
+                reread_tokens: 111_000,
                 expand_tokens: 2_000,
                 ..work
             },
@@ -210,5 +223,15 @@ mod tests {
         assert!((with_round.expand_cost - (0.0333 + 0.0075)).abs() < 1e-9);
         assert!((with_round.net - (with_round.saved - with_round.expand_cost)).abs() < 1e-12);
         assert!(with_round.net < p.net);
+        // The declaration opens the cached prefix: this request read it at 0.3 $/MTok.
+        let declared = priced(
+            &sonnet,
+            &billed,
+            &Work {
+                declared_tokens: 100,
+                ..work
+            },
+        );
+        assert!((p.saved - declared.saved - 100.0 * 0.3 / 1e6).abs() < 1e-12);
     }
 }

@@ -3,10 +3,79 @@
 //! Every function takes the reader connection and returns the JSON the API serves, so the page
 //! and the tests read the same shapes. Ratios are derived here, never stored; a ratio without
 //! data is 0, and a cost that was never priced stays `null` (unknown), never $0.
+//!
+//! The one savings figure is net saved (`net_savings_pct`), computed by `engine::savings` from
+//! the same sums `/stats` keeps, over the rows it counts: the requests that ran the pipeline
+//! and that their upstream completed ([`COMPLETED`]). Dollars are what those tokens were worth
+//! at list prices, never a second percentage.
 
+use engine::savings::NetSaving;
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+
+/// A row the net saving sums: the pipeline ran on it (not forwarded untouched, not observe
+/// mode's projection) and its upstream completed it (a status below 400). `/stats` draws the
+/// same line (`modes::stats`, `record_outcome`).
+const COMPLETED: &str = "(r.status < 400 AND NOT r.projected AND r.untouched IS NULL)";
+
+/// A row the pipeline ran on that did not complete upstream: sluice's own 502 or 504, or the
+/// upstream's error status. A 499 (the client left before an answer) is in neither, as in
+/// `/stats`.
+const FAILED: &str =
+    "(r.status >= 400 AND r.status != 499 AND NOT r.projected AND r.untouched IS NULL)";
+
+/// The net saving's sums over `requests r`, as seven SQL columns [`net_of`] reads: the five
+/// terms over the completed rows, then the failed rows and the tokens their cuts would have
+/// saved.
+fn net_columns() -> String {
+    let completed =
+        |column: &str| format!("coalesce(sum(CASE WHEN {COMPLETED} THEN {column} END), 0)");
+    format!(
+        "{}, {}, {}, {}, {}, coalesce(sum({FAILED}), 0),
+         coalesce(sum(CASE WHEN {FAILED} THEN r.saved_tokens END), 0)",
+        completed("r.tokens_before"),
+        completed("r.tokens_after"),
+        completed("r.declared_tokens"),
+        completed("r.expand_tokens"),
+        completed("r.expand_reread_tokens"),
+    )
+}
+
+/// The figures of [`net_columns`], read from column `at` on: `net_savings_pct`, its numerator,
+/// the secondary figure before expand rounds, the declaration charged, and what was left out.
+fn net_of(row: &Row<'_>, at: usize) -> rusqlite::Result<Map<String, Value>> {
+    let n = |i: usize| row.get::<_, i64>(at + i).map(|v| v.max(0) as u64);
+    let net = NetSaving {
+        tokens_before: n(0)?,
+        tokens_after: n(1)?,
+        declared_tokens: n(2)?,
+        restored_tokens: n(3)?,
+        reread_tokens: n(4)?,
+    };
+    let mut out = net_json(&net);
+    out.insert("failed_requests_excluded".into(), n(5)?.into());
+    out.insert("failed_saved_tokens_excluded".into(), n(6)?.into());
+    Ok(out)
+}
+
+/// The net saving's figures, named as in `/stats`.
+fn net_json(net: &NetSaving) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("net_savings_pct".into(), net.net_pct().into());
+    out.insert("savings_pct_gross".into(), net.gross_pct().into());
+    out.insert("net_saved_tokens".into(), net.net_tokens().into());
+    out.insert("expand_declared_tokens".into(), net.declared_tokens.into());
+    out
+}
+
+/// `value`, an object, with `extra`'s keys added.
+fn with(mut value: Value, extra: Map<String, Value>) -> Value {
+    if let Some(object) = value.as_object_mut() {
+        object.extend(extra);
+    }
+    value
+}
 
 /// Rows a page holds at most.
 pub const MAX_LIMIT: u32 = 500;
@@ -122,21 +191,17 @@ fn overview_totals(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value
                 sum(r.cost_usd), sum(r.baseline_cost_usd), sum(r.saved_usd),
                 sum(r.expand_cost_usd), sum(r.net_saved_usd), count(r.cost_usd),
                 coalesce(sum(r.projected), 0), coalesce(avg(r.added_us), 0),
-                min(r.ts), max(r.ts)
-         FROM requests r WHERE {clause}"
+                min(r.ts), max(r.ts), {}
+         FROM requests r WHERE {clause}",
+        net_columns()
     );
     conn.query_row(&sql, rusqlite::params_from_iter(params), |row| {
-        let before: i64 = row.get(2)?;
-        let saved: i64 = row.get(4)?;
-        let baseline: Option<f64> = row.get(12)?;
-        let net: Option<f64> = row.get(15)?;
-        Ok(json!({
+        let totals = json!({
             "requests": row.get::<_, i64>(0)?,
             "sessions": row.get::<_, i64>(1)?,
-            "tokens_before": before,
+            "tokens_before": row.get::<_, i64>(2)?,
             "tokens_after": row.get::<_, i64>(3)?,
-            "saved_tokens": saved,
-            "saved_pct": 100.0 * ratio(saved as f64, before as f64),
+            "saved_tokens": row.get::<_, i64>(4)?,
             "cache_read_tokens": row.get::<_, i64>(5)?,
             "cache_write_tokens": row.get::<_, i64>(6)?,
             "fresh_input_tokens": row.get::<_, i64>(7)?,
@@ -144,20 +209,17 @@ fn overview_totals(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value
             "expand_rounds": row.get::<_, i64>(9)?,
             "errors": row.get::<_, i64>(10)?,
             "cost_usd": row.get::<_, Option<f64>>(11)?,
-            "baseline_cost_usd": baseline,
+            "baseline_cost_usd": row.get::<_, Option<f64>>(12)?,
             "saved_usd": row.get::<_, Option<f64>>(13)?,
             "expand_cost_usd": row.get::<_, Option<f64>>(14)?,
-            "net_saved_usd": net,
-            "net_saved_pct": match (net, baseline) {
-                (Some(net), Some(baseline)) => Some(100.0 * ratio(net, baseline)),
-                _ => None,
-            },
+            "net_saved_usd": row.get::<_, Option<f64>>(15)?,
             "priced_requests": row.get::<_, i64>(16)?,
             "projected_requests": row.get::<_, i64>(17)?,
             "added_ms_avg": row.get::<_, f64>(18)? / 1e3,
             "first_ts": row.get::<_, Option<i64>>(19)?,
             "last_ts": row.get::<_, Option<i64>>(20)?,
-        }))
+        });
+        Ok(with(totals, net_of(row, 21)?))
     })
 }
 
@@ -237,29 +299,28 @@ pub fn sessions(
     let sql = format!(
         "SELECT r.session, count(*), min(r.ts), max(r.ts), sum(r.tokens_before),
                 sum(r.saved_tokens), sum(r.expand_rounds), sum(r.cost_usd), sum(r.net_saved_usd),
-                group_concat(DISTINCT r.model), max(r.route)
+                group_concat(DISTINCT r.model), max(r.route), {}
          FROM requests r WHERE {clause} AND r.session IS NOT NULL
-         GROUP BY r.session {having} ORDER BY max(r.ts) DESC LIMIT ?{l}"
+         GROUP BY r.session {having} ORDER BY max(r.ts) DESC LIMIT ?{l}",
+        net_columns()
     );
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt
         .query_map(rusqlite::params_from_iter(params), |row| {
-            let before: i64 = row.get(4)?;
-            let saved: i64 = row.get(5)?;
-            Ok(json!({
+            let session = json!({
                 "session": row.get::<_, String>(0)?,
                 "requests": row.get::<_, i64>(1)?,
                 "first_ts": row.get::<_, i64>(2)?,
                 "last_ts": row.get::<_, i64>(3)?,
-                "tokens_before": before,
-                "saved_tokens": saved,
-                "saved_pct": 100.0 * ratio(saved as f64, before as f64),
+                "tokens_before": row.get::<_, i64>(4)?,
+                "saved_tokens": row.get::<_, i64>(5)?,
                 "expand_rounds": row.get::<_, i64>(6)?,
                 "cost_usd": row.get::<_, Option<f64>>(7)?,
                 "net_saved_usd": row.get::<_, Option<f64>>(8)?,
                 "models": row.get::<_, Option<String>>(9)?,
                 "route": row.get::<_, String>(10)?,
-            }))
+            });
+            Ok(with(session, net_of(row, 11)?))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let next = rows.last().and_then(|r| r["last_ts"].as_i64());
@@ -271,11 +332,28 @@ const REQUEST_COLUMNS: &str = "r.id, r.ts, r.session, r.route, r.model, r.mode, 
     r.projected, r.acted, r.fresh_input, r.cache_read, r.cache_write, r.output_tokens,
     r.expand_rounds, r.expand_tokens, r.added_us, r.upstream_ms, r.cost_usd,
     r.baseline_cost_usd, r.saved_usd, r.expand_cost_usd, r.net_saved_usd,
-    r.content_captured, r.capture_blocked_by";
+    r.content_captured, r.capture_blocked_by, r.expand_reread_tokens, r.declared_tokens";
+
+/// A request's own net saving (`null` for one that is not in the figure: forwarded untouched,
+/// projected, or not completed upstream).
+fn request_net(row: &Row<'_>) -> rusqlite::Result<Value> {
+    let (status, untouched, projected): (i64, Option<String>, bool) =
+        (row.get(6)?, row.get(8)?, row.get(13)?);
+    if status >= 400 || untouched.is_some() || projected {
+        return Ok(Value::Null);
+    }
+    let n = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
+    let net = NetSaving {
+        tokens_before: n(10)?,
+        tokens_after: n(11)?,
+        declared_tokens: n(31)?,
+        restored_tokens: n(20)?,
+        reread_tokens: n(30)?,
+    };
+    Ok(net.net_pct().into())
+}
 
 fn request_row(row: &Row<'_>) -> rusqlite::Result<Value> {
-    let before: i64 = row.get(10)?;
-    let saved: i64 = row.get(12)?;
     Ok(json!({
         "id": row.get::<_, i64>(0)?,
         "ts": row.get::<_, i64>(1)?,
@@ -287,10 +365,10 @@ fn request_row(row: &Row<'_>) -> rusqlite::Result<Value> {
         "stream": row.get::<_, bool>(7)?,
         "untouched": row.get::<_, Option<String>>(8)?,
         "messages": row.get::<_, i64>(9)?,
-        "tokens_before": before,
+        "tokens_before": row.get::<_, i64>(10)?,
         "tokens_after": row.get::<_, i64>(11)?,
-        "saved_tokens": saved,
-        "saved_pct": 100.0 * ratio(saved as f64, before as f64),
+        "saved_tokens": row.get::<_, i64>(12)?,
+        "net_savings_pct": request_net(row)?,
         "projected": row.get::<_, bool>(13)?,
         "acted": row.get::<_, String>(14)?.split(',').filter(|s| !s.is_empty()).collect::<Vec<_>>(),
         "fresh_input_tokens": row.get::<_, Option<i64>>(15)?,
@@ -299,6 +377,8 @@ fn request_row(row: &Row<'_>) -> rusqlite::Result<Value> {
         "output_tokens": row.get::<_, Option<i64>>(18)?,
         "expand_rounds": row.get::<_, i64>(19)?,
         "expand_tokens": row.get::<_, i64>(20)?,
+        "expand_reread_tokens": row.get::<_, i64>(30)?,
+        "expand_declared_tokens": row.get::<_, i64>(31)?,
         "added_ms": row.get::<_, i64>(21)? as f64 / 1e3,
         "upstream_ms": row.get::<_, Option<i64>>(22)?,
         "cost_usd": row.get::<_, Option<f64>>(23)?,
@@ -459,34 +539,30 @@ pub fn components(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value>
     Ok(json!({ "components": rows }))
 }
 
-/// Money by model, the net figure beside every cost.
+/// Money by model, the net saving beside every cost.
 pub fn cost(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
     let (clause, params) = filter.clause();
     let sql = format!(
         "SELECT coalesce(r.model, '(unknown)'), count(*), count(r.cost_usd), sum(r.cost_usd),
                 sum(r.baseline_cost_usd), sum(r.saved_usd), sum(r.expand_cost_usd),
-                sum(r.net_saved_usd)
-         FROM requests r WHERE {clause} GROUP BY 1 ORDER BY sum(r.cost_usd) DESC"
+                sum(r.net_saved_usd), {}
+         FROM requests r WHERE {clause} GROUP BY 1 ORDER BY sum(r.cost_usd) DESC",
+        net_columns()
     );
     let mut stmt = conn.prepare(&sql)?;
     let models = stmt
         .query_map(rusqlite::params_from_iter(params), |row| {
-            let baseline: Option<f64> = row.get(4)?;
-            let net: Option<f64> = row.get(7)?;
-            Ok(json!({
+            let model = json!({
                 "model": row.get::<_, String>(0)?,
                 "requests": row.get::<_, i64>(1)?,
                 "priced_requests": row.get::<_, i64>(2)?,
                 "cost_usd": row.get::<_, Option<f64>>(3)?,
-                "baseline_cost_usd": baseline,
+                "baseline_cost_usd": row.get::<_, Option<f64>>(4)?,
                 "saved_usd": row.get::<_, Option<f64>>(5)?,
                 "expand_cost_usd": row.get::<_, Option<f64>>(6)?,
-                "net_saved_usd": net,
-                "net_saved_pct": match (net, baseline) {
-                    (Some(net), Some(baseline)) => Some(100.0 * ratio(net, baseline)),
-                    _ => None,
-                },
-            }))
+                "net_saved_usd": row.get::<_, Option<f64>>(7)?,
+            });
+            Ok(with(model, net_of(row, 8)?))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(json!({ "models": models }))

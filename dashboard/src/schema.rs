@@ -30,7 +30,8 @@ pub enum DashboardError {
     NotADashboard(String),
 }
 
-pub(super) const VERSION: i64 = 2;
+/// 3: `declared_tokens` and `expand_reread_tokens`, the terms of the net saving a row lacked.
+pub(super) const VERSION: i64 = 3;
 /// `PRAGMA application_id` of a dashboard file ("sdsh"): a file of another kind (the state
 /// store's, say) is never taken for one, nor moved aside as an old one.
 const APPLICATION_ID: i64 = 0x7364_7368;
@@ -59,6 +60,8 @@ CREATE TABLE IF NOT EXISTS requests (
     output_tokens INTEGER,
     expand_rounds INTEGER NOT NULL,
     expand_tokens INTEGER NOT NULL,
+    expand_reread_tokens INTEGER NOT NULL,
+    declared_tokens INTEGER NOT NULL,
     added_us INTEGER NOT NULL,
     upstream_ms INTEGER,
     cost_usd REAL,

@@ -89,6 +89,16 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
         (net - saved).abs() < 1e-12,
         "no expand rounds: net is the saving"
     );
+    // The one savings percentage counts the rows the upstream completed: the 429 (billed
+    // nothing) is left out of it and counted apart, as `/stats` does.
+    assert_eq!(overview["net_savings_pct"], 100.0 * 3_000.0 / 20_000.0);
+    assert_eq!(overview["savings_pct_gross"], overview["net_savings_pct"]);
+    assert_eq!(overview["failed_requests_excluded"], 1);
+    assert_eq!(overview["failed_saved_tokens_excluded"], 500);
+    assert!(
+        overview.get("net_saved_pct").is_none(),
+        "no second percentage"
+    );
 
     let page = dash
         .read(|c| query::requests(c, &Filter::default(), None, Some(2)))

@@ -95,7 +95,7 @@ impl Writer {
         let session = event
             .session
             .as_deref()
-            .map(|s| session_label(&self.key, s));
+            .map(|s| engine::session::label(&self.key, s));
         let fresh = fresh_input(&event);
         let priced = event
             .model
@@ -111,8 +111,8 @@ impl Writer {
                 };
                 let work = Work {
                     saved_tokens: event.tokens_before.saturating_sub(event.tokens_after),
-                    prompt_tokens: event.tokens_after,
-                    expand_rounds: event.expand_rounds,
+                    declared_tokens: event.declared_tokens,
+                    reread_tokens: event.expand_reread_tokens,
                     expand_tokens: event.expand_tokens,
                 };
                 let mut priced = prices::priced(&price, &billed, &work);
@@ -167,14 +167,6 @@ struct ContentRow {
     after_tokens: usize,
     before_gz: Vec<u8>,
     after_gz: Vec<u8>,
-}
-
-/// The session's label: a keyed hash, stable for this file, not reversible by guessing.
-fn session_label(key: &[u8], session: &str) -> String {
-    engine::session::credential_scope(key, Some(session.as_bytes()))
-        .trim_start_matches('k')
-        .trim_end_matches(':')
-        .to_owned()
 }
 
 /// Input billed at the full price: Anthropic reports it apart; OpenAI's prompt tokens include
@@ -335,6 +327,8 @@ fn insert(conn: &mut Connection, rows: &[Prepared]) -> rusqlite::Result<Vec<u64>
                 e.usage.output.map(|v| v as i64),
                 e.expand_rounds,
                 e.expand_tokens as i64,
+                e.expand_reread_tokens as i64,
+                e.declared_tokens as i64,
                 e.added_us as i64,
                 e.upstream_ms.map(|v| v as i64),
                 p.map(|p| p.cost),
@@ -386,10 +380,11 @@ const INSERT_REQUEST: &str = "INSERT INTO requests (
     ts, session, route, model, mode, status, stream, untouched, messages,
     tokens_before, tokens_after, saved_tokens, projected, acted,
     fresh_input, cache_read, cache_write, output_tokens, expand_rounds, expand_tokens,
+    expand_reread_tokens, declared_tokens,
     added_us, upstream_ms, cost_usd, baseline_cost_usd, saved_usd, expand_cost_usd,
     net_saved_usd, content_captured, capture_blocked_by
 ) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-          ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)";
+          ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
 
 const INSERT_COMPONENT: &str = "INSERT INTO request_components (
     request_id, seq, component, kind, acted, mutated, reverted, saved_tokens, duration_us, gates

@@ -22,6 +22,7 @@ pub(crate) mod memo;
 pub mod message;
 pub mod model;
 pub mod pipeline;
+pub mod savings;
 pub mod session;
 pub mod store;
 pub mod terminal;

@@ -54,6 +54,17 @@ pub fn credential_scope(secret: &[u8], credential: Option<&[u8]>) -> String {
 /// The scope of a caller that sent no credential.
 pub const UNSCOPED: &str = "u:";
 
+/// A session key as people see it, in the logs and on the dashboard: 16 hex digits of
+/// SHA-256(`key`, NUL, session) (the digits of [`credential_scope`]), so it cannot be reversed
+/// by guessing session ids. The one function both use: with the same `key`, a session reads the
+/// same in an access line and in a dashboard row.
+pub fn label(key: &[u8], session: &str) -> String {
+    credential_scope(key, Some(session.as_bytes()))
+        .trim_start_matches('k')
+        .trim_end_matches(':')
+        .to_owned()
+}
+
 /// `sha256(system + "\0" + first user message)`, first 16 hex digits.
 pub fn derive(messages: &[Message]) -> String {
     let system = system_text(messages);

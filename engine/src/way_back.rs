@@ -280,6 +280,19 @@ pub fn tool_json(dialect: Dialect) -> String {
     }
 }
 
+/// Tokens of the tool's declaration in `dialect` ([`tool_json`]): what declaring it adds to a
+/// request, which the net saving charges (`crate::savings`). Counted once per dialect.
+pub fn tool_tokens(dialect: Dialect) -> usize {
+    static COUNTS: [std::sync::OnceLock<usize>; 4] = [const { std::sync::OnceLock::new() }; 4];
+    let slot = match dialect {
+        Dialect::OpenAi => 0,
+        Dialect::Anthropic => 1,
+        Dialect::Responses => 2,
+        Dialect::Gemini => 3,
+    };
+    *COUNTS[slot].get_or_init(|| crate::tokens::count(&tool_json(dialect)))
+}
+
 /// [`EXPAND_SCHEMA`] in Gemini's schema subset.
 const GEMINI_SCHEMA: &str = r#"{"type":"OBJECT","properties":{"id":{"type":"STRING"},"pattern":{"type":"STRING"},"lines":{"type":"STRING"}},"required":["id"]}"#;
 

@@ -31,23 +31,30 @@ impl WarnOnce {
     }
 }
 
-/// A session key (or a caller's scope) as logs show it: hashed with a key drawn at random for
-/// this process, so a line cannot be reversed by guessing user ids and does not link logs
-/// across restarts, yet one session reads the same in every line of this process (the access
-/// log's `session` included).
+/// A session key (or a caller's scope) as logs show it: [`engine::session::label`] with this
+/// process's log key, so a line cannot be reversed by guessing user ids, yet one session reads
+/// the same in every line of this process (the access log's `session` included). With a
+/// dashboard the key is the dashboard's ([`use_log_key`]), so a session's label in the logs is
+/// its label on the dashboard; without one it is drawn at random, and logs do not link across
+/// restarts.
 pub fn log_id(session: &str) -> String {
-    let scope = engine::session::credential_scope(log_key(), Some(session.as_bytes()));
-    scope
-        .trim_start_matches('k')
-        .trim_end_matches(':')
-        .to_owned()
+    engine::session::label(log_key(), session)
 }
 
-/// This process's random key for [`log_id`]: two SipHash keys the standard library draws from
-/// the operating system's randomness.
+/// The key [`log_id`] hashes with, set once.
+static LOG_KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+/// Makes [`log_id`] hash with `key` (the dashboard's session key, so the logs and the dashboard
+/// label a session alike). It must come before the first [`log_id`]: false, and the key in use
+/// kept, when one was already set or drawn.
+pub fn use_log_key(key: Vec<u8>) -> bool {
+    LOG_KEY.set(key).is_ok()
+}
+
+/// This process's key for [`log_id`]: the one [`use_log_key`] set, else two SipHash keys the
+/// standard library draws from the operating system's randomness.
 fn log_key() -> &'static [u8] {
-    static KEY: std::sync::OnceLock<[u8; 16]> = std::sync::OnceLock::new();
-    KEY.get_or_init(|| {
+    LOG_KEY.get_or_init(|| {
         use std::hash::{BuildHasher, Hasher};
         let draw = || {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -55,9 +62,9 @@ fn log_key() -> &'static [u8] {
             h.finish().to_le_bytes()
         };
         let (a, b) = (draw(), draw());
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&a);
-        key[8..].copy_from_slice(&b);
+        let mut key = Vec::with_capacity(16);
+        key.extend_from_slice(&a);
+        key.extend_from_slice(&b);
         key
     })
 }

@@ -1,9 +1,11 @@
 //! In-process rollups behind `/stats` and `/metrics`.
 //!
 //! Savings are token-weighted (Σ saved / Σ before), never a mean of per-request percentages.
-//! `saved_tokens` is cumulative (the agent re-sends history, so the same saving is counted every
+//! The headline is net saved (`net_savings_pct`, defined once in `engine::savings`), over the
+//! requests the upstream completed ([`Stats::record_outcome`]). `saved_tokens` is cumulative
+//! (the agent re-sends history, so the same saving is counted every
 //! turn); `saved_tokens_unique` counts each (component, replaced content) once, and
-//! `overcount_ratio` says how far apart the two are. Field names are the reference's, and the
+//! `overcount_ratio` says how far apart the two are. Field names are context-guru's, and the
 //! set only ever grows: dashboards parse it.
 //!
 //! One short critical section per request under a `parking_lot` mutex, no `.await` inside.
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use engine::apply::Discarded;
 use engine::pipeline::{FrozenCounts, RunReport};
+use engine::savings::NetSaving;
 use parking_lot::Mutex;
 
 use actors::pool::PoolStats;
@@ -193,6 +196,13 @@ pub struct Totals {
     wasted_tokens: u64,
     /// Prompt tokens expand rounds sent upstream again (read from the provider's cache).
     expand_reread_tokens: u64,
+    /// The net saving's sums over requests the upstream completed; the rounds' terms are
+    /// `wasted_tokens` and `expand_reread_tokens` ([`Totals::net`]).
+    completed: NetSaving,
+    /// Requests that ran the pipeline and did not complete upstream, and the tokens their cuts
+    /// would have saved: left out of every savings percentage.
+    failed_requests: u64,
+    failed_saved_tokens: u64,
     retries_after_compaction: u64,
     upstream_errors: u64,
     turns: TurnTotals,
@@ -211,6 +221,18 @@ pub struct Totals {
     untouched: BTreeMap<&'static str, u64>,
     /// Wire entries kept as they came while the rest of their body was compacted.
     opaque_entries: u64,
+}
+
+impl Totals {
+    /// The net saving's sums: the completed requests, and every expand round's cost (a round
+    /// runs only on a request whose upstream answered).
+    fn net(&self) -> NetSaving {
+        NetSaving {
+            restored_tokens: self.wasted_tokens,
+            reread_tokens: self.expand_reread_tokens,
+            ..self.completed
+        }
+    }
 }
 
 /// What the cached-prefix tracker decided, over all turns.
@@ -354,6 +376,22 @@ impl Stats {
         t.upstream_n += 1;
         t.upstream_latency.observe(took);
         t.upstream_errors += u64::from(failed);
+    }
+
+    /// What the upstream made of a request that ran the pipeline, with what it adds to the net
+    /// saving (`modes::turn::Forward::saving`). One it completed (a status below 400) adds to
+    /// the headline. One it did not (a transport error, or an error status) was billed nothing,
+    /// so its cuts saved nothing, and the agent's retry is counted when it completes: it is
+    /// counted apart (`failed_requests_excluded`). A request whose client left before the
+    /// upstream answered is in neither.
+    pub fn record_outcome(&self, saving: &NetSaving, completed: bool) {
+        let mut t = self.totals.lock();
+        if completed {
+            t.completed.add(saving);
+        } else {
+            t.failed_requests += 1;
+            t.failed_saved_tokens += saving.cut_tokens();
+        }
     }
 
     pub fn record_stream(&self, relay: StreamRelay, ttfb: Option<Duration>) {
@@ -656,14 +694,29 @@ mod tests {
         }
     }
 
+    /// A request that ran the pipeline and that its upstream completed, as the proxy records
+    /// one: the run, then the upstream's outcome.
+    fn completed(stats: &Stats, report: &RunReport, added_ms: u64) {
+        stats.record_run(report, &[], Duration::from_millis(added_ms));
+        stats.record_outcome(&saving(report), true);
+    }
+
+    fn saving(report: &RunReport) -> NetSaving {
+        NetSaving {
+            tokens_before: report.tokens_before as u64,
+            tokens_after: report.tokens_after as u64,
+            ..NetSaving::default()
+        }
+    }
+
     #[test]
     fn unique_savings_count_resent_content_once() {
         let stats = Stats::new();
         // The same message saved on three turns, then a new one.
         for _ in 0..3 {
-            stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
+            completed(&stats, &report(7, 100), 2);
         }
-        stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
+        completed(&stats, &report(8, 50), 4);
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["saved_tokens"], 350);
         assert_eq!(doc["saved_tokens_unique"], 150);
@@ -690,14 +743,18 @@ mod tests {
     fn the_net_headline_charges_the_prompt_each_round_rereads() {
         let stats = Stats::new();
         for _ in 0..4 {
-            stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
+            completed(&stats, &report(7, 100), 2);
         }
         // 400 saved of 4000; one round restored 100 and re-read a 3,000-token prompt.
         stats.record_expand_round(1, 0, 100, 3000);
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["expand_reread_tokens"], 3000);
         assert_eq!(doc["net_savings_pct"], 0.0);
-        assert_eq!(doc["savings_pct"], 100.0 * 300.0 / 4000.0);
+        assert_eq!(
+            doc["savings_pct"], 0.0,
+            "context-guru's name, the same figure"
+        );
+        assert_eq!(doc["savings_pct_gross"], 10.0, "before expand rounds");
         stats.record_expand_round(1, 0, 0, 1000);
         let doc = stats.to_json("sync", None, None);
         assert_eq!(
@@ -711,21 +768,75 @@ mod tests {
         let stats = Stats::new();
         // 4 runs of 1000 tokens, 350 saved; expand rounds then re-sent 224 of them.
         for _ in 0..3 {
-            stats.record_run(&report(7, 100), &[], Duration::from_millis(2));
+            completed(&stats, &report(7, 100), 2);
         }
-        stats.record_run(&report(8, 50), &[], Duration::from_millis(4));
+        completed(&stats, &report(8, 50), 4);
         stats.record_expand_round(2, 0, 224, 0);
         stats.record_way_back_withheld("tool_choice_named");
         stats.record_dialect("gemini");
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["savings_pct_gross"], 8.75);
         assert_eq!(doc["savings_pct"], 100.0 * 126.0 / 4000.0);
+        assert_eq!(doc["net_savings_pct"], doc["savings_pct"]);
         assert_eq!(doc["adjusted_saved"], 126);
         assert_eq!(doc["way_back_withheld"]["tool_choice_named"], 1);
         let metrics = stats.to_prometheus();
         assert!(metrics.contains("cg_way_back_withheld_total{reason=\"tool_choice_named\"} 1"));
         assert_eq!(doc["requests_by_dialect"]["gemini"], 1);
         assert!(metrics.contains("cg_requests_by_dialect_total{dialect=\"gemini\"} 1"));
+    }
+
+    #[test]
+    fn a_request_that_failed_upstream_adds_nothing_to_the_headline() {
+        let stats = Stats::new();
+        completed(&stats, &report(7, 100), 2);
+        let before = stats.to_json("sync", None, None);
+        // The upstream could not be reached, or answered an error: nothing was billed.
+        let failed = report(8, 900);
+        stats.record_run(&failed, &[], Duration::from_millis(2));
+        stats.record_outcome(&saving(&failed), false);
+        let doc = stats.to_json("sync", None, None);
+        for key in [
+            "net_savings_pct",
+            "savings_pct",
+            "savings_pct_gross",
+            "net_saved_tokens",
+        ] {
+            assert_eq!(doc[key], before[key], "{key}");
+        }
+        assert_eq!(doc["net_savings_pct"], 10.0);
+        assert_eq!(doc["failed_requests_excluded"], 1);
+        assert_eq!(doc["failed_saved_tokens_excluded"], 900);
+        assert_eq!(
+            doc["saved_tokens"], 1000,
+            "the pipeline's own count keeps it"
+        );
+        let metrics = stats.to_prometheus();
+        assert!(metrics.contains("cg_net_savings_ratio 0.1\n"), "{metrics}");
+        assert!(metrics.contains("cg_failed_requests_excluded_total 1\n"));
+    }
+
+    #[test]
+    fn the_declaration_is_charged_and_a_loss_reads_negative() {
+        let stats = Stats::new();
+        // Nothing cut, the expand tool declared: the session cost more than without sluice.
+        let idle = report(7, 0);
+        stats.record_run(&idle, &[], Duration::from_millis(1));
+        stats.record_outcome(
+            &NetSaving {
+                declared_tokens: 4,
+                ..saving(&idle)
+            },
+            true,
+        );
+        let doc = stats.to_json("sync", None, None);
+        assert_eq!(doc["net_savings_pct"], -0.4);
+        assert_eq!(
+            doc["savings_pct_gross"], -0.4,
+            "the declaration is not a round"
+        );
+        assert_eq!(doc["expand_declared_tokens"], 4);
+        assert_eq!(doc["net_saved_tokens"], -4.0);
     }
 
     #[test]

@@ -160,6 +160,9 @@ pub struct Forward {
     pub session: String,
     /// The expand tool is declared, so the response may call it.
     pub expandable: bool,
+    /// Tokens of the expand tool's declaration sluice added (0: none), which the net saving
+    /// charges ([`Forward::saving`]).
+    pub declared_tokens: usize,
     /// The body asks for a streamed response.
     pub stream: bool,
     /// The body's `model`, when it names one.
@@ -216,6 +219,7 @@ impl Forward {
             body,
             session,
             expandable: false,
+            declared_tokens: 0,
             stream: is_stream(parsed),
             model: model_of(parsed),
             messages: Forwarded::unchanged(parsed.messages().len()),

@@ -3,9 +3,10 @@
 //! The rewritten routes attach what they learned ([`Access`]) to the response's extensions;
 //! [`log`] writes it with the method, the route, the status and the time taken. Nothing in a
 //! line identifies a caller: no header, no query string, no body, a route as its template (no
-//! stash id, no deployment name, no provider resource id), and the session only as a hash keyed
-//! per process with a random key (so it cannot be reversed by guessing user ids, and does not
-//! link logs across restarts).
+//! stash id, no deployment name, no provider resource id), and the session only as a keyed hash
+//! (`modes::loud::log_id`: it cannot be reversed by guessing user ids). With a dashboard the key
+//! is the dashboard's, so a line shows a session's dashboard label; without one it is drawn at
+//! random per process, and lines do not link across restarts.
 
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,7 @@ impl Access {
         self.added = added;
     }
 
-    /// The session key, hashed with this process's log key (`modes::loud::log_id`).
+    /// The session key, hashed as the dashboard hashes it (`modes::loud::log_id`).
     pub fn session(&mut self, session: &str) {
         self.session = Some(modes::loud::log_id(session));
     }
@@ -114,10 +115,19 @@ pub fn route_label(path: &str) -> &str {
     }
 }
 
+/// A duration in milliseconds as a log field: to the microsecond, so a line reads `4.5`, not
+/// the float noise of `4.499987000000001` (still a number in JSON logs).
+pub fn ms(duration: Duration) -> f64 {
+    // Rounded to whole microseconds, over 1000: the nearest double to a three-decimal number,
+    // which prints as that number.
+    let micros = duration.as_nanos().saturating_add(500) / 1000;
+    micros as f64 / 1e3
+}
+
 /// Writes the access line for a request that started at `started`.
 pub fn log<B>(method: &Method, route: &str, response: &Response<B>, started: Instant) {
     let status = response.status().as_u16();
-    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let ms = ms(started.elapsed());
     let Some(a) = response.extensions().get::<Access>() else {
         tracing::info!(target: "sluice::access", %method, route, status, ms);
         return;
@@ -137,8 +147,22 @@ pub fn log<B>(method: &Method, route: &str, response: &Response<B>, started: Ins
         acted = a.acted.as_str(),
         untouched = a.untouched.unwrap_or(""),
         expandable = a.expandable,
-        added_ms = a.added.as_secs_f64() * 1e3,
-        upstream_ms = a.upstream.map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        added_ms = self::ms(a.added),
+        upstream_ms = a.upstream.map_or(0.0, self::ms),
         ms,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_logged_to_the_microsecond() {
+        assert_eq!(ms(Duration::from_nanos(4_499_987)).to_string(), "4.5");
+        assert_eq!(ms(Duration::from_nanos(4_498_700)).to_string(), "4.499");
+        assert_eq!(ms(Duration::from_secs(2)).to_string(), "2000");
+        assert_eq!(ms(Duration::from_nanos(400)).to_string(), "0");
+        assert_eq!(ms(Duration::from_nanos(600)).to_string(), "0.001");
+    }
 }

@@ -26,18 +26,18 @@ use crate::respond::{self as h, Body, ProxyError};
 use crate::sections::SECTIONS;
 use crate::state::{App, Settings};
 
-/// `sluice_build_info` (the version as a label, value 1, as Prometheus exporters do) and the
-/// process's uptime.
+/// `cg_build_info` (the version as a label, value 1, as Prometheus exporters do) and the
+/// process's uptime: `cg_` like every series, one scheme for sluice's own and context-guru's.
 fn write_build_info(out: &mut String, uptime: std::time::Duration) {
     use std::fmt::Write as _;
     let _ = writeln!(
         out,
-        "# HELP sluice_build_info The running sluice's version.\n# TYPE sluice_build_info gauge\nsluice_build_info{{version=\"{}\"}} 1",
+        "# HELP cg_build_info The running sluice's version.\n# TYPE cg_build_info gauge\ncg_build_info{{version=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION")
     );
     let _ = writeln!(
         out,
-        "# HELP sluice_uptime_seconds Seconds since this process started.\n# TYPE sluice_uptime_seconds gauge\nsluice_uptime_seconds {}",
+        "# HELP cg_uptime_seconds Seconds since this process started.\n# TYPE cg_uptime_seconds gauge\ncg_uptime_seconds {}",
         uptime.as_secs()
     );
 }
@@ -97,31 +97,19 @@ pub async fn handle(
                 }
             }
         }
-        (&Method::POST, "/anthropic/v1/messages") => chat(&app, Dialect::Anthropic, request).await,
         (&Method::POST, "/anthropic/v1/messages/count_tokens")
             if app.config.count_tokens == engine::config::CountTokens::Compacted =>
         {
             count_tokens_route(&app, request).await
         }
-        (&Method::POST, azure) if is_azure_chat(azure) => {
-            chat(&app, Dialect::OpenAi, request).await
+        (&Method::POST, chat_path)
+            if let Some(dialect) = rewritten(chat_path, request.uri().query()) =>
+        {
+            chat(&app, dialect, request).await
         }
-        (&Method::POST, "/openai/v1/chat/completions") => {
-            chat(&app, Dialect::OpenAi, request).await
-        }
-        (&Method::POST, "/openai/v1/responses") => chat(&app, Dialect::Responses, request).await,
         _ if has_dot_segment(&path) => {
             ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")
                 .into_response()
-        }
-        // After the dot-segment guard: a Google path carries caller-chosen segments.
-        (&Method::POST, google)
-            if let Some(call) = crate::google::generates(google, request.uri().query()) =>
-        {
-            chat(&app, call.dialect, request).await
-        }
-        (&Method::POST, bedrock) if crate::bedrock::invokes(bedrock).is_some() => {
-            chat(&app, Dialect::Anthropic, request).await
         }
         _ if path.starts_with("/bedrock/") => bedrock_passthrough(&app, request).await,
         _ => match upstream_for(app.settings(), &path) {
@@ -140,6 +128,24 @@ pub async fn handle(
         started,
     );
     Ok(response)
+}
+
+/// The dialect a `POST` to `path` is rewritten as, when it is one of the rewritten routes (the
+/// `route` the dashboard records it under; `crate::dashboard::CAPTURED` lists them for the doc):
+/// the fixed paths, Azure's deployments, then, for a path without `.` or `..` segments (a
+/// Google or Bedrock path carries caller-chosen ones), Gemini and Vertex calls and Bedrock
+/// invocations.
+pub(crate) fn rewritten(path: &str, query: Option<&str>) -> Option<Dialect> {
+    match path {
+        "/anthropic/v1/messages" => Some(Dialect::Anthropic),
+        "/openai/v1/chat/completions" => Some(Dialect::OpenAi),
+        "/openai/v1/responses" => Some(Dialect::Responses),
+        azure if is_azure_chat(azure) => Some(Dialect::OpenAi),
+        _ if has_dot_segment(path) => None,
+        _ => crate::google::generates(path, query)
+            .map(|call| call.dialect)
+            .or_else(|| crate::bedrock::invokes(path).map(|_| Dialect::Anthropic)),
+    }
 }
 
 /// Whether sluice may sign this caller's Bedrock calls with its own credentials: a loopback or

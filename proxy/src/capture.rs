@@ -112,6 +112,7 @@ impl Capture {
             e.stream = forward.stream;
             e.messages = messages;
             e.added_us = forward.added.as_micros() as u64;
+            e.declared_tokens = forward.declared_tokens as u64;
             e.content = content;
             report_into(e, &forward.report);
         });
@@ -160,11 +161,13 @@ impl Capture {
         });
     }
 
-    /// One expand round, restoring `tokens` of originals.
-    pub fn expand_round(&self, tokens: u64) {
+    /// One expand round, restoring `tokens` of originals and sending a prompt of
+    /// `reread_tokens` again.
+    pub fn expand_round(&self, tokens: u64, reread_tokens: u64) {
         self.with(|e| {
             e.expand_rounds += 1;
             e.expand_tokens += tokens;
+            e.expand_reread_tokens += reread_tokens;
         });
     }
 }
@@ -192,4 +195,31 @@ fn report_into(e: &mut Event, report: &RunReport) {
             changed: c.changed.clone(),
         })
         .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The access log and the dashboard show one label for one session: the same function
+    /// (`engine::session::label`) with the same key.
+    #[test]
+    fn the_logs_and_the_dashboard_label_a_session_alike() {
+        let dash = Dashboard::open(dashboard::DashboardOptions::default()).unwrap();
+        let key = dash.session_key().to_vec();
+        let session = "k0123456789abcdef:a-session";
+        dash.record(Event {
+            ts_ms: dashboard::now_ms(),
+            session: Some(session.into()),
+            mode: "sync",
+            status: 200,
+            ..Event::default()
+        });
+        dash.flush();
+        let stored: Option<String> = dash
+            .read(|c| c.query_row("SELECT session FROM requests", [], |r| r.get(0)))
+            .unwrap();
+        assert_eq!(stored, Some(engine::session::label(&key, session)));
+        dash.close();
+    }
 }

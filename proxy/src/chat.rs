@@ -259,6 +259,9 @@ impl Outgoing {
             }
         };
         access.upstream = Some(started.elapsed());
+        // What the request adds to the net saving, once the upstream says it completed it (the
+        // counts settled above).
+        let saving = forward.saving();
         let answered = |status: u16, upstream| {
             if let Some(capture) = &capture {
                 capture.answered(status, upstream);
@@ -267,11 +270,14 @@ impl Outgoing {
         let response = match sent {
             Ok(response) => response,
             Err(err) => {
+                app.stats.record_outcome(&saving, false);
                 let response = ProxyError::Upstream(err).into_response();
                 answered(response.status().as_u16(), access.upstream);
                 return access.attach(response);
             }
         };
+        app.stats
+            .record_outcome(&saving, completed(response.status()));
         answered(response.status().as_u16(), access.upstream);
         // The turn's writes reach the state store while the upstream thinks; the reply waits
         // for them, so the agent's next turn (on any replica, or after a restart) finds them. A
@@ -302,6 +308,16 @@ impl Outgoing {
             call.buffered(forward.body, response).await
         })
     }
+}
+
+/// Whether the upstream completed a request, for the savings figures: a status below 400, the
+/// dashboard's line between a request and an error. A provider bills no input for a request it
+/// refuses (4xx: a bad body, a credential, a rate limit) or fails (5xx, Anthropic's 529), and
+/// the agent sends it again: counting its cuts would count a saving nobody was billed for, and
+/// the retry's a second time. A reply that breaks off after its head (a stream reset) was
+/// started, and billed: it counts.
+fn completed(status: http::StatusCode) -> bool {
+    status.as_u16() < 400
 }
 
 /// A turn whose request is on its way and whose report is not yet in `/stats`: recorded once,

@@ -1,7 +1,7 @@
 //! The `sluice` command line: `serve`, `compact`, `config check`, `presets`, `replay`, `tune`, `filters`.
 //!
-//! Exit codes: 0 success, 1 bad input or a failed check (one line on stderr naming the problem),
-//! 2 usage errors (from clap).
+//! Exit codes: 0 success, 1 bad input or a failed check (on stderr, one line naming the problem,
+//! or one line per problem when a config has several), 2 usage errors (from clap).
 //!
 //! Here: the clap definitions shared by every subcommand, the dispatch, and the one-line
 //! failure. Each subcommand's flags and work live in a file of their own: `serve.rs`, `wrap.rs`,
@@ -45,9 +45,31 @@ pub(crate) fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// The dashboard `sluice serve ARGS` would start (`None`: off) and what its start-up log says
+/// about it, decided as `serve` decides: the integration tests serve it through the real server.
+///
+/// # Errors
+/// The arguments do not parse, or `serve` would refuse them (one line, as `sluice` prints it).
+pub fn serve_dashboard(
+    args: &[&str],
+) -> Result<(Option<Arc<dashboard::Dashboard>>, String), String> {
+    let argv = ["sluice", "serve"].into_iter().chain(args.iter().copied());
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let Command::Serve(serve) = cli.command else {
+        return Err("not `sluice serve`".into());
+    };
+    let failed = |Failure(why): Failure| why;
+    let config = serve.config.load().map_err(failed)?;
+    let spec =
+        store_spec(serve.store.clone(), &config.store, serve.listen.listen).map_err(failed)?;
+    let choice = dashboard(&serve.dashboard, &spec).map_err(failed)?;
+    Ok((choice.dashboard, choice.said))
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the proxy: point agents at http://LISTEN/anthropic or http://LISTEN/openai/v1.
+    /// Run the proxy. Its routes, one per provider, and the base URL each agent takes are in
+    /// docs/guide.md; `sluice wrap` sets them for a command.
     Serve(Box<ServeArgs>),
     /// Rewrite one request body offline: the result on stdout, the report on stderr or --report.
     Compact(CompactArgs),
@@ -56,18 +78,25 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// List the presets and their pipelines.
+    /// List the presets and their pipelines, and say what `serve` runs without `--config` or
+    /// `--preset`: the embedded pipeline, which is no preset, unless SLUICE_PRESET or
+    /// SLUICE_CONFIG names another.
     Presets,
     /// Run a command (an agent) through sluice: start `sluice serve` unless one answers on
-    /// `--listen`, point the command's ANTHROPIC_BASE_URL and OPENAI_BASE_URL at it, and stop
-    /// what was started when the command exits. `sluice wrap -- claude`.
+    /// `--listen`, point the command's ANTHROPIC_BASE_URL, OPENAI_BASE_URL and
+    /// GOOGLE_GEMINI_BASE_URL at it, and stop what was started when the command exits.
+    /// `sluice wrap -- claude`.
     Wrap(WrapArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell), generated from this CLI.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to print them for.
+        shell: clap_complete::Shell,
+    },
     /// Print the man page (roff), generated from this CLI.
     Man,
     /// Write a commented config file with the embedded defaults (`-` for stdout).
     Init {
+        /// Where to write it (`-` for stdout).
         #[arg(default_value = "sluice.yaml")]
         path: PathBuf,
         /// Replace a file that exists.
@@ -108,7 +137,8 @@ struct ConfigArgs {
 #[derive(Debug)]
 enum ConfigChoice {
     File(PathBuf),
-    Preset(String),
+    /// A preset's name, and where it was given (`--preset` or `SLUICE_PRESET`).
+    Preset(String, &'static str),
     Embedded,
 }
 
@@ -190,8 +220,17 @@ impl ConfigArgs {
                     .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
                 Config::parse(&text).map_err(|errs| config_failure(&path, &errs))?
             }
-            ConfigChoice::Preset(name) => Config::from_preset(&name)
-                .map_err(|errs| config_failure(Path::new("--preset"), &errs))?,
+            // An unknown name is said as such, with the known ones: no line or column of a
+            // document the user never wrote.
+            ConfigChoice::Preset(name, from) if config::find_preset(&name).is_none() => {
+                return Err(Failure(format!(
+                    "{from}: {}",
+                    config::unknown_preset(&name, "")
+                )));
+            }
+            ConfigChoice::Preset(name, from) => {
+                Config::from_preset(&name).map_err(|errs| config_failure(Path::new(from), &errs))?
+            }
             ConfigChoice::Embedded => Config::embedded(),
         };
         Ok(config)
@@ -208,7 +247,7 @@ impl ConfigArgs {
             return Ok(ConfigChoice::File(path.clone()));
         }
         if let Some(name) = &self.preset {
-            return Ok(ConfigChoice::Preset(name.clone()));
+            return Ok(ConfigChoice::Preset(name.clone(), "--preset"));
         }
         match (env("SLUICE_CONFIG"), env("SLUICE_PRESET")) {
             (Some(_), Some(_)) => Err(Failure(
@@ -217,16 +256,34 @@ impl ConfigArgs {
             (Some(path), None) => Ok(ConfigChoice::File(path.into())),
             (None, Some(name)) => name
                 .into_string()
-                .map(ConfigChoice::Preset)
+                .map(|name| ConfigChoice::Preset(name, "SLUICE_PRESET"))
                 .map_err(|_| Failure("SLUICE_PRESET is not valid UTF-8".into())),
             (None, None) => Ok(ConfigChoice::Embedded),
         }
     }
 }
 
+/// A config's problems: one on the line, or several counted, one a line below.
 fn config_failure(origin: &Path, errors: &[config::ConfigError]) -> Failure {
-    let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    Failure(format!("{}: {}", origin.display(), lines.join("; ")))
+    match errors {
+        [one] => Failure(format!("{}: {one}", origin.display())),
+        many => {
+            let mut text = format!("{}: {}", origin.display(), counted(many.len(), "problem"));
+            for error in many {
+                text.push_str(&format!("\n  {error}"));
+            }
+            Failure(text)
+        }
+    }
+}
+
+/// `1 problem`, `3 problems`: a count and its noun, plural when it is not one.
+fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 fn read_body(path: Option<&Path>) -> Result<Vec<u8>, Failure> {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use dashboard::query::{self, Filter};
 use dashboard::{Dashboard, Subscription};
+use engine::wire::Dialect;
 use futures::StreamExt;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -113,9 +114,73 @@ pub const ROUTES: &[(&str, &str, Audience, &str)] = &[
     ),
 ];
 
+/// The rewritten routes, each of whose requests is one row: the `route` the row carries (the
+/// dialect sluice read the request in, which is also what the `route` filter takes), who sends
+/// it, and its `POST` paths (`{...}` a caller's segment). The router decides with
+/// `app::rewritten`; a test sends every path here through it and checks every dialect
+/// is listed, and `docs/dashboard.md`'s list is rendered from this table.
+pub const CAPTURED: &[(Dialect, &str, &[&str])] = &[
+    (
+        Dialect::Anthropic,
+        "Anthropic Messages",
+        &["/anthropic/v1/messages"],
+    ),
+    (
+        Dialect::Anthropic,
+        "Claude on Vertex AI",
+        &[
+            "/vertex/{version}/projects/{p}/locations/{l}/publishers/anthropic/models/{model}:rawPredict",
+            "/vertex/{version}/projects/{p}/locations/{l}/publishers/anthropic/models/{model}:streamRawPredict",
+        ],
+    ),
+    (
+        Dialect::Anthropic,
+        "Claude on Bedrock",
+        &[
+            "/bedrock/model/{model}/invoke",
+            "/bedrock/model/{model}/invoke-with-response-stream",
+        ],
+    ),
+    (
+        Dialect::OpenAi,
+        "OpenAI chat completions",
+        &["/openai/v1/chat/completions"],
+    ),
+    (
+        Dialect::OpenAi,
+        "Azure OpenAI",
+        &["/openai/deployments/{deployment}/chat/completions"],
+    ),
+    (
+        Dialect::Responses,
+        "OpenAI Responses",
+        &["/openai/v1/responses"],
+    ),
+    (
+        Dialect::Gemini,
+        "Gemini API",
+        &[
+            "/gemini/{version}/models/{model}:generateContent",
+            "/gemini/{version}/models/{model}:streamGenerateContent?alt=sse",
+        ],
+    ),
+    (
+        Dialect::Gemini,
+        "Gemini on Vertex AI",
+        &[
+            "/vertex/{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:generateContent",
+            "/vertex/{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:streamGenerateContent?alt=sse",
+        ],
+    ),
+];
+
 const INDEX: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
 const STYLES: &str = include_str!("dashboard/app.css");
+/// What `/dashboard` and `/dashboard/` answer, with 404, when the dashboard is off.
+const OFF_PAGE: &str = include_str!("dashboard/off.html");
+/// What the dashboard's other routes answer, with 404, when it is off.
+const OFF_WHY: &str = "the dashboard is off in this sluice (`sluice serve --no-dashboard`): start it without --no-dashboard; the dashboard is on with every state store";
 
 /// Nothing outside this origin: no CDN, no inline script, no framing, no form posts.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -145,11 +210,7 @@ pub(crate) async fn handle(
     audience: Audience,
 ) -> Response<Body> {
     let Some(dashboard) = app.dashboard().cloned() else {
-        return ProxyError::NotFound {
-            method: request.method().clone(),
-            path: request.uri().path().to_owned(),
-        }
-        .into_response();
+        return secured(off(request.uri().path()));
     };
     let trusted = app
         .settings()
@@ -189,6 +250,21 @@ pub(crate) async fn handle(
         },
     };
     secured(response)
+}
+
+/// A dashboard route's answer when the dashboard is off: 404, never a bare "no route": the page
+/// says how to turn it on, and the API says so in its error.
+fn off(path: &str) -> Response<Body> {
+    if matches!(path, "/dashboard" | "/dashboard/") {
+        let mut response = asset("text/html; charset=utf-8", OFF_PAGE);
+        *response.status_mut() = StatusCode::NOT_FOUND;
+        response
+            .headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    } else {
+        ProxyError::Missing(OFF_WHY).into_response()
+    }
 }
 
 /// Whether the request named this server by a name it answers to: an IP literal, `localhost`,
@@ -310,6 +386,13 @@ async fn read(
 fn capture_counts(dashboard: &Dashboard) -> serde_json::Value {
     use std::sync::atomic::Ordering::Relaxed;
     let c = dashboard.counts();
+    // Where the rows are kept: "file", or "memory" (this run only). Never the path: the
+    // overview is open to whoever reaches the port.
+    let kept = if dashboard.path().is_some() {
+        "file"
+    } else {
+        "memory"
+    };
     serde_json::json!({
         "captured": c.captured.load(Relaxed),
         "dropped": c.dropped.load(Relaxed),
@@ -318,6 +401,7 @@ fn capture_counts(dashboard: &Dashboard) -> serde_json::Value {
         "subscribers": dashboard.subscribers(),
         "subscribers_evicted": c.subscribers_evicted.load(Relaxed),
         "content_enabled": dashboard.content_enabled(),
+        "kept": kept,
     })
 }
 
@@ -529,16 +613,22 @@ mod tests {
 
     #[test]
     fn the_page_fetches_nothing_off_origin_and_names_only_real_routes() {
-        for text in [INDEX, SCRIPT, STYLES] {
+        for text in [INDEX, SCRIPT, STYLES, OFF_PAGE] {
             // The SVG namespace is a name, never fetched.
             let text = text.replace("'http://www.w3.org/2000/svg'", "");
             for off in ["http://", "https://", "//cdn", "@import"] {
                 assert!(!text.contains(off), "{off} in an embedded asset");
             }
         }
+        for page in [INDEX, OFF_PAGE] {
+            assert!(
+                !page.contains("<script>") && !page.contains("style="),
+                "nothing inline"
+            );
+        }
         assert!(
-            !INDEX.contains("<script>") && !INDEX.contains("style="),
-            "nothing inline"
+            OFF_PAGE.contains("--no-dashboard") && OFF_WHY.contains("--no-dashboard"),
+            "the off page says how to turn the dashboard on"
         );
         // Every API path the script calls is mounted.
         for (at, _) in SCRIPT.match_indices("'/dashboard/api/") {
@@ -558,7 +648,85 @@ mod tests {
         }
     }
 
-    /// `docs/dashboard.md`'s route, price and redaction tables are rendered from the code's.
+    /// A path of a [`CAPTURED`] template: each caller's segment filled in.
+    fn example(template: &str) -> (String, Option<String>) {
+        let (path, query) = match template.split_once('?') {
+            Some((path, query)) => (path, Some(query.to_owned())),
+            None => (template, None),
+        };
+        let path = path
+            .replace("{version}", "v1")
+            .replace("{p}", "my-project")
+            .replace("{l}", "us-east5")
+            .replace("{deployment}", "gpt-4o")
+            .replace("{model}", "some-model-1");
+        assert!(
+            !path.contains('{'),
+            "{template}: a segment the test does not fill"
+        );
+        (path, query)
+    }
+
+    #[test]
+    fn every_captured_route_is_rewritten_in_its_dialect_and_every_dialect_is_listed() {
+        for (dialect, who, paths) in CAPTURED {
+            for template in *paths {
+                let (path, query) = example(template);
+                assert_eq!(
+                    crate::app::rewritten(&path, query.as_deref()),
+                    Some(*dialect),
+                    "{who}: {template}"
+                );
+            }
+        }
+        for dialect in Dialect::ALL {
+            assert!(
+                CAPTURED.iter().any(|(d, ..)| *d == dialect),
+                "{} is rewritten but not in CAPTURED",
+                dialect.as_str()
+            );
+        }
+        // A path the router forwards as it came is no row's.
+        for (path, query) in [
+            ("/anthropic/v1/messages/count_tokens", None),
+            ("/openai/v1/models", None),
+            ("/gemini/v1beta/models/m:countTokens", None),
+            ("/gemini/v1beta/models/m:streamGenerateContent", None),
+            ("/bedrock/model/m/converse", None),
+            ("/bedrock/model/../invoke", None),
+        ] {
+            assert_eq!(crate::app::rewritten(path, query), None, "{path}");
+        }
+    }
+
+    /// `docs/dashboard.md`'s captured routes: one row per [`CAPTURED`] entry, then the values the
+    /// `route` filter takes.
+    fn captured_markdown() -> String {
+        let mut out = String::from("| `route` | sent by | `POST` paths |\n|---|---|---|\n");
+        for (dialect, who, paths) in CAPTURED {
+            let paths: Vec<String> = paths.iter().map(|p| format!("`{p}`")).collect();
+            out += &format!(
+                "| `{}` | {who} | {} |\n",
+                dialect.as_str(),
+                paths.join(", ")
+            );
+        }
+        let mut values: Vec<&str> = Vec::new();
+        for (dialect, ..) in CAPTURED {
+            if !values.contains(&dialect.as_str()) {
+                values.push(dialect.as_str());
+            }
+        }
+        let values: Vec<String> = values.iter().map(|v| format!("`{v}`")).collect();
+        out += &format!(
+            "\nThe `route` filter takes these values: {}.\n",
+            values.join(", ")
+        );
+        out
+    }
+
+    /// `docs/dashboard.md`'s route, price and redaction tables, its captured routes and its
+    /// flags are rendered from the code's tables and the command line.
     /// `SLUICE_BLESS=1 cargo test -p proxy dashboard_doc` rewrites them.
     #[test]
     fn dashboard_doc_matches_the_tables() {
@@ -594,8 +762,12 @@ mod tests {
             .collect::<Vec<_>>()
             .join(", ")
             + "\n";
+        let captured = captured_markdown();
+        let flags = crate::reference::dashboard_flags();
         crate::generated::check_doc("dashboard.md", "dashboard_doc", |doc| {
-            let doc = crate::generated::splice(doc, "routes", &routes);
+            let doc = crate::generated::splice(doc, "flags", &flags);
+            let doc = crate::generated::splice(&doc, "captured", &captured);
+            let doc = crate::generated::splice(&doc, "routes", &routes);
             let doc = crate::generated::splice(&doc, "prices", &prices);
             crate::generated::splice(&doc, "redaction", &patterns)
         });

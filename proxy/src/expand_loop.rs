@@ -84,7 +84,7 @@ impl Continuation {
             .stats
             .record_expand_round(restored, missed, wasted, self.prompt_tokens);
         if let Some(capture) = &self.capture {
-            capture.expand_round(wasted);
+            capture.expand_round(wasted, self.prompt_tokens);
         }
         expand::continuation(forwarded, response, self.dialect, &results)
     }

@@ -21,8 +21,8 @@ use crate::bedrock::Auth;
 use crate::capture::Capture;
 use crate::decode::{Decoder, Encoding};
 use crate::respond::{Body, BoxError, ProxyError};
-use crate::state::App;
-use crate::upstream::{Chunks, UpstreamError, strip_hop_by_hop};
+use crate::state::{App, Settings};
+use crate::upstream::{Chunks, Destination, UpstreamError, strip_hop_by_hop};
 use crate::usage::{UsageScanner, cache_report};
 
 /// The scheme and host of an upstream URI, for logs: the path, the query and any credentials
@@ -156,7 +156,11 @@ pub(crate) async fn send(
     body: Chunks,
 ) -> Result<Response<Incoming>, UpstreamError> {
     let started = Instant::now();
-    let result = app.upstream().send(method, uri, headers, body).await;
+    let result = app
+        .upstream()
+        .send(method, uri, headers, body)
+        .await
+        .map_err(|error| named(error, app.settings(), uri));
     if let Err(error) = &result {
         // The agent gets a 502 or 504; the operator gets the why (never a header or a body).
         let error = crate::upstream::error_chain(error);
@@ -165,6 +169,70 @@ pub(crate) async fn send(
     app.stats
         .record_upstream(started.elapsed(), result.is_err());
     result
+}
+
+/// `error` naming the setting its call's base came from, when it is a transport failure.
+fn named(error: UpstreamError, settings: &Settings, uri: &str) -> UpstreamError {
+    match error {
+        UpstreamError::Transport { source, .. } => UpstreamError::Transport {
+            to: destination(settings, uri),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// The `sluice serve` flags (and variables) that set an upstream base, as an error names them.
+const ANTHROPIC: &str = "--anthropic-upstream or SLUICE_ANTHROPIC_UPSTREAM";
+const OPENAI: &str = "--openai-upstream or SLUICE_OPENAI_UPSTREAM";
+const GEMINI: &str = "--gemini-upstream or SLUICE_GEMINI_UPSTREAM";
+const VERTEX: &str = "--vertex-upstream or SLUICE_VERTEX_UPSTREAM";
+const BEDROCK: &str = "--bedrock-upstream or SLUICE_BEDROCK_UPSTREAM";
+
+/// Where a call to `uri` went and what set it: the configured base `uri` was built on (the
+/// longest that fits; two settings with one base are both named), else a region's own endpoint
+/// for Vertex AI or Bedrock when theirs is unset, else only the scheme and host.
+fn destination(settings: &Settings, uri: &str) -> Destination {
+    let configured = [
+        (Some(settings.anthropic_upstream.as_str()), ANTHROPIC),
+        (Some(settings.openai_upstream.as_str()), OPENAI),
+        (Some(settings.gemini_upstream.as_str()), GEMINI),
+        (settings.vertex_upstream.as_deref(), VERTEX),
+        (settings.bedrock_upstream.as_deref(), BEDROCK),
+    ];
+    let fits: Vec<(&str, &str)> = configured
+        .iter()
+        .filter_map(|&(base, flag)| {
+            let base = base?.trim_end_matches('/');
+            let rest = uri.strip_prefix(base)?;
+            (!base.is_empty() && (rest.is_empty() || rest.starts_with(['/', '?'])))
+                .then_some((base, flag))
+        })
+        .collect();
+    if let Some(longest) = fits.iter().map(|(base, _)| base.len()).max() {
+        let (bases, flags): (Vec<&str>, Vec<&str>) =
+            fits.into_iter().filter(|(b, _)| b.len() == longest).unzip();
+        return Destination {
+            base: crate::upstream::shown_url(bases[0]),
+            set_by: Some(flags.join("; or ")),
+        };
+    }
+    let mut to = Destination::of(uri);
+    let host = to
+        .base
+        .split_once("://")
+        .map_or(to.base.as_str(), |(_, host)| host);
+    if settings.vertex_upstream.is_none() && host.ends_with("aiplatform.googleapis.com") {
+        to.set_by = Some(format!("{VERTEX}; unset, the region's endpoint"));
+    } else if settings.bedrock_upstream.is_none()
+        && host.starts_with("bedrock")
+        && host.ends_with(".amazonaws.com")
+    {
+        to.set_by = Some(format!(
+            "{BEDROCK}; unset, the region's endpoint (--bedrock-region)"
+        ));
+    }
+    to
 }
 
 /// An upstream response passed through as it streams in.
@@ -399,6 +467,70 @@ impl Meet {
         };
         if let Some(session) = session {
             apply_usage(sessions, stats, &session, usage, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_call_names_its_base_and_the_flag_that_sets_it() {
+        let settings = Settings {
+            openai_upstream: "https://user:sk-secret@gateway.example/openai/".into(),
+            ..Settings::default()
+        };
+        let to = destination(&settings, "https://api.anthropic.com/v1/messages?beta=true");
+        assert_eq!(to.base, "https://api.anthropic.com");
+        assert_eq!(to.set_by.as_deref(), Some(ANTHROPIC));
+        // A base with a path and credentials: the base as configured, without the secrets.
+        let to = destination(
+            &settings,
+            "https://user:sk-secret@gateway.example/openai/v1/chat/completions",
+        );
+        assert_eq!(to.base, "https://gateway.example/openai");
+        assert_eq!(to.set_by.as_deref(), Some(OPENAI));
+        // One base for two providers: both settings are named.
+        let shared = Settings {
+            anthropic_upstream: "http://127.0.0.1:9".into(),
+            openai_upstream: "http://127.0.0.1:9/".into(),
+            ..Settings::default()
+        };
+        let to = destination(&shared, "http://127.0.0.1:9/v1/messages");
+        assert_eq!(
+            to.set_by.as_deref(),
+            Some(&*format!("{ANTHROPIC}; or {OPENAI}"))
+        );
+        // Unset, Vertex AI and Bedrock go to the region's endpoint.
+        let to = destination(
+            &settings,
+            "https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/x",
+        );
+        assert_eq!(to.base, "https://us-east5-aiplatform.googleapis.com");
+        assert!(to.set_by.unwrap().starts_with(VERTEX));
+        let to = destination(
+            &settings,
+            "https://bedrock-runtime.us-east-1.amazonaws.com/model/m/invoke",
+        );
+        assert!(to.set_by.unwrap().starts_with(BEDROCK));
+        let to = destination(&settings, "https://elsewhere.example/v1/x?k=s");
+        assert_eq!(to, Destination::of("https://elsewhere.example/v1/x?k=s"));
+        assert_eq!(to.base, "https://elsewhere.example");
+    }
+
+    /// The flags an error names are `sluice serve`'s own, with their variables.
+    #[test]
+    fn the_named_flags_are_serves() {
+        let cli = crate::cli::command();
+        let serve = cli.find_subcommand("serve").expect("serve");
+        for named in [ANTHROPIC, OPENAI, GEMINI, VERTEX, BEDROCK] {
+            let (flag, env) = named.split_once(" or ").unwrap();
+            let arg = serve
+                .get_arguments()
+                .find(|a| a.get_long() == flag.strip_prefix("--"))
+                .unwrap_or_else(|| panic!("{flag}"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "{flag}");
         }
     }
 }

@@ -81,6 +81,25 @@ fn one_line(text: &str) -> String {
         .replace('|', "\\|")
 }
 
+/// `sluice serve`'s dashboard flags, as `docs/configuration.md`'s rows spell them:
+/// `docs/dashboard.md` lists them (`dashboard.rs`'s doc test renders them there).
+pub(crate) fn dashboard_flags() -> String {
+    let root = crate::cli::command();
+    let serve = root
+        .find_subcommand("serve")
+        .expect("sluice has a serve subcommand");
+    let mut out = String::from("| argument | environment | default | what |\n|---|---|---|---|\n");
+    for arg in serve.get_arguments().filter(|arg| {
+        !arg.is_hide_set()
+            && arg
+                .get_long()
+                .is_some_and(|long| long.contains("dashboard"))
+    }) {
+        let _ = writeln!(out, "{}", row(arg));
+    }
+    out
+}
+
 #[test]
 fn configuration_doc_matches_the_command_line() {
     let reference = markdown(&crate::cli::command());
@@ -102,6 +121,52 @@ fn every_flag_of_serve_is_in_the_reference() {
         assert!(reference.contains(&format!("`{long}`")), "{long}");
     }
     assert!(reference.contains("`SLUICE_LISTEN`") && reference.contains("`127.0.0.1:4000`"));
+}
+
+/// Every argument says what it is, positional ones included (`config check <FILE>`, `filters
+/// apply <NAME>`): the `what` column of `docs/configuration.md`'s table is never empty.
+#[test]
+fn every_argument_has_help() {
+    fn walk(parent: &str, command: &Command, missing: &mut Vec<String>) {
+        let name = format!("{parent} {}", command.get_name());
+        for arg in command
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        {
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{name} <{}>", arg.get_id()));
+            }
+        }
+        for sub in command.get_subcommands() {
+            walk(&name, sub, missing);
+        }
+    }
+    let mut missing = Vec::new();
+    for command in crate::cli::command().get_subcommands() {
+        walk("sluice", command, &mut missing);
+    }
+    assert!(missing.is_empty(), "arguments without help: {missing:?}");
+}
+
+/// `serve`'s summary names every route an agent is pointed at, or none (it points to the docs):
+/// never a few, which reads as all there is.
+#[test]
+fn serves_summary_names_every_route_or_none() {
+    let cli = crate::cli::command();
+    let serve = cli.find_subcommand("serve").expect("serve");
+    let about = serve
+        .get_about()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let long = serve
+        .get_long_about()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let routes = ["/anthropic", "/openai", "/gemini", "/vertex", "/bedrock"];
+    for text in [about, long] {
+        let named = routes.iter().filter(|r| text.contains(**r)).count();
+        assert!(named == 0 || named == routes.len(), "{text}");
+    }
 }
 
 /// `docs/components.md`'s table of gates: every gate, what it means, and the components whose

@@ -51,7 +51,7 @@ pub struct Settings {
     /// Keys the credential scope of session keys (`SLUICE_SCOPE_SECRET`); replicas sharing a
     /// store must share it.
     pub scope_secret: Vec<u8>,
-    /// The dashboard store, when `--dashboard` is on.
+    /// The dashboard store; `None` with `--no-dashboard` (its routes then say how to turn it on).
     pub dashboard: Option<Arc<dashboard::Dashboard>>,
     /// Host names the dashboard's content answers besides IP literals and `localhost`
     /// (`--dashboard-host`).

@@ -25,8 +25,15 @@ use hyper_util::rt::TokioExecutor;
 pub enum UpstreamError {
     /// Connecting or sending failed; the client's error, with its causes (`tcp connect error`,
     /// `Connection refused`), is the source: [`crate::respond::ProxyError`] writes the chain.
-    #[error("upstream request failed")]
-    Transport(#[source] hyper_util::client::legacy::Error),
+    /// The message names where the call went and what sets that, so the person reading a 502
+    /// knows what to fix: `upstream request to https://api.anthropic.com failed (set by
+    /// --anthropic-upstream or SLUICE_ANTHROPIC_UPSTREAM): client error (Connect): ...`.
+    #[error("upstream request to {} failed{}", .to.base, set_by(.to.set_by.as_deref()))]
+    Transport {
+        to: Destination,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
     /// No response headers within the first-byte timeout.
     #[error("upstream sent no response headers in time")]
     Timeout,
@@ -36,6 +43,55 @@ pub enum UpstreamError {
     /// A Bedrock request sluice had to sign and could not.
     #[error(transparent)]
     Sign(#[from] crate::bedrock::SignError),
+}
+
+/// Where an upstream call went, as its error says it: the base URL with no credentials, query
+/// or fragment, and what sets it (a `sluice serve` flag and its variable) when sluice knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub base: String,
+    pub set_by: Option<String>,
+}
+
+impl Destination {
+    /// Only the scheme and host of `uri` (the path past a base is the agent's, not a setting),
+    /// and nothing said of what sets it: what [`Upstream::send`] knows. The proxy's own calls
+    /// name their setting (`forward.rs`).
+    pub fn of(uri: &str) -> Destination {
+        Destination {
+            base: shown_url(origin(uri)),
+            set_by: None,
+        }
+    }
+}
+
+fn set_by(what: Option<&str>) -> String {
+    what.map(|w| format!(" (set by {w})")).unwrap_or_default()
+}
+
+/// A URL as an error or a log may show it: no `user:password@`, no query, no fragment, no
+/// trailing `/`.
+pub fn shown_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[after_scheme..]
+        .find('/')
+        .map_or(url.len(), |i| after_scheme + i);
+    let host = url[after_scheme..authority_end]
+        .rsplit_once('@')
+        .map_or(&url[after_scheme..authority_end], |(_, host)| host);
+    let shown = format!("{}{host}{}", &url[..after_scheme], &url[authority_end..]);
+    shown.trim_end_matches('/').to_owned()
+}
+
+/// The scheme and authority of `uri` (`https://host:port`), its path, query and fragment left
+/// out.
+fn origin(uri: &str) -> &str {
+    let after_scheme = uri.find("://").map_or(0, |i| i + 3);
+    let end = uri[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(uri.len(), |i| after_scheme + i);
+    &uri[..end]
 }
 
 /// Timeouts for upstream calls.
@@ -92,11 +148,11 @@ impl Upstream {
     pub async fn send(
         &self,
         method: Method,
-        uri: &str,
+        to: &str,
         headers: &HeaderMap,
         body: Chunks,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let uri: Uri = uri
+        let uri: Uri = to
             .parse()
             .map_err(|e: http::uri::InvalidUri| UpstreamError::BadUri(e.to_string()))?;
         let mut request = Request::builder().method(method).uri(uri);
@@ -108,7 +164,10 @@ impl Upstream {
             .map_err(|e| UpstreamError::BadUri(e.to_string()))?;
         match tokio::time::timeout(self.timeouts.first_byte, self.client.request(request)).await {
             Err(_) => Err(UpstreamError::Timeout),
-            Ok(Err(e)) => Err(UpstreamError::Transport(e)),
+            Ok(Err(source)) => Err(UpstreamError::Transport {
+                to: Destination::of(to),
+                source,
+            }),
             Ok(Ok(response)) => Ok(response),
         }
     }
@@ -297,6 +356,25 @@ impl llm::Transport for Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_url_has_no_credentials_query_or_fragment() {
+        for (url, shown) in [
+            ("https://api.anthropic.com", "https://api.anthropic.com"),
+            ("https://api.anthropic.com/", "https://api.anthropic.com"),
+            (
+                "https://user:sk-secret@gateway.example:8443/openai/?key=sk-2#x",
+                "https://gateway.example:8443/openai",
+            ),
+            ("http://127.0.0.1:9?x=1", "http://127.0.0.1:9"),
+        ] {
+            assert_eq!(shown_url(url), shown, "{url}");
+        }
+        assert_eq!(
+            Destination::of("https://k:s@host.example/v1/messages?beta=true").base,
+            "https://host.example"
+        );
+    }
 
     #[test]
     fn headers_the_connection_header_names_are_hop_by_hop() {

@@ -199,7 +199,7 @@ fn config_check_lists_every_problem_including_top_level_ones() {
         "mode: unknown value `fast` (expected `sync` or `observe`) at line 1",
         "pipeline[1]: unknown component `nope`",
         "stoer: unknown key `stoer`",
-        "3 problem(s)",
+        "3 problems",
     ] {
         assert!(err.contains(needle), "{needle}: {err}");
     }
@@ -327,10 +327,89 @@ fn presets_and_help_list_everything() {
             "preset {name} listed"
         );
     }
+    // The default is said, and is no preset unless the environment names one.
+    assert!(
+        text.starts_with("default: the embedded pipeline, which is no preset: ["),
+        "{text}"
+    );
+    assert!(!text.contains("(the default"), "{text}");
+    // A preset or component that does nothing in this build is not offered.
+    assert!(!text.contains("agentdiet"), "{text}");
+    let out = sluice_env(&["presets"], &[("SLUICE_PRESET", "agent")], b"");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("agent ") && l.ends_with("(the default, from SLUICE_PRESET)")),
+        "{text}"
+    );
     let help = sluice(&["--help"], b"");
     let help = String::from_utf8_lossy(&help.stdout);
     for sub in ["compact", "config", "presets"] {
         assert!(help.contains(sub));
+    }
+}
+
+/// A preset name from a flag or a variable that is none: what it is not, what is near, what is
+/// known, and no line or column of a document the user never wrote.
+#[test]
+fn an_unknown_preset_from_a_flag_is_named_with_the_known_ones() {
+    let out = sluice(&["compact", "--preset", "balancd", "-"], b"{}");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "sluice: --preset: unknown preset `balancd` (did you mean `balanced`?); known: off, "
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("line") && !err.contains("column"), "{err}");
+    let out = sluice_env(&["compact", "-"], &[("SLUICE_PRESET", "balancd")], b"{}");
+    assert!(
+        stderr(&out).starts_with("sluice: SLUICE_PRESET: unknown preset `balancd`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A config with several problems, given to a command that runs it: one problem a line.
+#[test]
+fn a_bad_config_says_one_problem_a_line() {
+    let bad = config_file("one-a-line", "mode: fast\npipeline: [format, nope]\n");
+    let out = sluice(&["compact", "--config", bad.to_str().unwrap(), "-"], b"{}");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines[0].ends_with(": 2 problems"), "{err}");
+    assert!(lines[1].trim_start().starts_with("mode: "), "{err}");
+    assert!(lines[2].trim_start().starts_with("pipeline[1]: "), "{err}");
+    std::fs::remove_file(bad).ok();
+}
+
+/// `config check` on a file that writes both `preset:` and `pipeline:` says the list wins.
+#[test]
+fn config_check_says_which_of_preset_and_pipeline_wins() {
+    let both = config_file("both", "preset: balanced\npipeline: [format, dedup]\n");
+    let out = sluice(&["config", "check", both.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("pipeline: [format, dedup]"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stderr(&out).contains(
+            "warning: both `preset: balanced` and `pipeline:` are set: the `pipeline:` list wins"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let one = config_file("one-problem", "mode: fast\n");
+    let out = sluice(&["config", "check", one.to_str().unwrap()], b"");
+    assert!(stderr(&out).contains(": 1 problem\n"), "{}", stderr(&out));
+    for file in [both, one] {
+        std::fs::remove_file(file).ok();
     }
 }
 
@@ -389,10 +468,19 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
     assert!(out.status.success(), "{}", stderr(&out));
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(
-        md.contains("Content tokens saved")
-            && md.contains("**Net billed input cost against no compaction, expand rounds included")
+        md.contains("**Billed input saved, net: ")
+            && md.contains("on the prompt-cache cost model")
+            && md.contains("Before expand rounds: ")
+            && md.contains("what `/stats` `net_savings_pct` reads live")
             && md.contains("Visible recall")
             && md.contains("Flips: **0**"),
+        "{md}"
+    );
+    // Recordings and dialects apart: two files, each its own recording.
+    assert!(md.contains("2 recordings in "), "{md}");
+    assert!(
+        md.contains("Sessions that cost more than without sluice")
+            || md.contains("No session cost more than without sluice"),
         "{md}"
     );
     assert!(out_dir.join("report.md").is_file() && out_dir.join("report.json").is_file());
@@ -415,7 +503,11 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
         let svg = std::fs::read_to_string(out_dir.join("charts").join(chart)).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         if chart == "corpus.svg" {
-            assert!(svg.contains("2 sessions") && svg.contains("billed input change (%)"));
+            assert!(svg.contains("2 sessions") && svg.contains("billed input saved, net (%)"));
+            assert!(svg.contains("content tokens saved, net (%)"));
+            // It leads with the report's headline.
+            let headline = svg.find("billed input saved, net ").unwrap();
+            assert!(headline < svg.find("content tokens saved").unwrap());
             assert!(
                 svg.contains("pytest-dev-pytest-6197") && svg.contains("sweagent-fncall-simple")
             );
@@ -423,14 +515,14 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
         }
         // A session chart explains itself: its name and figures, both axes, ticks with units.
         assert!(
-            svg.contains("content saved") && svg.contains("% · billed input"),
+            svg.contains("turns · billed saved, net ") && svg.contains("% · content tokens, net"),
             "{chart}"
         );
         assert!(
             svg.contains(">turn</text>") && svg.contains(">tokens</text>"),
             "{chart}"
         );
-        assert!(svg.contains(">fresh-token equivalents</text>"), "{chart}");
+        assert!(svg.contains(">input-token equivalents</text>"), "{chart}");
         assert!(
             svg.contains(">0</text>") && svg.contains(">1</text>"),
             "{chart}: ticks"
@@ -451,8 +543,10 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
     assert_eq!(doc["totals"]["sessions"], 1);
     assert_eq!(doc["totals"]["flips"], 0);
     for key in [
-        "cost_change_pct",
-        "net_cost_change_pct",
+        "net_savings_pct",
+        "savings_pct_gross",
+        "billed_savings_pct",
+        "billed_savings_pct_gross",
         "expand_rounds",
         "visible_recall_pct",
         "recall_pct",
@@ -699,7 +793,7 @@ fn wrap_runs_a_command_through_a_sluice_it_starts_and_stops() {
         .port();
     let listen = format!("127.0.0.1:{port}");
     let probe = "import os, urllib.request; base = os.environ['ANTHROPIC_BASE_URL']; \
-        print(base, os.environ['OPENAI_BASE_URL']); \
+        print(base, os.environ['OPENAI_BASE_URL'], os.environ['GOOGLE_GEMINI_BASE_URL']); \
         print(urllib.request.urlopen(base.rsplit('/', 1)[0] + '/healthz').read().decode()); \
         raise SystemExit(3)";
     let out = sluice(
@@ -724,7 +818,7 @@ fn wrap_runs_a_command_through_a_sluice_it_starts_and_stops() {
     );
     assert!(
         said.contains(&format!(
-            "http://{listen}/anthropic http://{listen}/openai/v1"
+            "http://{listen}/anthropic http://{listen}/openai/v1 http://{listen}/gemini"
         )),
         "{said}"
     );
@@ -782,4 +876,434 @@ fn compact_shows_the_tool_rule_that_applied() {
     );
     assert_eq!(rules[0]["tool"], "bash");
     assert_eq!(rules[0]["rule"], "exclude: b*sh");
+}
+
+/// A folder laid out like `~/.claude/projects`: two projects of the repository's Claude Code
+/// transcripts (one with a sub-agent under `<session>/subagents/`), removed when dropped.
+struct ClaudeHome(PathBuf);
+
+impl ClaudeHome {
+    fn new(tag: &str) -> Self {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/corpus/transcripts/claude-code/projects");
+        let home = std::env::temp_dir().join(format!("sluice-claude-{tag}-{}", std::process::id()));
+        let projects = home.join("projects");
+        for file in [
+            "-src-experiments-claude_p/256ba646-2c15-437a-98e9-4171aafd030e.jsonl",
+            "-src-experiments-claude_p/2b4ed4c0-b905-41de-9238-273db3ec737a.jsonl",
+            "-src-experiments-claude_p/29ccd257-68b1-427f-ae5f-6524b7cb6f20/subagents/agent-a2271d1.jsonl",
+            "-sample-project/1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl",
+        ] {
+            let to = projects.join(file);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(source.join(file), &to).unwrap();
+        }
+        Self(home)
+    }
+}
+
+impl Drop for ClaudeHome {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+#[test]
+fn replay_from_claude_code_reports_projects_sessions_and_the_headline() {
+    let home = ClaudeHome::new("all");
+    let out = sluice_env(
+        &["replay", "--from", "claude-code", "--since", "2020-01-01"],
+        &[("CLAUDE_CONFIG_DIR", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("**Over the last "), "{md}");
+    assert!(md.contains(" days sluice would have saved "), "{md}");
+    assert!(md.contains(" of the billed input**"), "{md}");
+    // And in dollars, each call at its own model's list price, in total, per project and per
+    // session.
+    assert!(md.contains(" at each call's model's list price"), "{md}");
+    assert!(md.contains("| at list prices: saved of billed |"), "{md}");
+    assert!(md.matches(" of $").count() >= 1 + 2 + 4, "{md}");
+    // Per project: three sessions (one a sub-agent) and 24 calls, then one of 7.
+    assert!(
+        md.contains("| -src-experiments-claude_p | 3 | 24 | "),
+        "{md}"
+    );
+    assert!(md.contains("| -sample-project | 1 | 7 | "), "{md}");
+    assert!(md.contains("## Recorded bill check"), "{md}");
+    assert!(
+        md.contains("## Sessions") && md.contains("agent-a2271d1.jsonl"),
+        "{md}"
+    );
+    assert!(md.contains("**Billed input saved, net: "), "{md}");
+    assert!(
+        md.contains(
+            "| session | calls | preamble | recorded prompt tokens | replay's baseline | error |"
+        ),
+        "{md}"
+    );
+    assert!(md.contains(" (recorded) | "), "{md}");
+    assert!(md.contains("| **total** | 31 | "), "{md}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("4 Claude Code sessions (31 calls) from 4 files under "),
+        "{err}"
+    );
+    // Every one of these transcripts records its usage, so none bills the stand-in.
+    assert!(
+        err.contains("preamble read from the recorded usage for 4 of 4 sessions\n"),
+        "{err}"
+    );
+
+    // The JSON report carries the headline, the projects and the bill check beside the usual
+    // totals and sessions, each session's check with its signed error.
+    let out = sluice_env(
+        &[
+            "replay",
+            "--from",
+            "claude-code",
+            "--since",
+            "2020-01-01",
+            "--format",
+            "json",
+        ],
+        &[("CLAUDE_CONFIG_DIR", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON out");
+    assert!(
+        report["totals"].is_object() && report["sessions"].is_array(),
+        "{report}"
+    );
+    let headline = &report["headline"];
+    assert!(
+        headline["days"].as_i64().is_some_and(|d| d > 0),
+        "{headline}"
+    );
+    assert!(headline["billed_saved_net_pct"].is_number(), "{headline}");
+    assert_eq!(headline["calls"], 31, "{headline}");
+    assert_eq!(headline["sessions"], 4, "{headline}");
+    // Every call of these transcripts names a Claude model the price table knows.
+    let money = &headline["money"];
+    assert_eq!(money["priced_calls"], 31, "{money}");
+    assert_eq!(money["unpriced_calls"], 0, "{money}");
+    let (base, with) = (
+        money["baseline_usd"].as_f64().unwrap(),
+        money["with_sluice_usd"].as_f64().unwrap(),
+    );
+    assert!(base > 0.0 && with > 0.0 && with < 2.0 * base, "{money}");
+    let projects = report["projects"].as_array().expect("projects");
+    assert_eq!(projects.len(), 2, "{projects:?}");
+    assert!(
+        projects
+            .iter()
+            .all(|p| p["money"]["priced_calls"].as_u64().is_some_and(|n| n > 0)),
+        "{projects:?}"
+    );
+    assert!(
+        projects
+            .iter()
+            .any(|p| p["project"] == "-sample-project" && p["calls"] == 7)
+    );
+    let check = &report["bill_check"];
+    let rows = check["sessions"].as_array().expect("a row per session");
+    assert_eq!(rows.len(), 4, "{check}");
+    for row in rows {
+        assert!(row["error_pct"].is_number(), "{row}");
+        assert!(
+            row["recorded_prompt_tokens"]
+                .as_u64()
+                .is_some_and(|n| n > 0),
+            "{row}"
+        );
+        assert!(
+            row["baseline_tokens"].as_u64().is_some_and(|n| n > 0),
+            "{row}"
+        );
+        assert_eq!(row["preamble"], "record", "{row}");
+    }
+    assert_eq!(check["total"]["calls"], 31, "{check}");
+    assert!(check["total"]["error_pct"].is_number(), "{check}");
+    assert_eq!(check["off_by_pct"], 10.0, "{check}");
+    assert!(check["off"].is_array(), "{check}");
+
+    // `--no-preamble` bills none, and the check says so.
+    let out = sluice_env(
+        &[
+            "replay",
+            "--from",
+            "claude-code",
+            "--no-preamble",
+            "--format",
+            "json",
+        ],
+        &[("CLAUDE_CONFIG_DIR", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON out");
+    let rows = report["bill_check"]["sessions"]
+        .as_array()
+        .expect("a row per session");
+    assert!(
+        rows.iter()
+            .all(|r| r["preamble"] == "off" && r["preamble_tokens"] == 0),
+        "{rows:?}"
+    );
+
+    // One project, named on the command line as a path.
+    let out = sluice(
+        &[
+            "replay",
+            "--from",
+            "claude-code",
+            "--project",
+            "sample",
+            home.0.join("projects").to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("| -sample-project | 1 | 7 | "), "{md}");
+    assert!(!md.contains("claude_p"), "{md}");
+
+    // `--out` writes the same lead into report.md and report.json, and the charts.
+    let dir = home.0.join("out");
+    let out = sluice_env(
+        &[
+            "replay",
+            "--from",
+            "claude-code",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &[("CLAUDE_CONFIG_DIR", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(written.starts_with("**Over the last "), "{written}");
+    assert!(written.contains("## Recorded bill check") && written.contains("(charts/corpus.svg)"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["headline"]["calls"], 31, "{json}");
+    assert!(
+        json["bill_check"]["total"]["error_pct"].is_number(),
+        "{json}"
+    );
+}
+
+/// A folder laid out like an agent's home, from `tests/corpus/transcripts/<agent>/`: each file
+/// copied to the same path under it, removed when dropped.
+struct AgentHome(PathBuf);
+
+impl AgentHome {
+    fn new(agent: &str, under: &str, files: &[&str]) -> Self {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/corpus/transcripts")
+            .join(agent);
+        let home = std::env::temp_dir().join(format!("sluice-{agent}-home-{}", std::process::id()));
+        for file in files {
+            let to = home.join(under).join(file);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(source.join(file), &to).unwrap();
+        }
+        Self(home)
+    }
+}
+
+impl Drop for AgentHome {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+#[test]
+fn replay_from_codex_reads_rollouts_archived_zst_and_compacted() {
+    let home = AgentHome::new(
+        "codex",
+        "",
+        &[
+            "sessions/2026/12/07/rollout-2026-12-07T05-21-11-01a24ef2-e61b-7fb1-a193-18b6e8992bc7.jsonl",
+            "sessions/2026/12/07/rollout-2026-12-07T05-21-14-01a24ef2-f1ef-7a22-95bd-2fa5caed9066.jsonl",
+            "archived_sessions/rollout-2026-12-07T05-21-16-01a24ef2-f954-7630-ad7a-e446979ca790.jsonl.zst",
+            "archived_sessions/rollout-2026-01-02T10-00-00-00000000-0000-4000-8000-00000000c0de.jsonl",
+        ],
+    );
+    let out = sluice_env(
+        &["replay", "--from", "codex", "--since", "2020-01-01"],
+        &[("CODEX_HOME", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains(" days sluice would have saved "), "{md}");
+    // Per project (the session's working directory): three runs of 4 calls; the hand-made
+    // rollout's two segments of 2.
+    assert!(
+        md.contains("| /tmp/agents-out/work/repo | 3 | 12 | "),
+        "{md}"
+    );
+    assert!(md.contains("| /work/hand-made | 2 | 4 | "), "{md}");
+    // One row per project, though the rollouts come by date with their projects interleaved.
+    let projects = md.split("## Recorded bill check").next().unwrap();
+    assert_eq!(
+        projects.matches("| /tmp/agents-out/work/repo |").count(),
+        1,
+        "{md}"
+    );
+    assert_eq!(projects.matches("| /work/hand-made |").count(), 1, "{md}");
+    assert!(md.contains("## Recorded bill check"), "{md}");
+    assert!(md.contains("| **total** | 16 | "), "{md}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("5 Codex sessions (16 calls) from 4 files under "),
+        "{err}"
+    );
+    assert!(
+        err.contains("preamble read from the recorded usage for 5 of 5 sessions\n"),
+        "{err}"
+    );
+
+    let out = sluice_env(
+        &[
+            "replay",
+            "--from",
+            "codex",
+            "--format",
+            "json",
+            "--project",
+            "hand-made",
+        ],
+        &[("CODEX_HOME", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON out");
+    assert_eq!(report["headline"]["calls"], 4, "{report}");
+    let rows = report["bill_check"]["sessions"]
+        .as_array()
+        .expect("a row per session");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["recorded_prompt_tokens"].as_u64().is_some_and(|n| n > 0))
+    );
+    assert!(rows.iter().any(|r| {
+        r["session"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("#segment-1"))
+    }));
+
+    // An empty home says where it looked.
+    let empty = home.0.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = sluice_env(
+        &["replay", "--from", "codex"],
+        &[("CODEX_HOME", empty.to_str().unwrap())],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no Codex sessions here"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn replay_from_gemini_reads_both_chat_layouts() {
+    let home = AgentHome::new(
+        "gemini",
+        ".gemini",
+        &[
+            "tmp/repo/chats/session-2026-12-07T05-21-7dc97c60.jsonl",
+            "tmp/91e33851190acf1a1ac42c0b9326c429debcb78fe8e1fa8c5aa0f49a2c775ebb/chats/session-2026-12-07T05-21-7dc97c60.json",
+        ],
+    );
+    let out = sluice_env(
+        &["replay", "--from", "gemini", "--since", "2020-01-01"],
+        &[("HOME", home.0.to_str().unwrap())],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("| repo | 1 | 4 | "), "{md}");
+    assert!(
+        md.contains(
+            "| 91e33851190acf1a1ac42c0b9326c429debcb78fe8e1fa8c5aa0f49a2c775ebb | 1 | 4 | "
+        ),
+        "{md}"
+    );
+    assert!(md.contains("| **total** | 8 | "), "{md}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("2 gemini-cli sessions (8 calls) from 2 files under "),
+        "{err}"
+    );
+    assert!(
+        err.contains("preamble read from the recorded usage for 2 of 2 sessions\n"),
+        "{err}"
+    );
+
+    // One chat file named on the command line.
+    let file = home
+        .0
+        .join(".gemini/tmp/repo/chats/session-2026-12-07T05-21-7dc97c60.jsonl");
+    let out = sluice(
+        &[
+            "replay",
+            "--from",
+            "gemini",
+            "--format",
+            "json",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON out");
+    assert_eq!(report["headline"]["calls"], 4, "{report}");
+    assert_eq!(report["projects"][0]["project"], "repo", "{report}");
+    let total = &report["bill_check"]["total"];
+    assert_eq!(
+        total["recorded_prompt_tokens"],
+        12048 + 19539 + 19683 + 19882,
+        "{total}"
+    );
+}
+
+#[test]
+fn replay_from_claude_code_says_where_it_looked() {
+    let empty = std::env::temp_dir().join(format!("sluice-claude-empty-{}", std::process::id()));
+    std::fs::create_dir_all(empty.join("projects/-some-project")).unwrap();
+    let out = sluice_env(
+        &["replay", "--from", "claude-code"],
+        &[("CLAUDE_CONFIG_DIR", empty.to_str().unwrap())],
+        b"",
+    );
+    std::fs::remove_dir_all(&empty).ok();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}", empty.join("projects").display())),
+        "{err}"
+    );
+    assert!(err.contains("no Claude Code transcripts here"), "{err}");
+    let out = sluice(
+        &[
+            "replay",
+            "--from",
+            "claude-code",
+            "--since",
+            "lately",
+            "/tmp",
+        ],
+        b"",
+    );
+    assert!(stderr(&out).contains("--since lately"), "{}", stderr(&out));
 }

@@ -785,6 +785,51 @@ async fn each_request_leaves_one_json_access_line() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// One session, one label: the access log hashes a session as the dashboard does (one function,
+/// the dashboard's key), so a line can be found from a dashboard row and back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_and_the_dashboard_show_one_session_label() {
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let dir = temp_dir("one-label");
+    let log = dir.join("stderr.log");
+    let extra = [
+        "--log-format",
+        "json",
+        "--dashboard",
+        "--dashboard-db",
+        ":memory:",
+    ];
+    let sluice = Sluice::spawn_logging("memory", &mock.url(), &extra, Some(&log));
+    assert_eq!(sluice.turn(dialect, "one-label-1", &turns[0]).await, 200);
+    // The dashboard writes off the request path: wait for its row.
+    let mut shown = None;
+    for _ in 0..200 {
+        let (status, body) = sluice
+            .call("GET", "/dashboard/api/sessions", &[], Bytes::new())
+            .await;
+        assert_eq!(status, 200);
+        let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if let Some(label) = page["sessions"][0]["session"].as_str() {
+            shown = Some(label.to_owned());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    sluice.kill();
+    let shown = shown.expect("the dashboard shows the session");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let logged: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "sluice::access")
+        .filter_map(|v| v["fields"]["session"].as_str().map(str::to_owned))
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(logged, [shown], "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Nothing listening upstream: the agent gets a 502 and the operator a log line saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_logged() {

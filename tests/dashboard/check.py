@@ -8,6 +8,10 @@ drill-down with its component decisions and captured content, and saves a screen
 
 It fails if the page logs a console error, throws, reports a CSP violation or any other
 browser error, or fetches anything outside sluice's origin.
+
+With SLUICE_CHECK=memory (a sluice started with `--store memory`) it checks less and something
+else: the page loads at zero, says its rows are in memory for this run only, and shows the
+requests sent to it, live and in the Requests tab.
 """
 import base64
 import gzip
@@ -25,7 +29,8 @@ from responses_form import responses_request  # noqa: E402
 sluice = os.environ["SLUICE_URL"]
 devtools = os.environ["DEVTOOLS_PORT"]
 corpus = os.environ["SLUICE_CORPUS_ROOT"]
-screenshot = os.environ["SLUICE_SCREENSHOT"]
+screenshot = os.environ.get("SLUICE_SCREENSHOT", "")
+mode = os.environ.get("SLUICE_CHECK", "full")
 spread = float(os.environ.get("SLUICE_SPREAD_SECONDS", "0"))
 
 RUNS = [
@@ -146,7 +151,8 @@ def traffic():
     return sent
 
 
-def main():
+def open_dashboard():
+    """A tab on /dashboard/, loaded, its counters at zero, its live feed connected."""
     page = Page()
     for domain in ("Page", "Runtime", "Log", "Network"):
         page.send(f"{domain}.enable")
@@ -156,55 +162,19 @@ def main():
     start = page.wait_for("(document.querySelector('[data-testid=value-requests]') || {}).textContent", "the first tile")
     assert start == "0", f"a fresh store shows no requests, got {start!r}"
     page.wait_for("document.querySelector('[data-testid=live]').textContent.includes('live')", "the live feed")
+    return page
 
-    sent = traffic()
-    # No reload: the live feed makes the page refresh itself.
-    shown = page.wait_for(
+
+def wait_for_requests(page, sent):
+    """No reload: the live feed makes the page refresh itself."""
+    return page.wait_for(
         f"(() => {{ const t = document.querySelector('[data-testid=value-requests]').textContent;"
         f" return Number(t.replace(/,/g, '')) === {sent} ? t : null; }})()",
         f"the requests tile to reach {sent}")
-    print(f"ok: the requests tile went from 0 to {shown} as traffic flowed")
-    saved = page.js("document.querySelector('[data-testid=value-saved]').textContent")
-    assert saved.endswith("tok") and not saved.startswith("0 "), saved
-    net = page.js("document.querySelector('[data-testid=value-net]').textContent")
-    assert net.startswith("$") or net.startswith("−$"), net
-    print(f"ok: content saved {saved}, net saved {net}")
-    untouched = page.js("document.querySelector('[data-testid=tile-untouched]').innerText")
-    assert "unparsed_not_json" in untouched and not untouched.startswith("Forwarded untouched\n0.0%"), untouched
-    print(f"ok: the untouched tile reads {untouched!r}")
-    assert page.js("document.querySelectorAll('#chart-tokens polyline, #chart-tokens circle').length") > 0, "a chart"
 
-    page.js("document.querySelector('[data-testid=tab-requests]').click()")
-    rows = page.wait_for("document.querySelectorAll('[data-testid=request-row]').length", "request rows")
-    assert rows == min(sent, 50), rows
-    page.js("document.querySelector('[data-testid=request-row]').click()")
-    decisions = page.wait_for(
-        "document.querySelector('.drawer.open') && document.querySelectorAll('[data-testid=components-detail] tbody tr').length",
-        "the request's component decisions")
-    assert decisions >= 3, decisions
-    drawer = page.js("document.querySelector('[data-testid=drawer]').innerText")
-    for expected in ("Components, in pipeline order", "Provider usage", "Net saved"):
-        assert expected in drawer, f"{expected!r} not in {drawer!r}"
-    print(f"ok: the drill-down lists {decisions} component decisions")
-    page.pump(0.5)
-    shot = page.send("Page.captureScreenshot", format="png")
-    detail = screenshot.replace(".png", "-request.png")
-    with open(detail, "wb") as f:
-        f.write(base64.b64decode(shot["data"]))
-    print(f"ok: screenshot of the drill-down saved to {detail}")
-    # The overview as an operator first sees it, for docs/guide.md.
-    page.js("document.querySelector('#drawer-close').click()")
-    page.js("document.querySelector('[data-testid=tab-overview]').click()")
-    if spread:
-        # Spread traffic reads best over the last hour, a point a minute.
-        page.js("(() => { const w = document.querySelector('#window'); w.value = '3600000';"
-                " w.dispatchEvent(new Event('change')); })()")
-    page.pump(1.0)
-    shot = page.send("Page.captureScreenshot", format="png")
-    with open(screenshot, "wb") as f:
-        f.write(base64.b64decode(shot["data"]))
-    print(f"ok: screenshot of the overview saved to {screenshot}")
 
+def check_clean(page):
+    """Fails on any console error, exception, browser error or off-origin fetch the page made."""
     page.pump(0.5)
     failures = []
     for event in page.events:
@@ -225,6 +195,87 @@ def main():
         print("\n".join(failures), file=sys.stderr)
         sys.exit(1)
     print(f"ok: {fetched} fetches, all same-origin; no console error, exception or CSP violation")
+
+
+def check_memory():
+    """A sluice on `--store memory`: the dashboard is there, in memory, and shows what is sent."""
+    page = open_dashboard()
+    capture = page.js("document.querySelector('[data-testid=tile-capture]').innerText")
+    assert "in memory, this run only" in capture, capture
+    with urllib.request.urlopen(sluice + "/dashboard/api/overview", timeout=10) as response:
+        kept = json.load(response)["capture"]["kept"]
+    assert kept == "memory", kept
+    print(f"ok: the page loads at zero and says its rows are in memory ({capture!r})")
+    run = RUNS[0]
+    chat = corpus_body(run, "openai.json")
+    messages = corpus_body(run, "anthropic.json")
+    m = len(messages["messages"])
+    if messages["messages"][m - 1]["role"] != "user":
+        m -= 1
+    anthropic = cached(dict(messages, messages=messages["messages"][:m]))
+    assert post("/anthropic/v1/messages", anthropic, {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}) == 200
+    assert post("/openai/v1/chat/completions", chat, {"authorization": "Bearer sk-test-openai"}) == 200
+    shown = wait_for_requests(page, 2)
+    print(f"ok: the requests tile went from 0 to {shown} as traffic flowed")
+    page.js("document.querySelector('[data-testid=tab-requests]').click()")
+    rows = page.wait_for("document.querySelectorAll('[data-testid=request-row]').length", "request rows")
+    assert rows == 2, rows
+    table = page.js("document.querySelector('[data-testid=requests-table]').innerText")
+    assert "anthropic" in table and "openai" in table, table
+    print(f"ok: the Requests tab lists the {rows} requests")
+    check_clean(page)
+
+
+def main():
+    if mode == "memory":
+        check_memory()
+        return
+    page = open_dashboard()
+
+    sent = traffic()
+    shown = wait_for_requests(page, sent)
+    print(f"ok: the requests tile went from 0 to {shown} as traffic flowed")
+    net = page.js("document.querySelector('[data-testid=value-net]').textContent")
+    assert net.endswith("% saved") or net.endswith("(cost more)"), net
+    worth = page.js("document.querySelector('[data-testid=value-worth]').textContent")
+    assert worth.startswith("$") or worth.startswith("−$") or worth == "unknown", worth
+    print(f"ok: net saved {net}, priced {worth}")
+    untouched = page.js("document.querySelector('[data-testid=tile-untouched]').innerText")
+    assert "unparsed_not_json" in untouched and not untouched.startswith("Forwarded untouched\n0.0%"), untouched
+    print(f"ok: the untouched tile reads {untouched!r}")
+    assert page.js("document.querySelectorAll('#chart-tokens polyline, #chart-tokens circle').length") > 0, "a chart"
+
+    page.js("document.querySelector('[data-testid=tab-requests]').click()")
+    rows = page.wait_for("document.querySelectorAll('[data-testid=request-row]').length", "request rows")
+    assert rows == min(sent, 50), rows
+    page.js("document.querySelector('[data-testid=request-row]').click()")
+    decisions = page.wait_for(
+        "document.querySelector('.drawer.open') && document.querySelectorAll('[data-testid=components-detail] tbody tr').length",
+        "the request's component decisions")
+    assert decisions >= 3, decisions
+    drawer = page.js("document.querySelector('[data-testid=drawer]').innerText")
+    for expected in ("Components, in pipeline order", "Provider usage", "Content tokens saved, net"):
+        assert expected in drawer, f"{expected!r} not in {drawer!r}"
+    print(f"ok: the drill-down lists {decisions} component decisions")
+    page.pump(0.5)
+    shot = page.send("Page.captureScreenshot", format="png")
+    detail = screenshot.replace(".png", "-request.png")
+    with open(detail, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    print(f"ok: screenshot of the drill-down saved to {detail}")
+    # The overview as an operator first sees it, for docs/guide.md.
+    page.js("document.querySelector('#drawer-close').click()")
+    page.js("document.querySelector('[data-testid=tab-overview]').click()")
+    if spread:
+        # Spread traffic reads best over the last hour, a point a minute.
+        page.js("(() => { const w = document.querySelector('#window'); w.value = '3600000';"
+                " w.dispatchEvent(new Event('change')); })()")
+    page.pump(1.0)
+    shot = page.send("Page.captureScreenshot", format="png")
+    with open(screenshot, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    print(f"ok: screenshot of the overview saved to {screenshot}")
+    check_clean(page)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The dashboard in a real browser: Debian's chromium, headless, driven over the DevTools
-# protocol (CDP) by tests/dashboard/check.py, against a sluice fed by the mock provider.
+# protocol (CDP) by tests/dashboard/check.py, against a sluice fed by the mock provider: one on
+# a SQLite state store (the dashboard's file beside it), then one on `--store memory` (the
+# dashboard in memory, nothing on disk), then one with `--no-dashboard` (its page says so).
 # Usage: bash tests/dashboard/run.sh   (installs websocket-client in tests/dashboard/.venv)
 # SLUICE_SCREENSHOT=PATH keeps the overview's screenshot there (the drill-down's beside it,
 # PATH-request.png); SLUICE_SPREAD_SECONDS spreads the traffic
@@ -30,7 +32,7 @@ fi
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile"
 work="$(mktemp -d)"
 cleanup() {
-    kill "${mock_pid:-}" "${sluice_pid:-}" "${browser_pid:-}" 2>/dev/null || true
+    kill "${mock_pid:-}" "${sluice_pid:-}" "${memory_pid:-}" "${off_pid:-}" "${browser_pid:-}" 2>/dev/null || true
     wait 2>/dev/null || true
     # The browser's helpers may still be writing its profile for a moment.
     rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work" 2>/dev/null || true; }
@@ -71,3 +73,37 @@ SLUICE_URL="http://127.0.0.1:$port" DEVTOOLS_PORT="$devtools_port" \
 SLUICE_CORPUS_ROOT="$corpus/public" \
 SLUICE_SCREENSHOT="${SLUICE_SCREENSHOT:-$work/dashboard.png}" \
     "$venv/bin/python" tests/dashboard/check.py || { tail -20 "$work/sluice.err" >&2; exit 1; }
+
+# The memory store: the dashboard is there, in memory, and writes nothing to disk (the state
+# directory sluice would use is an empty one of ours, checked afterwards).
+mkdir -p "$work/state-home"
+memory_port="$(free_port)"
+XDG_STATE_HOME="$work/state-home" "$target_dir/sluice" serve --listen "127.0.0.1:$memory_port" \
+    --store memory --anthropic-upstream "$mock_url" --openai-upstream "$mock_url" \
+    2> "$work/memory.err" &
+memory_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$memory_port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+grep -q "dashboard.*in memory, this run only" "$work/memory.err" \
+    || { cat "$work/memory.err" >&2; echo "the start-up log does not say the dashboard is in memory" >&2; exit 1; }
+SLUICE_URL="http://127.0.0.1:$memory_port" DEVTOOLS_PORT="$devtools_port" \
+SLUICE_CORPUS_ROOT="$corpus/public" SLUICE_CHECK=memory \
+    "$venv/bin/python" tests/dashboard/check.py || { tail -20 "$work/memory.err" >&2; exit 1; }
+if [[ -n "$(find "$work/state-home" -mindepth 1 -print -quit)" ]]; then
+    find "$work/state-home" >&2
+    echo "sluice --store memory wrote under its state directory" >&2
+    exit 1
+fi
+echo "ok: --store memory wrote nothing under its state directory"
+
+# Off: /dashboard/ says how to turn it on, and so does the log.
+off_port="$(free_port)"
+"$target_dir/sluice" serve --listen "127.0.0.1:$off_port" --store memory --no-dashboard \
+    --anthropic-upstream "$mock_url" --openai-upstream "$mock_url" 2> "$work/off.err" &
+off_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$off_port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+status="$(curl -s -o "$work/off.html" -w '%{http_code}' "http://127.0.0.1:$off_port/dashboard/")"
+[[ "$status" == 404 ]] && grep -q -- "--no-dashboard" "$work/off.html" \
+    || { cat "$work/off.html" >&2; echo "the off dashboard answered $status without saying how to turn it on" >&2; exit 1; }
+grep -q "dashboard.*off (--no-dashboard)" "$work/off.err" \
+    || { cat "$work/off.err" >&2; echo "the start-up log does not say the dashboard is off" >&2; exit 1; }
+echo "ok: with --no-dashboard, /dashboard/ answers 404 and says how to turn it on"

@@ -774,11 +774,18 @@ async fn hostile_upstreams() {
             .chat(dialect, &[], compactable(dialect, false))
             .await;
         assert_eq!(reply.status, 502, "{}", dialect.as_str());
-        // The message carries the transport error's causes, down to the one that says why.
+        // The message names the upstream and the flag that sets it, then carries the transport
+        // error's causes, down to the one that says why.
         let body: Value = serde_json::from_slice(&reply.body).unwrap();
         let message = body["error"]["message"].as_str().unwrap();
+        let flag = match dialect {
+            Dialect::OpenAi => "--openai-upstream or SLUICE_OPENAI_UPSTREAM",
+            _ => "--anthropic-upstream or SLUICE_ANTHROPIC_UPSTREAM",
+        };
         assert!(
-            message.starts_with("upstream request failed: ")
+            message.starts_with(&format!(
+                "upstream request to http://127.0.0.1:{dead} failed (set by "
+            )) && message.contains(flag)
                 && message.contains("Connection refused"),
             "{message}"
         );

@@ -1,6 +1,7 @@
 //! The dashboard through the real server: what the pipeline did, the provider's usage and the
 //! expand rounds reach its rows; content only with both switches open and only for trusted
-//! callers; the live feed; the page's headers.
+//! callers; the live feed; the page's headers; where `sluice serve`'s flags put it (in memory
+//! with the memory store, served and recording), and the page that says it is off.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +72,8 @@ async fn every_dialect_is_captured_as_the_pipeline_and_the_provider_reported_it(
         "{overview} vs {stats}"
     );
     assert!(overview["saved_tokens"].as_u64().unwrap() > 0);
+    // And the one savings figure is the same figure, streamed or not, in every dialect.
+    assert_eq!(overview["net_savings_pct"], stats["net_savings_pct"]);
     assert_eq!(overview["errors"], 0);
     assert_eq!(overview["capture"]["dropped"], 0);
 
@@ -312,8 +315,143 @@ async fn the_live_feed_sends_each_row_and_the_page_is_locked_down() {
 }
 
 #[tokio::test]
-async fn without_a_dashboard_its_routes_are_not_mounted() {
+async fn without_a_dashboard_the_page_says_how_to_turn_it_on() {
     let sluice = crate::proxy::start(engine::config::EMBEDDED_DEFAULT).await;
-    assert_eq!(sluice.get("/dashboard/").await.status, 404);
-    assert_eq!(sluice.get("/dashboard/api/overview").await.status, 404);
+    let page = sluice.get("/dashboard/").await;
+    assert_eq!(page.status, 404);
+    assert!(
+        page.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let text = String::from_utf8_lossy(&page.body);
+    assert!(
+        text.contains("The dashboard is off") && text.contains("--no-dashboard"),
+        "{text}"
+    );
+    assert_eq!(page.headers["x-frame-options"], "DENY");
+    let (status, error) = api(&sluice, "/dashboard/api/overview", &[]).await;
+    assert_eq!(status, 404);
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--no-dashboard"), "{error}");
+}
+
+/// `sluice serve` with its flags decides where the dashboard lives; the real server then
+/// answers its page and records a request in it.
+#[tokio::test]
+async fn serve_with_the_memory_store_keeps_the_dashboard_in_memory() {
+    let (dashboard, said) = proxy::cli::serve_dashboard(&["--store", "memory"]).unwrap();
+    let dashboard = dashboard.expect("the dashboard is on with the memory store");
+    assert!(dashboard.path().is_none(), "nothing on disk: {said}");
+    assert!(
+        said.contains("in memory") && said.contains("64 MiB"),
+        "{said}"
+    );
+    let shared = dashboard.clone();
+    let sluice = start_tuned(
+        |_| engine::config::EMBEDDED_DEFAULT.to_owned(),
+        move |settings| {
+            settings.dashboard = Some(shared);
+        },
+    )
+    .await;
+
+    let page = sluice.get("/dashboard/").await;
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("<title>sluice dashboard</title>"));
+    let (status, overview) = api(&sluice, "/dashboard/api/overview", &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(overview["requests"], 0);
+    assert_eq!(overview["capture"]["kept"], "memory");
+
+    let anthropic = sluice
+        .chat(
+            Dialect::Anthropic,
+            &[],
+            compactable(Dialect::Anthropic, false),
+        )
+        .await;
+    assert_eq!(anthropic.status, 200);
+    let gemini = sluice
+        .chat(
+            Dialect::Gemini,
+            &[("x-goog-api-key", "AIza-one")],
+            crate::proxy::corpus("gemini3pro-miniswe-pytest-dev-pytest-6197", Dialect::Gemini),
+        )
+        .await;
+    assert_eq!(gemini.status, 200);
+    settle(&dashboard);
+
+    let (status, page) = api(&sluice, "/dashboard/api/requests", &[]).await;
+    assert_eq!(status, 200);
+    let rows = page["requests"].as_array().unwrap();
+    let mut routes: Vec<&str> = rows.iter().map(|r| r["route"].as_str().unwrap()).collect();
+    routes.sort_unstable();
+    assert_eq!(routes, ["anthropic", "gemini"], "{page}");
+    let anthropic_row = rows.iter().find(|r| r["route"] == "anthropic").unwrap();
+    assert!(
+        anthropic_row["saved_tokens"].as_u64().unwrap() > 0,
+        "{page}"
+    );
+    // Gemini's rows filter as `route=gemini`, as docs/dashboard.md lists.
+    let (_, gemini_only) = api(&sluice, "/dashboard/api/requests?route=gemini", &[]).await;
+    assert_eq!(gemini_only["requests"].as_array().unwrap().len(), 1);
+    let (_, overview) = api(&sluice, "/dashboard/api/overview", &[]).await;
+    assert_eq!(overview["requests"], 2);
+}
+
+#[test]
+fn serve_decides_where_the_dashboard_lives() {
+    use proxy::cli::serve_dashboard;
+    let kept = |args: &[&str]| {
+        let (dashboard, said) = serve_dashboard(args).unwrap();
+        (
+            dashboard.map(|d| d.path().map(std::path::Path::to_path_buf)),
+            said,
+        )
+    };
+    for store in ["memory", "off"] {
+        let (path, said) = kept(&["--store", store]);
+        assert_eq!(path, Some(None), "--store {store}: in memory ({said})");
+    }
+    let (path, said) = kept(&["--store", "memory", "--no-dashboard"]);
+    assert_eq!(path, None);
+    assert!(said.contains("--no-dashboard"), "{said}");
+    let (path, said) = kept(&[
+        "--store",
+        "memory",
+        "--dashboard",
+        "--dashboard-max-mb",
+        "8",
+    ]);
+    assert_eq!(path, Some(None));
+    assert!(said.contains("8 MiB"), "{said}");
+
+    let dir = std::env::temp_dir().join(format!(
+        "sluice-dashboard-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let state = dir.join("state.db");
+    let store = format!("sqlite:{}", state.display());
+    let (path, said) = kept(&["--store", store.as_str()]);
+    assert_eq!(path, Some(Some(dir.join("state.dashboard.db"))), "{said}");
+    assert!(said.contains("512 MiB"), "{said}");
+    let (path, _) = kept(&["--store", store.as_str(), "--dashboard-db", ":memory:"]);
+    assert_eq!(path, Some(None));
+    let own = dir.join("history.db");
+    let (path, _) = kept(&["--store", "memory", "--dashboard-db", own.to_str().unwrap()]);
+    assert_eq!(path, Some(Some(own)));
+    let refused = serve_dashboard(&[
+        "--store",
+        store.as_str(),
+        "--dashboard-db",
+        state.to_str().unwrap(),
+    ]);
+    assert!(refused.is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }

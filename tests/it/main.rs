@@ -3,12 +3,15 @@
 mod abuse;
 mod agents;
 mod bedrock;
+mod claude_code;
 mod corpus;
 mod dashboard;
 mod docs;
 mod fuzz;
 mod gemini;
+mod glossary;
 mod llm;
+mod net;
 mod parity;
 mod prefix;
 mod properties;

@@ -324,6 +324,90 @@ async fn compacts_and_injects_the_expand_tool_last() {
     }
 }
 
+/// Issue #58: a 3,000-line job log with one failing batch in its middle, read after the user
+/// asked why the job failed. Under the embedded default (every stage of it, `linecap` after
+/// `collapse`) the failing line reaches the model in view, in both dialects, and the marker
+/// still gives back the whole log.
+#[tokio::test]
+async fn a_failure_in_the_middle_of_a_long_log_reaches_the_model_under_the_default() {
+    let error = r#"2026-03-02T10:41:40Z ERROR batch 2500 failed: duplicate key value violates unique constraint "orders_pkey""#;
+    let log: String = (1..=3000)
+        .map(|i| match i {
+            2500 => error.to_owned(),
+            i => format!(
+                "2026-03-02T10:{:02}:{:02}Z INFO  batch {i} committed: 500 rows into orders in {}ms",
+                (i / 60) % 60,
+                i % 60,
+                10 + i % 7
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let command = json!({"command": "cat /var/log/import/job-4411.log"});
+    let question = "tell me why it failed";
+    let openai = json!({"model": "gpt-4.1", "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": command.to_string()}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": log}],
+        "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]});
+    let anthropic = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024,
+        "system": "You are a coding agent.",
+        "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": command}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": log}]}]});
+    let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
+    // A session each: the second request re-issues the first one's call, which one session
+    // would read as a retry after a cut and leave whole.
+    let runs = [
+        (Dialect::OpenAi, openai, "issue-58-openai"),
+        (Dialect::Anthropic, anthropic, "issue-58-anthropic"),
+    ];
+    for (dialect, body, session) in runs {
+        let sent = serde_json::to_vec(&body).unwrap();
+        let headers = [("x-context-guru-session", session)];
+        let reply = sluice.chat(dialect, &headers, sent.clone()).await;
+        assert_eq!(reply.status, 200, "{dialect:?}");
+        let forwarded = sluice.mock.recorded().last().unwrap().body.clone();
+        let parsed = wire::parse(&forwarded, dialect).unwrap();
+        let output = parsed
+            .messages()
+            .iter()
+            .find(|m| m.is_tool())
+            .unwrap()
+            .content
+            .clone();
+        assert!(
+            output.contains("of them kept below) <<cg:"),
+            "{dialect:?}: collapsed, with lines kept: {output:.300}"
+        );
+        assert!(
+            output.contains(&format!("\n[line 2500] {error}\n")),
+            "{dialect:?}: the failing line is in view: {output}"
+        );
+        assert!(
+            !output.contains("batch 1500 committed"),
+            "{dialect:?}: the rest of the middle is cut"
+        );
+        assert!(
+            output.len() * 20 < log.len(),
+            "{dialect:?}: {} bytes",
+            output.len()
+        );
+        // The marker gives back the whole log, byte for byte.
+        let (id, original) = first_marker(&forwarded, &sent, dialect);
+        assert_eq!(original, log);
+        let expanded = sluice.get(&format!("/expand?id={id}")).await;
+        assert_eq!(expanded.status, 200);
+        assert!(
+            expanded.body == log.as_bytes(),
+            "{dialect:?}: the exact original"
+        );
+    }
+}
+
 #[tokio::test]
 async fn expand_calls_are_answered_from_the_store_without_streaming() {
     let sluice = start(engine::config::EMBEDDED_DEFAULT).await;
@@ -775,9 +859,13 @@ async fn stats_metrics_health_and_compact_routes() {
     assert!(metrics.contains("cg_requests_total"));
     assert!(metrics.contains("cg_component_runs_total{component=\"collapse\",outcome=\"acted\"}"));
     assert!(metrics.contains(&format!(
-        "sluice_build_info{{version=\"{}\"}} 1",
+        "cg_build_info{{version=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION")
     )));
+    // One naming scheme: every series is `cg_`, sluice's own as well as the reference's.
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.starts_with("cg_"), "{line}");
+    }
     promtool_passes(&metrics);
 }
 

@@ -4,17 +4,6 @@
 use super::table::{Field, Kind, Num};
 use super::{Totals, ms, pct, ratio};
 
-/// Content saved net of the way back's cost: restored originals at full price, re-read
-/// prompts at the cache-read price (0.1 of a fresh token). Can go below zero: a setting whose
-/// cuts are expanded often costs more than it saves, and the headline must say so.
-fn net_savings_pct(t: &Totals) -> f64 {
-    if t.live.tokens_before == 0 {
-        return 0.0;
-    }
-    let net = t.live.saved() as f64 - t.wasted_tokens as f64 - 0.1 * t.expand_reread_tokens as f64;
-    100.0 * net / t.live.tokens_before as f64
-}
-
 /// A row of [`FIELDS`]; the unlabelled shape most rows have.
 macro_rules! row {
     ($json:expr, $metric:expr, $kind:ident, $unit:expr, $help:expr, $value:expr) => {
@@ -66,7 +55,7 @@ pub static FIELDS: &[Field<Totals>] = &[
     ),
     row!(
         Some("opaque_entries"),
-        Some("sluice_opaque_entries_total"),
+        Some("cg_opaque_entries_total"),
         Counter,
         "entries",
         "Messages or items sluice could not read, kept byte-identical while the rest of their request was compacted.",
@@ -109,7 +98,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_saved_tokens_total"),
         Counter,
         "tokens",
-        "Content tokens saved, cumulative.",
+        "Content tokens cut, cumulative, on every request that ran the pipeline (one that failed upstream included: see net_savings_pct for the figure that counts).",
         |t| Num::Count(t.live.saved())
     ),
     row!(
@@ -128,32 +117,79 @@ pub static FIELDS: &[Field<Totals>] = &[
         "saved_tokens over saved_tokens_unique (0 without data).",
         |t| Num::Real(ratio(t.live.saved(), t.live.saved_tokens_unique))
     ),
+    // One savings figure (`engine::savings`): net saved is the headline, under its own key and
+    // context-guru's `savings_pct`; saved before expand rounds is the one secondary figure.
     row!(
         Some("net_savings_pct"),
         None,
         Gauge,
         "%",
-        "The headline: content tokens saved net of everything the way back cost (the originals expand rounds restored, and the prompt each round re-read, at the cache-read price of 0.1), over tokens_before. `sluice replay`'s net cost change is the same idea on a full cost model.",
-        |t| Num::Real(net_savings_pct(t))
+        "**The live headline, content tokens saved, net**: content tokens cut from requests the upstream completed, less the expand tool's declaration sluice added, the originals expand rounds restored and the prompt each round re-read (at the cache-read price, 0.1), over those requests' content tokens. Below zero when sluice cost more than it saved. The dashboard reports the same figure under the same name, and `sluice replay` beside its billed headline. It counts tokens, not their price: the bill's change is smaller (see docs/stats.md).",
+        |t| Num::Real(t.net().net_pct())
+    ),
+    row!(
+        None,
+        Some("cg_net_savings_ratio"),
+        Gauge,
+        "ratio",
+        "The headline, net saved (net_savings_pct), as a ratio.",
+        |t| Num::Real(t.net().net_pct() / 100.0)
     ),
     row!(
         Some("savings_pct"),
         None,
         Gauge,
         "%",
-        "Content tokens saved net of what expand rounds sent back, over tokens_before.",
-        |t| Num::Real(pct(
-            t.live.saved().saturating_sub(t.wasted_tokens),
-            t.live.tokens_before
-        ))
+        "context-guru's name for the headline: the same value as net_savings_pct.",
+        |t| Num::Real(t.net().net_pct())
     ),
     row!(
         Some("savings_pct_gross"),
         None,
         Gauge,
         "%",
-        "Content tokens saved before expand re-sends, over tokens_before.",
-        |t| Num::Real(pct(t.live.saved(), t.live.tokens_before))
+        "Saved before expand rounds: net_savings_pct without the rounds' restored originals and re-read prompts (the declaration still charged).",
+        |t| Num::Real(t.net().gross_pct())
+    ),
+    row!(
+        None,
+        Some("cg_gross_savings_ratio"),
+        Gauge,
+        "ratio",
+        "Saved before expand rounds (savings_pct_gross), as a ratio.",
+        |t| Num::Real(t.net().gross_pct() / 100.0)
+    ),
+    row!(
+        Some("net_saved_tokens"),
+        Some("cg_net_saved_tokens"),
+        Gauge,
+        "tokens",
+        "The headline's numerator: net saved, in input-token equivalents (below zero for a loss).",
+        |t| Num::Real(t.net().net_tokens())
+    ),
+    row!(
+        Some("expand_declared_tokens"),
+        Some("cg_expand_declared_tokens_total"),
+        Counter,
+        "tokens",
+        "Tokens of the expand tool's declaration sluice added to requests the upstream completed (charged in the headline).",
+        |t| Num::Count(t.completed.declared_tokens)
+    ),
+    row!(
+        Some("failed_requests_excluded"),
+        Some("cg_failed_requests_excluded_total"),
+        Counter,
+        "requests",
+        "Requests that ran the pipeline and did not complete upstream (a transport error, or an error status: 4xx or 5xx), left out of every savings percentage: the provider billed them nothing, and the agent's retry is counted when it completes.",
+        |t| Num::Count(t.failed_requests)
+    ),
+    row!(
+        Some("failed_saved_tokens_excluded"),
+        Some("cg_failed_saved_tokens_excluded_total"),
+        Counter,
+        "tokens",
+        "Content tokens those requests' cuts would have saved (in saved_tokens, not in the headline).",
+        |t| Num::Count(t.failed_saved_tokens)
     ),
     row!(
         Some("wasted_tokens"),
@@ -189,7 +225,7 @@ pub static FIELDS: &[Field<Totals>] = &[
     ),
     row!(
         Some("retries_after_compaction"),
-        Some("sluice_retries_after_compaction_total"),
+        Some("cg_retries_after_compaction_total"),
         Counter,
         "retries",
         "Calls the model re-issued right after their output was cut, and markers it expanded a second time; each makes that tool's outputs lossless for the rest of its session.",
@@ -197,7 +233,7 @@ pub static FIELDS: &[Field<Totals>] = &[
     ),
     row!(
         Some("expand_reread_tokens"),
-        Some("sluice_expand_reread_tokens_total"),
+        Some("cg_expand_reread_tokens_total"),
         Counter,
         "tokens",
         "Prompt tokens expand rounds sent upstream again.",
@@ -226,7 +262,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_added_latency_average_seconds"),
         Gauge,
         "s",
-        "Average latency sluice added per rewritten request (the reference's cg_added_latency_ms, in seconds).",
+        "Average latency sluice added per rewritten request (context-guru's cg_added_latency_ms, in seconds).",
         |t| Num::Real(ms(t.added_us, t.added_n) / 1e3)
     ),
     row!(
@@ -242,7 +278,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_upstream_errors_total"),
         Counter,
         "requests",
-        "Upstream transport failures.",
+        "Upstream transport failures (every call, expand rounds' included).",
         |t| Num::Count(t.upstream_errors)
     ),
     row!(

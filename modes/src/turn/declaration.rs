@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use engine::apply::Applied;
 use engine::pipeline::Pipeline;
+use engine::savings::NetSaving;
 use engine::way_back::{self, Placement, Withheld};
 use engine::wire::ParsedBody;
 use store::Flush;
@@ -66,6 +67,20 @@ fn made(placement: Placement, applied: &mut Applied<'_>) -> WayBack {
             WayBack::Injected(insertion.into_body(std::mem::take(&mut applied.body)))
         }
         Placement::AlreadyDeclared => WayBack::Declared,
+    }
+}
+
+impl Forward {
+    /// What this request adds to the net saving (`engine::savings`) once its upstream has
+    /// completed it, its declaration charged; a host that saw it fail counts it apart
+    /// (`Stats::record_outcome`). Read after the counts settled.
+    pub fn saving(&self) -> NetSaving {
+        NetSaving {
+            tokens_before: self.report.tokens_before as u64,
+            tokens_after: self.report.tokens_after as u64,
+            declared_tokens: self.declared_tokens as u64,
+            ..NetSaving::default()
+        }
     }
 }
 
@@ -150,6 +165,12 @@ impl<'a> Settled<'a> {
         flushed: Flush,
     ) -> Turn {
         let expandable = matches!(self.way, WayBack::Injected(_) | WayBack::Declared);
+        // Only a declaration sluice made costs the agent anything: one its request carried
+        // (`Declared`) was there without sluice too.
+        let declared_tokens = match self.way {
+            WayBack::Injected(_) => way_back::tool_tokens(parsed.dialect()),
+            _ => 0,
+        };
         let body = match (self.way, self.applied.body) {
             (WayBack::Injected(body), _) => Bytes::from(body),
             (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),
@@ -159,6 +180,7 @@ impl<'a> Settled<'a> {
             body,
             session,
             expandable,
+            declared_tokens,
             stream: is_stream(parsed),
             model: model_of(parsed),
             messages: self.applied.messages,

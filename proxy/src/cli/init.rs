@@ -54,19 +54,51 @@ pub(super) fn init(path: &Path, force: bool) -> Result<(), Failure> {
 }
 
 pub(super) fn presets() -> Result<(), Failure> {
-    stdout_result(write_presets(&mut std::io::stdout().lock()))
+    // What `serve` with neither flag would run: the environment's choice, else the embedded
+    // default (both variables set is refused, as `serve` refuses it).
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let unset = ConfigArgs {
+        config: None,
+        preset: None,
+    };
+    let default = unset.choice(env)?;
+    stdout_result(write_presets(&mut std::io::stdout().lock(), &default))
 }
 
-pub(super) fn write_presets(out: &mut impl Write) -> std::io::Result<()> {
-    for preset in config::PRESETS {
+/// The listed presets (a preset that does nothing in this build is not offered, see
+/// `engine::components::is_listed`), the one `serve` runs without `--config` or `--preset`
+/// marked, and the components built in this version. Without either variable that default is
+/// no preset: the embedded pipeline, said first.
+pub(super) fn write_presets(out: &mut impl Write, default: &ConfigChoice) -> std::io::Result<()> {
+    match default {
+        ConfigChoice::Embedded => writeln!(
+            out,
+            "default: the embedded pipeline, which is no preset: [{}]\n         (`sluice init` writes it as a file; --preset or --config picks another)",
+            Config::embedded().pipeline.join(", ")
+        )?,
+        ConfigChoice::Preset(name, from) => writeln!(out, "default: preset {name} ({from})")?,
+        ConfigChoice::File(path) => writeln!(
+            out,
+            "default: the config file {} (SLUICE_CONFIG)",
+            path.display()
+        )?,
+    }
+    writeln!(out)?;
+    for preset in config::listed_presets() {
         let status = if config::preset_is_available(preset) {
             ""
         } else {
             "  (needs components not built yet)"
         };
+        let mark = match default {
+            ConfigChoice::Preset(name, from) if name == preset.name => {
+                format!("  (the default, from {from})")
+            }
+            _ => String::new(),
+        };
         writeln!(
             out,
-            "{:<11} [{}]{status}",
+            "{:<11} [{}]{status}{mark}",
             preset.name,
             preset.pipeline.join(", ")
         )?;
@@ -75,7 +107,66 @@ pub(super) fn write_presets(out: &mut impl Write) -> std::io::Result<()> {
     writeln!(out)?;
     writeln!(out, "components built in this version:")?;
     for factory in engine::components::ALL {
-        writeln!(out, "  {:<10} {}", factory.name(), factory.summary())?;
+        if engine::components::is_listed(factory.name()) {
+            writeln!(out, "  {:<10} {}", factory.name(), factory.summary())?;
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing(default: &ConfigChoice) -> String {
+        let mut out = Vec::new();
+        write_presets(&mut out, default).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn presets_mark_the_default_and_leave_out_what_does_nothing() {
+        let text = listing(&ConfigChoice::Embedded);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with("default: the embedded pipeline, which is no preset: [")
+                && first.contains(&Config::embedded().pipeline.join(", ")),
+            "{text}"
+        );
+        assert!(
+            !text.contains("(the default"),
+            "no preset is the default: {text}"
+        );
+        assert!(text.lines().any(|l| l.starts_with("balanced ")), "{text}");
+        // Does nothing in this build: neither the preset nor the component is offered.
+        assert!(!text.contains("agentdiet"), "{text}");
+
+        let text = listing(&ConfigChoice::Preset("balanced".into(), "SLUICE_PRESET"));
+        assert!(
+            text.starts_with("default: preset balanced (SLUICE_PRESET)"),
+            "{text}"
+        );
+        let marked: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("(the default, from SLUICE_PRESET)"))
+            .collect();
+        assert_eq!(marked.len(), 1, "{text}");
+        assert!(marked[0].starts_with("balanced "), "{text}");
+    }
+
+    /// The file `sluice init` writes quotes no measured figure: they go stale with the build,
+    /// and the measurements live in docs/performance.md.
+    #[test]
+    fn init_writes_no_figures() {
+        let figure = regex::Regex::new(r"[0-9]\s*%|\b[0-9]+ of [0-9]+\b").unwrap();
+        for line in init_text()
+            .lines()
+            .filter(|l| l.trim_start().starts_with('#'))
+        {
+            assert!(
+                !figure.is_match(line),
+                "a figure in `sluice init`'s file: {line}"
+            );
+        }
+    }
 }

@@ -85,17 +85,19 @@ pub(super) struct ServeArgs {
     pub(super) dashboard: DashboardArgs,
 }
 
-/// The dashboard (`/dashboard/`): what happened per request, session and component.
+/// The dashboard (`/dashboard/`): what happened per request, session and component. On with
+/// every state store: in its own file beside a `sqlite:` store, in memory (this run only) with
+/// any other, or in the file `--dashboard-db` names.
 #[derive(Debug, Clone, Args)]
 pub(super) struct DashboardArgs {
-    /// Capture every request for the dashboard (on by default when the state store is a file).
+    /// The dashboard is on with every store; this flag is kept for scripts that pass it.
     #[arg(long, env = "SLUICE_DASHBOARD", conflicts_with = "no_dashboard")]
     pub(super) dashboard: bool,
-    /// No dashboard, whatever the store.
+    /// No dashboard: nothing is captured, and /dashboard/ says how to turn it on.
     #[arg(long)]
     pub(super) no_dashboard: bool,
-    /// The dashboard's SQLite file (default: beside the state store, `state.dashboard.db`), or
-    /// `:memory:`.
+    /// The dashboard's SQLite file, or `:memory:` (this run only). Default: beside a `sqlite:`
+    /// state store (`state.db` gives `state.dashboard.db`), in memory with any other store.
     #[arg(long, env = "SLUICE_DASHBOARD_DB")]
     pub(super) dashboard_db: Option<PathBuf>,
     /// Also keep the text of the messages sluice changed (redacted, 16 KiB each, 24 a request).
@@ -105,9 +107,10 @@ pub(super) struct DashboardArgs {
     /// Hours a request's row is kept (0: no age limit).
     #[arg(long, env = "SLUICE_DASHBOARD_RETENTION_HOURS", default_value_t = 168)]
     pub(super) dashboard_retention_hours: u64,
-    /// MiB the rows may use before the oldest are deleted (0: no limit).
-    #[arg(long, env = "SLUICE_DASHBOARD_MAX_MB", default_value_t = 512)]
-    pub(super) dashboard_max_mb: u64,
+    /// MiB the rows may use before the oldest are deleted (0: no limit). Default: 512 in a
+    /// file, 64 in memory.
+    #[arg(long, env = "SLUICE_DASHBOARD_MAX_MB")]
+    pub(super) dashboard_max_mb: Option<u64>,
     /// A host name the dashboard's content and config answer to besides IP literals and
     /// `localhost` (repeat, or comma-separate): the name an operator's browser uses.
     #[arg(
@@ -117,6 +120,11 @@ pub(super) struct DashboardArgs {
     )]
     pub(super) dashboard_hosts: Vec<String>,
 }
+
+/// `--dashboard-max-mb`'s default for a file.
+const DASHBOARD_FILE_MB: u64 = 512;
+/// `--dashboard-max-mb`'s default in memory: the rows share the process's memory.
+const DASHBOARD_MEMORY_MB: u64 = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(super) enum LogFormat {
@@ -167,27 +175,36 @@ pub(super) fn store_spec(
     })
 }
 
-/// The dashboard `serve` captures into: on by default when the state store is a file (its own
-/// file beside it), else only with `--dashboard`; `--no-dashboard` turns it off.
+/// The dashboard `serve` starts, and the start-up log's words for where it keeps its rows (or
+/// why there is none).
+pub(super) struct DashboardChoice {
+    pub(super) dashboard: Option<Arc<dashboard::Dashboard>>,
+    pub(super) said: String,
+}
+
+/// The dashboard `serve` captures into. On with every store; `--no-dashboard` turns it off.
+/// Its rows go to the file `--dashboard-db` names, else beside a `sqlite:` state store (its own
+/// file: history never competes with sessions' state for the store's writer), else to memory
+/// for this run: a state store in memory, off or in Redis writes nothing to disk for it.
 pub(super) fn dashboard(
     args: &DashboardArgs,
     spec: &store::StoreSpec,
-    listen: std::net::SocketAddr,
-) -> Result<Option<Arc<dashboard::Dashboard>>, Failure> {
+) -> Result<DashboardChoice, Failure> {
     use dashboard::{Dashboard, DashboardOptions, beside};
     use store::StoreSpec;
+    // `--dashboard` asks for what every store now has; clap refuses it with `--no-dashboard`.
+    debug_assert!(!(args.dashboard && args.no_dashboard));
+    if args.no_dashboard {
+        return Ok(DashboardChoice {
+            dashboard: None,
+            said: "off (--no-dashboard): nothing is captured; /dashboard/ says how to turn it on"
+                .into(),
+        });
+    }
     let on_disk = match spec {
         StoreSpec::Sqlite(path) => Some(path.as_path()),
         _ => None,
     };
-    let wanted = if args.no_dashboard {
-        false
-    } else {
-        args.dashboard || on_disk.is_some()
-    };
-    if !wanted {
-        return Ok(None);
-    }
     if let (Some(db), Some(state)) = (&args.dashboard_db, on_disk)
         && db == state
     {
@@ -196,44 +213,67 @@ pub(super) fn dashboard(
                 .into(),
         ));
     }
-    let path = match (&args.dashboard_db, on_disk) {
-        (Some(path), _) if path.as_os_str() == ":memory:" => None,
-        (Some(path), _) => Some(path.clone()),
-        (None, Some(state)) => Some(beside(state)),
-        (None, None) => Some(beside(&store::sqlite::default_path_for(listen))),
+    let (path, why) = match (&args.dashboard_db, on_disk) {
+        (Some(path), _) if path.as_os_str() == ":memory:" => (None, "--dashboard-db :memory:"),
+        (Some(path), _) => (Some(path.clone()), "--dashboard-db"),
+        (None, Some(state)) => (Some(beside(state)), "beside the state store"),
+        (None, None) => (
+            None,
+            match spec {
+                StoreSpec::Memory => "the state store is in memory",
+                StoreSpec::Off => "no state store is kept",
+                _ => "the state store is not a file",
+            },
+        ),
     };
     let hours = |h: u64| (h > 0).then(|| std::time::Duration::from_secs(h.saturating_mul(3600)));
+    let max_mb = |in_memory: bool| {
+        args.dashboard_max_mb.unwrap_or(if in_memory {
+            DASHBOARD_MEMORY_MB
+        } else {
+            DASHBOARD_FILE_MB
+        })
+    };
+    let bytes = |mb: u64| (mb > 0).then_some(mb.saturating_mul(1 << 20));
     let options = DashboardOptions {
         path: path.clone(),
         retention: hours(args.dashboard_retention_hours),
-        max_bytes: (args.dashboard_max_mb > 0)
-            .then_some(args.dashboard_max_mb.saturating_mul(1 << 20)),
+        max_bytes: bytes(max_mb(path.is_none())),
         content: args.dashboard_content,
         ..DashboardOptions::default()
     };
     // History must never stop sluice from starting: a file that cannot be opened (a read-only
     // directory, say) leaves the dashboard in memory for this run, said out loud.
-    let mut shown = path
-        .as_deref()
-        .map_or_else(|| ":memory:".into(), |p| p.display().to_string());
-    let dashboard = match Dashboard::open(options.clone()) {
-        Ok(dashboard) => dashboard,
+    let (dashboard, why) = match Dashboard::open(options.clone()) {
+        Ok(dashboard) => (dashboard, why),
         Err(error) => {
-            shown = ":memory:".into();
             tracing::warn!(%error, "the dashboard's file cannot be used; keeping this run's rows in memory");
-            Dashboard::open(DashboardOptions {
+            let dashboard = Dashboard::open(DashboardOptions {
                 path: None,
+                max_bytes: bytes(max_mb(true)),
                 ..options
             })
-            .map_err(|e| Failure(format!("dashboard: {e}")))?
+            .map_err(|e| Failure(format!("dashboard: {e}")))?;
+            (dashboard, "its file cannot be used")
         }
     };
-    tracing::info!(
-        db = %shown,
-        content = args.dashboard_content,
-        "dashboard at /dashboard/"
-    );
-    Ok(Some(Arc::new(dashboard)))
+    // One label per session: the logs hash session keys with the dashboard's key (before any
+    // request, so before the first log line that names a session), as its rows do.
+    modes::loud::use_log_key(dashboard.session_key().to_vec());
+    let bound = match args.dashboard_max_mb {
+        Some(0) => "no size limit".to_owned(),
+        _ => format!("at most {} MiB", max_mb(dashboard.path().is_none())),
+    };
+    let said = match dashboard.path() {
+        Some(file) => format!("in {} ({why}), {bound}", file.display()),
+        None => format!(
+            "in memory, this run only ({why}), {bound}; --dashboard-db PATH keeps it in a file"
+        ),
+    };
+    Ok(DashboardChoice {
+        dashboard: Some(Arc::new(dashboard)),
+        said,
+    })
 }
 
 pub(super) fn state_store(
@@ -314,7 +354,10 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .build()?;
     runtime.block_on(async {
         let spec = store_spec(args.store.clone(), &config.store, args.listen.listen)?;
-        let dashboard = dashboard(&args.dashboard, &spec, args.listen.listen)?;
+        let DashboardChoice {
+            dashboard,
+            said: dashboard_said,
+        } = dashboard(&args.dashboard, &spec)?;
         let state = state_store(spec, &config.store)?;
         let timeouts = Timeouts {
             connect: Duration::from_secs(args.connect_timeout),
@@ -361,6 +404,12 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure(format!("listen on {}: {e}", args.listen.listen)))?;
         tracing::info!(%local, pipeline = %pipeline_names, "sluice is listening.");
+        tracing::info!(
+            url = %format!("http://{local}/dashboard/"),
+            kept = %dashboard_said,
+            content = args.dashboard.dashboard_content,
+            "dashboard"
+        );
         if !local.ip().is_loopback() {
             tracing::warn!(
                 %local,
@@ -397,7 +446,13 @@ pub(super) fn reload_on_hangup(
         while hangups.recv().await.is_some() {
             let loaded = config
                 .load()
-                .map_err(|Failure(why)| vec![why])
+                // One problem a line, as the command line prints them: one log line each.
+                .map_err(|Failure(why)| {
+                    why.lines()
+                        .map(str::trim)
+                        .map(str::to_owned)
+                        .collect::<Vec<String>>()
+                })
                 .and_then(|mut c| {
                     // `--mode` on the command line beats the file, on a reload as at start.
                     if let Some(mode) = mode {

@@ -34,6 +34,16 @@ pub(super) fn sluice_answers(addr: std::net::SocketAddr) -> bool {
         && answer.starts_with("HTTP/1.1 200")
 }
 
+/// The variables `wrap` points at sluice, one per provider whose agents read one (as
+/// docs/guide.md gives them): Anthropic's, OpenAI's and gemini-cli's base URLs.
+pub(super) fn base_urls(listen: std::net::SocketAddr) -> [(&'static str, String); 3] {
+    [
+        ("ANTHROPIC_BASE_URL", format!("http://{listen}/anthropic")),
+        ("OPENAI_BASE_URL", format!("http://{listen}/openai/v1")),
+        ("GOOGLE_GEMINI_BASE_URL", format!("http://{listen}/gemini")),
+    ]
+}
+
 /// `sluice wrap`: see the subcommand's help. Exits with the command's own code.
 pub(super) fn wrap(args: &WrapArgs) -> Result<(), Failure> {
     let started = if sluice_answers(args.listen.listen) {
@@ -78,14 +88,7 @@ pub(super) fn wrap(args: &WrapArgs) -> Result<(), Failure> {
         .ok_or_else(|| Failure("wrap needs a command after --".into()))?;
     let status = std::process::Command::new(program)
         .args(rest)
-        .env(
-            "ANTHROPIC_BASE_URL",
-            format!("http://{}/anthropic", args.listen.listen),
-        )
-        .env(
-            "OPENAI_BASE_URL",
-            format!("http://{}/openai/v1", args.listen.listen),
-        )
+        .envs(base_urls(args.listen.listen))
         .status()
         .map_err(|e| Failure(format!("cannot run {program}: {e}")))?;
     drop(started);

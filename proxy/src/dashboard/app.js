@@ -20,7 +20,15 @@ function usd(n) {
   const digits = a >= 100 ? 0 : a >= 1 ? 2 : a >= 0.01 ? 3 : 4;
   return (n < 0 ? '−$' : '$') + a.toFixed(digits);
 }
+// `1 error`, `3 errors`: a count and its noun, plural when it is not one.
+function count(n, noun) { return nf.format(n) + ' ' + noun + (n === 1 ? '' : 's'); }
 function pct(n) { return n == null ? '—' : n.toFixed(1) + '%'; }
+// The live savings figure, content tokens saved, net (the same as /stats net_savings_pct): savings read
+// positive, a loss negative.
+function savedPct(n) {
+  if (n == null) return '—';
+  return n < 0 ? '−' + (-n).toFixed(2) + '% (cost more)' : n.toFixed(2) + '% saved';
+}
 function ms(n) { return n == null ? '—' : (n >= 100 ? n.toFixed(0) : n.toFixed(2)) + ' ms'; }
 function when(ts) {
   if (ts == null) return '—';
@@ -179,15 +187,18 @@ async function loadOverview() {
   ]);
   const c = o.capture || {};
   $('tiles').replaceChildren(
-    tile('requests', 'Requests', nf.format(o.requests), nf.format(o.sessions) + ' sessions · ' + nf.format(o.errors) + ' errors'),
-    tile('saved', 'Content saved', tokens(o.saved_tokens), pct(o.saved_pct) + ' of ' + tokens(o.tokens_before) + (o.projected_requests ? ' (projected in observe)' : '')),
-    tile('net', 'Net saved', usd(o.net_saved_usd), (o.net_saved_pct == null ? 'no priced requests' : pct(o.net_saved_pct) + ' of the baseline ' + usd(o.baseline_cost_usd)), signClass(o.net_saved_usd)),
-    tile('cost', 'Billed', usd(o.cost_usd), 'net saved ' + usd(o.net_saved_usd) + ' · ' + nf.format(o.priced_requests) + ' priced'),
+    tile('requests', 'Requests', nf.format(o.requests), count(o.sessions, 'session') + ' · ' + count(o.errors, 'error')),
+    tile('net', 'Content tokens saved, net', savedPct(o.net_savings_pct),
+      'before expand rounds ' + savedPct(o.savings_pct_gross) + ' · ' + tokens(o.net_saved_tokens) +
+      (o.failed_requests_excluded ? ' · ' + nf.format(o.failed_requests_excluded) + ' failed upstream, left out' : '') +
+      (o.projected_requests ? ' · observe mode cuts nothing' : ''), signClass(o.net_savings_pct)),
+    tile('worth', 'Content tokens saved, priced', usd(o.net_saved_usd), 'the same tokens at list prices · ' + nf.format(o.priced_requests) + ' priced', signClass(o.net_saved_usd)),
+    tile('cost', 'Billed', usd(o.cost_usd), 'baseline ' + usd(o.baseline_cost_usd) + ' · content cut ' + tokens(o.saved_tokens)),
     tile('cache', 'Cache read / written', tokens(o.cache_read_tokens), 'written ' + tokens(o.cache_write_tokens) + ' · fresh ' + tokens(o.fresh_input_tokens)),
     tile('expand', 'Expand rounds', nf.format(o.expand_rounds), 'cost ' + usd(o.expand_cost_usd) + ' (in the net)'),
     tile('latency', 'Added by sluice', ms(o.added_ms_avg), 'average per request'),
     untouchedTile(o),
-    tile('capture', 'Capture', nf.format(c.captured || 0) + ' rows', nf.format(c.dropped || 0) + ' dropped · content ' + (c.content_enabled ? 'on' : 'off'), c.dropped ? 'bad' : ''),
+    tile('capture', 'Capture', count(c.captured || 0, 'row'), nf.format(c.dropped || 0) + ' dropped · content ' + (c.content_enabled ? 'on' : 'off') + (c.kept === 'memory' ? ' · in memory, this run only' : ''), c.dropped ? 'bad' : ''),
   );
   const pts = series.points;
   lineChart($('chart-tokens'), pts, [
@@ -209,11 +220,12 @@ async function loadOverview() {
     { title: 'Baseline', num: true, render: (r) => usd(r.baseline_cost_usd) },
     { title: 'Saved', num: true, render: (r) => usd(r.saved_usd) },
     { title: 'Expand cost', num: true, render: (r) => usd(r.expand_cost_usd) },
-    { title: 'Net saved', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
-    { title: 'Net %', num: true, render: (r) => pct(r.net_saved_pct) },
+    { title: 'Net, priced', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
+    { title: 'Content tokens saved, net', num: true, render: (r) => savedPct(r.net_savings_pct), cls: (r) => signClass(r.net_savings_pct) },
   ], cost.models);
-  $('capture-note').textContent = 'Costs are list prices at the time each row was written; "unknown" means the model is not in the price table or the provider reported no usage. ' +
-    'Saved prices removed tokens at the tier the request\'s new suffix paid; net subtracts what expand rounds cost.';
+  $('capture-note').textContent = 'Content tokens saved, net, is the tokens cut from requests the upstream completed, less the expand tool\'s declaration and what expand rounds restored and re-read (at 0.1), over those requests\' content: the same figure as /stats net_savings_pct. It counts tokens, not their price: most of a prompt is read from the provider\'s cache at a tenth of the price, so the bill changes less (sluice replay bills it). ' +
+    'Costs are list prices at the time each row was written; "unknown" means the model is not in the price table or the provider reported no usage. ' +
+    'Priced, each of those tokens is at the tier it was billed: removed ones at the tier the request\'s new suffix paid.';
 }
 
 // ---- sessions ---------------------------------------------------------------------------
@@ -229,10 +241,10 @@ async function loadSessions(more) {
     { title: 'Last active', render: (r) => when(r.last_ts) },
     { title: 'Requests', num: true, render: (r) => nf.format(r.requests) },
     { title: 'Content', num: true, render: (r) => tokens(r.tokens_before) },
-    { title: 'Saved', num: true, render: (r) => tokens(r.saved_tokens) + ' · ' + pct(r.saved_pct) },
+    { title: 'Content tokens saved, net', num: true, render: (r) => savedPct(r.net_savings_pct), cls: (r) => signClass(r.net_savings_pct) },
     { title: 'Expand rounds', num: true, render: (r) => nf.format(r.expand_rounds) },
     { title: 'Billed', num: true, render: (r) => usd(r.cost_usd) },
-    { title: 'Net saved', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
+    { title: 'Net, priced', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
     { title: 'Model', render: (r) => r.models },
   ], rows, { onclick: (r) => { state.session = r.session; showTab('requests'); }, empty: 'No sessions in this window yet.' });
   $('sessions-more').classList.toggle('hidden', page.sessions.length < 50);
@@ -260,10 +272,10 @@ async function loadRequests(more) {
     { title: 'Model', render: (r) => r.model },
     { title: 'Status', num: true, render: (r) => r.status, cls: (r) => (r.status >= 400 ? 'bad' : '') },
     { title: 'Content', num: true, render: (r) => tokens(r.tokens_before) },
-    { title: 'Saved', num: true, render: (r) => (r.untouched ? 'untouched: ' + r.untouched : tokens(r.saved_tokens) + ' · ' + pct(r.saved_pct)) },
+    { title: 'Content tokens saved, net', num: true, render: (r) => (r.untouched ? 'untouched: ' + r.untouched : r.net_savings_pct == null ? 'not completed: left out' : savedPct(r.net_savings_pct)) },
     { title: 'Acted', render: (r) => el('span', {}, r.acted.map((a) => el('span', { class: 'chip act', text: a }))) },
     { title: 'Billed', num: true, render: (r) => usd(r.cost_usd) },
-    { title: 'Net', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
+    { title: 'Net, priced', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
     { title: 'Added', num: true, render: (r) => ms(r.added_ms) },
   ], rows, { onclick: (r) => openRequest(r.id), testid: 'request-row', empty: 'No requests in this window yet.' });
   $('requests-more').classList.toggle('hidden', page.requests.length < 50);
@@ -278,11 +290,13 @@ async function openRequest(id) {
     ['Route / mode', r.route + ' · ' + r.mode + (r.stream ? ' · streamed' : '')],
     ['Status', String(r.status) + (r.untouched ? ' · forwarded untouched: ' + r.untouched : '')],
     ['Messages', nf.format(r.messages)],
-    ['Content tokens', tokens(r.tokens_before) + ' → ' + tokens(r.tokens_after) + ' (' + pct(r.saved_pct) + ' saved' + (r.projected ? ', projected' : '') + ')'],
+    ['Content tokens', tokens(r.tokens_before) + ' → ' + tokens(r.tokens_after) + ' (' + tokens(r.saved_tokens) + ' cut' + (r.projected ? ', projected' : '') + ')' +
+      (r.expand_declared_tokens ? ' · expand tool declared: ' + tokens(r.expand_declared_tokens) : '')],
     ['Provider usage', 'fresh ' + tokens(r.fresh_input_tokens) + ' · cache read ' + tokens(r.cache_read_tokens) + ' · written ' + tokens(r.cache_write_tokens) + ' · output ' + tokens(r.output_tokens)],
     ['Expand rounds', nf.format(r.expand_rounds) + (r.expand_rounds ? ' (' + tokens(r.expand_tokens) + ' restored)' : '')],
     ['Billed / baseline', usd(r.cost_usd) + ' / ' + usd(r.baseline_cost_usd)],
-    ['Net saved', usd(r.net_saved_usd) + ' (saved ' + usd(r.saved_usd) + ' − expand ' + usd(r.expand_cost_usd) + ')'],
+    ['Content tokens saved, net', (r.net_savings_pct == null ? 'left out (not completed upstream)' : savedPct(r.net_savings_pct)) +
+      ' · priced ' + usd(r.net_saved_usd) + ' (saved ' + usd(r.saved_usd) + ' − expand ' + usd(r.expand_cost_usd) + ')'],
     ['Time added', ms(r.added_ms) + ' · upstream head ' + ms(r.upstream_ms)],
   ];
   const body = $('drawer-body');
