@@ -89,8 +89,9 @@ pids+=($!)
 nginx -c "$work/hop.conf" -p "$work" -g 'daemon off;' 2>"$work/hop.err" &
 hop_pid=$!
 pids+=($!)
+# The bare hop: no pipeline, and no dashboard (which is on with every store).
 SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$off_port" --preset off --store memory \
-    --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/off.err" &
+    --no-dashboard --anthropic-upstream "http://127.0.0.1:$canned_port" 2>"$work/off.err" &
 pids+=($!); off_pid=$!
 store="${HOP_STORE:-sqlite:$work/state.db}"
 SLUICE_LOG=warn "$sluice" serve --listen "127.0.0.1:$default_port" --store "$store" \

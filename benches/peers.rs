@@ -110,7 +110,10 @@ fn main() {
         let (sluice_port, headroom_port) = (free_port(), free_port());
         let mut sluice = {
             let mut c = Command::new(&sluice_bin);
+            // The forward path only: the dashboard (on with every store) is measured by
+            // `load.sh dashboard`.
             c.args(["serve", "--listen", &format!("127.0.0.1:{sluice_port}"), "--store", "memory"])
+                .args(["--no-dashboard"])
                 .args(["--anthropic-upstream", &mock.url(), "--openai-upstream", &mock.url()]);
             spawn(c, "target/peers-sluice.log")
         };

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sweeps configs over the public corpus with `sluice replay` (30 s between turns) and prints one
-# Markdown row per config: net and gross billed input change, expand rounds, cache writes,
-# content saved, flips, visible recall and recall. The table in docs/performance.md ("Choosing
-# the presets") came from it.
+# Markdown row per config: net saved and saved before expand rounds (the headline, /stats'
+# figure), billed input saved on the cost model with and without the rounds, expand rounds,
+# cache writes, flips, visible recall and recall. The tables in docs/performance.md ("Choosing
+# the presets") came from its earlier form, which led with the billed change (negative for a
+# saving).
 #
 # Usage: [SWEEP_GAP=SECONDS] bash benches/sweep.sh (collapse | delta | presets | amortize | LABEL=YAML ...)
 #   A YAML is a config document layered on the embedded default, e.g.
@@ -60,8 +62,8 @@ esac
 cargo build -q --release --bin sluice
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-echo "| config | net billed input | before expand rounds | expand rounds | cache writes | content saved | flips | visible recall | recall |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+echo "| config | net saved | before expand rounds | billed input saved | billed, before expand rounds | expand rounds | cache writes | flips | visible recall | recall |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
 for spec in "$@"; do
     label="${spec%%=*}"
     yaml="${spec#*=}"
@@ -77,8 +79,10 @@ for spec in "$@"; do
     python3 - "$label" "$tmp/out.json" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[2]))["totals"]
-print(f"| {sys.argv[1]} | {t['net_cost_change_pct']:+.2f}% | {t['cost_change_pct']:+.2f}% | {t['expand_rounds']} "
-      f"| {t['cache_write_change_pct']:+.2f}% | {t['content_saved_pct']:.2f}% | {t['flips']} "
+# Savings read positive, a loss negative (the report's convention, and /stats').
+print(f"| {sys.argv[1]} | {t['net_savings_pct']:.2f}% | {t['savings_pct_gross']:.2f}% "
+      f"| {t['billed_savings_pct']:.2f}% | {t['billed_savings_pct_gross']:.2f}% | {t['expand_rounds']} "
+      f"| {t['cache_write_change_pct']:+.2f}% | {t['flips']} "
       f"| {t['visible_recall_pct']:.2f}% | {t['recall_pct']:.2f}% |")
 PY
 done

@@ -24,8 +24,16 @@
 //! `context_guru_expand`, and the expand loop makes one more upstream call. A turn whose answer
 //! used an identifier sluice had hidden is charged one **expand round**: the whole forwarded
 //! prompt read again (at the cache-read price: the turn's own call has just cached it) and the
-//! restored originals written after it, with the model's call, at the cache-write price. The
-//! **net** cost change counts those rounds; the plain cost change does not.
+//! restored originals written after it, with the model's call, at the cache-write price.
+//!
+//! **The headline is the bill's change**: billed input saved, net, both arms on the cost model
+//! above with the expand rounds billed, savings positive like every figure. Each turn also adds
+//! what the proxy would add to `/stats` for it ([`TurnRecord::saving`]): its pipeline report's
+//! content tokens, the expand tool's declaration, and its round's restored originals and
+//! re-read prompt. So content tokens saved, net (`engine::savings`), means the same thing here
+//! as live, and on the same traffic reads the same; it is reported beside the headline. It
+//! counts tokens, not their price, and the bill needs the baseline's cache use, which only a
+//! replay has.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -37,6 +45,7 @@ use engine::clock::{Clock, ManualClock};
 use engine::config::Config;
 use engine::message::{Message, Role};
 use engine::pipeline::Pipeline;
+use engine::savings::NetSaving;
 use engine::store::{MemoryStore, Store};
 use engine::wire::{self, Dialect, ParsedBody, WireError};
 use serde::Serialize;
@@ -68,8 +77,13 @@ impl Default for Prices {
 /// How to replay.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Simulated time between turns.
+    /// Simulated time between turns, for a recording that does not say when each was sent.
     pub gap: Duration,
+    /// When each turn was sent, from the session's first (a Claude Code transcript records
+    /// it): turn k runs at its recorded time, so the cache's lifetime and the cold-cache
+    /// predictor see the gaps the user had. Empty, or shorter than the turns: `gap` for the
+    /// rest.
+    pub times: Vec<Duration>,
     pub prices: Prices,
     /// Let the tracker read cold turns (false: every turn is treated as warm, i.e. cold_cache
     /// off for every component).
@@ -90,9 +104,23 @@ pub struct Options {
     /// tools, about 18,000 tokens in 2.1), added to every turn as a stand-in `tools` entry of
     /// that size; 0 adds none. `sluice replay` takes it from the corpus's `replay.json`.
     pub preamble_tokens: usize,
+    /// Per turn, the preamble's size read from the recording itself (a Claude Code transcript's
+    /// usage, `claude_code::preamble`), in place of `preamble_tokens`; shorter than the turns
+    /// (empty, say): `preamble_tokens` for the rest.
+    pub preambles: Vec<usize>,
     /// How the model expands a marker whose original holds what its answer needs: the whole
     /// original, or (the expand tool's `pattern`) the lines holding each identifier it needs.
     pub expand: ExpandAsk,
+}
+
+impl Options {
+    /// The preamble billed on turn `k`: the recording's own for that turn, else the stand-in.
+    pub fn preamble_at(&self, k: usize) -> usize {
+        self.preambles
+            .get(k)
+            .copied()
+            .unwrap_or(self.preamble_tokens)
+    }
 }
 
 /// How replay's model asks for a hidden original.
@@ -113,12 +141,14 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             gap: Duration::from_secs(30),
+            times: Vec::new(),
             prices: Prices::default(),
             cold_detection: true,
             keep_bodies: false,
             learn_from_rounds: true,
             settle_replies: true,
             preamble_tokens: 0,
+            preambles: Vec::new(),
             expand: ExpandAsk::default(),
         }
     }
@@ -199,6 +229,10 @@ pub struct TurnRecord {
     pub amortized: bool,
     pub flipped_messages: usize,
     pub recall: Recall,
+    /// What the proxy's `/stats` would add to the net saving for this turn: the run's content
+    /// tokens and declaration (none for a turn the pipeline did not run, which `/stats` leaves
+    /// out too), and its expand round's restored originals and re-read prompt.
+    pub saving: NetSaving,
 }
 
 /// What one component did over a session (or all of them).
@@ -214,6 +248,8 @@ pub struct ComponentTally {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SessionReport {
     pub name: String,
+    /// The dialect it was replayed in (`Dialect::as_str`).
+    pub dialect: String,
     pub turns: Vec<TurnRecord>,
     pub components: BTreeMap<String, ComponentTally>,
     /// The largest single savings: (turn, message index, tokens saved, component).
@@ -227,38 +263,15 @@ pub struct SessionReport {
     pub bodies: Vec<Bytes>,
 }
 
-/// Sums over sessions.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Totals {
-    pub sessions: usize,
-    pub turns: usize,
-    pub baseline: Bill,
-    pub sluice: Bill,
-    pub baseline_cost: f64,
-    pub sluice_cost: f64,
-    pub content_saved_pct: f64,
-    pub cost_change_pct: f64,
-    pub cache_write_change_pct: f64,
-    pub flips: usize,
-    pub frozen_flips: u64,
-    pub recall: Recall,
-    /// Identifiers the answers used that were visible or one expand away.
-    pub recall_pct: f64,
-    /// Identifiers the answers used that were visible in the forwarded body itself.
-    pub visible_recall_pct: f64,
-    /// Expand rounds the answers needed, and their bill.
-    pub expand_rounds: usize,
-    /// Of those, rounds that expanded only markers already expanded in their session.
-    pub expand_repeats: usize,
-    pub expand: Bill,
-    pub expand_cost: f64,
-    /// Billed input change against no compaction with the expand rounds counted: the figure
-    /// to tune against.
-    pub net_cost_change_pct: f64,
-    /// Sessions whose own net cost change is above 0%: sluice cost them more than it saved.
-    pub losing_sessions: usize,
-    /// The session with the highest net cost change, and that change.
-    pub worst_session: Option<(String, f64)>,
+impl SessionReport {
+    /// A session of no turns yet.
+    fn empty(name: &str, dialect: Dialect) -> SessionReport {
+        SessionReport {
+            name: name.to_owned(),
+            dialect: dialect.as_str().to_owned(),
+            ..SessionReport::default()
+        }
+    }
 }
 
 /// Why a recorded session could not be cut into turns or replayed.
@@ -393,10 +406,7 @@ async fn replay_on(
 ) -> Result<SessionReport, ReplayError> {
     let (service, store, clock) = replay_service(config, pipeline, options);
     let headers = session_headers(name);
-    let mut report = SessionReport {
-        name: name.to_owned(),
-        ..SessionReport::default()
-    };
+    let mut report = SessionReport::empty(name, dialect);
     let mut unique: BTreeSet<(&'static str, u64)> = BTreeSet::new();
     let Some((full, requests)) = requests_of(name, turns, dialect)? else {
         return Ok(report);
@@ -408,14 +418,14 @@ async fn replay_on(
     let mut prev_body: Option<Bytes> = None;
     let mut last_at: Option<Duration> = None;
     for (k, body) in requests.iter().enumerate() {
-        clock.advance(options.gap);
-        let body = &with_preamble(body, options.preamble_tokens);
+        clock.advance(step(options, k));
+        let body = &with_preamble(body, options.preamble_at(k));
         let parsed = wire::parse(body, dialect).map_err(|error| ReplayError::TurnUnparsed {
             session: name.to_owned(),
             turn: k,
             error,
         })?;
-        let applied = forward_turn(&service, &parsed, &headers).await;
+        let (applied, ran) = forward_turn(&service, &parsed, &headers).await;
         let facts = applied.facts;
         let incoming = parsed.messages();
         let now = clock.now();
@@ -463,6 +473,8 @@ async fn replay_on(
         let frozen = applied.report.frozen();
         report.frozen_flips += frozen.dropped.saturating_sub(frozen.repaired);
         report.turns.push(TurnRecord {
+            // Before `expand` takes the round.
+            saving: turn_saving(&applied, ran, round.as_ref()),
             baseline,
             sluice,
             expand_rounds: usize::from(round.is_some()),
@@ -482,6 +494,18 @@ async fn replay_on(
     }
     keep_largest(&mut report.largest);
     Ok(report)
+}
+
+/// How far the clock moves before turn `k`: to its recorded time when there is one (the
+/// first turn, like every unrecorded one, one `gap` after the last), else one `gap`.
+fn step(options: &Options, k: usize) -> Duration {
+    match (
+        k.checked_sub(1).and_then(|j| options.times.get(j)),
+        options.times.get(k),
+    ) {
+        (Some(before), Some(at)) => at.saturating_sub(*before),
+        _ => options.gap,
+    }
 }
 
 /// The longest body of a session, parsed, and the requests to replay.
@@ -513,13 +537,30 @@ fn requests_of<'a>(
     Ok(Some((full, requests)))
 }
 
-/// One turn through the proxy's turn service; a bypassed body (the agent compacting itself) is
-/// forwarded as it came.
+/// What the proxy would add to the net saving for this turn, its upstream having completed it
+/// (a replay's always does): the run's counts and declaration when the pipeline ran, and the
+/// round its answer needed, counted as the proxy's expand loop counts one (the restored
+/// originals, and the forwarded prompt's content tokens re-read).
+fn turn_saving(applied: &Forward, ran: bool, round: Option<&Round>) -> NetSaving {
+    let mut saving = if ran {
+        applied.saving()
+    } else {
+        NetSaving::default()
+    };
+    if let Some(round) = round {
+        saving.restored_tokens = round.restored as u64;
+        saving.reread_tokens = applied.report.tokens_after as u64;
+    }
+    saving
+}
+
+/// One turn through the proxy's turn service, and whether the pipeline ran on it; a bypassed
+/// body (the agent compacting itself) is forwarded as it came.
 async fn forward_turn(
     service: &TurnService,
     parsed: &ParsedBody<'_>,
     headers: &http::HeaderMap,
-) -> Forward {
+) -> (Forward, bool) {
     let bytes = Bytes::copy_from_slice(parsed.text().as_bytes());
     let input = TurnInput {
         dialect: parsed.dialect(),
@@ -529,13 +570,16 @@ async fn forward_turn(
         defer_counts: false,
     };
     match service.run(input).await {
-        Turn::Forward(forward) => *forward,
-        Turn::Untouched { session, facts, .. } => Forward::untouched(
-            bytes.clone(),
-            parsed,
-            session.unwrap_or_default(),
-            facts.unwrap_or_default(),
-        ),
+        Turn::Forward(forward) => (*forward, true),
+        Turn::Untouched { session, facts, .. } => {
+            let forward = Forward::untouched(
+                bytes.clone(),
+                parsed,
+                session.unwrap_or_default(),
+                facts.unwrap_or_default(),
+            );
+            (forward, false)
+        }
     }
 }
 
@@ -634,68 +678,18 @@ fn keep_largest(largest: &mut Vec<(usize, usize, usize, String)>) {
     largest.truncate(10);
 }
 
-/// Sums sessions.
-pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
-    let mut t = Totals {
-        sessions: sessions.len(),
-        ..Totals::default()
-    };
-    for s in sessions {
-        t.turns += s.turns.len();
-        t.frozen_flips += s.frozen_flips;
-        for turn in &s.turns {
-            t.baseline.add(&turn.baseline);
-            t.sluice.add(&turn.sluice);
-            t.flips += turn.flipped_messages;
-            t.recall.add(&turn.recall);
-            t.expand.add(&turn.expand);
-            t.expand_rounds += turn.expand_rounds;
-            t.expand_repeats += turn.expand_repeats;
-        }
-    }
-    t.baseline_cost = t.baseline.cost(prices);
-    t.sluice_cost = t.sluice.cost(prices);
-    let change = |new: f64, old: f64| {
-        if old == 0.0 {
-            0.0
-        } else {
-            100.0 * (new - old) / old
-        }
-    };
-    t.content_saved_pct = -change(
-        t.sluice.content_tokens as f64,
-        t.baseline.content_tokens as f64,
-    );
-    t.cost_change_pct = change(t.sluice_cost, t.baseline_cost);
-    t.cache_write_change_pct = change(t.sluice.cache_write as f64, t.baseline.cache_write as f64);
-    t.recall_pct = 100.0 * t.recall.share();
-    t.visible_recall_pct = 100.0 * t.recall.visible_share();
-    t.expand_cost = t.expand.cost(prices);
-    t.net_cost_change_pct = change(t.sluice_cost + t.expand_cost, t.baseline_cost);
-    if sessions.len() > 1 {
-        for s in sessions {
-            let net = totals(std::slice::from_ref(s), prices).net_cost_change_pct;
-            t.losing_sessions += usize::from(net > 0.0);
-            if t.worst_session
-                .as_ref()
-                .is_none_or(|(_, worst)| net > *worst)
-            {
-                t.worst_session = Some((s.name.clone(), net));
-            }
-        }
-    } else if let Some(s) = sessions.first() {
-        t.losing_sessions = usize::from(t.net_cost_change_pct > 0.0);
-        t.worst_session = Some((s.name.clone(), t.net_cost_change_pct));
-    }
-    t
-}
-
+pub mod agent_log;
 mod bill;
+pub mod claude_code;
+pub mod codex;
 pub mod convert;
+pub mod gemini;
 mod recall;
+mod totals;
 
 pub use bill::billed_usage;
 use bill::{Billable, bill};
 use recall::{Round, answer_after, recall};
+pub use totals::{Loss, LossSummary, Totals, recording, session_billed, session_net, totals};
 #[cfg(test)]
 mod tests;

@@ -11,8 +11,13 @@ use std::time::Duration;
 use engine::config::{Config, ConfigError};
 use engine::wire::Dialect;
 use modes::replay::{
-    Options, Prices, ReplayError, SessionReport, Totals, replay_session, totals, turns_of,
+    Loss, Options, Prices, ReplayError, SessionReport, Totals, replay_session, totals, turns_of,
 };
+
+use crate::chart::{saved_pct, what_was_replayed};
+
+pub mod agents;
+pub mod claude_code;
 
 /// Why `sluice replay` or `sluice tune cold-cache` stopped: the file or session, and why.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +44,24 @@ pub enum RunError {
     /// A file named on the command line that is not a request body.
     #[error("{}: {error}", path.display())]
     NotARequest { path: PathBuf, error: ReplayError },
+    /// `--from claude-code` found no session file (the path is where it looked).
+    #[error(
+        "{}: no Claude Code transcripts here (looked for <project>/<session>.jsonl and <project>/<session>/subagents/agent-<id>.jsonl)", .0.display()
+    )]
+    NoTranscripts(PathBuf),
+    /// `--from codex` or `--from gemini` found no log file.
+    #[error("{}: no {agent} sessions here (looked for {looked_for})", path.display())]
+    NoAgentLogs {
+        path: PathBuf,
+        agent: &'static str,
+        looked_for: &'static str,
+    },
+    /// A `.zst` file that does not decompress.
+    #[error("{}: not zstd: {error}", path.display())]
+    NotZstd {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     /// The config's pipeline does not build.
     #[error("{0:?}")]
     Pipeline(Vec<ConfigError>),
@@ -117,6 +140,22 @@ pub struct Recorded {
     /// Tokens of the agent preamble its recording lacks (the nearest `replay.json`'s
     /// `preamble_tokens`), billed as a stand-in on every turn (`modes::replay::with_preamble`).
     pub preamble_tokens: usize,
+    /// Per turn, the preamble's size read from the recording's own usage (a Claude Code
+    /// transcript's, `modes::replay::claude_code::preamble`), billed instead of the stand-in;
+    /// empty when the recording has no usage to read it from.
+    pub preambles: Vec<usize>,
+    /// When each turn was sent, from the first (a Claude Code transcript records it): replay
+    /// runs on this clock; empty, on `--gap`.
+    pub times: Vec<Duration>,
+    /// Prompt tokens the provider billed each turn (input, cache reads, cache writes), when the
+    /// recording kept them.
+    pub recorded_prompt: Vec<u64>,
+    /// Each call's model, as the recording names it (gemini-cli's bodies do not: the model is
+    /// in the request's path); empty, read from each body's `model`.
+    pub models: Vec<String>,
+    /// The project the session belongs to (Claude Code's project folder, Codex's working
+    /// directory, gemini-cli's project folder).
+    pub project: Option<String>,
 }
 
 /// The file beside a corpus that says how to bill it: `{"preamble_tokens": N, "why": "..."}`.
@@ -208,8 +247,13 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Recorded>, RunError> {
         out.push(Recorded {
             dialect: Dialect::detect(first),
             preamble_tokens: preamble_tokens(&file),
+            preambles: Vec::new(),
             name,
             turns,
+            times: Vec::new(),
+            recorded_prompt: Vec::new(),
+            models: Vec::new(),
+            project: None,
         });
     }
     Ok(out)
@@ -355,6 +399,8 @@ pub fn run(
         }
         let options = Options {
             preamble_tokens: s.preamble_tokens,
+            preambles: s.preambles.clone(),
+            times: s.times.clone(),
             ..options.clone()
         };
         reports.push(replay_session(
@@ -385,19 +431,16 @@ pub fn markdown(reports: &[SessionReport], t: &Totals, prices: &Prices) -> Strin
     out
 }
 
-/// The headline and the billed table.
+/// The headline, the sessions that lost and why, and the billed table.
 fn write_totals(out: &mut String, t: &Totals) {
-    let _ = writeln!(out, "# sluice replay\n");
+    let _ = writeln!(out, "# sluice replay\n\n{}.\n", what_was_replayed(t));
     let _ = writeln!(
         out,
-        "{} sessions, {} turns. **Net billed input cost against no compaction, expand rounds included: {:+.2}%** ({:+.2}% before its {} expand rounds, {} of them repeats). Content tokens saved: **{:.2}%**. Cache writes: **{:+.2}%**. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
-        t.sessions,
-        t.turns,
-        t.net_cost_change_pct,
-        t.cost_change_pct,
+        "**Billed input saved, net: {}**, on the prompt-cache cost model: every token of the request (the agent's preamble, the expand tool's declaration) at its cache read, cache write or fresh price, with sluice and without, and {} expand rounds ({} of them repeats) billed. Before expand rounds: {}. Cache writes: {:+.2}%. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
+        saved_pct(t.billed_savings_pct),
         t.expand_rounds,
         t.expand_repeats,
-        t.content_saved_pct,
+        saved_pct(t.billed_savings_pct_gross),
         t.cache_write_change_pct,
         t.flips,
         t.frozen_flips,
@@ -407,15 +450,13 @@ fn write_totals(out: &mut String, t: &Totals) {
         t.recall.referenced,
         t.recall.behind_marker
     );
-    if let Some((name, worst)) = &t.worst_session {
-        let _ = writeln!(
-            out,
-            "Sessions above 0% net: **{} of {}**; worst session: **{worst:+.2}%** ({}).\n",
-            t.losing_sessions,
-            t.sessions,
-            short(name)
-        );
-    }
+    let _ = writeln!(
+        out,
+        "Content tokens saved, net: {} ({} before expand rounds): what `/stats` `net_savings_pct` reads live for the same requests. It counts tokens, not their price, so it is not the bill's change: a cut token a provider would have read from its cache saved a tenth of a fresh one.\n",
+        saved_pct(t.net_savings_pct),
+        saved_pct(t.savings_pct_gross),
+    );
+    write_losses(out, t);
     let _ = writeln!(
         out,
         "| | content tokens | cache reads | cache writes | billed (relative) |\n|---|--:|--:|--:|--:|"
@@ -437,11 +478,50 @@ fn write_totals(out: &mut String, t: &Totals) {
     );
 }
 
+/// The sessions sluice cost more than it saved (net saved below zero), their share, and why.
+fn write_losses(out: &mut String, t: &Totals) {
+    let Some((name, worst)) = &t.worst_session else {
+        return;
+    };
+    if t.losing_sessions == 0 {
+        let _ = writeln!(
+            out,
+            "No session cost more than without sluice; the lowest billed input saved, net: {} ({}).\n",
+            saved_pct(*worst),
+            short(name)
+        );
+        return;
+    }
+    let causes: Vec<String> = t
+        .losses
+        .iter()
+        .map(|(cause, l)| {
+            format!(
+                "{} because {} (median {}, worst {})",
+                l.sessions,
+                Loss::why(cause),
+                saved_pct(l.median_pct),
+                saved_pct(l.worst_pct)
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "Sessions that cost more than without sluice (billed input saved below 0%): **{} of {} ({:.1}%)**: {}. Worst session: **{}** ({}).\n",
+        t.losing_sessions,
+        t.sessions,
+        t.losing_sessions_pct,
+        causes.join("; "),
+        saved_pct(*worst),
+        short(name)
+    );
+}
+
 /// A row per session.
 fn write_sessions(out: &mut String, reports: &[SessionReport], prices: &Prices) {
     let _ = writeln!(
         out,
-        "## Sessions\n\n| session | turns | cold | content saved | net cost change | cost change | expand rounds | cache writes | flips | visible recall | recall | suggested range (last turn) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+        "## Sessions\n\n| session | dialect | turns | cold | billed saved, net | before expand rounds | content tokens saved, net | expand rounds | cache writes | flips | visible recall | recall | suggested range (last turn) |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
     );
     for r in reports {
         let s = totals(std::slice::from_ref(r), prices);
@@ -452,13 +532,14 @@ fn write_sessions(out: &mut String, reports: &[SessionReport], prices: &Prices) 
         );
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2}% | {:+.2}% | {:+.2}% | {} | {:+.2}% | {} | {:.1}% | {:.1}% | {range} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:+.2}% | {} | {:.1}% | {:.1}% | {range} |",
             short(&r.name),
+            r.dialect,
             s.turns,
             cold,
-            s.content_saved_pct,
-            s.net_cost_change_pct,
-            s.cost_change_pct,
+            saved_pct(s.billed_savings_pct),
+            saved_pct(s.billed_savings_pct_gross),
+            saved_pct(s.net_savings_pct),
             s.expand_rounds,
             s.cache_write_change_pct,
             s.flips,
@@ -529,6 +610,12 @@ fn short(name: &str) -> &str {
 /// The JSON report: `totals` and `sessions`, each session with its own `totals` (billed with
 /// the same prices as the whole).
 pub fn json(reports: &[SessionReport], t: &Totals, prices: &Prices) -> String {
+    json_value(reports, t, prices).to_string()
+}
+
+/// [`json`] as a value, for a caller that adds to it (`--from claude-code`'s headline,
+/// projects and bill check).
+pub fn json_value(reports: &[SessionReport], t: &Totals, prices: &Prices) -> serde_json::Value {
     let sessions: Vec<serde_json::Value> = reports
         .iter()
         .map(|r| {
@@ -543,7 +630,7 @@ pub fn json(reports: &[SessionReport], t: &Totals, prices: &Prices) -> String {
             session
         })
         .collect();
-    serde_json::json!({ "totals": t, "sessions": sessions }).to_string()
+    serde_json::json!({ "totals": t, "sessions": sessions })
 }
 
 /// Writes `report.md`, `report.json`, one chart per session and the corpus chart under `dir`;
@@ -556,6 +643,7 @@ pub fn write_out(
     reports: &[SessionReport],
     t: &Totals,
     prices: &Prices,
+    head: Option<&claude_code::Report>,
 ) -> Result<(), RunError> {
     let charts = dir.join("charts");
     std::fs::create_dir_all(&charts).map_err(|error| RunError::Io {
@@ -570,7 +658,7 @@ pub fn write_out(
         .map(|r| (short(&r.name).to_owned(), r))
         .collect();
     let mut links = String::from(
-        "\n## Charts\n\n![the corpus: content saved and billed input change per session](charts/corpus.svg)\n\n",
+        "\n## Charts\n\n![the corpus: billed input saved, net, and content tokens saved, net, per session](charts/corpus.svg)\n\n",
     );
     write(
         charts.join("corpus.svg"),
@@ -585,13 +673,23 @@ pub fn write_out(
         write(charts.join(&file), crate::chart::session(r, name, prices))?;
         let _ = writeln!(links, "- [{name}](charts/{file})");
     }
-    write(dir.join("report.md"), markdown(reports, t, prices) + &links)?;
-    write(dir.join("report.json"), json(reports, t, prices))?;
+    // An agent's own logs (`--from`): the headline, the projects and the bill check lead, as on
+    // stdout.
+    let lead = head.map(|h| h.markdown() + "\n").unwrap_or_default();
+    write(
+        dir.join("report.md"),
+        lead + &markdown(reports, t, prices) + &links,
+    )?;
+    let mut value = json_value(reports, t, prices);
+    if let Some(head) = head {
+        head.add_to(&mut value);
+    }
+    write(dir.join("report.json"), value.to_string())?;
     Ok(())
 }
 
-/// `sluice tune cold-cache`: billed cost for each idle-gap assumption, cold detection on and
-/// off, and the setting that costs least.
+/// `sluice tune cold-cache`: billed input saved (net of expand rounds, the report's headline)
+/// for each idle-gap assumption, cold detection on and off, and the setting that saves most.
 ///
 /// # Errors
 /// A session that does not replay.
@@ -601,7 +699,7 @@ pub fn tune_cold_cache(
     gaps: &[u64],
 ) -> Result<String, RunError> {
     let mut out = String::from(
-        "| idle gap | cold_cache | billed cost change | cache writes change | content saved | flips |\n|--:|---|--:|--:|--:|--:|\n",
+        "| idle gap | cold_cache | billed input saved, net | before expand rounds | cache writes change | flips |\n|--:|---|--:|--:|--:|--:|\n",
     );
     // Summed over the gaps: the gap is the user's habit, the setting is what to choose.
     let mut sums = [(0.0_f64, true), (0.0_f64, false)];
@@ -616,22 +714,24 @@ pub fn tune_cold_cache(
             let t = totals(&reports, &options.prices);
             let _ = writeln!(
                 out,
-                "| {gap} s | {} | {:+.2}% | {:+.2}% | {:.2}% | {} |",
+                "| {gap} s | {} | {} | {} | {:+.2}% | {} |",
                 if cold { "on" } else { "off" },
-                t.cost_change_pct,
+                saved_pct(t.billed_savings_pct),
+                saved_pct(t.billed_savings_pct_gross),
                 t.cache_write_change_pct,
-                t.content_saved_pct,
                 t.flips
             );
-            sums[usize::from(!cold)].0 += t.cost_change_pct;
+            sums[usize::from(!cold)].0 += t.billed_savings_pct;
         }
     }
     let n = gaps.len().max(1) as f64;
     let (on, off) = (sums[0].0 / n, sums[1].0 / n);
     let _ = writeln!(
         out,
-        "\nMean billed cost change over these gaps: cold_cache on {on:+.2}%, off {off:+.2}%. Recommended: cold_cache {}.",
-        if on <= off { "on (the default)" } else { "off" }
+        "\nMean billed input saved, net, over these gaps: cold_cache on {}, off {}. Recommended: cold_cache {}.",
+        saved_pct(on),
+        saved_pct(off),
+        if on >= off { "on (the default)" } else { "off" }
     );
     Ok(out)
 }

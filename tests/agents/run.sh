@@ -181,7 +181,8 @@ wire_api = "responses"
 TOML
             } > "$h/.codex/config.toml"
             envs+=(CODEX_HOME="$h/.codex" SCRIPTED_API_KEY=test-key)
-            cmd=("$codex_bin" exec --skip-git-repo-check --ephemeral --dangerously-bypass-approvals-and-sandbox "$TASK") ;;
+            # Not --ephemeral: the rollout it writes is kept in the run folder (transcripts/).
+            cmd=("$codex_bin" exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox "$TASK") ;;
         gemini)
             # The API-key path is the one that honours GOOGLE_GEMINI_BASE_URL; a non-interactive
             # run needs the workspace trusted (docs/agents.md).
@@ -217,6 +218,23 @@ TOML
     git -C "$work/repo" diff > "$dir/diff.patch"
     git -C "$work/repo" status --porcelain > "$dir/status.txt"
     cp "$work/repo/settings.py" "$dir/settings.py"
+    # The agent's own transcripts, before the throwaway HOME goes: inputs for
+    # `sluice replay --from claude-code|codex|gemini` (tests/corpus/transcripts/).
+    local t
+    for t in .claude/projects .codex/sessions .codex/archived_sessions .gemini/tmp; do
+        if [[ -d "$h/$t" ]]; then
+            mkdir -p "$dir/transcripts/$(dirname "$t")"
+            # A copy is a convenience, never a failed run (an agent a timeout killed may still
+            # be writing); gemini-cli's tmp/ may also cache binaries: only its chats are kept.
+            if [[ "$t" == .gemini/tmp ]]; then
+                (cd "$h" && find .gemini/tmp -path '*/chats/*' -type f -print0 \
+                    | xargs -0 -r cp --parents -t "$dir/transcripts") \
+                    || echo "note: $t not copied" >&2
+            else
+                cp -r "$h/$t" "$dir/transcripts/$t" || echo "note: $t not copied" >&2
+            fi
+        fi
+    done
 }
 
 agent_version() {

@@ -38,6 +38,9 @@ fn identifiers(text: &str) -> BTreeSet<&str> {
 /// The expand round an answer needed: what it is billed, and the markers it expanded.
 pub(super) struct Round {
     pub(super) bill: Bill,
+    /// Tokens of the originals (or excerpts) it restored, without the model's calls: what the
+    /// proxy's expand loop counts as restored (`wasted_tokens`).
+    pub(super) restored: usize,
     pub(super) markers: Vec<String>,
 }
 
@@ -85,27 +88,30 @@ pub(super) fn recall(
     let round = (!needed.is_empty()).then(|| {
         // The round re-sends the whole request: tools, system prompt and messages.
         let prompt = request.tokens();
-        let restored: usize = needed
+        // Each call's restored tokens; the bill adds the call itself to each.
+        let parts: Vec<usize> = needed
             .iter()
-            .map(|(&i, ids)| match ask {
-                ExpandAsk::Whole => engine::tokens::count(&stashed[i].1) + EXPAND_CALL_TOKENS,
+            .flat_map(|(&i, ids)| match ask {
+                ExpandAsk::Whole => vec![engine::tokens::count(&stashed[i].1)],
                 ExpandAsk::Pattern => ids
                     .iter()
                     .map(|id| {
                         let part = engine::way_back::Ask::parse(Some(id), None);
                         engine::tokens::count(&engine::way_back::excerpt(&stashed[i].1, &part))
-                            + EXPAND_CALL_TOKENS
                     })
-                    .sum(),
+                    .collect(),
             })
-            .sum();
+            .collect();
+        let restored: usize = parts.iter().sum();
+        let written = restored + parts.len() * EXPAND_CALL_TOKENS;
         Round {
             bill: Bill {
-                content_tokens: prompt + restored,
+                content_tokens: prompt + written,
                 cache_read: prompt,
-                cache_write: restored,
+                cache_write: written,
                 fresh: 0,
             },
+            restored,
             markers: needed.keys().map(|&i| stashed[i].0.to_owned()).collect(),
         }
     });

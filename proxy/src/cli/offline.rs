@@ -12,7 +12,8 @@ pub(super) struct ReplayArgs {
     /// Also write report.md, report.json and SVG charts here.
     #[arg(long)]
     pub(super) out: Option<PathBuf>,
-    /// Seconds between turns on the simulated clock.
+    /// Seconds between turns on the simulated clock, for recordings that do not say when each
+    /// turn was sent (`--from claude-code` replays on the recorded times).
     #[arg(long, default_value_t = 30)]
     pub(super) gap: u64,
     /// Bill the bodies as recorded, without the agent preamble a corpus's `replay.json` says its
@@ -27,9 +28,31 @@ pub(super) struct ReplayArgs {
     /// (`responses` or `gemini`): the same conversations, converted turn by turn.
     #[arg(long)]
     pub(super) as_dialect: Option<Dialect>,
-    /// Request bodies (.json, split into turns), per-turn JSONL, or folders of them.
-    #[arg(required = true)]
+    /// Where the sessions come from: `claude-code` reads Claude Code's own transcripts (PATH,
+    /// else `$CLAUDE_CONFIG_DIR/projects`, else `~/.claude/projects`), `codex` Codex's rollouts
+    /// (PATH, else `$CODEX_HOME`, else `~/.codex`), `gemini` gemini-cli's chats (PATH, else
+    /// `~/.gemini/tmp`), and replays each call at its recorded time.
+    #[arg(long)]
+    pub(super) from: Option<ReplaySource>,
+    /// With `--from`: sessions active since a date (`2025-06-01`, UTC) or a number
+    /// of days back (`30d`).
+    #[arg(long, requires = "from")]
+    pub(super) since: Option<String>,
+    /// With `--from`: only projects whose name contains NAME (Claude Code's and gemini-cli's
+    /// project folders, Codex's working directory).
+    #[arg(long, requires = "from")]
+    pub(super) project: Option<String>,
+    /// Request bodies (.json, split into turns), per-turn JSONL, or folders of them; with
+    /// `--from`, the agent's folder, any folder under it, or one session file.
+    #[arg(required_unless_present = "from")]
     pub(super) paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(super) enum ReplaySource {
+    ClaudeCode,
+    Codex,
+    Gemini,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -53,6 +76,8 @@ pub(super) enum TuneCommand {
         /// Idle gaps to try, in seconds.
         #[arg(long, value_delimiter = ',', default_value = "60,300,600,3600")]
         gaps: Vec<u64>,
+        /// Recorded sessions, as `sluice replay` reads them: request bodies, per-turn JSONL, or
+        /// folders of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
@@ -61,11 +86,18 @@ pub(super) enum TuneCommand {
 #[derive(Debug, Subcommand)]
 pub(super) enum FiltersCommand {
     /// List the builtin filters (and those of the given files), in selection order.
-    List { files: Vec<PathBuf> },
+    List {
+        /// Filter files (YAML) to load besides the builtins.
+        files: Vec<PathBuf>,
+    },
     /// Run the inline tests of the builtins and of the given filter files.
-    Test { files: Vec<PathBuf> },
+    Test {
+        /// Filter files (YAML) whose inline tests run besides the builtins'.
+        files: Vec<PathBuf>,
+    },
     /// Apply filter NAME to a file (or stdin) and print the result.
     Apply {
+        /// The filter to apply, as `sluice filters list` names it.
         name: String,
         /// The output to filter; `-` or nothing reads stdin.
         input: Option<PathBuf>,
@@ -79,7 +111,10 @@ pub(super) enum FiltersCommand {
 pub(super) enum ConfigCommand {
     /// Validate a config file (layered on the embedded default) and print the pipeline it
     /// builds; every problem is listed.
-    Check { file: PathBuf },
+    Check {
+        /// The YAML config file to check.
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -245,9 +280,9 @@ pub(super) fn config_check(path: &Path) -> Result<(), Failure> {
                 eprintln!("{}: {err}", path.display());
             }
             Err(Failure(format!(
-                "{}: {} problem(s)",
+                "{}: {}",
                 path.display(),
-                errors.len()
+                counted(errors.len(), "problem")
             )))
         }
     }
@@ -255,7 +290,13 @@ pub(super) fn config_check(path: &Path) -> Result<(), Failure> {
 
 pub(super) fn replay(args: &ReplayArgs) -> Result<(), Failure> {
     let config = args.config.load()?;
-    let sessions = crate::replay::load(&args.paths)?;
+    let (sessions, window) = match args.from {
+        Some(source) => {
+            let (sessions, days) = agent_sessions(args, source)?;
+            (sessions, Some(days))
+        }
+        None => (crate::replay::load(&args.paths)?, None),
+    };
     let options = modes::replay::Options {
         gap: std::time::Duration::from_secs(args.gap),
         expand: match args.expand {
@@ -277,18 +318,156 @@ pub(super) fn replay(args: &ReplayArgs) -> Result<(), Failure> {
     if args.no_preamble {
         for session in &mut sessions {
             session.preamble_tokens = 0;
+            session.preambles.clear();
         }
     }
     let reports = crate::replay::run(&config, &sessions, &options)?;
     let totals = modes::replay::totals(&reports, &options.prices);
+    let head = window
+        .map(|days| crate::replay::claude_code::report(&sessions, &reports, &options.prices, days));
     if let Some(dir) = &args.out {
-        crate::replay::write_out(dir, &reports, &totals, &options.prices)?;
+        crate::replay::write_out(dir, &reports, &totals, &options.prices, head.as_ref())?;
     }
     let text = match args.format {
-        ReportFormat::Md => crate::replay::markdown(&reports, &totals, &options.prices),
-        ReportFormat::Json => crate::replay::json(&reports, &totals, &options.prices),
+        ReportFormat::Md => {
+            let report = crate::replay::markdown(&reports, &totals, &options.prices);
+            // The projects and the headline lead; the usual report follows.
+            match &head {
+                Some(head) => format!("{}\n{report}", head.markdown()),
+                None => report,
+            }
+        }
+        ReportFormat::Json => {
+            let mut value = crate::replay::json_value(&reports, &totals, &options.prices);
+            if let Some(head) = &head {
+                head.add_to(&mut value);
+            }
+            value.to_string()
+        }
     };
     stdout_result(writeln!(std::io::stdout().lock(), "{text}"))
+}
+
+/// `--from claude-code|codex|gemini`: the agent's logs under PATH (else where the agent keeps
+/// them), what reading them noted on stderr, and the headline's window in days.
+fn agent_sessions(
+    args: &ReplayArgs,
+    source: ReplaySource,
+) -> Result<(Vec<crate::replay::Recorded>, i64), Failure> {
+    use crate::replay::agents::Agent;
+    use crate::replay::claude_code::{self as cc, Filters};
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let (agent, flag, label, variables) = match source {
+        ReplaySource::ClaudeCode => (
+            None,
+            "claude-code",
+            "Claude Code",
+            "neither CLAUDE_CONFIG_DIR nor HOME is",
+        ),
+        ReplaySource::Codex => (
+            Some(Agent::Codex),
+            "codex",
+            Agent::Codex.label(),
+            "neither CODEX_HOME nor HOME is",
+        ),
+        ReplaySource::Gemini => (
+            Some(Agent::Gemini),
+            "gemini",
+            Agent::Gemini.label(),
+            "HOME is not",
+        ),
+    };
+    let root = match args.paths.as_slice() {
+        [] => match agent {
+            None => cc::default_root(env),
+            Some(agent) => agent.default_root(env),
+        }
+        .ok_or_else(|| Failure(format!("no PATH, and {variables} set")))?,
+        [one] => one.clone(),
+        _ => return Err(Failure(format!("--from {flag} takes one PATH"))),
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let since_ms = match &args.since {
+        Some(text) => Some(cc::parse_since(text, now_ms).ok_or_else(|| {
+            Failure(format!(
+                "--since {text}: expected a date (2025-06-01) or days (30d)"
+            ))
+        })?),
+        None => None,
+    };
+    let filters = Filters {
+        since_ms,
+        project: args.project.clone(),
+    };
+    let found = match agent {
+        None => cc::load(&root, &filters)?,
+        Some(agent) => crate::replay::agents::load(agent, &root, &filters)?,
+    };
+    // What a session's log lacks and its usage cannot tell: Claude Code's stand-in; none for
+    // Codex and gemini-cli (their bodies carry most of what they sent).
+    let stand_in = if agent.is_none() {
+        cc::PREAMBLE_TOKENS
+    } else {
+        0
+    };
+    say_found(&found, label, &root, stand_in, args.no_preamble);
+    if found.sessions.is_empty() {
+        return Err(Failure(format!(
+            "{}: no {label} session with a model call to replay{}",
+            root.display(),
+            if since_ms.is_some() {
+                " in the --since window"
+            } else {
+                ""
+            }
+        )));
+    }
+    // The window the headline names covers every call it replayed: `--since` keeps a session
+    // active since then whole, so its earliest call may come before the date.
+    let start = found.first_ms.or(since_ms).unwrap_or(now_ms);
+    Ok((found.sessions, cc::days_between(start, now_ms)))
+}
+
+/// What reading an agent's logs found, on stderr: counts, file names and line numbers, never a
+/// transcript's text.
+fn say_found(
+    found: &crate::replay::claude_code::Found,
+    label: &str,
+    root: &std::path::Path,
+    stand_in: usize,
+    no_preamble: bool,
+) {
+    for note in &found.notes {
+        eprintln!("sluice: {note}");
+    }
+    eprintln!(
+        "sluice: {} {label} sessions ({} calls) from {} files under {}{}",
+        found.sessions.len(),
+        found.calls,
+        found.files,
+        root.display(),
+        if found.filtered_out > 0 {
+            format!("; {} older than --since left out", found.filtered_out)
+        } else {
+            String::new()
+        }
+    );
+    if !found.sessions.is_empty() && !no_preamble {
+        eprintln!(
+            "sluice: preamble read from the recorded usage for {} of {} sessions{}",
+            found.preamble_from_record,
+            found.sessions.len(),
+            if found.preamble_from_record < found.sessions.len() && stand_in > 0 {
+                format!("; the rest bill a {stand_in}-token stand-in")
+            } else if found.preamble_from_record < found.sessions.len() {
+                "; the rest bill none".to_owned()
+            } else {
+                String::new()
+            }
+        );
+    }
 }
 
 pub(super) fn tune_cold_cache(
@@ -350,8 +529,9 @@ pub(super) fn filters(command: FiltersCommand) -> Result<(), Failure> {
             let tests: usize = set.filters().iter().map(|f| f.tests.len()).sum();
             stdout_result(writeln!(
                 out,
-                "{} filters, {tests} inline tests passed",
-                set.filters().len()
+                "{}, {} passed",
+                counted(set.filters().len(), "filter"),
+                counted(tests, "inline test")
             ))
         }
         FiltersCommand::Apply { name, input, files } => {
