@@ -1005,11 +1005,16 @@ impl PromptCache {
         };
         let previous = self.previous.replace(body.clone());
         let usage = modes::replay::billed_usage(body, previous.as_deref(), dialect);
-        let (read, written) = usage.map_or((0, 0), |u| {
-            (u.read as usize, u.written.unwrap_or(0) as usize)
+        // Anthropic's new part is a write; OpenAI's and Gemini's is fresh input.
+        let (read, written, fresh) = usage.map_or((0, 0, 0), |u| {
+            (
+                u.read as usize,
+                u.written.unwrap_or(0) as usize,
+                u.fresh as usize,
+            )
         });
         Billed {
-            input: read + written,
+            input: read + written + fresh,
             read,
             written,
             output: 0,

@@ -44,6 +44,9 @@ pub struct Event {
     /// Tokens of the expand tool's declaration sluice added to the request (the net saving
     /// charges it, `engine::savings`).
     pub declared_tokens: u64,
+    /// What the request added to the billed saving (`engine::savings`): its provider's report
+    /// as the session's cost guard settled it, and its expand rounds' cost.
+    pub billed: engine::savings::BilledSaving,
     /// The bodies to take message content from, when both switches allow it.
     pub content: Option<ContentSource>,
     /// What stopped content capture (`operator`, `tenant`), when it was stopped.

@@ -4,12 +4,14 @@
 //! and the tests read the same shapes. Ratios are derived here, never stored; a ratio without
 //! data is 0, and a cost that was never priced stays `null` (unknown), never $0.
 //!
-//! The one savings figure is net saved (`net_savings_pct`), computed by `engine::savings` from
-//! the same sums `/stats` keeps, over the rows it counts: the requests that ran the pipeline
-//! and that their upstream completed ([`COMPLETED`]). Dollars are what those tokens were worth
-//! at list prices, never a second percentage.
+//! The savings figures are computed by `engine::savings` from the same sums `/stats` keeps:
+//! the headline, billed input saved, net (`billed_savings_pct`), from each row's settled
+//! provider report and expand rounds; and content tokens saved, net (`net_savings_pct`), over
+//! the rows `/stats` counts for it: the requests that ran the pipeline and that their upstream
+//! completed ([`COMPLETED`]). Dollars are what those figures' terms were worth at list prices,
+//! never another percentage.
 
-use engine::savings::NetSaving;
+use engine::savings::{BilledSaving, NetSaving};
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::{Map, Value, json};
@@ -25,15 +27,19 @@ const COMPLETED: &str = "(r.status < 400 AND NOT r.projected AND r.untouched IS 
 const FAILED: &str =
     "(r.status >= 400 AND r.status != 499 AND NOT r.projected AND r.untouched IS NULL)";
 
-/// The net saving's sums over `requests r`, as seven SQL columns [`net_of`] reads: the five
-/// terms over the completed rows, then the failed rows and the tokens their cuts would have
-/// saved.
+/// The savings' sums over `requests r`, as thirteen SQL columns [`net_of`] reads: the net
+/// saving's five terms over the completed rows, then the failed rows and the tokens their cuts
+/// would have saved, then the billed saving's six terms (a row whose report settled nothing
+/// adds zeros to them).
 fn net_columns() -> String {
     let completed =
         |column: &str| format!("coalesce(sum(CASE WHEN {COMPLETED} THEN {column} END), 0)");
     format!(
         "{}, {}, {}, {}, {}, coalesce(sum({FAILED}), 0),
-         coalesce(sum(CASE WHEN {FAILED} THEN r.saved_tokens END), 0)",
+         coalesce(sum(CASE WHEN {FAILED} THEN r.saved_tokens END), 0),
+         coalesce(sum(r.billed_requests), 0), coalesce(sum(r.billed_input), 0.0),
+         coalesce(sum(r.billed_cut), 0.0), coalesce(sum(r.billed_declared), 0.0),
+         coalesce(sum(r.billed_missed), 0.0), coalesce(sum(r.billed_rounds), 0.0)",
         completed("r.tokens_before"),
         completed("r.tokens_after"),
         completed("r.declared_tokens"),
@@ -56,7 +62,31 @@ fn net_of(row: &Row<'_>, at: usize) -> rusqlite::Result<Map<String, Value>> {
     let mut out = net_json(&net);
     out.insert("failed_requests_excluded".into(), n(5)?.into());
     out.insert("failed_saved_tokens_excluded".into(), n(6)?.into());
+    let real = |i: usize| row.get::<_, f64>(at + i);
+    let billed = BilledSaving {
+        requests: n(7)?,
+        billed: real(8)?,
+        cut: real(9)?,
+        declared: real(10)?,
+        missed: real(11)?,
+        rounds: real(12)?,
+    };
+    out.extend(billed_json(&billed));
     Ok(out)
+}
+
+/// The billed saving's figures, named as in `/stats`.
+fn billed_json(billed: &BilledSaving) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("billed_savings_pct".into(), billed.net_pct().into());
+    out.insert("billed_savings_pct_gross".into(), billed.gross_pct().into());
+    out.insert("billed_requests".into(), billed.requests.into());
+    out.insert(
+        "billed_input_tokens".into(),
+        (billed.billed + billed.rounds).into(),
+    );
+    out.insert("billed_baseline_tokens".into(), billed.baseline().into());
+    out
 }
 
 /// The net saving's figures, named as in `/stats`.

@@ -31,7 +31,8 @@ pub enum DashboardError {
 }
 
 /// 3: `declared_tokens` and `expand_reread_tokens`, the terms of the net saving a row lacked.
-pub(super) const VERSION: i64 = 3;
+/// 4: `billed_*`, the terms of the billed saving, the headline.
+pub(super) const VERSION: i64 = 4;
 /// `PRAGMA application_id` of a dashboard file ("sdsh"): a file of another kind (the state
 /// store's, say) is never taken for one, nor moved aside as an old one.
 const APPLICATION_ID: i64 = 0x7364_7368;
@@ -62,6 +63,12 @@ CREATE TABLE IF NOT EXISTS requests (
     expand_tokens INTEGER NOT NULL,
     expand_reread_tokens INTEGER NOT NULL,
     declared_tokens INTEGER NOT NULL,
+    billed_requests INTEGER NOT NULL,
+    billed_input REAL NOT NULL,
+    billed_cut REAL NOT NULL,
+    billed_declared REAL NOT NULL,
+    billed_missed REAL NOT NULL,
+    billed_rounds REAL NOT NULL,
     added_us INTEGER NOT NULL,
     upstream_ms INTEGER,
     cost_usd REAL,

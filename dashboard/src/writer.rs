@@ -329,6 +329,12 @@ fn insert(conn: &mut Connection, rows: &[Prepared]) -> rusqlite::Result<Vec<u64>
                 e.expand_tokens as i64,
                 e.expand_reread_tokens as i64,
                 e.declared_tokens as i64,
+                e.billed.requests as i64,
+                e.billed.billed,
+                e.billed.cut,
+                e.billed.declared,
+                e.billed.missed,
+                e.billed.rounds,
                 e.added_us as i64,
                 e.upstream_ms.map(|v| v as i64),
                 p.map(|p| p.cost),
@@ -380,11 +386,13 @@ const INSERT_REQUEST: &str = "INSERT INTO requests (
     ts, session, route, model, mode, status, stream, untouched, messages,
     tokens_before, tokens_after, saved_tokens, projected, acted,
     fresh_input, cache_read, cache_write, output_tokens, expand_rounds, expand_tokens,
-    expand_reread_tokens, declared_tokens,
+    expand_reread_tokens, declared_tokens, billed_requests, billed_input, billed_cut,
+    billed_declared, billed_missed, billed_rounds,
     added_us, upstream_ms, cost_usd, baseline_cost_usd, saved_usd, expand_cost_usd,
     net_saved_usd, content_captured, capture_blocked_by
 ) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,
-          ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
+          ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36,
+          ?37)";
 
 const INSERT_COMPONENT: &str = "INSERT INTO request_components (
     request_id, seq, component, kind, acted, mutated, reverted, saved_tokens, duration_us, gates

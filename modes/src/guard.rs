@@ -45,11 +45,12 @@
 //! A backed-off session stays backed off.
 
 use engine::pipeline::CutFloor;
+use engine::savings::{BilledSaving, InputBill};
 use serde::{Deserialize, Serialize};
 
 /// Input-token equivalents of each tier (fresh input is 1).
-const READ: f64 = 0.1;
-const WRITE: f64 = 1.25;
+const READ: f64 = engine::savings::READ_PRICE;
+const WRITE: f64 = engine::savings::WRITE_PRICE;
 /// Settled turns before the guard judges a session.
 pub const MIN_TURNS: u32 = 3;
 /// How far costs must exceed savings (input-token equivalents) before a session backs off: a
@@ -111,6 +112,14 @@ pub struct CostGuard {
     /// The provider bills cache writes (its last report had a written figure).
     #[serde(default)]
     bills_writes: bool,
+    /// The whole prompt of the last settled turn as the provider counted it (fresh, read and
+    /// written): what an expand round after it reads again.
+    #[serde(default)]
+    last_prompt: u64,
+    /// The session's billed saving (`engine::savings`): each settled turn's bill and what its
+    /// cuts kept off it, and each expand round's cost, priced as the provider bills.
+    #[serde(default)]
+    pub billed: BilledSaving,
 }
 
 /// What a turn did, as the guard needs it.
@@ -125,12 +134,16 @@ pub struct TurnWork {
     pub rewrote_prefix: bool,
 }
 
-/// What the provider reported for a turn's request.
+/// What the provider reported for a turn's request, and what sluice added to it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Billed {
     pub read: u64,
     /// `None` where the provider bills no cache writes (OpenAI).
     pub written: Option<u64>,
+    /// Input billed neither as a read nor as a write.
+    pub fresh: u64,
+    /// The expand tool's declaration sluice added to the request (part of what was billed).
+    pub declared: u64,
 }
 
 impl CostGuard {
@@ -156,23 +169,58 @@ impl CostGuard {
             .last_cached
             .replace(billed.read + billed.written.unwrap_or(0));
         self.bills_writes = billed.written.is_some();
-        let pending = self.pending.take_if(|p| p.seq == seq)?;
-        let write = if billed.written.is_some() { WRITE } else { 1.0 };
-        self.saved += pending.saved_cached as f64 * READ + pending.saved_new as f64 * write;
-        if let (true, true, Some(expected)) = (pending.warm, pending.rewrote_prefix, previous)
-            && billed.read > 0
-        {
-            let short = expected.saturating_sub(billed.read);
-            self.missed += short as f64 * (write - READ);
+        let bill = InputBill {
+            fresh: billed.fresh,
+            read: billed.read,
+            written: billed.written,
+        };
+        self.last_prompt = bill.fresh + bill.read + bill.written.unwrap_or(0);
+        let write = bill.new_price();
+        // Every report goes on the ledger, a turn this guard did not record too (another
+        // request of the session took its place): billed, with nothing cut.
+        let pending = self.pending.take_if(|p| p.seq == seq);
+        let (mut cut, mut missed) = (0.0, 0.0);
+        if let Some(pending) = &pending {
+            cut = pending.saved_cached as f64 * READ + pending.saved_new as f64 * write;
+            if let (true, true, Some(expected)) = (pending.warm, pending.rewrote_prefix, previous)
+                && billed.read > 0
+            {
+                missed = expected.saturating_sub(billed.read) as f64 * (write - READ);
+            }
         }
+        // The declaration opens the request (`tools`): read back with the prefix when the
+        // request read one, else paid as new input.
+        let declared_price = if billed.read > 0 { READ } else { write };
+        self.billed.add(&BilledSaving {
+            requests: 1,
+            billed: bill.cost(),
+            cut,
+            declared: billed.declared as f64 * declared_price,
+            missed,
+            rounds: 0.0,
+        });
+        pending?;
+        self.saved += cut;
+        self.missed += missed;
         self.settled_turns += 1;
         self.judge()
     }
 
-    /// One expand round: the prompt re-read, the originals written.
-    pub fn expand_round(&mut self, prompt_tokens: u64, restored_tokens: u64) {
+    /// One expand round: the prompt re-read, the originals written. Returns the round's
+    /// billed cost, as the ledger took it.
+    pub fn expand_round(&mut self, prompt_tokens: u64, restored_tokens: u64) -> BilledSaving {
         self.expand += prompt_tokens as f64 * READ + restored_tokens as f64 * WRITE;
         self.round_prompt = prompt_tokens;
+        // Billed as the provider bills it: the whole prompt read again (the system prompt and
+        // the tools too, which `prompt_tokens`, the content, leaves out), the originals new.
+        let write = if self.bills_writes { WRITE } else { 1.0 };
+        let prompt = prompt_tokens.max(self.last_prompt);
+        let round = BilledSaving {
+            rounds: prompt as f64 * READ + restored_tokens as f64 * write,
+            ..BilledSaving::default()
+        };
+        self.billed.add(&round);
+        round
     }
 
     /// The floor under this session's cuts, set by an `expand_rounds` back-off.
@@ -253,6 +301,7 @@ mod tests {
         Billed {
             read,
             written: Some(written),
+            ..Billed::default()
         }
     }
 
@@ -280,6 +329,68 @@ mod tests {
         }
         assert_eq!(guard.missed, 0.0);
         assert!(guard.saved > 0.0 && guard.backed_off.is_none());
+    }
+
+    /// The headline's ledger: what the provider reported, billed at its prices; each cut at the
+    /// price it would have paid on that turn; the declaration; each round's whole prompt re-read.
+    #[test]
+    fn the_ledger_bills_the_report_and_prices_cuts_at_the_turns_rates() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let mut guard = CostGuard::default();
+        let work = TurnWork {
+            saved_cached: 1_000,
+            saved_new: 200,
+            warm: true,
+            rewrote_prefix: false,
+        };
+        let anthropic = Billed {
+            read: 50_000,
+            written: Some(2_000),
+            fresh: 100,
+            declared: 300,
+        };
+        round(&mut guard, work, anthropic);
+        let b = guard.billed;
+        assert_eq!(b.requests, 1);
+        assert!(close(b.billed, 100.0 + 5_000.0 + 2_500.0), "{b:?}");
+        assert!(close(b.cut, 1_000.0 * 0.1 + 200.0 * 1.25), "{b:?}");
+        assert!(
+            close(b.declared, 300.0 * 0.1),
+            "read with the prefix: {b:?}"
+        );
+        // The round re-reads the whole prompt the provider last reported, not only its content.
+        let cost = guard.expand_round(10_000, 400);
+        assert!(
+            close(cost.rounds, 52_100.0 * 0.1 + 400.0 * 1.25),
+            "{cost:?}"
+        );
+        assert!(close(guard.billed.rounds, cost.rounds));
+        assert!(guard.billed.net_pct() < guard.billed.gross_pct());
+
+        // OpenAI bills no writes: a new cut saves fresh input, a cold declaration is fresh.
+        let mut openai = CostGuard::default();
+        let cold = TurnWork {
+            saved_new: 500,
+            ..TurnWork::default()
+        };
+        let report = Billed {
+            fresh: 9_000,
+            declared: 300,
+            ..Billed::default()
+        };
+        round(&mut openai, cold, report);
+        assert!(close(openai.billed.cut, 500.0) && close(openai.billed.declared, 300.0));
+        assert!(close(openai.billed.baseline(), 9_000.0 + 500.0 - 300.0));
+        // A report for a turn this guard did not record is billed, with nothing cut.
+        openai.settle(
+            99,
+            Billed {
+                fresh: 1_000,
+                ..Billed::default()
+            },
+        );
+        assert_eq!(openai.billed.requests, 2);
+        assert!(close(openai.billed.billed, 10_000.0) && close(openai.billed.cut, 500.0));
     }
 
     #[test]
@@ -410,6 +521,7 @@ mod tests {
                 Billed {
                     read: 0,
                     written: None,
+                    ..Billed::default()
                 },
             );
         }

@@ -45,7 +45,7 @@ use engine::clock::{Clock, ManualClock};
 use engine::config::Config;
 use engine::message::{Message, Role};
 use engine::pipeline::Pipeline;
-use engine::savings::NetSaving;
+use engine::savings::{BilledSaving, NetSaving};
 use engine::store::{MemoryStore, Store};
 use engine::wire::{self, Dialect, ParsedBody, WireError};
 use serde::Serialize;
@@ -233,6 +233,9 @@ pub struct TurnRecord {
     /// tokens and declaration (none for a turn the pipeline did not run, which `/stats` leaves
     /// out too), and its expand round's restored originals and re-read prompt.
     pub saving: NetSaving,
+    /// What the proxy's `/stats` would add to the billed saving for this turn: what the
+    /// session's cost guard settled from the cost model's report for it, and its round's cost.
+    pub billed: BilledSaving,
 }
 
 /// What one component did over a session (or all of them).
@@ -445,16 +448,8 @@ async fn replay_on(
             ),
             _ => 0,
         };
-        if options.settle_replies {
-            // The reply half: the provider reports what the cost model bills (a turn past the
-            // cache's lifetime reads nothing back).
-            let previous = prev_body.as_deref().filter(|_| warm);
-            if let Some(usage) = billed_usage(&applied.body, previous, dialect) {
-                service
-                    .settle(&applied.session, usage, facts.ledger_turn)
-                    .await;
-            }
-        }
+        let previous = prev_body.as_deref().filter(|_| warm);
+        let mut billed = settle_reply(&service, &applied, previous, dialect, options).await;
         let answer = answer_after(full_messages, incoming.len());
         let (recall, round) = answer.map_or_else(
             || (Recall::default(), None),
@@ -465,7 +460,10 @@ async fn replay_on(
         );
         let repeat = match &round {
             Some(round) => {
-                round_taken(&service, &applied.session, round, &mut expanded, options).await
+                let (repeat, cost) =
+                    round_taken(&service, &applied.session, round, &mut expanded, options).await;
+                billed.add(&cost);
+                repeat
             }
             None => false,
         };
@@ -475,6 +473,7 @@ async fn replay_on(
         report.turns.push(TurnRecord {
             // Before `expand` takes the round.
             saving: turn_saving(&applied, ran, round.as_ref()),
+            billed,
             baseline,
             sluice,
             expand_rounds: usize::from(round.is_some()),
@@ -494,6 +493,28 @@ async fn replay_on(
     }
     keep_largest(&mut report.largest);
     Ok(report)
+}
+
+/// The reply half: the provider reports what the cost model bills (a turn past the cache's
+/// lifetime reads nothing back, `previous` is then `None`), and the session's cost guard
+/// settles the turn with it. Returns what the turn put on the guard's ledger.
+async fn settle_reply(
+    service: &TurnService,
+    applied: &Forward,
+    previous: Option<&[u8]>,
+    dialect: Dialect,
+    options: &Options,
+) -> BilledSaving {
+    if !options.settle_replies {
+        return BilledSaving::default();
+    }
+    let Some(usage) = billed_usage(&applied.body, previous, dialect) else {
+        return BilledSaving::default();
+    };
+    let settled = service
+        .settle(&applied.session, usage, applied.facts.ledger_turn)
+        .await;
+    settled.billed
 }
 
 /// How far the clock moves before turn `k`: to its recorded time when there is one (the
@@ -584,22 +605,28 @@ async fn forward_turn(
 }
 
 /// An expand round the turn's answer needed: the session learns from it (when the options say
-/// so), and it is a repeat when every marker it opens was opened before.
+/// so, and only then does the round reach the billed saving), and it is a repeat when every
+/// marker it opens was opened before. Returns that, and what the round added to the billed
+/// saving.
 async fn round_taken(
     service: &TurnService,
     session: &str,
     round: &Round,
     expanded: &mut BTreeSet<String>,
     options: &Options,
-) -> bool {
+) -> (bool, BilledSaving) {
+    let mut billed = BilledSaving::default();
     if options.learn_from_rounds {
         let ids: Vec<&str> = round.markers.iter().map(String::as_str).collect();
         let (prompt, restored) = (round.bill.cache_read as u64, round.bill.cache_write as u64);
-        service.expand_round(session, &ids, prompt, restored).await;
+        billed = service
+            .expand_round(session, &ids, prompt, restored)
+            .await
+            .billed;
     }
     let repeat = round.markers.iter().all(|m| expanded.contains(m));
     expanded.extend(round.markers.iter().cloned());
-    repeat
+    (repeat, billed)
 }
 
 /// The proxy's turn service on a simulated clock and a store of its own.

@@ -46,7 +46,10 @@ pub(crate) fn run_turn<'a>(
     let (applied, facts) = run_under(state, parsed, pipeline, cx, amortize, facts);
     retries::remember(state, parsed.messages(), &applied.messages);
     let mut facts = facts;
-    facts.ledger_turn = state.guard.turn(guard::work(&applied.report, &facts));
+    facts.ledger_turn = state
+        .guard
+        .turn(guard::work(&applied.report, &facts))
+        .map(|seq| tracker::LedgerTurn { seq, declared: 0 });
     (applied, facts)
 }
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use actors::sessions::Persist;
+use engine::savings::BilledSaving;
 use engine::store::Store;
 use serde::{Deserialize, Serialize};
 
@@ -61,11 +62,17 @@ impl SessionState {
 
     /// An expand round the session's model asked for. Returns the back-off it decided, if any
     /// (expand rounds alone never settle a turn, but they can tip a judged session).
-    pub fn expand_round(&mut self, prompt_tokens: u64, restored_tokens: u64) -> Option<BackOff> {
-        self.guard.expand_round(prompt_tokens, restored_tokens);
-        let why = self.guard.judge()?;
-        self.back_off(why);
-        Some(why)
+    pub fn expand_round(
+        &mut self,
+        prompt_tokens: u64,
+        restored_tokens: u64,
+    ) -> (BilledSaving, Option<BackOff>) {
+        let billed = self.guard.expand_round(prompt_tokens, restored_tokens);
+        let why = self.guard.judge();
+        if let Some(why) = why {
+            self.back_off(why);
+        }
+        (billed, why)
     }
 
     /// From the session's frontier on (the most messages any of its requests had), so nothing a

@@ -1,8 +1,10 @@
 //! In-process rollups behind `/stats` and `/metrics`.
 //!
 //! Savings are token-weighted (Σ saved / Σ before), never a mean of per-request percentages.
-//! The headline is net saved (`net_savings_pct`, defined once in `engine::savings`), over the
-//! requests the upstream completed ([`Stats::record_outcome`]). `saved_tokens` is cumulative
+//! The headline is billed input saved, net (`billed_savings_pct`, defined once in
+//! `engine::savings`), from the providers' own reports ([`Stats::record_billed`]); beside it,
+//! content tokens saved, net (`net_savings_pct`), over the requests the upstream completed
+//! ([`Stats::record_outcome`]). `saved_tokens` is cumulative
 //! (the agent re-sends history, so the same saving is counted every
 //! turn); `saved_tokens_unique` counts each (component, replaced content) once, and
 //! `overcount_ratio` says how far apart the two are. Field names are context-guru's, and the
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use engine::apply::Discarded;
 use engine::pipeline::{FrozenCounts, RunReport};
-use engine::savings::NetSaving;
+use engine::savings::{BilledSaving, NetSaving};
 use parking_lot::Mutex;
 
 use actors::pool::PoolStats;
@@ -203,6 +205,8 @@ pub struct Totals {
     /// would have saved: left out of every savings percentage.
     failed_requests: u64,
     failed_saved_tokens: u64,
+    /// The billed saving's sums: each turn its provider's report settled, each expand round.
+    billed: BilledSaving,
     retries_after_compaction: u64,
     upstream_errors: u64,
     turns: TurnTotals,
@@ -391,6 +395,15 @@ impl Stats {
         } else {
             t.failed_requests += 1;
             t.failed_saved_tokens += saving.cut_tokens();
+        }
+    }
+
+    /// What a provider's report (a settled turn) or an expand round added to the billed saving
+    /// (`modes::turn::Settlement`, `ExpandOutcome`). A request the upstream did not complete
+    /// reports no usage, so it adds nothing here either.
+    pub fn record_billed(&self, billed: &BilledSaving) {
+        if *billed != BilledSaving::default() {
+            self.totals.lock().billed.add(billed);
         }
     }
 

@@ -72,7 +72,16 @@ pub struct TurnFacts {
     pub retries: u32,
     /// The cost guard's number for this turn: the provider's report for this request settles
     /// it, and no other turn's (see `guard`).
-    pub ledger_turn: Option<u64>,
+    pub ledger_turn: Option<LedgerTurn>,
+}
+
+/// A turn the provider's report settles: its number in the guard's ledger, and the expand
+/// tool's declaration sluice added to its request (known only once the turn is placed, after
+/// the pipeline ran; part of what the provider billed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LedgerTurn {
+    pub seq: u64,
+    pub declared: u64,
 }
 
 /// Tokens the provider reported caching for a turn's request.
@@ -82,6 +91,9 @@ pub struct CacheUsage {
     pub read: u64,
     /// Anthropic `cache_creation_input_tokens` (OpenAI does not report writes).
     pub written: Option<u64>,
+    /// Input billed at the fresh price: Anthropic's `input_tokens`; OpenAI's and Gemini's
+    /// prompt count less its cached part.
+    pub fresh: u64,
 }
 
 /// What the session remembers about its last turn, to check the provider's answer against.
@@ -423,6 +435,7 @@ mod tests {
         t.observe_usage(CacheUsage {
             read: 12_000,
             written: Some(0),
+            fresh: 0,
         });
         assert_eq!(t.counts.cold_mispredicted, 1);
         assert!(
@@ -437,11 +450,13 @@ mod tests {
         u.observe_usage(CacheUsage {
             read: 0,
             written: Some(0),
+            fresh: 0,
         });
         assert!(u.begin_turn(fp(5), MIN, ANTHROPIC_TTL, false).cold);
         u.observe_usage(CacheUsage {
             read: 0,
             written: None,
+            fresh: 0,
         });
         assert!(
             !u.begin_turn(fp(6), 2 * MIN, ANTHROPIC_TTL, false).cold,

@@ -605,7 +605,7 @@ impl TurnService {
         &self,
         session: &str,
         usage: CacheUsage,
-        ledger_turn: Option<u64>,
+        ledger_turn: Option<crate::tracker::LedgerTurn>,
     ) -> Settlement {
         let Some(sessions) = &self.sessions else {
             return Settlement::default();
@@ -635,9 +635,13 @@ impl TurnService {
             .iter()
             .filter(|id| crate::retries::note_expand(&mut state, id))
             .count();
-        let backoff = state.expand_round(prompt_tokens, restored_tokens);
+        let (billed, backoff) = state.expand_round(prompt_tokens, restored_tokens);
         self.keep(session, &state);
-        ExpandOutcome { repeats, backoff }
+        ExpandOutcome {
+            repeats,
+            backoff,
+            billed,
+        }
     }
 
     /// Says once per session that parts of its bodies are kept opaque, and where.

@@ -161,6 +161,12 @@ impl Capture {
         });
     }
 
+    /// What the request's settled provider report, or one of its expand rounds, added to the
+    /// billed saving.
+    pub fn billed(&self, billed: &engine::savings::BilledSaving) {
+        self.with(|e| e.billed.add(billed));
+    }
+
     /// One expand round, restoring `tokens` of originals and sending a prompt of
     /// `reread_tokens` again.
     pub fn expand_round(&self, tokens: u64, reread_tokens: u64) {

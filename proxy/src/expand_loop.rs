@@ -47,7 +47,7 @@ pub(crate) struct Continuation {
     /// Content tokens of the forwarded prompt, which every round sends upstream again.
     pub(crate) prompt_tokens: u64,
     /// The cost guard's turn the first reply's report settles.
-    pub(crate) ledger_turn: Option<u64>,
+    pub(crate) ledger_turn: Option<modes::tracker::LedgerTurn>,
     /// The request's dashboard event, which counts the rounds.
     pub(crate) capture: Option<crate::capture::Capture>,
 }
@@ -103,6 +103,10 @@ impl Continuation {
             .expand_round(&self.session, &ids, self.prompt_tokens, restored_tokens)
             .await;
         self.app.stats.record_retries(round.repeats as u64);
+        self.app.stats.record_billed(&round.billed);
+        if let Some(capture) = &self.capture {
+            capture.billed(&round.billed);
+        }
         if let Some(why) = round.backoff {
             self.app.stats.record_cost_guard_backoff(why.label());
         }

@@ -13,6 +13,7 @@ use http::{HeaderMap, Method, Response};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use modes::stats::Stats;
+use modes::tracker::LedgerTurn;
 use modes::{CacheUsage, SessionState};
 use parking_lot::Mutex;
 
@@ -275,7 +276,7 @@ pub(crate) fn relay_counted(
 /// Where a reply's cache report goes.
 pub(crate) enum Report {
     /// The session's tracker, known now, and the cost guard's turn this reply settles.
-    Live(String, Option<u64>),
+    Live(String, Option<LedgerTurn>),
     /// Observe mode's shadow tracker, once the shadow run has named the session.
     Observed(Arc<Meet>),
 }
@@ -302,14 +303,16 @@ pub(crate) fn relay_reporting(
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
     let mut scanner = UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
-        if let Some(capture) = capture {
+        if let Some(capture) = &capture {
             capture.usage(usage);
         }
         let Some(cache) = cache else {
             return;
         };
         match to {
-            Report::Live(session, turn) => apply_usage(&sessions, &stats, &session, cache, turn),
+            Report::Live(session, turn) => {
+                apply_usage(&sessions, &stats, &session, cache, turn, capture);
+            }
             Report::Observed(meet) => meet.usage(cache, &sessions, &stats),
         }
     });
@@ -388,17 +391,17 @@ where
 pub(crate) fn live_report(
     app: &App,
     session: String,
-    ledger_turn: Option<u64>,
+    ledger_turn: Option<LedgerTurn>,
     capture: Option<Capture>,
 ) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
     UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
-        if let Some(capture) = capture {
+        if let Some(capture) = &capture {
             capture.usage(usage);
         }
         if let Some(cache) = cache {
-            apply_usage(&sessions, &stats, &session, cache, ledger_turn);
+            apply_usage(&sessions, &stats, &session, cache, ledger_turn, capture);
         }
     })
 }
@@ -410,9 +413,12 @@ fn apply_usage(
     stats: &Arc<Stats>,
     session: &str,
     usage: CacheUsage,
-    ledger_turn: Option<u64>,
+    ledger_turn: Option<LedgerTurn>,
+    capture: Option<Capture>,
 ) {
     let stats = stats.clone();
+    // The request's dashboard row waits for the settlement (it is sent when its last
+    // `Capture` goes, here), so it carries the same billed terms as `/stats`.
     sessions.apply(session, move |state: &mut SessionState| {
         // The turn's reply half, the one replay runs too (`modes::turn::settle_state`).
         let settled = modes::turn::settle_state(state, usage, ledger_turn);
@@ -421,6 +427,10 @@ fn apply_usage(
         }
         if let Some(why) = settled.backoff {
             stats.record_cost_guard_backoff(why.label());
+        }
+        stats.record_billed(&settled.billed);
+        if let Some(capture) = capture {
+            capture.billed(&settled.billed);
         }
     });
 }
@@ -447,7 +457,7 @@ impl Meet {
         };
         if let Some(usage) = usage {
             // Observe's shadow ledger would judge untouched traffic: it settles nothing.
-            apply_usage(sessions, stats, session, usage, None);
+            apply_usage(sessions, stats, session, usage, None, None);
         }
     }
 
@@ -466,7 +476,7 @@ impl Meet {
             state.0.clone()
         };
         if let Some(session) = session {
-            apply_usage(sessions, stats, &session, usage, None);
+            apply_usage(sessions, stats, &session, usage, None, None);
         }
     }
 }

@@ -436,11 +436,13 @@ fn write_totals(out: &mut String, t: &Totals) {
     let _ = writeln!(out, "# sluice replay\n\n{}.\n", what_was_replayed(t));
     let _ = writeln!(
         out,
-        "**Billed input saved, net: {}**, on the prompt-cache cost model: every token of the request (the agent's preamble, the expand tool's declaration) at its cache read, cache write or fresh price, with sluice and without, and {} expand rounds ({} of them repeats) billed. Before expand rounds: {}. Cache writes: {:+.2}%. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
+        "**Billed input saved, net: {}**, as `/stats` `billed_savings_pct` reads it live: each request's bill as the provider reports it (every token of the request, the agent's preamble and the expand tool's declaration too, at its cache read, cache write or fresh price), against that bill with sluice's cuts put back, and {} expand rounds ({} of them repeats) billed. Before expand rounds: {}. Both arms billed on the prompt-cache cost model, as a check: {} ({} before rounds). Cache writes: {:+.2}%. Flips: **{}** (frozen flips {}). Visible recall: **{:.2}%**; recall with one expand: **{:.2}%** ({} of {} identifiers visible, {} one expand away).\n",
         saved_pct(t.billed_savings_pct),
         t.expand_rounds,
         t.expand_repeats,
         saved_pct(t.billed_savings_pct_gross),
+        saved_pct(t.two_arm_savings_pct),
+        saved_pct(t.two_arm_savings_pct_gross),
         t.cache_write_change_pct,
         t.flips,
         t.frozen_flips,

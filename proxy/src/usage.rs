@@ -36,11 +36,19 @@ const MAX_MODEL: usize = 120;
 const CARRY: usize = 96;
 
 /// The provider's cache report in `usage`, when it made one: a reply without a cache read
-/// count (an error body, a cut stream) says nothing about the cache.
+/// count (an error body, a cut stream) says nothing about the cache. Its fresh input is
+/// Anthropic's `input_tokens`, which leaves the cache out; OpenAI's and Gemini's prompt counts
+/// include the cached part (and report no writes, which tells the shapes apart).
 pub fn cache_report(usage: &ReplyUsage) -> Option<CacheUsage> {
+    let read = usage.cache_read?;
+    let input = usage.input.unwrap_or(0);
     Some(CacheUsage {
-        read: usage.cache_read?,
+        read,
         written: usage.cache_write,
+        fresh: match usage.cache_write {
+            Some(_) => input,
+            None => input.saturating_sub(read),
+        },
     })
 }
 
@@ -208,7 +216,8 @@ mod tests {
             scan(&[cached]),
             Some(CacheUsage {
                 read: 8192,
-                written: None
+                written: None,
+                fresh: 9000 - 8192,
             })
         );
     }
@@ -221,7 +230,8 @@ mod tests {
             scan(&[a, b]),
             Some(CacheUsage {
                 read: 48211,
-                written: Some(0)
+                written: Some(0),
+                fresh: 12,
             })
         );
     }
@@ -234,7 +244,8 @@ mod tests {
             scan(&[body]),
             Some(CacheUsage {
                 read: 1920,
-                written: None
+                written: None,
+                fresh: 2006 - 1920,
             })
         );
         assert_eq!(scan(&[br#"{"error":{"message":"overloaded"}}"#]), None);

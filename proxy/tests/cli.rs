@@ -547,6 +547,7 @@ fn replay_reports_in_markdown_and_json_and_writes_charts() {
         "savings_pct_gross",
         "billed_savings_pct",
         "billed_savings_pct_gross",
+        "two_arm_savings_pct",
         "expand_rounds",
         "visible_recall_pct",
         "recall_pct",

@@ -13,6 +13,7 @@ With SLUICE_CHECK=memory (a sluice started with `--store memory`) it checks less
 else: the page loads at zero, says its rows are in memory for this run only, and shows the
 requests sent to it, live and in the Requests tab.
 """
+import re
 import base64
 import gzip
 import json
@@ -235,6 +236,12 @@ def main():
     sent = traffic()
     shown = wait_for_requests(page, sent)
     print(f"ok: the requests tile went from 0 to {shown} as traffic flowed")
+    billed = page.js("document.querySelector('[data-testid=value-billed]').textContent")
+    assert billed.endswith("% saved") or billed.endswith("(cost more)"), billed
+    billed_detail = page.js("document.querySelector('[data-testid=tile-billed]').innerText")
+    reported = re.search(r"([\d,]+) requests? with a usage report", billed_detail)
+    assert reported and int(reported.group(1).replace(",", "")) > 0, billed_detail
+    print(f"ok: billed input saved, net {billed}")
     net = page.js("document.querySelector('[data-testid=value-net]').textContent")
     assert net.endswith("% saved") or net.endswith("(cost more)"), net
     worth = page.js("document.querySelector('[data-testid=value-worth]').textContent")

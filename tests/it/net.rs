@@ -1,6 +1,7 @@
-//! One savings figure (issue 58): net saved (`engine::savings`) reads the same in `/stats`,
-//! `/metrics`, the dashboard's API and `sluice replay`'s JSON for the same traffic through the
-//! real server, and a request that did not complete upstream adds nothing to it.
+//! One savings figure (issue 58): the headline, billed input saved, net, and content tokens
+//! saved, net (both `engine::savings`), read the same in `/stats`, `/metrics`, the dashboard's
+//! API and `sluice replay`'s JSON for the same traffic through the real server, and a request
+//! that did not complete upstream adds nothing to them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,25 @@ const TERMS: [&str; 4] = [
     "net_saved_tokens",
     "expand_declared_tokens",
 ];
+
+/// The headline's terms, by their `/stats` keys: settled by each session's cost guard from the
+/// provider's usage reports, live and in replay alike.
+const BILLED: [&str; 5] = [
+    "billed_savings_pct",
+    "billed_savings_pct_gross",
+    "billed_requests",
+    "billed_input_tokens",
+    "billed_baseline_tokens",
+];
+
+/// Equal up to the order the terms were summed in (per request live, per turn in replay, in
+/// SQL on the dashboard).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(a), Some(b)) => (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
+        _ => false,
+    }
+}
 
 /// sluice on the embedded default with a dashboard in memory, its OpenAI upstream `upstream`
 /// (the mock when `None`).
@@ -175,6 +195,19 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
         stats["savings_pct_gross"].as_f64().unwrap() / 100.0
     );
 
+    let billed = stats["billed_savings_pct"].as_f64().unwrap();
+    assert_eq!(
+        stats["billed_requests"], sent,
+        "every turn settled: {stats}"
+    );
+    assert!(billed > 0.0, "{stats}");
+    assert_eq!(metric(&text, "cg_billed_savings_ratio"), billed / 100.0);
+    assert_eq!(
+        metric(&text, "cg_billed_requests_total"),
+        sent as f64,
+        "/metrics counts the same sample"
+    );
+
     // The dashboard: the whole window, the session, the model.
     let over = overview(&sluice, &dashboard, sent).await;
     let sessions = api(&sluice, "/dashboard/api/sessions").await;
@@ -189,6 +222,17 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
         );
         assert_eq!(cost["models"][0][key], stats[key], "dashboard cost {key}");
     }
+    for key in BILLED {
+        assert!(
+            same(&over[key], &stats[key]),
+            "dashboard overview {key}: {over}"
+        );
+        assert!(same(&session[key], &stats[key]), "dashboard session {key}");
+        assert!(
+            same(&cost["models"][0][key], &stats[key]),
+            "dashboard cost {key}"
+        );
+    }
 
     // Replay's JSON, for the corpus and for its one session.
     let replay_session_totals = &replayed["sessions"][0]["totals"];
@@ -202,6 +246,19 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
         );
         assert_eq!(replay_session_totals[replay_key], stats[stats_key]);
     }
+    for key in ["billed_savings_pct", "billed_savings_pct_gross"] {
+        assert!(
+            same(&replayed["totals"][key], &stats[key]),
+            "replay {key}: {} against {}",
+            replayed["totals"],
+            stats
+        );
+        assert!(same(&replay_session_totals[key], &stats[key]));
+    }
+    assert_eq!(
+        replayed["totals"]["billed"]["requests"],
+        stats["billed_requests"]
+    );
     for (replay_key, stats_key) in [
         ("tokens_before", "tokens_before"),
         ("declared_tokens", "expand_declared_tokens"),
@@ -234,7 +291,7 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
         assert_eq!(reply.status, status);
     }
     let after = sluice.stats().await;
-    for key in TERMS {
+    for key in TERMS.into_iter().chain(BILLED) {
         assert_eq!(after[key], stats[key], "/stats {key} after the failures");
     }
     assert_eq!(after["failed_requests_excluded"], 2);
@@ -252,6 +309,12 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
     let over = overview(&sluice, &dashboard, sent + 2).await;
     for key in TERMS {
         assert_eq!(over[key], stats[key], "dashboard {key} after the failures");
+    }
+    for key in BILLED {
+        assert!(
+            same(&over[key], &stats[key]),
+            "dashboard {key} after the failures"
+        );
     }
     assert_eq!(over["failed_requests_excluded"], 2);
     assert_eq!(over["failed_saved_tokens_excluded"], excluded);
@@ -273,14 +336,22 @@ async fn with_no_upstream_reachable_nothing_is_saved() {
     assert_eq!(stats["upstream_errors"], 1);
     let cut = stats["saved_tokens"].as_u64().unwrap();
     assert!(cut > 0, "the pipeline cut before the call failed: {stats}");
-    for key in ["net_savings_pct", "savings_pct", "savings_pct_gross"] {
+    for key in [
+        "net_savings_pct",
+        "savings_pct",
+        "savings_pct_gross",
+        "billed_savings_pct",
+    ] {
         assert_eq!(stats[key], 0.0, "{key}: {stats}");
     }
+    assert_eq!(stats["billed_requests"], 0, "no report, nothing billed");
     assert_eq!(stats["failed_requests_excluded"], 1);
     assert_eq!(stats["failed_saved_tokens_excluded"], cut);
     assert_eq!(metric(&metrics(&sluice).await, "cg_net_savings_ratio"), 0.0);
     let over = overview(&sluice, &dashboard, 1).await;
     assert_eq!(over["net_savings_pct"], 0.0);
+    assert_eq!(over["billed_savings_pct"], 0.0);
+    assert_eq!(over["billed_requests"], 0);
     assert_eq!(over["failed_requests_excluded"], 1);
     assert_eq!(over["failed_saved_tokens_excluded"], cut);
 }

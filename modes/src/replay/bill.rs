@@ -65,9 +65,11 @@ pub(super) fn bill(now: &Billable, previous: Option<&Billable>, warm: bool) -> B
 
 /// What a provider that caches as the cost model assumes reports for `forwarded`, sent within
 /// the cache's lifetime after `previous` in the same session: the cached prefix read, the rest
-/// written. Replay settles each turn's reply with it, and the parity test's mock provider
-/// reports it, so both sides of that test judge a session on the same numbers. `None` for a
-/// body that does not parse.
+/// new, in the dialect's own terms. Anthropic reports the new part as a cache write; OpenAI and
+/// Gemini report no writes, so theirs is fresh input, as the proxy reads it off their replies.
+/// Replay settles each turn's reply with it, and the parity test's mock provider reports it, so
+/// both sides of that test judge a session on the same numbers. `None` for a body that does not
+/// parse.
 pub fn billed_usage(
     forwarded: &[u8],
     previous: Option<&[u8]>,
@@ -81,8 +83,17 @@ pub fn billed_usage(
     let now = billable(forwarded)?;
     let previous = previous.and_then(billable);
     let bill = bill(&now, previous.as_ref(), previous.is_some());
-    Some(crate::tracker::CacheUsage {
-        read: bill.cache_read as u64,
-        written: Some(bill.cache_write as u64),
+    let (read, new) = (bill.cache_read as u64, bill.cache_write as u64);
+    Some(match dialect {
+        Dialect::Anthropic => crate::tracker::CacheUsage {
+            read,
+            written: Some(new),
+            fresh: 0,
+        },
+        Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => crate::tracker::CacheUsage {
+            read,
+            written: None,
+            fresh: new,
+        },
     })
 }

@@ -337,6 +337,16 @@ fn a_session_that_cost_more_says_why() {
         flipped_messages: 0,
         recall: Recall::default(),
         saving: NetSaving::default(),
+        // The same turn on the guard's ledger: everything written at 1.25, the round's read
+        // at 0.1.
+        billed: engine::savings::BilledSaving {
+            requests: 1,
+            billed: sluice as f64 * 1.25,
+            cut: baseline.saturating_sub(sluice) as f64 * 1.25,
+            declared: sluice.saturating_sub(baseline) as f64 * 1.25,
+            missed: 0.0,
+            rounds: expand as f64 * 0.1,
+        },
     };
     let session = |name: &str, record: TurnRecord| SessionReport {
         name: name.into(),
@@ -361,8 +371,14 @@ fn a_session_that_cost_more_says_why() {
     let (worst, pct) = t.worst_session.clone().unwrap();
     assert_eq!(worst, "b");
     assert!((pct + 6.0).abs() < 1e-9, "{pct}");
-    let (net, gross) = session_billed(&sessions[2], &Prices::default());
-    assert!((net - 20.0).abs() < 1e-9 && (gross - 20.0).abs() < 1e-9);
+    let billed = session_billed(&sessions[2]);
+    assert!((billed.net_pct() - 20.0).abs() < 1e-9);
+    assert!((billed.gross_pct() - 20.0).abs() < 1e-9);
+    // Both arms on the cost model read the same here: the check agrees with the ledger.
+    assert!(
+        (t.two_arm_savings_pct - t.billed_savings_pct).abs() < 1e-9,
+        "{t:?}"
+    );
 }
 
 /// The way back is billed: the turn whose answer needs an identifier only a marker kept pays
@@ -404,8 +420,11 @@ fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
     let t = totals(std::slice::from_ref(&masked), &prices);
     assert_eq!(t.expand_rounds, 1);
     assert!((t.expand_cost - last.expand.cost(&prices)).abs() < 1e-9);
-    let billed = 100.0 * (t.baseline_cost - t.sluice_cost - t.expand_cost) / t.baseline_cost;
-    assert!((t.billed_savings_pct - billed).abs() < 1e-9);
+    let two_arm = 100.0 * (t.baseline_cost - t.sluice_cost - t.expand_cost) / t.baseline_cost;
+    assert!((t.two_arm_savings_pct - two_arm).abs() < 1e-9);
+    assert!(t.two_arm_savings_pct < t.two_arm_savings_pct_gross);
+    // The ledger charges the round too.
+    assert!(last.billed.rounds > 0.0, "{:?}", last.billed);
     assert!(t.billed_savings_pct < t.billed_savings_pct_gross);
     // The headline charges the round as the proxy's expand loop counts one: the original it
     // restored, and the forwarded prompt's content tokens re-read.
@@ -421,6 +440,7 @@ fn a_turn_that_needs_a_hidden_identifier_pays_one_expand_round() {
     let t = totals(std::slice::from_ref(&plain), &prices);
     assert_eq!(t.expand_rounds, 0);
     assert_eq!(t.billed_savings_pct, t.billed_savings_pct_gross);
+    assert_eq!(t.two_arm_savings_pct, t.two_arm_savings_pct_gross);
     assert_eq!(t.net_savings_pct, t.savings_pct_gross);
     assert!((t.visible_recall_pct - 100.0).abs() < 1e-9);
 }

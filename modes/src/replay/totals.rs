@@ -1,10 +1,11 @@
-//! Sums over replayed sessions: the headline (net saved, `engine::savings`, the figure `/stats`
-//! reports live), the billed change on the prompt-cache cost model beside it, recall, and the
-//! sessions sluice cost more than it saved, with why.
+//! Sums over replayed sessions: the headline, billed input saved, net (`engine::savings`, the
+//! ledger each session's cost guard keeps from the provider's reports, the figure `/stats`
+//! reports live); the same change billed on both arms of the cost model beside it, as a check;
+//! content tokens saved; recall; and the sessions sluice cost more than it saved, with why.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use engine::savings::NetSaving;
+use engine::savings::{BilledSaving, NetSaving};
 use serde::Serialize;
 
 use super::{Bill, Prices, Recall, SessionReport};
@@ -23,21 +24,31 @@ pub struct Totals {
     /// The net saving's sums, as `/stats` keeps them: the turns that ran the pipeline, and
     /// the expand rounds their answers needed.
     pub net: NetSaving,
-    /// Content tokens saved, net: the same definition as `/stats` `net_savings_pct` (the live
-    /// figure; the report's headline is `billed_savings_pct`).
+    /// Content tokens saved, net: the same definition as `/stats` `net_savings_pct` (the
+    /// pipeline's figure; the headline is `billed_savings_pct`).
     pub net_savings_pct: f64,
     /// Saved before expand rounds (the declaration still charged).
     pub savings_pct_gross: f64,
+    /// The billed saving's sums, as `/stats` keeps them: each turn the cost model's report
+    /// settled, each expand round.
+    pub billed: BilledSaving,
+    /// The headline, billed input saved, net: what the provider billed against what it would
+    /// have billed without sluice, read from each turn's report by the session's cost guard
+    /// ([`BilledSaving`]), expand rounds included; the same code and figure as `/stats`.
+    pub billed_savings_pct: f64,
+    /// The same before expand rounds.
+    pub billed_savings_pct_gross: f64,
     pub baseline: Bill,
     pub sluice: Bill,
     pub baseline_cost: f64,
     pub sluice_cost: f64,
-    /// The report's headline, billed input saved, net: against no compaction on the
-    /// prompt-cache cost model, expand rounds included; only replay can bill it, since it
-    /// needs the baseline's own cache use.
-    pub billed_savings_pct: f64,
+    /// The check on the headline: both arms billed on the prompt-cache cost model, the
+    /// requests without sluice with their own cache use (which only replay can bill), expand
+    /// rounds included. It differs from the ledger's figure where the ledger prices a cut at
+    /// the turn's own rates and the baseline's cache would have been read differently.
+    pub two_arm_savings_pct: f64,
     /// The same before expand rounds.
-    pub billed_savings_pct_gross: f64,
+    pub two_arm_savings_pct_gross: f64,
     /// Cache writes against no compaction (a change, not a saving: more writes read
     /// positive).
     pub cache_write_change_pct: f64,
@@ -162,6 +173,7 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
         t.frozen_flips += s.frozen_flips;
         for turn in &s.turns {
             t.net.add(&turn.saving);
+            t.billed.add(&turn.billed);
             t.baseline.add(&turn.baseline);
             t.sluice.add(&turn.sluice);
             t.flips += turn.flipped_messages;
@@ -174,11 +186,13 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     t.recordings = recordings.len();
     t.net_savings_pct = t.net.net_pct();
     t.savings_pct_gross = t.net.gross_pct();
+    t.billed_savings_pct = t.billed.net_pct();
+    t.billed_savings_pct_gross = t.billed.gross_pct();
     t.baseline_cost = t.baseline.cost(prices);
     t.sluice_cost = t.sluice.cost(prices);
     t.expand_cost = t.expand.cost(prices);
-    t.billed_savings_pct_gross = saved(t.sluice_cost, t.baseline_cost);
-    t.billed_savings_pct = saved(t.sluice_cost + t.expand_cost, t.baseline_cost);
+    t.two_arm_savings_pct_gross = saved(t.sluice_cost, t.baseline_cost);
+    t.two_arm_savings_pct = saved(t.sluice_cost + t.expand_cost, t.baseline_cost);
     let (writes, baseline_writes) = (t.sluice.cache_write as f64, t.baseline.cache_write as f64);
     t.cache_write_change_pct = if baseline_writes == 0.0 {
         0.0
@@ -187,16 +201,17 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     };
     t.recall_pct = 100.0 * t.recall.share();
     t.visible_recall_pct = 100.0 * t.recall.visible_share();
-    losses(&mut t, sessions, prices);
+    losses(&mut t, sessions);
     t
 }
 
 /// The sessions that lost (billed saving below zero, rounds counted), by why, and the worst
 /// session.
-fn losses(t: &mut Totals, sessions: &[SessionReport], prices: &Prices) {
+fn losses(t: &mut Totals, sessions: &[SessionReport]) {
     let mut by_cause: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     for s in sessions {
-        let (net, gross) = session_billed(s, prices);
+        let billed = session_billed(s);
+        let (net, gross) = (billed.net_pct(), billed.gross_pct());
         if t.worst_session
             .as_ref()
             .is_none_or(|(_, worst)| net < *worst)
@@ -230,21 +245,13 @@ fn losses(t: &mut Totals, sessions: &[SessionReport], prices: &Prices) {
         .collect();
 }
 
-/// A session's billed saving on the cost model, with expand rounds and before them.
-pub fn session_billed(session: &SessionReport, prices: &Prices) -> (f64, f64) {
-    let (mut baseline, mut sluice, mut expand) =
-        (Bill::default(), Bill::default(), Bill::default());
+/// A session's billed saving: the sum of its turns' (the headline's, per session).
+pub fn session_billed(session: &SessionReport) -> BilledSaving {
+    let mut billed = BilledSaving::default();
     for turn in &session.turns {
-        baseline.add(&turn.baseline);
-        sluice.add(&turn.sluice);
-        expand.add(&turn.expand);
+        billed.add(&turn.billed);
     }
-    let (b, s, e) = (
-        baseline.cost(prices),
-        sluice.cost(prices),
-        expand.cost(prices),
-    );
-    (saved(s + e, b), saved(s, b))
+    billed
 }
 
 /// Savings positive: the share of `old` that `new` did not pay (0 without data).

@@ -117,14 +117,71 @@ pub static FIELDS: &[Field<Totals>] = &[
         "saved_tokens over saved_tokens_unique (0 without data).",
         |t| Num::Real(ratio(t.live.saved(), t.live.saved_tokens_unique))
     ),
-    // One savings figure (`engine::savings`): net saved is the headline, under its own key and
-    // context-guru's `savings_pct`; saved before expand rounds is the one secondary figure.
+    // The headline (`engine::savings`): billed input saved, net, from the providers' reports.
+    row!(
+        Some("billed_savings_pct"),
+        None,
+        Gauge,
+        "%",
+        "**The headline, billed input saved, net**: what the provider billed for the requests sluice forwarded (fresh input, cache reads at 0.1, cache writes at 1.25, from its own usage report), against what it would have billed without sluice (that bill, plus what the cuts kept off it, less the expand tool's declaration and any cache re-write sluice caused), expand rounds charged. Below zero when sluice cost more than it saved. The dashboard and `sluice replay` report the same figure under the same name.",
+        |t| Num::Real(t.billed.net_pct())
+    ),
+    row!(
+        None,
+        Some("cg_billed_savings_ratio"),
+        Gauge,
+        "ratio",
+        "The headline, billed input saved, net (billed_savings_pct), as a ratio.",
+        |t| Num::Real(t.billed.net_pct() / 100.0)
+    ),
+    row!(
+        Some("billed_savings_pct_gross"),
+        None,
+        Gauge,
+        "%",
+        "Billed input saved before expand rounds: billed_savings_pct without the rounds' cost.",
+        |t| Num::Real(t.billed.gross_pct())
+    ),
+    row!(
+        None,
+        Some("cg_billed_gross_savings_ratio"),
+        Gauge,
+        "ratio",
+        "Billed input saved before expand rounds (billed_savings_pct_gross), as a ratio.",
+        |t| Num::Real(t.billed.gross_pct() / 100.0)
+    ),
+    row!(
+        Some("billed_requests"),
+        Some("cg_billed_requests_total"),
+        Counter,
+        "requests",
+        "Requests that ran the pipeline and whose provider reported their usage: the billed figure's sample (a reply without a usage report, or one that failed, is not in it).",
+        |t| Num::Count(t.billed.requests)
+    ),
+    row!(
+        Some("billed_input_tokens"),
+        Some("cg_billed_input_tokens"),
+        Gauge,
+        "tokens",
+        "What the provider billed for those requests' input, priced in fresh-input tokens (a cache read 0.1, a cache write 1.25), plus the expand rounds' cost.",
+        |t| Num::Real(t.billed.billed + t.billed.rounds)
+    ),
+    row!(
+        Some("billed_baseline_tokens"),
+        Some("cg_billed_baseline_tokens"),
+        Gauge,
+        "tokens",
+        "What the provider would have billed for the same requests without sluice.",
+        |t| Num::Real(t.billed.baseline())
+    ),
+    // Content tokens saved, net (`engine::savings`), the pipeline's own figure, under its own
+    // key and context-guru's `savings_pct`; saved before expand rounds is its secondary form.
     row!(
         Some("net_savings_pct"),
         None,
         Gauge,
         "%",
-        "**The live headline, content tokens saved, net**: content tokens cut from requests the upstream completed, less the expand tool's declaration sluice added, the originals expand rounds restored and the prompt each round re-read (at the cache-read price, 0.1), over those requests' content tokens. Below zero when sluice cost more than it saved. The dashboard reports the same figure under the same name, and `sluice replay` beside its billed headline. It counts tokens, not their price: the bill's change is smaller (see docs/stats.md).",
+        "**Content tokens saved, net**, the pipeline's own figure beside the headline: content tokens cut from requests the upstream completed, less the expand tool's declaration sluice added, the originals expand rounds restored and the prompt each round re-read (at the cache-read price, 0.1), over those requests' content tokens. It counts tokens, not their price, so it reads above the bill's change (billed_savings_pct). The dashboard and `sluice replay` report it under the same name.",
         |t| Num::Real(t.net().net_pct())
     ),
     row!(
@@ -132,7 +189,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_net_savings_ratio"),
         Gauge,
         "ratio",
-        "The headline, net saved (net_savings_pct), as a ratio.",
+        "Content tokens saved, net (net_savings_pct), as a ratio.",
         |t| Num::Real(t.net().net_pct() / 100.0)
     ),
     row!(
@@ -140,7 +197,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         None,
         Gauge,
         "%",
-        "context-guru's name for the headline: the same value as net_savings_pct.",
+        "context-guru's name for content tokens saved (its Σsaved/Σbefore): the same value as net_savings_pct.",
         |t| Num::Real(t.net().net_pct())
     ),
     row!(
@@ -164,7 +221,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_net_saved_tokens"),
         Gauge,
         "tokens",
-        "The headline's numerator: net saved, in input-token equivalents (below zero for a loss).",
+        "net_savings_pct's numerator: content tokens saved, net, in input-token equivalents (below zero for a loss).",
         |t| Num::Real(t.net().net_tokens())
     ),
     row!(
@@ -172,7 +229,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_expand_declared_tokens_total"),
         Counter,
         "tokens",
-        "Tokens of the expand tool's declaration sluice added to requests the upstream completed (charged in the headline).",
+        "Tokens of the expand tool's declaration sluice added to requests the upstream completed (charged in both savings figures).",
         |t| Num::Count(t.completed.declared_tokens)
     ),
     row!(

@@ -160,7 +160,7 @@ impl<'a> Settled<'a> {
         original: &Bytes,
         parsed: &ParsedBody<'_>,
         session: String,
-        facts: TurnFacts,
+        mut facts: TurnFacts,
         added: Duration,
         flushed: Flush,
     ) -> Turn {
@@ -171,6 +171,9 @@ impl<'a> Settled<'a> {
             WayBack::Injected(_) => way_back::tool_tokens(parsed.dialect()),
             _ => 0,
         };
+        if let Some(turn) = facts.ledger_turn.as_mut() {
+            turn.declared = declared_tokens as u64;
+        }
         let body = match (self.way, self.applied.body) {
             (WayBack::Injected(body), _) => Bytes::from(body),
             (_, std::borrow::Cow::Owned(bytes)) => Bytes::from(bytes),

@@ -23,8 +23,9 @@ function usd(n) {
 // `1 error`, `3 errors`: a count and its noun, plural when it is not one.
 function count(n, noun) { return nf.format(n) + ' ' + noun + (n === 1 ? '' : 's'); }
 function pct(n) { return n == null ? '—' : n.toFixed(1) + '%'; }
-// The live savings figure, content tokens saved, net (the same as /stats net_savings_pct): savings read
-// positive, a loss negative.
+// A savings figure (billed input saved, net, the headline; content tokens saved, net, beside it;
+// the same as /stats billed_savings_pct and net_savings_pct): savings read positive, a loss
+// negative.
 function savedPct(n) {
   if (n == null) return '—';
   return n < 0 ? '−' + (-n).toFixed(2) + '% (cost more)' : n.toFixed(2) + '% saved';
@@ -188,6 +189,9 @@ async function loadOverview() {
   const c = o.capture || {};
   $('tiles').replaceChildren(
     tile('requests', 'Requests', nf.format(o.requests), count(o.sessions, 'session') + ' · ' + count(o.errors, 'error')),
+    tile('billed', 'Billed input saved, net', savedPct(o.billed_savings_pct),
+      'before expand rounds ' + savedPct(o.billed_savings_pct_gross) + ' · ' + count(o.billed_requests, 'request') + ' with a usage report',
+      signClass(o.billed_savings_pct)),
     tile('net', 'Content tokens saved, net', savedPct(o.net_savings_pct),
       'before expand rounds ' + savedPct(o.savings_pct_gross) + ' · ' + tokens(o.net_saved_tokens) +
       (o.failed_requests_excluded ? ' · ' + nf.format(o.failed_requests_excluded) + ' failed upstream, left out' : '') +
@@ -221,9 +225,11 @@ async function loadOverview() {
     { title: 'Saved', num: true, render: (r) => usd(r.saved_usd) },
     { title: 'Expand cost', num: true, render: (r) => usd(r.expand_cost_usd) },
     { title: 'Net, priced', num: true, render: (r) => usd(r.net_saved_usd), cls: (r) => signClass(r.net_saved_usd) },
+    { title: 'Billed input saved, net', num: true, render: (r) => savedPct(r.billed_savings_pct), cls: (r) => signClass(r.billed_savings_pct) },
     { title: 'Content tokens saved, net', num: true, render: (r) => savedPct(r.net_savings_pct), cls: (r) => signClass(r.net_savings_pct) },
   ], cost.models);
-  $('capture-note').textContent = 'Content tokens saved, net, is the tokens cut from requests the upstream completed, less the expand tool\'s declaration and what expand rounds restored and re-read (at 0.1), over those requests\' content: the same figure as /stats net_savings_pct. It counts tokens, not their price: most of a prompt is read from the provider\'s cache at a tenth of the price, so the bill changes less (sluice replay bills it). ' +
+  $('capture-note').textContent = 'Billed input saved, net, is what the provider billed for the requests sluice forwarded (its own usage report: fresh input, cache reads at 0.1, cache writes at 1.25) against what it would have billed without sluice, expand rounds charged: the same figure as /stats billed_savings_pct and sluice replay\'s headline. ' +
+    'Content tokens saved, net, is the tokens cut from requests the upstream completed, less the expand tool\'s declaration and what expand rounds restored and re-read (at 0.1), over those requests\' content: the same figure as /stats net_savings_pct. It counts tokens, not their price: most of a prompt is read from the provider\'s cache at a tenth of the price, so the bill changes less. ' +
     'Costs are list prices at the time each row was written; "unknown" means the model is not in the price table or the provider reported no usage. ' +
     'Priced, each of those tokens is at the tier it was billed: removed ones at the tier the request\'s new suffix paid.';
 }
@@ -241,6 +247,7 @@ async function loadSessions(more) {
     { title: 'Last active', render: (r) => when(r.last_ts) },
     { title: 'Requests', num: true, render: (r) => nf.format(r.requests) },
     { title: 'Content', num: true, render: (r) => tokens(r.tokens_before) },
+    { title: 'Billed input saved, net', num: true, render: (r) => savedPct(r.billed_savings_pct), cls: (r) => signClass(r.billed_savings_pct) },
     { title: 'Content tokens saved, net', num: true, render: (r) => savedPct(r.net_savings_pct), cls: (r) => signClass(r.net_savings_pct) },
     { title: 'Expand rounds', num: true, render: (r) => nf.format(r.expand_rounds) },
     { title: 'Billed', num: true, render: (r) => usd(r.cost_usd) },
@@ -272,6 +279,7 @@ async function loadRequests(more) {
     { title: 'Model', render: (r) => r.model },
     { title: 'Status', num: true, render: (r) => r.status, cls: (r) => (r.status >= 400 ? 'bad' : '') },
     { title: 'Content', num: true, render: (r) => tokens(r.tokens_before) },
+    { title: 'Billed input saved, net', num: true, render: (r) => savedPct(r.billed_savings_pct), cls: (r) => signClass(r.billed_savings_pct) },
     { title: 'Content tokens saved, net', num: true, render: (r) => (r.untouched ? 'untouched: ' + r.untouched : r.net_savings_pct == null ? 'not completed: left out' : savedPct(r.net_savings_pct)) },
     { title: 'Acted', render: (r) => el('span', {}, r.acted.map((a) => el('span', { class: 'chip act', text: a }))) },
     { title: 'Billed', num: true, render: (r) => usd(r.cost_usd) },

@@ -346,14 +346,12 @@ impl Money {
                     m.unpriced_calls += 1;
                     continue;
                 };
-                let usd = |b: &modes::replay::Bill| {
-                    (b.fresh as f64 * price.input
-                        + b.cache_read as f64 * price.cache_read
-                        + b.cache_write as f64 * price.cache_write)
-                        / 1e6
-                };
-                m.baseline_usd += usd(&turn.baseline);
-                m.with_sluice_usd += usd(&turn.sluice) + usd(&turn.expand);
+                // The ledger's terms are in fresh-input tokens (a cache read a tenth of one, a
+                // write 1.25: Claude's ratios, and GPT-5's reads), so the model's input price
+                // turns them into its money, and the dollars read as the headline does.
+                let usd = |tokens: f64| tokens * price.input / 1e6;
+                m.baseline_usd += usd(turn.billed.baseline());
+                m.with_sluice_usd += usd(turn.billed.billed + turn.billed.rounds);
                 m.priced_calls += 1;
             }
         }
@@ -609,8 +607,25 @@ impl Report {
         let dollars = if m.priced_calls == 0 {
             "no call's model is in the price table, so no dollars".to_owned()
         } else {
+            // The percentage weighs every model's token alike (the ledger's unit, as `/stats`
+            // keeps it); dollars weigh each by its price. Where the mix of models makes them
+            // differ, both are said, and why.
+            let share = 100.0 * m.saved_usd() / m.baseline_usd.max(f64::MIN_POSITIVE);
+            let weighed = if (share - h.billed_saved_net_pct).abs() >= 0.005 {
+                format!(
+                    " ({:.2}% of the dollars: calls on dearer models saved {} than the rest)",
+                    share,
+                    if share < h.billed_saved_net_pct {
+                        "less"
+                    } else {
+                        "more"
+                    }
+                )
+            } else {
+                String::new()
+            };
             format!(
-                "{} of {} at each call's model's list price{}",
+                "{} of {} at each call's model's list price{weighed}{}",
                 usd(m.saved_usd()),
                 usd(m.baseline_usd),
                 if m.unpriced_calls > 0 {
@@ -753,6 +768,13 @@ mod tests {
             flipped_messages: 0,
             recall: Recall::default(),
             saving: engine::savings::NetSaving::default(),
+            // On the ledger, in fresh-input tokens: what was sent billed, the cut kept off.
+            billed: engine::savings::BilledSaving {
+                requests: 1,
+                billed: kept as f64,
+                cut: (written - kept) as f64,
+                ..engine::savings::BilledSaving::default()
+            },
         };
         let recorded = Recorded {
             name: "s".into(),
@@ -784,9 +806,9 @@ mod tests {
         };
         let m = Money::of(std::iter::once((&recorded, &report)));
         assert_eq!((m.priced_calls, m.unpriced_calls), (2, 1));
-        // gemini-2.5-pro writes at its input price, $1.25 a million; Sonnet at $3.75.
-        let expected_base = 1.25 + 3.75;
-        let expected_with = 0.8 * 1.25 + 0.5 * 3.75;
+        // Fresh input: gemini-2.5-pro's $1.25 a million, Sonnet's $3.
+        let expected_base = 1.25 + 3.0;
+        let expected_with = 0.8 * 1.25 + 0.5 * 3.0;
         assert!((m.baseline_usd - expected_base).abs() < 1e-9, "{m:?}");
         assert!((m.with_sluice_usd - expected_with).abs() < 1e-9, "{m:?}");
         assert!((m.saved_usd() - (expected_base - expected_with)).abs() < 1e-9);
