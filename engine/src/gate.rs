@@ -440,6 +440,12 @@ pub const RECENT: Gate = Gate {
     doc: "the call is within the screener's `turns` of the latest step",
 };
 
+/// The model kept expanding this output's marker, so the session put the original back in place.
+pub const RESTORED_IN_PLACE: Gate = Gate {
+    name: "restored_in_place",
+    doc: "the model kept expanding this output's marker, so the session put the original back in place",
+};
+
 /// The model expanded this kind of output after a cut, so its outputs stay whole for the session.
 pub const RETRIED_AFTER_COMPACTION: Gate = Gate {
     name: "retried_after_compaction",
@@ -589,6 +595,7 @@ pub const ANY_COMPONENT: &[Gate] = &[
     MARKER_OR_KEPT_VERBATIM,
     MODEL_PENDING,
     NON_TEXT_BLOCKS,
+    RESTORED_IN_PLACE,
     RETRIED_AFTER_COMPACTION,
     STORE_FULL,
     TOOL_EXCLUDED,
@@ -668,6 +675,7 @@ pub const ALL: &[Gate] = &[
     OFFSET,
     PARSE_ERRORS,
     RECENT,
+    RESTORED_IN_PLACE,
     RETRIED_AFTER_COMPACTION,
     ROUND_TRIP_FAILED,
     SIGNED_THINKING,

@@ -427,6 +427,7 @@ fn kept_changes<'a>(
     }
     if run.stage.kind() == Kind::Offload {
         hold_learned(run.cx, counts, saved, acx, messages);
+        hold_restored(run.cx, saved, acx, messages);
     }
     saved
         .iter()
@@ -474,6 +475,32 @@ fn hold_learned<'a>(
         } else {
             Ok(())
         }
+    });
+}
+
+/// Puts back the outputs the session restored in place, as they reached this stage: a new cut
+/// and a frozen decision's replay alike (the one re-write happened on the turn that restored
+/// them; from then on every turn forwards the same original).
+fn hold_restored<'a>(
+    cx: &RunCx,
+    saved: &mut Saved<'a>,
+    acx: &mut ApplyCx<'_>,
+    messages: &mut Working<'a>,
+) {
+    if cx.restored.is_empty() {
+        return;
+    }
+    saved.retain(|(i, old)| {
+        let message = &messages[*i];
+        let restored = message.is_tool()
+            && crate::marker::marker_ids(&message.content).any(|id| cx.restored.contains(id));
+        if !restored {
+            return true;
+        }
+        acx.at(*i);
+        acx.gate(gate::RESTORED_IN_PLACE);
+        messages.restore(*i, old.clone());
+        false
     });
 }
 

@@ -223,6 +223,16 @@ impl CostGuard {
         round
     }
 
+    /// The whole prompt the provider last reported (fresh, read and written), 0 before any.
+    pub fn last_prompt(&self) -> u64 {
+        self.last_prompt
+    }
+
+    /// Whether the provider bills cache writes (else new input is fresh).
+    pub fn bills_writes(&self) -> bool {
+        self.bills_writes
+    }
+
     /// The floor under this session's cuts, set by an `expand_rounds` back-off.
     pub fn cut_floor(&self) -> Option<CutFloor> {
         self.floor
@@ -273,7 +283,7 @@ pub fn work(report: &engine::pipeline::RunReport, facts: &crate::tracker::TurnFa
         saved_cached: cached,
         saved_new: new,
         warm,
-        rewrote_prefix: facts.amortized && !facts.diverged,
+        rewrote_prefix: facts.rewrote_prefix(),
     }
 }
 

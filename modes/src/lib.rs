@@ -13,6 +13,7 @@ pub mod guard;
 pub mod loud;
 pub mod parses;
 pub mod replay;
+pub mod restore;
 pub mod retries;
 mod run;
 pub mod session;

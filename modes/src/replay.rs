@@ -13,7 +13,7 @@
 //!   read 0.1, write 1.25).
 //! - A **flip** is a message inside the previous turn's forwarded prefix that sluice forwards
 //!   differently on a warm turn whose incoming prefix did not change: a cache write sluice
-//!   caused. Cold turns and `cache.amortize` re-writes are decisions, not flips.
+//!   caused. Cold turns, `cache.amortize` re-writes and outputs restored in place are decisions, not flips.
 //!
 //! **Reference recall** checks fidelity: for each answer (the assistant message that followed a
 //! turn), the identifiers it mentions that appeared in earlier tool outputs (paths, symbols,
@@ -440,12 +440,16 @@ async fn replay_on(
         let baseline = bill(&sent, prev_in.as_ref(), warm);
         let sluice = bill(&forwarded, prev_out.as_ref(), warm);
         let flipped = match (&prev_in, &prev_out) {
-            (Some(prev_in), Some(prev_out)) if warm && !facts.cold && !facts.amortized => flips(
-                &prev_in.messages,
-                incoming,
-                &prev_out.messages,
-                &forwarded.messages,
-            ),
+            (Some(prev_in), Some(prev_out))
+                if warm && !facts.cold && !facts.amortized && facts.restored == 0 =>
+            {
+                flips(
+                    &prev_in.messages,
+                    incoming,
+                    &prev_out.messages,
+                    &forwarded.messages,
+                )
+            }
             _ => 0,
         };
         let previous = prev_body.as_deref().filter(|_| warm);

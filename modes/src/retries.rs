@@ -98,6 +98,7 @@ pub fn remember(state: &mut SessionState, original: &[Message], forwarded: &Forw
         }
         let kind = engine::tools::output_kind(tool, Some(arguments));
         for marker in ids {
+            state.restore.remember_marker(marker, id, index);
             // A marker carried over from the last turn is on record with this kind already:
             // looked up before a key and a kind are copied to insert it again.
             match state.marker_tools.get_mut(marker) {

@@ -11,7 +11,7 @@ use engine::wire::{Dialect, Mention, ParsedBody};
 
 use crate::session::SessionState;
 use crate::tracker::{self, TurnFacts};
-use crate::{amortize, guard, retries};
+use crate::{amortize, guard, restore, retries};
 
 /// Asks the tracker about a turn carrying `parsed`, and records it.
 pub(crate) fn begin_turn(
@@ -40,6 +40,13 @@ pub(crate) fn run_turn<'a>(
 ) -> (Applied<'a>, TurnFacts) {
     let mut facts = begin_turn(state, parsed, cx.clock.now());
     facts.retries = retries::detect(state, parsed.messages());
+    state.restore.turns += 1;
+    let prices = restore::Prices {
+        prompt: state.guard.last_prompt(),
+        new: restore::new_price(state.guard.bills_writes()),
+        banked: state.guard.billed.gross(),
+    };
+    facts.restored = state.restore.decide(parsed.messages(), prices);
     cx.mutable_from = facts.mutable_from;
     cx.cold = facts.cold;
     cx = learned(state, cx);
@@ -53,14 +60,17 @@ pub(crate) fn run_turn<'a>(
     (applied, facts)
 }
 
-/// What the session learned applies to its runs: the tools it keeps whole and the cost
-/// guard's floor under cuts.
+/// What the session learned applies to its runs: the tools it keeps whole, the outputs it
+/// restored in place and the cost guard's floor under cuts.
 pub(crate) fn learned(state: &SessionState, cx: RunCx) -> RunCx {
-    let cx = if state.lossless_tools.is_empty() {
+    let mut cx = if state.lossless_tools.is_empty() {
         cx
     } else {
         cx.with_lossless_tools(retries::lossless(state))
     };
+    if !state.restore.restored.is_empty() {
+        cx = cx.with_restored(Arc::new(state.restore.restored.clone()));
+    }
     cx.with_cut_floor(state.guard.cut_floor())
 }
 

@@ -9,6 +9,7 @@ use engine::store::Store;
 use serde::{Deserialize, Serialize};
 
 use crate::guard::{self, BackOff, Billed};
+use crate::restore;
 use crate::tracker::Tracker;
 
 /// What a session actor owns for one session.
@@ -49,6 +50,9 @@ pub struct SessionState {
     /// [`guard`]).
     #[serde(default)]
     pub guard: guard::CostGuard,
+    /// The markers the model expanded, and the outputs put back in place (see [`restore`]).
+    #[serde(default)]
+    pub restore: restore::Restore,
 }
 
 impl SessionState {
@@ -62,11 +66,18 @@ impl SessionState {
 
     /// An expand round the session's model asked for. Returns the back-off it decided, if any
     /// (expand rounds alone never settle a turn, but they can tip a judged session).
+    /// An expand round for `stash_ids`: each marker's expands are counted for a restore in
+    /// place (`restore`), and the round's cost goes to the cost guard (the prompt re-read, the
+    /// originals written). Returns the round's billed cost, and the back-off it decided, if
+    /// any.
     pub fn expand_round(
         &mut self,
+        stash_ids: &[&str],
         prompt_tokens: u64,
         restored_tokens: u64,
     ) -> (BilledSaving, Option<BackOff>) {
+        let markers: Vec<String> = stash_ids.iter().map(|id| (*id).to_owned()).collect();
+        self.restore.note_round(&markers, restored_tokens);
         let billed = self.guard.expand_round(prompt_tokens, restored_tokens);
         let why = self.guard.judge();
         if let Some(why) = why {

@@ -248,6 +248,7 @@ struct TurnTotals {
     compaction_resets: u64,
     cold_mispredicted: u64,
     amortized_rewrites: u64,
+    restored_outputs: u64,
 }
 
 /// The aggregator. Cheap to share behind an `Arc`.
@@ -306,15 +307,16 @@ impl Stats {
     }
 
     /// One turn the cached-prefix tracker saw: whether it read cold, whether an earlier turn was
-    /// on record, whether the transcript diverged from every remembered one, and whether
-    /// `cache.amortize` re-wrote part of the cached prefix.
-    pub fn record_turn(&self, cold: bool, known: bool, diverged: bool, amortized: bool) {
+    /// on record, whether the transcript diverged from every remembered one, whether
+    /// `cache.amortize` re-wrote part of the cached prefix, and the outputs it restored in place.
+    pub fn record_turn(&self, facts: &crate::tracker::TurnFacts) {
         let mut t = self.totals.lock();
         t.turns.tracked_turns += 1;
-        t.turns.amortized_rewrites += u64::from(amortized);
-        t.turns.cold_turns += u64::from(cold);
-        t.turns.unknown_boundary_turns += u64::from(!known);
-        t.turns.compaction_resets += u64::from(diverged);
+        t.turns.amortized_rewrites += u64::from(facts.amortized);
+        t.turns.restored_outputs += u64::from(facts.restored);
+        t.turns.cold_turns += u64::from(facts.cold);
+        t.turns.unknown_boundary_turns += u64::from(!facts.known);
+        t.turns.compaction_resets += u64::from(facts.diverged);
     }
 
     /// Signs that a cut was needed after all: calls re-issued right after their output was cut,
@@ -855,9 +857,17 @@ mod tests {
     #[test]
     fn turn_totals_reach_stats_and_metrics() {
         let stats = Stats::new();
-        stats.record_turn(false, false, false, false);
-        stats.record_turn(true, true, false, false);
-        stats.record_turn(false, true, true, true);
+        let turn = |cold, known, diverged, amortized, restored| crate::tracker::TurnFacts {
+            cold,
+            known,
+            diverged,
+            amortized,
+            restored,
+            ..crate::tracker::TurnFacts::default()
+        };
+        stats.record_turn(&turn(false, false, false, false, 0));
+        stats.record_turn(&turn(true, true, false, false, 0));
+        stats.record_turn(&turn(false, true, true, true, 2));
         stats.record_cold_mispredicted();
         let doc = stats.to_json("sync", None, None);
         assert_eq!(doc["tracked_turns"], 3);
@@ -866,7 +876,13 @@ mod tests {
         assert_eq!(doc["compaction_resets"], 1);
         assert_eq!(doc["cold_mispredicted"], 1);
         assert_eq!(doc["amortized_rewrites"], 1);
+        assert_eq!(doc["restored_outputs"], 2);
         assert!(stats.to_prometheus().contains("cg_cold_turns_total 1"));
+        assert!(
+            stats
+                .to_prometheus()
+                .contains("cg_restored_outputs_total 2")
+        );
     }
 
     #[test]

@@ -70,9 +70,21 @@ pub struct TurnFacts {
     pub amortized: bool,
     /// Calls the model re-issued right after their output was cut (see `retries`).
     pub retries: u32,
+    /// Cut outputs this turn put back in place (see `restore`): a deliberate re-write of the
+    /// cached prefix from the first of them on, like an amortized one.
+    pub restored: u32,
     /// The cost guard's number for this turn: the provider's report for this request settles
     /// it, and no other turn's (see `guard`).
     pub ledger_turn: Option<LedgerTurn>,
+}
+
+impl TurnFacts {
+    /// The turn re-wrote part of the cached prefix on purpose (`cache.amortize`, or an output
+    /// restored in place), unless the transcript itself diverged: the provider reads less back
+    /// on it, and that is the re-write's cost, not a flip.
+    pub fn rewrote_prefix(&self) -> bool {
+        (self.amortized || self.restored > 0) && !self.diverged
+    }
 }
 
 /// A turn the provider's report settles: its number in the guard's ledger, and the expand
@@ -260,6 +272,7 @@ impl Tracker {
             diverged,
             amortized: false,
             retries: 0,
+            restored: 0,
             ledger_turn: None,
         };
         self.counts.turns += 1;

@@ -194,7 +194,7 @@ impl Forward {
     /// that settles its counts after the send).
     pub fn record(&self, stats: &Stats) {
         let facts = &self.facts;
-        stats.record_turn(facts.cold, facts.known, facts.diverged, facts.amortized);
+        stats.record_turn(facts);
         stats.record_retries(facts.retries.into());
         stats.record_run(&self.report, &self.discarded, self.added);
         if let Some(reason) = self.withheld {
@@ -263,7 +263,7 @@ impl Turn {
             Turn::Forward(f) => f.record(stats),
             Turn::Untouched { reason, facts, .. } => {
                 if let Some(f) = facts {
-                    stats.record_turn(f.cold, f.known, f.diverged, f.amortized);
+                    stats.record_turn(f);
                 }
                 match reason {
                     // Not ours to judge: the upstream answers a body we cannot read.
@@ -279,12 +279,7 @@ impl Turn {
     /// What observe mode projects: the run as sync would have forwarded it.
     pub fn record_projection(&self, stats: &Stats) {
         if let Turn::Forward(f) = self {
-            stats.record_turn(
-                f.facts.cold,
-                f.facts.known,
-                f.facts.diverged,
-                f.facts.amortized,
-            );
+            stats.record_turn(&f.facts);
             stats.record_projection(&f.report, &f.discarded, f.added);
         }
     }
@@ -616,10 +611,9 @@ impl TurnService {
         settled
     }
 
-    /// An expand round the model of `session` asked for: a marker expanded a second time makes
-    /// its tool's later outputs lossless (`retries`), and the round's cost goes to the cost guard
-    /// (the prompt re-read, the originals written). The proxy's expand loop and replay both
-    /// call it.
+    /// An expand round the model of `session` asked for ([`SessionState::expand_round`]: what
+    /// the session learns from it, and its cost). The proxy's expand loop and replay both call
+    /// it.
     pub async fn expand_round(
         &self,
         session: &str,
@@ -631,11 +625,12 @@ impl TurnService {
             return ExpandOutcome::default();
         };
         let mut state = sessions.lease(session).await;
+        // A marker expanded a second time makes its tool's later outputs lossless (`retries`).
         let repeats = stash_ids
             .iter()
             .filter(|id| crate::retries::note_expand(&mut state, id))
             .count();
-        let (billed, backoff) = state.expand_round(prompt_tokens, restored_tokens);
+        let (billed, backoff) = state.expand_round(stash_ids, prompt_tokens, restored_tokens);
         self.keep(session, &state);
         ExpandOutcome {
             repeats,

@@ -16,5 +16,6 @@ mod parity;
 mod prefix;
 mod properties;
 mod proxy;
+mod restore;
 mod sessions;
 mod way_back;

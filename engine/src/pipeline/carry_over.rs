@@ -54,6 +54,9 @@ impl Pipeline {
         if let Some(floor) = cx.cut_floor {
             h = mix(mix(mix(h, 1), floor.from as u64), floor.min_saved as u64);
         }
+        for id in cx.restored.iter() {
+            h = mix(mix(h, 2), tokens::content_hash(id));
+        }
         Some(h)
     }
 }

@@ -36,6 +36,11 @@ pub struct RunCx {
     /// whose expand rounds cost more than its cuts saved keeps only the cuts that would pay
     /// for a round on their own (see `modes::guard`). `None`: no floor.
     pub cut_floor: Option<CutFloor>,
+    /// Markers whose outputs the session put back in place (see `modes::restore`): an
+    /// offloader's cut that leaves one of them is undone, a frozen decision's replay too, so
+    /// the original stays where it was on every turn from the one that restored it. By
+    /// marker, not by call id: agents reuse call ids, and a marker names its original.
+    pub restored: Arc<std::collections::BTreeSet<String>>,
     /// Counts no decision reads are left for [`RunReport::settle`], which the host calls once
     /// the request has gone upstream (see `pipeline::counts`); until then the report's totals
     /// are short. False: the run counts everything first and its report is complete.
@@ -71,6 +76,7 @@ impl RunCx {
             offloads: true,
             lossless_tools: Arc::default(),
             cut_floor: None,
+            restored: Arc::default(),
             defer_counts: false,
         }
     }
@@ -109,6 +115,13 @@ impl RunCx {
     #[must_use]
     pub fn with_deferred_counts(mut self, defer: bool) -> RunCx {
         self.defer_counts = defer;
+        self
+    }
+
+    /// The markers whose outputs this session put back in place.
+    #[must_use]
+    pub fn with_restored(mut self, restored: Arc<std::collections::BTreeSet<String>>) -> RunCx {
+        self.restored = restored;
         self
     }
 

@@ -456,6 +456,144 @@ fn long_read(tag: &str, stamp: u64) -> String {
     lines.join("\n")
 }
 
+/// A long text of distinct words: the bulk of the prompt a round re-reads.
+fn wide_output(lines: usize) -> String {
+    (0..lines)
+        .map(|l| {
+            (0..400)
+                .map(|w| format!("w{}", (l * 7919 + w * 104_729) % 100_003))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A large prompt, three long logs and a fourth with four facts in the middle, whose answers
+/// need one fact each on four turns running (see the tests below).
+fn restore_session() -> Vec<u8> {
+    let mut lines: Vec<String> = (0..400)
+        .map(|i| format!("line {i} of the alpha listing, nothing to see"))
+        .collect();
+    for k in 0..4 {
+        lines[198 + k] = format!("fact_{k} is 17000000{k}{k}");
+    }
+    // The bulk of the prompt is the model's own long first answer, which collapse leaves as it
+    // is (it cuts tool outputs); three earlier logs collapse cuts are the savings a restore is
+    // staked on.
+    let (wide, alpha) = (wide_output(100), lines.join("\n"));
+    let logs = [
+        long_read("beta", 1),
+        long_read("gamma", 2),
+        long_read("delta", 3),
+    ];
+    let outputs = [
+        logs[0].as_str(),
+        &logs[1],
+        &logs[2],
+        &alpha,
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+    ];
+    let commands = [
+        "cat beta.log",
+        "cat gamma.log",
+        "cat delta.log",
+        "cat alpha.log",
+        "ls",
+        "pwd",
+        "ls -a",
+        "pwd -P",
+    ];
+    let answers = [
+        wide.as_str(),
+        "looking",
+        "looking",
+        "looking",
+        "the first is 1700000000",
+        "the second is 1700000011",
+        "the third is 1700000022",
+        "the fourth is 1700000033",
+        "done",
+    ];
+    body_of(&outputs, &commands, &answers)
+}
+
+#[test]
+fn a_marker_the_model_keeps_expanding_is_restored_once_and_stops_costing_rounds() {
+    // A large prompt, then a long `cat` with four facts in the middle that collapse hides. The
+    // answers need one each on four turns running: the first two pay a round each, after which
+    // one re-write of the prompt from that output on costs less than the round the marker is
+    // still expected to cost (one per repeat so far, each re-reading the whole prompt), so it
+    // goes back whole and the next answers find their facts in view.
+    let session = restore_session();
+    let report = replay(
+        "pipeline: [collapse]",
+        &session,
+        &Options {
+            keep_bodies: true,
+            ..Options::default()
+        },
+    );
+    let rounds: Vec<usize> = report.turns.iter().map(|t| t.expand_rounds).collect();
+    assert_eq!(rounds, [0, 0, 0, 0, 1, 1, 0, 0, 0], "two rounds, then none");
+    let collapse = &report.components["collapse"];
+    assert_eq!(
+        collapse.gates.get("restored_in_place"),
+        Some(&3),
+        "put back on the turn that restored it and every later one: {:?}",
+        collapse.gates
+    );
+    let shown: Vec<bool> = report
+        .bodies
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).contains("fact_3 is 1700000033"))
+        .collect();
+    assert_eq!(
+        shown,
+        [false, false, false, false, false, false, true, true, true]
+    );
+    let flips: usize = report.turns.iter().map(|t| t.flipped_messages).sum();
+    assert_eq!(flips, 0, "one deliberate re-write, then the same bytes");
+    assert_eq!(report.frozen_flips, 0);
+    // Without the restore the same session pays a round on every one of those turns.
+    let never = replay(
+        "pipeline: [collapse]",
+        &session,
+        &Options {
+            learn_from_rounds: false,
+            ..Options::default()
+        },
+    );
+    let rounds: Vec<usize> = never.turns.iter().map(|t| t.expand_rounds).collect();
+    assert_eq!(rounds, [0, 0, 0, 0, 1, 1, 1, 1, 0]);
+}
+
+/// The same with `mask`, whose cuts are frozen and replayed: the restore undoes the replay too.
+#[test]
+fn a_restore_undoes_a_frozen_decision_s_replay() {
+    let report = replay(
+        "pipeline: [mask]\ncomponents:\n  mask: {keep_recent: 1}",
+        &restore_session(),
+        &Options {
+            keep_bodies: true,
+            // Past the cache's lifetime: mask makes new decisions at depth only on cold turns.
+            gap: Duration::from_secs(7200),
+            ..Options::default()
+        },
+    );
+    let rounds: Vec<usize> = report.turns.iter().map(|t| t.expand_rounds).collect();
+    let restored = report.components["mask"].gates.get("restored_in_place");
+    assert!(restored.is_some_and(|n| *n >= 1), "{rounds:?}");
+    let last = report.bodies.last().unwrap();
+    assert!(String::from_utf8_lossy(last).contains("fact_3 is 1700000033"));
+    assert!(rounds.iter().sum::<usize>() < 4, "{rounds:?}");
+    let flips: usize = report.turns.iter().map(|t| t.flipped_messages).sum();
+    assert_eq!((flips, report.frozen_flips), (0, 0));
+}
+
 #[test]
 fn an_expand_round_teaches_the_session_as_the_proxy_would() {
     // The answers after the first output need two facts collapse hid from it, one per turn:

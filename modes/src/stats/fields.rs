@@ -530,4 +530,12 @@ pub static FIELDS: &[Field<Totals>] = &[
         "Warm turns cache.amortize re-wrote at depth because it paid.",
         |t| Num::Count(t.turns.amortized_rewrites)
     ),
+    row!(
+        Some("restored_outputs"),
+        Some("cg_restored_outputs_total"),
+        Counter,
+        "outputs",
+        "Cut tool outputs put back in place for the rest of their session: the model kept expanding their marker, and one re-write of the prompt from their message on cost less than the rounds they were still expected to cost.",
+        |t| Num::Count(t.turns.restored_outputs)
+    ),
 ];
