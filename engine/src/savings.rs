@@ -8,9 +8,11 @@
 //! input 1, a cache read [`READ_PRICE`], a cache write [`WRITE_PRICE`]), expand rounds
 //! included. The bill with sluice is the provider's own report for each request; the bill
 //! without it is that report plus what the cuts kept off it, less what sluice added and
-//! caused. Every term is settled by the session's cost guard (`modes::guard`) from the
-//! provider's report for the same request, so the proxy and `sluice replay` (whose cost model
-//! plays the provider) add the same terms the same way:
+//! caused. Every term but the rounds is settled by the session's cost guard (`modes::guard`)
+//! from the provider's report for the same request; a round is charged as the expand loop
+//! counts it (its whole prompt re-read, the originals sent), from the last report's prompt. The
+//! proxy and `sluice replay` (whose cost model plays the provider) add the same terms the same
+//! way:
 //!
 //! ```text
 //! without = billed + cut − declared − missed

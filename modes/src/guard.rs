@@ -88,6 +88,8 @@ struct Pending {
     saved_new: u64,
     warm: bool,
     rewrote_prefix: bool,
+    #[serde(default)]
+    restored_tokens: u64,
 }
 
 /// One session's ledger (see the module docs), saved with the session.
@@ -129,9 +131,11 @@ pub struct TurnWork {
     pub saved_new: u64,
     /// The turn read warm (an earlier turn on record, the cache not provably cold).
     pub warm: bool,
-    /// sluice re-wrote part of the cached prefix on purpose (an amortized depth re-write), on a
-    /// transcript that extends the previous one.
+    /// sluice re-wrote part of the cached prefix on purpose (an amortized depth re-write, an
+    /// output restored in place), on a transcript that extends the previous one.
     pub rewrote_prefix: bool,
+    /// Tokens of the outputs this turn restored in place (see `restore`).
+    pub restored_tokens: u64,
 }
 
 /// What the provider reported for a turn's request, and what sluice added to it.
@@ -158,6 +162,7 @@ impl CostGuard {
             saved_new: work.saved_new,
             warm: work.warm,
             rewrote_prefix: work.rewrote_prefix,
+            restored_tokens: work.restored_tokens,
         });
         Some(seq)
     }
@@ -176,17 +181,21 @@ impl CostGuard {
         };
         self.last_prompt = bill.fresh + bill.read + bill.written.unwrap_or(0);
         let write = bill.new_price();
-        // Every report goes on the ledger, a turn this guard did not record too (another
-        // request of the session took its place): billed, with nothing cut.
-        let pending = self.pending.take_if(|p| p.seq == seq);
-        let (mut cut, mut missed) = (0.0, 0.0);
-        if let Some(pending) = &pending {
-            cut = pending.saved_cached as f64 * READ + pending.saved_new as f64 * write;
-            if let (true, true, Some(expected)) = (pending.warm, pending.rewrote_prefix, previous)
-                && billed.read > 0
-            {
-                missed = expected.saturating_sub(billed.read) as f64 * (write - READ);
-            }
+        // A report for a turn this guard no longer holds (another request of the session
+        // took its place) goes on no ledger: what its cuts saved is unknown, and counting its
+        // bill with nothing cut would understate the saving.
+        let pending = self.pending.take_if(|p| p.seq == seq)?;
+        let cut = pending.saved_cached as f64 * READ + pending.saved_new as f64 * write;
+        let mut missed = 0.0;
+        if let (true, true, Some(expected)) = (pending.warm, pending.rewrote_prefix, previous)
+            && billed.read > 0
+        {
+            missed = expected.saturating_sub(billed.read) as f64 * (write - READ);
+        }
+        // Outputs restored in place are written whole where, without sluice, they would have
+        // been read: the restore's own write, beside the prefix it made the provider re-write.
+        if pending.warm {
+            missed += pending.restored_tokens as f64 * (write - READ);
         }
         // The declaration opens the request (`tools`): read back with the prefix when the
         // request read one, else paid as new input.
@@ -199,7 +208,6 @@ impl CostGuard {
             missed,
             rounds: 0.0,
         });
-        pending?;
         self.saved += cut;
         self.missed += missed;
         self.settled_turns += 1;
@@ -284,6 +292,7 @@ pub fn work(report: &engine::pipeline::RunReport, facts: &crate::tracker::TurnFa
         saved_new: new,
         warm,
         rewrote_prefix: facts.rewrote_prefix(),
+        restored_tokens: facts.restored_tokens,
     }
 }
 
@@ -298,6 +307,7 @@ mod tests {
             saved_new,
             warm: true,
             rewrote_prefix: true,
+            restored_tokens: 0,
         }
     }
 
@@ -352,6 +362,7 @@ mod tests {
             saved_new: 200,
             warm: true,
             rewrote_prefix: false,
+            restored_tokens: 0,
         };
         let anthropic = Billed {
             read: 50_000,
@@ -391,7 +402,7 @@ mod tests {
         round(&mut openai, cold, report);
         assert!(close(openai.billed.cut, 500.0) && close(openai.billed.declared, 300.0));
         assert!(close(openai.billed.baseline(), 9_000.0 + 500.0 - 300.0));
-        // A report for a turn this guard did not record is billed, with nothing cut.
+        // A report for a turn this guard does not hold is in no figure: its cuts are unknown.
         openai.settle(
             99,
             Billed {
@@ -399,8 +410,8 @@ mod tests {
                 ..Billed::default()
             },
         );
-        assert_eq!(openai.billed.requests, 2);
-        assert!(close(openai.billed.billed, 10_000.0) && close(openai.billed.cut, 500.0));
+        assert_eq!(openai.billed.requests, 1);
+        assert!(close(openai.billed.billed, 9_000.0) && close(openai.billed.cut, 500.0));
     }
 
     #[test]

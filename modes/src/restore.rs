@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 /// A marker is weighed for a restore once the model has expanded it this many times.
 pub const MIN_EXPANSIONS: u32 = 2;
 
-/// Markers remembered per session (the oldest half goes first).
+/// Markers remembered per session (about half is forgotten when full), and restored at most.
 const MAX_MARKERS: usize = 4096;
 
 /// What the session knows of its markers' expands, and what it put back.
@@ -124,8 +124,12 @@ impl Restore {
 
     /// Weighs every marker expanded often enough against the request about to run (`messages`,
     /// the agent's originals) and restores those whose re-write is cheaper than the rounds they
-    /// are still expected to cost. Returns how many it restored on this turn.
-    pub fn decide(&mut self, messages: &[Message], prices: Prices) -> u32 {
+    /// are still expected to cost. Returns how many it restored on this turn, and their tokens.
+    /// Each restore's re-write comes out of the stake the next one may use.
+    pub fn decide(&mut self, messages: &[Message], mut prices: Prices) -> (u32, u64) {
+        if self.restored.len() >= MAX_MARKERS {
+            return (0, 0);
+        }
         let candidates: Vec<(String, MarkerCall, Expansions)> = self
             .expansions
             .iter()
@@ -135,7 +139,7 @@ impl Restore {
                 Some((marker.clone(), known.clone(), *e))
             })
             .collect();
-        let mut restored = 0;
+        let (mut restored, mut tokens) = (0, 0);
         for (marker, known, e) in candidates {
             let is_it = |m: &Message| m.is_tool() && m.tool_call_id.as_deref() == Some(&known.call);
             // Where the forwarded request had it; else (the transcript moved) the first output
@@ -157,9 +161,11 @@ impl Restore {
             if pays(e, age, suffix, original, prices) {
                 self.restored.insert(marker);
                 restored += 1;
+                tokens += original;
+                prices.banked -= rewrite(age, suffix, original, prices);
             }
         }
-        restored
+        (restored, tokens)
     }
 }
 
@@ -171,10 +177,16 @@ pub fn pays(e: Expansions, age: u64, suffix: u64, original: u64, prices: Prices)
     // will go on costing is how often the model came back for it.
     let expected_rounds = f64::from(e.count.saturating_sub(1));
     let round = prices.prompt as f64 * READ_PRICE + e.round_tokens as f64 * prices.new;
-    let rewrite = suffix as f64 * (prices.new - READ_PRICE)
-        + original as f64 * prices.new
-        + original as f64 * READ_PRICE * age.max(1) as f64;
+    let rewrite = rewrite(age, suffix, original, prices);
     expected_rounds * round > rewrite && rewrite <= prices.banked
+}
+
+/// What restoring costs: the prompt from the output's message on written again instead of read,
+/// the original written, then read on each of `age` turns.
+fn rewrite(age: u64, suffix: u64, original: u64, prices: Prices) -> f64 {
+    suffix as f64 * (prices.new - READ_PRICE)
+        + original as f64 * prices.new
+        + original as f64 * READ_PRICE * age.max(1) as f64
 }
 
 /// A new token's price where the provider bills cache writes, else fresh input's.
@@ -253,14 +265,20 @@ mod tests {
         restore.turns += 1;
         restore.note_round(&markers, 300);
         assert_eq!(
-            restore.decide(&messages, PRICES),
+            restore.decide(&messages, PRICES).0,
             0,
             "one expand is one need"
         );
         restore.turns += 1;
         restore.note_round(&markers, 300);
-        assert_eq!(restore.decide(&messages, PRICES), 1);
+        let (restored, tokens) = restore.decide(&messages, PRICES);
+        assert_eq!(restored, 1);
+        assert_eq!(tokens, engine::tokens::count(&messages[1].content) as u64);
         assert!(restore.restored.contains("m1"));
-        assert_eq!(restore.decide(&messages, PRICES), 0, "held, not re-decided");
+        assert_eq!(
+            restore.decide(&messages, PRICES).0,
+            0,
+            "held, not re-decided"
+        );
     }
 }

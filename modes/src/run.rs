@@ -46,7 +46,7 @@ pub(crate) fn run_turn<'a>(
         new: restore::new_price(state.guard.bills_writes()),
         banked: state.guard.billed.gross(),
     };
-    facts.restored = state.restore.decide(parsed.messages(), prices);
+    (facts.restored, facts.restored_tokens) = state.restore.decide(parsed.messages(), prices);
     cx.mutable_from = facts.mutable_from;
     cx.cold = facts.cold;
     cx = learned(state, cx);

@@ -64,12 +64,10 @@ impl SessionState {
         Some(why)
     }
 
-    /// An expand round the session's model asked for. Returns the back-off it decided, if any
-    /// (expand rounds alone never settle a turn, but they can tip a judged session).
     /// An expand round for `stash_ids`: each marker's expands are counted for a restore in
     /// place (`restore`), and the round's cost goes to the cost guard (the prompt re-read, the
     /// originals written). Returns the round's billed cost, and the back-off it decided, if
-    /// any.
+    /// any (rounds alone never settle a turn, but they can tip a judged session).
     pub fn expand_round(
         &mut self,
         stash_ids: &[&str],

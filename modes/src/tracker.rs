@@ -73,6 +73,8 @@ pub struct TurnFacts {
     /// Cut outputs this turn put back in place (see `restore`): a deliberate re-write of the
     /// cached prefix from the first of them on, like an amortized one.
     pub restored: u32,
+    /// Their tokens, written whole on this turn.
+    pub restored_tokens: u64,
     /// The cost guard's number for this turn: the provider's report for this request settles
     /// it, and no other turn's (see `guard`).
     pub ledger_turn: Option<LedgerTurn>,
@@ -273,6 +275,7 @@ impl Tracker {
             amortized: false,
             retries: 0,
             restored: 0,
+            restored_tokens: 0,
             ledger_turn: None,
         };
         self.counts.turns += 1;

@@ -14,8 +14,8 @@
 //! reading the carried-over messages only to rebuild its look-back ([`ApplyCx::noted`]).
 //!
 //! A carry is made and used only under one stamp ([`Pipeline::carry_stamp`]): the same built
-//! pipeline (a reload builds another), the same session rules (the learned lossless tools and
-//! cut floor), offloads on or off alike; and only when every stage carries over. A run makes none
+//! pipeline (a reload builds another), the same session rules (the learned lossless tools, the
+//! cut floor and the markers restored in place), offloads on or off alike; and only when every stage carries over. A run makes none
 //! when a stage was reverted, when the store refused an original (the outcome depends on the
 //! store then, not on the messages), or when something was counted for no message. When the
 //! store refuses an original being stashed again, that stage and every later one decide every

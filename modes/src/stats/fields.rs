@@ -155,7 +155,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_billed_requests_total"),
         Counter,
         "requests",
-        "Requests that ran the pipeline and whose provider reported their usage: the billed figure's sample (a reply without a usage report, or one that failed, is not in it).",
+        "Requests that ran the pipeline and whose provider reported their usage: the billed figure's sample (a reply without a usage report, one that failed, or one whose turn its session's cost guard no longer held because another request of the session came in between, is not in it).",
         |t| Num::Count(t.billed.requests)
     ),
     row!(
@@ -535,7 +535,7 @@ pub static FIELDS: &[Field<Totals>] = &[
         Some("cg_restored_outputs_total"),
         Counter,
         "outputs",
-        "Cut tool outputs put back in place for the rest of their session: the model kept expanding their marker, and one re-write of the prompt from their message on cost less than the rounds they were still expected to cost.",
+        "Markers restored in place (decisions, one per marker): the model kept expanding the marker, and one re-write of the prompt from its output's message on cost less than the rounds it was still expected to cost, so every cut that leaves it is undone for the rest of the session (skip reason restored_in_place, counted on each turn).",
         |t| Num::Count(t.turns.restored_outputs)
     ),
 ];

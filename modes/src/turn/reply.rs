@@ -15,7 +15,7 @@ pub struct Settlement {
     /// This report tipped the session's cost guard into backing off.
     pub backoff: Option<BackOff>,
     /// What it added to the billed saving (`engine::savings`): nothing unless it settled the
-    /// turn it belongs to.
+    /// turn it belongs to (a report for another turn is in no figure: its cuts are unknown).
     pub billed: BilledSaving,
 }
 
