@@ -76,12 +76,16 @@ fn main() {
     let binary = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
+    // Another build (an earlier commit's) to put beside this one in the same run: its SQLite
+    // and Redis arms are added, on a file and a Redis database of their own.
+    let before = std::env::args().nth(2);
     let redis =
         RedisServer::start().expect("redis-server is installed (apt-get install redis-server)");
     let dir = std::env::temp_dir().join(format!("sluice-stores-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let db = dir.join("state.db");
+    let before_db = dir.join("before.db");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -94,11 +98,21 @@ fn main() {
             child: None,
             took: Vec::new(),
         }];
-        for (name, store) in [
-            ("memory", "memory".to_owned()),
-            ("sqlite", format!("sqlite:{}", db.display())),
-            ("redis", redis.url()),
-        ] {
+        let mut stores = vec![
+            ("memory", binary.clone(), "memory".to_owned()),
+            ("sqlite", binary.clone(), format!("sqlite:{}", db.display())),
+            ("redis", binary.clone(), redis.url()),
+        ];
+        if let Some(before) = &before {
+            let other_db = redis.url().replace("/0", "/1");
+            stores.push((
+                "sqlite (before)",
+                before.clone(),
+                format!("sqlite:{}", before_db.display()),
+            ));
+            stores.push(("redis (before)", before.clone(), other_db));
+        }
+        for (name, binary, store) in stores {
             let (url, child) = spawn_sluice(&binary, &store, &mock.url(), &[]);
             arms.push(Arm {
                 name,
@@ -122,7 +136,8 @@ fn main() {
                     turns += 1;
                     // Rotate which arm goes first so none always meets a warm mock or cache.
                     for j in 0..arms.len() {
-                        let arm = &mut arms[(k + j) % 4];
+                        let count = arms.len();
+                        let arm = &mut arms[(k + j) % count];
                         let direct = arm.child.is_none();
                         let url = format!("{}{}", arm.url, route(*dialect, direct));
                         let took = post_with(&client, &url, &headers, turn.clone()).await;

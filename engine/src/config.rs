@@ -111,7 +111,8 @@ pub struct StoreConfig {
     /// Defaults to `true`. With `false` nothing is stashed, so every offloader stays inert.
     pub enabled: bool,
     /// Defaults to none: `sluice serve` keeps state in SQLite under the user's state directory.
-    /// `memory`, `sqlite:PATH` or `redis://HOST:PORT/DB`; `--store` and `SLUICE_STORE` win.
+    /// `memory`, `sqlite:PATH`, `redis://HOST:PORT/DB` or
+    /// `redis+sentinel://HOST:PORT,.../PRIMARY/DB`; `--store` and `SLUICE_STORE` win.
     pub backend: Option<String>,
     /// Defaults to `10000`. Sliding: every read refreshes it.
     pub ttl_seconds: u64,
@@ -130,6 +131,10 @@ pub struct StoreConfig {
     /// Defaults to `500`. Milliseconds a turn waits for another replica's lease on its session
     /// before it goes upstream unmodified.
     pub lease_wait_ms: u64,
+    /// Defaults to `60`. Seconds after the backend last confirmed a session that this replica
+    /// keeps serving it from memory while the backend does not answer (an outage, a Redis
+    /// failover); its writes are held and written when the backend answers.
+    pub outage_grace_seconds: u64,
 }
 
 impl Default for StoreConfig {
@@ -144,6 +149,7 @@ impl Default for StoreConfig {
             session_max_stashes: 2000,
             session_max_mb: 64,
             lease_wait_ms: 500,
+            outage_grace_seconds: 60,
         }
     }
 }

@@ -413,26 +413,45 @@ async fn two_replicas_on_one_redis_share_every_session() {
     assert_eq!(unknown(&replica_1), 1, "{replica_1}");
 }
 
+/// A stopped Redis under one replica: the session it served just before is carried from memory
+/// (its decisions replayed, no flip); a session it has never seen goes upstream unmodified and
+/// is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_redis_fails_open_and_is_counted() {
+async fn a_stopped_redis_carries_held_sessions_and_fails_open_for_others() {
     let Some(mut redis) = RedisServer::start() else {
         return;
     };
     let mock = Mock::start().await;
     let (dialect, turns) = session();
+    let mut sluices = vec![Some(Sluice::spawn(&redis.url(), &mock.url()))];
+    let mut stopped = false;
+    let run = run_session(
+        &mock,
+        dialect,
+        &turns[..6],
+        "failing-1",
+        |_| 0,
+        &mut sluices,
+        |k, _| {
+            if k == 3 && !stopped {
+                redis.stop();
+                stopped = true;
+            }
+        },
+    )
+    .await;
+    assert_eq!(run.flips, 0, "carried through the outage: {run:?}");
+    // A new process on the dead store has never had any session confirmed, so it carries none.
     let sluice = Sluice::spawn(&redis.url(), &mock.url());
     for turn in &turns[..3] {
-        assert_eq!(sluice.turn(dialect, "failing-1", turn).await, 200);
-    }
-    redis.stop();
-    for turn in &turns[3..6] {
         mock.clear_recorded();
-        assert_eq!(sluice.turn(dialect, "failing-1", turn).await, 200);
+        assert_eq!(sluice.turn(dialect, "failing-2", turn).await, 200);
         let forwarded = mock.recorded().last().unwrap().body.clone();
         assert_eq!(&forwarded[..], &turn[..], "forwarded byte-identical");
     }
     let stats = sluice.stats().await;
     assert_eq!(stats["store_failing"], 1, "{stats}");
+    assert_eq!(stats["store_carried_turns"], 0, "{stats}");
     assert!(
         stats["store_skipped_requests"].as_u64().unwrap() >= 3,
         "{stats}"
@@ -447,6 +466,363 @@ async fn a_stopped_redis_fails_open_and_is_counted() {
             .unwrap()
             >= 3,
         "{stats}"
+    );
+}
+
+/// Sessions over two replicas of one store, as a load balancer with affinity spreads them.
+struct Fleet {
+    sluices: Vec<Sluice>,
+    sessions: Vec<String>,
+}
+
+/// What became of each session.
+#[derive(Debug, Default)]
+struct FleetRun {
+    flips: Vec<usize>,
+    /// Turns whose forwarded history changed (each one a re-write of the cached prompt), and
+    /// the bytes forwarded from the first changed message on.
+    flipped_turns: usize,
+    rewritten_bytes: usize,
+    /// Marker ids forwarded, with the session and turn that carried them.
+    markers: Vec<(String, usize, usize)>,
+}
+
+impl Fleet {
+    fn spawn(store: &str, upstream: &str, sessions: usize, extra: &[&str]) -> Fleet {
+        Fleet {
+            sluices: (0..2)
+                .map(|_| Sluice::spawn_logging(store, upstream, extra, None))
+                .collect(),
+            sessions: (0..sessions).map(|i| format!("fleet-{i}")).collect(),
+        }
+    }
+
+    /// Session `i` on replica `i % 2`, round by round (turn k of every session, then turn
+    /// k + 1), `between(k)` before round k (where an outage starts, waits and ends).
+    async fn run(
+        &self,
+        mock: &Mock,
+        dialect: Dialect,
+        turns: &[Vec<u8>],
+        mut between: impl FnMut(usize),
+    ) -> FleetRun {
+        let mut run = FleetRun {
+            flips: vec![0; self.sessions.len()],
+            ..FleetRun::default()
+        };
+        let mut previous: Vec<Vec<String>> = vec![Vec::new(); self.sessions.len()];
+        for (k, turn) in turns.iter().enumerate() {
+            between(k);
+            for (i, session) in self.sessions.iter().enumerate() {
+                let forwarded =
+                    forwarded_by(mock, &self.sluices[i % 2], dialect, session, turn).await;
+                let messages = wire_messages(&forwarded);
+                let changed = previous[i]
+                    .iter()
+                    .zip(&messages)
+                    .position(|(before, now)| before != now);
+                if let Some(first) = changed {
+                    run.flipped_turns += 1;
+                    run.rewritten_bytes += messages[first..].iter().map(String::len).sum::<usize>();
+                }
+                run.flips[i] += previous[i]
+                    .iter()
+                    .zip(&messages)
+                    .filter(|(before, now)| before != now)
+                    .count();
+                for m in &messages {
+                    for id in marker::marker_ids(m) {
+                        if !run
+                            .markers
+                            .iter()
+                            .any(|(known, s, _)| known == id && *s == i)
+                        {
+                            run.markers.push((id.to_owned(), i, k));
+                        }
+                    }
+                }
+                previous[i] = messages;
+            }
+        }
+        run
+    }
+
+    /// Waits until no replica holds writes for the store; each replica's `/stats`.
+    async fn settled(&self) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut stats = Vec::new();
+            for sluice in &self.sluices {
+                stats.push(sluice.stats().await);
+            }
+            if stats.iter().all(|s| s["store_held_sessions"] == 0) {
+                return stats;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "writes still held: {:?}",
+                store_fields(&stats)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every marker forwarded expands on the replica that did *not* cut it (so from the
+    /// store), to content its session sent.
+    async fn expand_everywhere(&self, turns: &[Vec<u8>], run: &FleetRun) {
+        assert!(!run.markers.is_empty(), "{run:?}");
+        for (id, i, k) in &run.markers {
+            let other = &self.sluices[(i + 1) % 2];
+            let (status, original) = other.expand(&self.sessions[*i], id).await;
+            assert_eq!(status, 200, "{id} of session {i}, turn {k}");
+            assert!(sent_in(&turns[*k], &original), "{id}");
+        }
+    }
+}
+
+fn counted(stats: &[serde_json::Value], field: &str) -> u64 {
+    stats.iter().map(|s| s[field].as_u64().unwrap()).sum()
+}
+
+/// Each field, summed over the replicas, is exactly its count.
+fn expect_counts(stats: &[serde_json::Value], want: &[(&str, u64)]) {
+    for (field, count) in want {
+        assert_eq!(
+            counted(stats, field),
+            *count,
+            "{field}: {:?}",
+            store_fields(stats)
+        );
+    }
+}
+
+/// Each field, summed over the replicas, is at least its count.
+fn expect_at_least(stats: &[serde_json::Value], want: &[(&str, u64)]) {
+    for (field, count) in want {
+        assert!(
+            counted(stats, field) >= *count,
+            "{field}: {:?}",
+            store_fields(stats)
+        );
+    }
+}
+
+/// The replicas' `store_*` fields, for a failure message.
+fn store_fields(stats: &[serde_json::Value]) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    stats
+        .iter()
+        .map(|s| {
+            s.as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.starts_with("store_"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Two store outages on one Redis with its append-only file, 1 s and 10 s long, under four
+/// sessions on two replicas: inside `store.outage_grace_seconds` (60) each replica carries the
+/// sessions it holds, so no session flips, every marker forwarded before or during an outage
+/// expands on the other replica after it, and the held writes are all written. The control runs
+/// the same fleet with no grace (the behaviour before carrying): sessions flip, twice per outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_inside_the_grace_costs_no_flip() {
+    let aof = [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+    ];
+    let Some(redis) = RedisServer::start_with(&aof) else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    assert!(turns.len() >= 8, "{} turns", turns.len());
+    let redis = std::sync::Mutex::new(redis);
+    // Half way through (where the sessions have much to lose), round h runs with the store
+    // down for a second; rounds h + 2 and h + 3 during ten seconds.
+    let h = turns.len() / 2;
+    let outages = |k: usize| {
+        let mut redis = redis.lock().unwrap();
+        match k.checked_sub(h) {
+            Some(0 | 2) => redis.shut_down(),
+            Some(1) => {
+                std::thread::sleep(Duration::from_secs(1));
+                redis.restart();
+            }
+            Some(3) => std::thread::sleep(Duration::from_secs(5)),
+            Some(4) => {
+                std::thread::sleep(Duration::from_secs(5));
+                redis.restart();
+            }
+            _ => {}
+        }
+    };
+    let url = redis.lock().unwrap().url();
+    let fleet = Fleet::spawn(&url, &mock.url(), 4, &[]);
+    let run = fleet.run(&mock, dialect, &turns, outages).await;
+    eprintln!(
+        "carried: {} turns flipped, {} bytes re-written, flips per session {:?}",
+        run.flipped_turns, run.rewritten_bytes, run.flips
+    );
+    assert_eq!(run.flips, [0, 0, 0, 0], "{run:?}");
+    let stats = fleet.settled().await;
+    fleet.expand_everywhere(&turns, &run).await;
+    // Each replica carried its two sessions through each outage (the three rounds without a
+    // store at least: a turn just after a restart may be carried too, while the client
+    // reconnects).
+    let fields = store_fields(&stats);
+    assert!(counted(&stats, "store_carried_sessions") >= 4, "{fields:?}");
+    assert!(counted(&stats, "store_carried_turns") >= 12, "{fields:?}");
+    assert_eq!(counted(&stats, "store_failing"), 0, "{fields:?}");
+    expect_counts(&stats, &[("store_skipped_requests", 0)]);
+    let held = counted(&stats, "store_writes_held");
+    assert!(held > 0, "{:?}", store_fields(&stats));
+    expect_counts(
+        &stats,
+        &[("store_writes_replayed", held), ("store_writes_lost", 0)],
+    );
+    drop(fleet);
+
+    // The control: the same outages with no grace.
+    let grace = temp_dir("no-grace").join("sluice.yaml");
+    std::fs::write(&grace, "store: { outage_grace_seconds: 0 }\n").unwrap();
+    let config = grace.display().to_string();
+    let fleet = Fleet::spawn(&url, &mock.url(), 4, &["--config", &config]);
+    let session_ids: Vec<String> = (0..4).map(|i| format!("control-{i}")).collect();
+    let fleet = Fleet {
+        sessions: session_ids,
+        ..fleet
+    };
+    let run = fleet.run(&mock, dialect, &turns, outages).await;
+    eprintln!(
+        "no grace: {} turns flipped, {} bytes re-written, flips per session {:?}",
+        run.flipped_turns, run.rewritten_bytes, run.flips
+    );
+    assert!(
+        run.flips.iter().all(|&f| f > 0),
+        "each session flips when the outage starts and again when it ends: {run:?}"
+    );
+    let stats = fleet.settled().await;
+    let fields = store_fields(&stats);
+    assert_eq!(counted(&stats, "store_carried_turns"), 0, "{fields:?}");
+    assert!(
+        counted(&stats, "store_skipped_requests") >= 12,
+        "{fields:?}"
+    );
+}
+
+/// A Redis restart without persistence loses every session it held; each replica finds its
+/// sessions' versions gone back, writes its copies back whole, and no session flips. What is
+/// lost is what no replica holds in memory: counted in `store_writes_lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_is_written_back_from_the_replicas() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let redis = std::sync::Mutex::new(redis);
+    let half = turns.len() / 2;
+    let url = redis.lock().unwrap().url();
+    let fleet = Fleet::spawn(&url, &mock.url(), 4, &[]);
+    let run = fleet
+        .run(&mock, dialect, &turns, |k| {
+            if k == half {
+                redis.lock().unwrap().restart();
+            }
+        })
+        .await;
+    assert_eq!(run.flips, [0, 0, 0, 0], "{run:?}");
+    let stats = fleet.settled().await;
+    fleet.expand_everywhere(&turns, &run).await;
+    expect_counts(
+        &stats,
+        &[("store_regressions", 4), ("store_writes_lost", 0)],
+    );
+}
+
+/// Redis Sentinel as operators run it: a primary with its append-only file, a replica, three
+/// Sentinels on loopback; sluice given the Sentinels (`redis+sentinel://`). The primary is killed
+/// mid-session: the replicas carry their sessions while the Sentinels promote the replica, then
+/// follow the new primary. No session flips, and every marker expands on the other replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_costs_no_flip() {
+    let aof = ["--appendonly", "yes", "--save", ""];
+    let Some(primary) = RedisServer::start_with(&aof) else {
+        return;
+    };
+    let of = primary.port.to_string();
+    let replica =
+        RedisServer::start_with(&["--appendonly", "yes", "--replicaof", "127.0.0.1", &of])
+            .expect("a replica");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !replica
+        .cli(&["info", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the replica did not sync");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sentinels: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::sentinel("sluice-primary", primary.port).expect("a Sentinel"))
+        .collect();
+    // Sentinels find each other and the replica through the primary (hello messages every 2 s).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sentinels.iter().all(|s| {
+        s.cli(&["sentinel", "sentinels", "sluice-primary"])
+            .matches("runid")
+            .count()
+            >= 2
+            && s.cli(&["sentinel", "replicas", "sluice-primary"])
+                .contains("name")
+    }) {
+        assert!(Instant::now() < deadline, "the Sentinels did not meet");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let addresses: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port))
+        .collect();
+    let url = format!("redis+sentinel://{}/sluice-primary/0", addresses.join(","));
+
+    let mock = Mock::start().await;
+    let (dialect, turns) = session();
+    let half = turns.len() / 2;
+    let primary = std::sync::Mutex::new(primary);
+    let fleet = Fleet::spawn(&url, &mock.url(), 4, &[]);
+    let asked = &sentinels[0];
+    let run = fleet
+        .run(&mock, dialect, &turns, |k| {
+            if k == half {
+                primary.lock().unwrap().stop();
+            }
+            if k == half + 2 {
+                // The rounds between ran during the failover; the rest run after it.
+                let promoted = replica.port.to_string();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while !asked
+                    .cli(&["sentinel", "get-master-addr-by-name", "sluice-primary"])
+                    .contains(&promoted)
+                {
+                    assert!(Instant::now() < deadline, "no failover");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+        .await;
+    assert_eq!(run.flips, [0, 0, 0, 0], "{run:?}");
+    let stats = fleet.settled().await;
+    fleet.expand_everywhere(&turns, &run).await;
+    expect_at_least(&stats, &[("store_carried_turns", 4)]);
+    expect_counts(
+        &stats,
+        &[("store_writes_lost", 0), ("store_skipped_requests", 0)],
     );
 }
 

@@ -6,16 +6,18 @@
 //! and the least recently used sessions are dropped from it first; since everything a copy holds
 //! is in the backend once its turn has closed, dropping one loses nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use engine::store::{Store, StoreError, StoreStats};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
+use crate::backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy};
+use crate::copies::{Copies, Held};
+
+mod outage;
 
 /// Sizing and patience of a [`DurableStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,9 @@ pub struct DurableLimits {
     pub lease_wait: Duration,
     /// Bound on any one backend call.
     pub call_timeout: Duration,
+    /// How long after the backend last confirmed a session's copy this replica keeps serving
+    /// the session from it while the backend does not answer (an outage, a failover).
+    pub outage_grace: Duration,
 }
 
 impl DurableLimits {
@@ -53,6 +58,9 @@ impl DurableLimits {
         lease_hold: Duration::from_secs(30),
         lease_wait: Duration::from_millis(500),
         call_timeout: Duration::from_secs(2),
+        // A Sentinel failover takes 5 to 15 s with common settings, a managed Redis's restart
+        // some seconds more, and a session's turns come tens of seconds apart.
+        outage_grace: Duration::from_secs(60),
     };
 }
 
@@ -104,6 +112,20 @@ pub struct DurableStats {
     pub unavailable_turns: u64,
     /// Stashes refused by the per-session quota.
     pub quota_refused: u64,
+    /// Sessions carried through a backend outage from their copy here, and their turns.
+    pub carried_sessions: u64,
+    pub carried_turns: u64,
+    /// Sessions whose copy holds writes the backend has not taken yet (a gauge).
+    pub held_sessions: u64,
+    /// Entries (originals, replay entries) held for the backend, and of those, written since.
+    pub writes_held: u64,
+    pub writes_replayed: u64,
+    /// Entries that never reached the backend: replay entries of a commit whose lease another
+    /// replica took, and originals a backend lost that no copy here could give back.
+    pub writes_lost: u64,
+    /// Sessions found behind this replica's copy: the backend lost writes (a restart without
+    /// persistence, a failover to a replica that lagged). The copy was written back whole.
+    pub regressions: u64,
 }
 
 #[derive(Debug, Default)]
@@ -118,172 +140,20 @@ struct Counters {
     lease_lost: AtomicU64,
     unavailable_turns: AtomicU64,
     quota_refused: AtomicU64,
+    carried_sessions: AtomicU64,
+    carried_turns: AtomicU64,
+    writes_held: AtomicU64,
+    writes_replayed: AtomicU64,
+    writes_lost: AtomicU64,
+    regressions: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// One session's copy in memory.
-#[derive(Debug)]
-struct Copy {
-    /// The backend version this copy matches; `None` until loaded, or after a failed commit.
-    version: Option<u64>,
-    stashes: HashMap<String, Arc<str>>,
-    frozen: HashMap<String, Arc<str>>,
-    dirty_stashes: Vec<String>,
-    dirty_frozen: BTreeSet<String>,
-    stash_bytes: usize,
-    /// Turns of this session between open and close: never dropped from memory meanwhile.
-    open: usize,
-    /// Stash ids the backend holds for this session (as of the last load): a replay that
-    /// re-stashes one of them keeps it in memory without writing it again.
-    stored_ids: HashSet<String>,
-    /// Done when this session's last commit is: the next commit waits for it, so a session's
-    /// writes reach the backend in the order its turns closed.
-    tail: Option<oneshot::Receiver<()>>,
-    tick: u64,
-    used: Instant,
-}
-
-impl Copy {
-    fn new(now: Instant) -> Copy {
-        Copy {
-            version: None,
-            stashes: HashMap::new(),
-            frozen: HashMap::new(),
-            dirty_stashes: Vec::new(),
-            dirty_frozen: BTreeSet::new(),
-            stash_bytes: 0,
-            open: 0,
-            stored_ids: HashSet::new(),
-            tail: None,
-            tick: 0,
-            used: now,
-        }
-    }
-
-    /// A commit of this session is still on its way to the backend.
-    fn committing(&mut self) -> bool {
-        self.tail
-            .as_mut()
-            .is_some_and(|rx| matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)))
-    }
-
-    fn bytes(&self) -> usize {
-        self.stash_bytes
-            + self
-                .frozen
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>()
-    }
-}
-
-#[derive(Debug, Default)]
-struct Copies {
-    sessions: HashMap<String, Copy>,
-    recency: BTreeMap<u64, String>,
-    next_tick: u64,
-    /// Approximate bytes held (originals and replay values), kept up to date on every write.
-    bytes: usize,
-    stashes: usize,
-    stash_bytes: usize,
-    frozen: usize,
-}
-
-impl Copies {
-    /// `session`'s copy, created if absent, marked most recently used.
-    fn touch(&mut self, session: &str) -> &mut Copy {
-        let now = Instant::now();
-        // Looked up before it is named: a turn touches its session once per stash it makes or
-        // carries over, and making the name twice each time was most of that.
-        if !self.sessions.contains_key(session) {
-            self.sessions.insert(session.to_owned(), Copy::new(now));
-        }
-        let latest = self.next_tick;
-        let copy = self.sessions.get_mut(session).expect("inserted above");
-        copy.used = now;
-        if copy.tick == latest && latest != 0 {
-            // Already the most recently used (the turn's earlier stashes touched it): its place
-            // in the eviction order stands, and moving it again was most of each later touch.
-            return copy;
-        }
-        self.next_tick += 1;
-        let tick = self.next_tick;
-        let old = std::mem::replace(&mut copy.tick, tick);
-        let name = self
-            .recency
-            .remove(&old)
-            .unwrap_or_else(|| session.to_owned());
-        self.recency.insert(tick, name);
-        copy
-    }
-
-    fn get(&self, session: &str) -> Option<&Copy> {
-        self.sessions.get(session)
-    }
-
-    /// Replaces a session's replay entries with a loaded snapshot. Its stashes stay (an id names
-    /// one content forever), and so do entries written here and not yet committed: they are
-    /// newer than anything the backend has.
-    fn replace_frozen(&mut self, session: &str, snapshot: Snapshot) {
-        let copy = self.touch(session);
-        let old_bytes = copy.bytes();
-        let old_count = copy.frozen.len();
-        let mut frozen: HashMap<String, Arc<str>> = snapshot
-            .frozen
-            .into_iter()
-            .map(|(k, v)| (k, Arc::from(v)))
-            .collect();
-        for key in &copy.dirty_frozen {
-            if let Some(value) = copy.frozen.get(key) {
-                frozen.insert(key.clone(), value.clone());
-            }
-        }
-        copy.frozen = frozen;
-        copy.stored_ids = snapshot.stash_ids.into_iter().collect();
-        copy.version = Some(snapshot.version);
-        let (new_bytes, new_count) = (copy.bytes(), copy.frozen.len());
-        self.bytes = self.bytes + new_bytes - old_bytes;
-        self.frozen = self.frozen + new_count - old_count;
-    }
-
-    /// Drops least recently used copies that no turn has open until the bytes fit, and copies
-    /// idle longer than `idle`. Returns how many went.
-    fn shrink(&mut self, budget: usize, idle: Duration) -> u64 {
-        let mut dropped = 0;
-        let now = Instant::now();
-        let mut passed = Vec::new();
-        while let Some((tick, session)) = self.recency.pop_first() {
-            let Some(copy) = self.sessions.get(&session) else {
-                continue;
-            };
-            let stale = now.duration_since(copy.used) > idle;
-            if !stale && self.bytes <= budget {
-                self.recency.insert(tick, session);
-                break;
-            }
-            if copy.open > 0
-                || self
-                    .sessions
-                    .get_mut(&session)
-                    .is_some_and(Copy::committing)
-            {
-                passed.push((tick, session));
-                continue;
-            }
-            if let Some(copy) = self.sessions.remove(&session) {
-                self.bytes = self.bytes.saturating_sub(copy.bytes());
-                self.stashes -= copy.stashes.len();
-                self.stash_bytes -= copy.stash_bytes;
-                self.frozen -= copy.frozen.len();
-                dropped += 1;
-            }
-        }
-        self.recency.extend(passed);
-        dropped
-    }
+fn add(counter: &AtomicU64, n: usize) {
+    counter.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 /// Consecutive backend errors that make an episode (see `DurableStore::call`).
@@ -302,6 +172,13 @@ pub struct DurableStore {
     /// one slow call does not send every session upstream unmodified.
     errors_in_a_row: AtomicU32,
     last_probe: Mutex<Option<Instant>>,
+    /// Some copy holds writes for the backend: the next call that succeeds writes them behind
+    /// (`writing_held` while that runs), so they do not wait for their sessions' next turns.
+    holding: AtomicBool,
+    writing_held: AtomicBool,
+    /// The outage outlasted a session's grace, said once per episode.
+    grace_said: AtomicBool,
+    me: Weak<DurableStore>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -327,6 +204,9 @@ pub struct Opened {
     loaded: bool,
     /// The version this turn found, which a commit after an expired lease must still see.
     found: u64,
+    /// Served from this replica's copy while the backend did not answer: closing holds the
+    /// turn's writes in the copy until it does.
+    carried: bool,
     closed: bool,
 }
 
@@ -361,7 +241,7 @@ impl Flush {
 impl DurableStore {
     /// Must be called on a tokio runtime: writes are spawned on it.
     pub fn new(backend: Arc<dyn Backend>, limits: DurableLimits) -> Arc<DurableStore> {
-        Arc::new(DurableStore {
+        Arc::new_cyclic(|me| DurableStore {
             backend,
             limits,
             copies: Mutex::new(Copies::default()),
@@ -369,6 +249,10 @@ impl DurableStore {
             failing: AtomicBool::new(false),
             errors_in_a_row: AtomicU32::new(0),
             last_probe: Mutex::new(None),
+            holding: AtomicBool::new(false),
+            writing_held: AtomicBool::new(false),
+            grace_said: AtomicBool::new(false),
+            me: me.clone(),
             runtime: tokio::runtime::Handle::current(),
         })
     }
@@ -378,19 +262,49 @@ impl DurableStore {
     }
 
     /// Readies `session` for a turn: the shared lease, then a load if memory is not current.
+    /// While the backend does not answer, a session whose copy here is current (within
+    /// `outage_grace` of the backend's last word on it) is carried: served from the copy, its
+    /// writes held until the backend answers.
     ///
     /// # Errors
-    /// The turn must go upstream unmodified: the lease stayed taken, or the backend fails.
+    /// The turn must go upstream unmodified: the lease stayed taken, or the backend fails and
+    /// the session cannot be carried.
     pub async fn open(self: &Arc<Self>, session: &str) -> Result<Opened, Unavailable> {
-        let refused = |why: Unavailable| {
-            if why == Unavailable::Backend {
-                bump(&self.counters.unavailable_turns);
-            }
-            why
+        self.open_as(session, true).await
+    }
+
+    /// `open` for a turn, or (`turn` false) to write a copy's held writes: only a turn is
+    /// carried or counted as unavailable.
+    async fn open_as(self: &Arc<Self>, session: &str, turn: bool) -> Result<Opened, Unavailable> {
+        let (why, copy_current) = match self.open_in_backend(session).await {
+            Ok(opened) => return Ok(opened),
+            Err(refusal) => refusal,
         };
-        self.healthy().await.map_err(refused)?;
+        if why == Unavailable::Backend && turn {
+            if copy_current && let Some(opened) = self.carry(session) {
+                return Ok(opened);
+            }
+            bump(&self.counters.unavailable_turns);
+        }
+        Err(why)
+    }
+
+    /// `open` through the backend. A refusal says whether this replica's copy may still be
+    /// current (the backend failed before saying otherwise).
+    async fn open_in_backend(
+        self: &Arc<Self>,
+        session: &str,
+    ) -> Result<Opened, (Unavailable, bool)> {
+        self.healthy().await.map_err(|why| (why, true))?;
         let acquired = if self.backend.shared() {
-            Some(self.acquire(session).await.map_err(refused)?)
+            self.release_held_leases(session)
+                .await
+                .map_err(|why| (why, true))?;
+            Some(
+                self.acquire(session)
+                    .await
+                    .map_err(|why| (why, why == Unavailable::Backend))?,
+            )
         } else {
             None
         };
@@ -402,9 +316,10 @@ impl DurableStore {
             let idle = copies.get(session).is_some_and(|c| c.used.elapsed() > ttl);
             let copy = copies.touch(session);
             copy.open += 1;
+            copy.carried = false;
             let current = !idle
                 && match acquired {
-                    Some(a) => copy.version == Some(a.version),
+                    Some(a) => self.reconcile(copy, a.version),
                     None => copy.version.is_some(),
                 };
             (current, copy.version.unwrap_or(0))
@@ -416,13 +331,14 @@ impl DurableStore {
             reloaded: false,
             loaded: current,
             found: acquired.map_or(found, |a| a.version),
+            carried: false,
             closed: false,
         };
         if !current {
             // A cancelled load drops `opened`, which releases the lease and writes nothing.
             let Ok(snapshot) = self.call(self.backend.load(session)).await else {
                 drop(opened);
-                return Err(refused(Unavailable::Backend));
+                return Err((Unavailable::Backend, false));
             };
             bump(&self.counters.loads);
             self.copies.lock().replace_frozen(session, snapshot);
@@ -494,6 +410,17 @@ impl DurableStore {
             lease_lost: load(&c.lease_lost),
             unavailable_turns: load(&c.unavailable_turns),
             quota_refused: load(&c.quota_refused),
+            carried_sessions: load(&c.carried_sessions),
+            carried_turns: load(&c.carried_turns),
+            held_sessions: copies
+                .sessions
+                .values()
+                .filter(|c| c.held.is_some())
+                .count() as u64,
+            writes_held: load(&c.writes_held),
+            writes_replayed: load(&c.writes_replayed),
+            writes_lost: load(&c.writes_lost),
+            regressions: load(&c.regressions),
         }
     }
 
@@ -510,8 +437,10 @@ impl DurableStore {
             Ok(_) => {
                 self.errors_in_a_row.store(0, Ordering::Relaxed);
                 if self.failing.swap(false, Ordering::Relaxed) {
+                    self.grace_said.store(false, Ordering::Relaxed);
                     tracing::info!(store = %self.backend.describe(), "state store answers again");
                 }
+                self.write_held_behind();
             }
             Err(error) => {
                 bump(&self.counters.backend_errors);
@@ -522,7 +451,8 @@ impl DurableStore {
                         tracing::warn!(
                             store = %self.backend.describe(),
                             %error,
-                            "state store failing: turns go upstream unmodified until it answers"
+                            grace = ?self.limits.outage_grace,
+                            "state store failing: sessions this replica holds are carried from memory, others go upstream unmodified until it answers"
                         );
                     }
                 } else {
@@ -546,6 +476,13 @@ impl DurableStore {
             }
             *last = Some(Instant::now());
         }
+        if self.call(self.backend.ping()).await.is_ok() {
+            return Ok(());
+        }
+        // A client whose connection died with the server fails its first call after the server
+        // is back (and reconnects meanwhile): one more try tells, rather than another second
+        // of turns served without the store.
+        tokio::time::sleep(Duration::from_millis(50)).await;
         self.call(self.backend.ping())
             .await
             .map_err(|_| Unavailable::Backend)
@@ -587,10 +524,17 @@ impl DurableStore {
         fence: Option<u64>,
         found: u64,
         write: bool,
-    ) -> Option<(Commit, Option<oneshot::Receiver<()>>, oneshot::Sender<()>)> {
+    ) -> Option<(
+        Commit,
+        Option<Held>,
+        Option<oneshot::Receiver<()>>,
+        oneshot::Sender<()>,
+    )> {
         let mut copies = self.copies.lock();
         let copy = copies.sessions.get_mut(session)?;
         copy.open = copy.open.saturating_sub(1);
+        // What earlier turns held goes with this commit; a failure gives it back.
+        let held = if write { copy.held.take() } else { None };
         let commit = if write {
             // Without a shared lease this process is the only writer: versions simply count.
             let fence = fence.unwrap_or_else(|| copy.version.unwrap_or(0) + 1);
@@ -622,56 +566,73 @@ impl DurableStore {
         };
         let (done, tail) = oneshot::channel();
         let previous = copy.tail.replace(tail);
-        Some((commit, previous, done))
+        Some((commit, held, previous, done))
     }
 
-    /// Writes one turn. A failure leaves the copy as the next turn must see it: with SQLite
-    /// (this process is the only writer) its writes are marked dirty again and go with the next
-    /// commit; with Redis the copy is marked stale, since another replica may have moved on.
-    async fn write(&self, session: &str, commit: Commit) -> bool {
-        let fence = commit.fence;
+    /// Writes one turn, with what earlier turns `held`. A failure leaves the copy as the next
+    /// turn must see it. No answer: the writes are held (dirty again, built on the version the
+    /// turn found), for the next turn or the first call that succeeds. A lost lease (another
+    /// replica has written the session since): the copy is read again on the next turn; the
+    /// originals still go with its commit, the replay entries are counted lost.
+    async fn write(&self, session: &str, commit: Commit, held: Option<Held>) -> bool {
+        let (fence, expected) = (commit.fence, commit.expected);
         let release_only = commit.release_only;
-        let keys: Vec<(bool, String)> = commit
-            .stashes
-            .iter()
-            .map(|(id, _)| (true, id.clone()))
-            .chain(commit.frozen.iter().map(|(k, _)| (false, k.clone())))
-            .collect();
-        let written = match self.call(self.backend.commit(session, commit)).await {
+        let stashes: Vec<String> = commit.stashes.iter().map(|(id, _)| id.clone()).collect();
+        let frozen: Vec<String> = commit.frozen.iter().map(|(k, _)| k.clone()).collect();
+        let outcome = self.call(self.backend.commit(session, commit)).await;
+        if release_only {
+            return outcome.is_ok();
+        }
+        let mut copies = self.copies.lock();
+        let Some(copy) = copies.sessions.get_mut(session) else {
+            return false;
+        };
+        match outcome {
             Ok(Committed::Written) => {
-                if !release_only {
-                    bump(&self.counters.commits);
-                }
-                true
+                bump(&self.counters.commits);
+                copy.confirmed = Some(Instant::now());
+                add(
+                    &self.counters.writes_replayed,
+                    held.map_or(0, |h| h.entries),
+                );
+                return true;
             }
             Ok(Committed::Fenced) => {
                 bump(&self.counters.lease_lost);
-                false
+                add(&self.counters.writes_lost, frozen.len());
+                tracing::warn!(
+                    store = %self.backend.describe(),
+                    replay_entries = frozen.len(),
+                    "a turn's lease was taken before its commit: its replay entries are dropped, the session reloads"
+                );
+                copy.dirty_stashes.extend(stashes);
+                if copy.version == Some(fence) {
+                    copy.version = None;
+                }
             }
             Err(_) => {
                 bump(&self.counters.commit_failures);
-                false
-            }
-        };
-        if !written && !release_only {
-            let mut copies = self.copies.lock();
-            if let Some(copy) = copies.sessions.get_mut(session) {
+                copy.dirty_stashes.extend(stashes);
+                copy.dirty_frozen.extend(frozen);
+                let before = held.as_ref().map_or(0, |h| h.entries)
+                    + copy.held.as_ref().map_or(0, |h| h.entries);
+                let mut fences = held.map(|h| h.fences).unwrap_or_default();
+                fences.extend(copy.held.take().map(|h| h.fences).unwrap_or_default());
+                fences.push(fence);
+                let entries = copy.dirty();
+                add(&self.counters.writes_held, entries.saturating_sub(before));
+                copy.held = Some(Held {
+                    base: expected,
+                    fences,
+                    entries,
+                });
                 if self.backend.shared() {
-                    if copy.version == Some(fence) {
-                        copy.version = None;
-                    }
-                } else {
-                    for (stash, key) in keys {
-                        if stash {
-                            copy.dirty_stashes.push(key);
-                        } else {
-                            copy.dirty_frozen.insert(key);
-                        }
-                    }
+                    copy.version = Some(expected);
                 }
+                self.holding.store(true, Ordering::Relaxed);
             }
         }
-        written
+        false
     }
 }
 
@@ -687,7 +648,11 @@ impl Opened {
             return Flush::done();
         }
         let store = self.store.clone();
-        let Some((commit, previous, done)) =
+        if self.carried {
+            store.hold(&self.session);
+            return Flush::done();
+        }
+        let Some((commit, held, previous, done)) =
             store.take_commit(&self.session, self.fence, self.found, write)
         else {
             return Flush::done();
@@ -707,7 +672,7 @@ impl Opened {
                 // Its sender goes when that commit is done, written or not.
                 let _ = previous.await;
             }
-            let _ = tx.send(store.write(&session, commit).await);
+            let _ = tx.send(store.write(&session, commit, held).await);
             let _ = done.send(());
         });
         Flush(Some(rx))
@@ -792,29 +757,6 @@ impl Store for DurableStore {
             quota_refused: self.counters.quota_refused.load(Ordering::Relaxed),
             expired: self.backend.occupancy().expired,
             frozen_evicted: 0,
-        }
-    }
-}
-
-#[cfg(test)]
-mod recency {
-    use super::*;
-
-    /// A session touched again while it is the most recent keeps its place without moving;
-    /// the eviction order is the order of last use either way, one entry per session.
-    #[test]
-    fn the_eviction_order_is_the_order_of_last_use() {
-        let mut copies = Copies::default();
-        for session in ["a", "b", "b", "b", "a", "c", "c", "a", "a"] {
-            let before = Instant::now();
-            let copy = copies.touch(session);
-            assert!(copy.used >= before, "each touch marks the copy used");
-        }
-        let order: Vec<&str> = copies.recency.values().map(String::as_str).collect();
-        assert_eq!(order, ["b", "c", "a"]);
-        assert_eq!(copies.recency.len(), copies.sessions.len());
-        for (tick, session) in &copies.recency {
-            assert_eq!(copies.sessions[session].tick, *tick);
         }
     }
 }

@@ -21,6 +21,7 @@
 //! [`redis`] (shared by replicas, fenced leases). `memory` is `engine::store::MemoryStore`.
 
 mod backend;
+mod copies;
 mod durable;
 pub mod redis;
 mod spec;

@@ -17,10 +17,16 @@
 //! the Redis server should run with `maxmemory-policy noeviction` (an evicted freeze is a flip,
 //! an evicted stash an unresolvable marker; refused writes are counted and fail open instead).
 //!
+//! With `redis+sentinel://` the backend asks the Sentinels for the primary's address, and asks
+//! again after any failed call: a failover (a replica promoted) is followed within one call of
+//! the Sentinels' decision. Meanwhile the store is failing, and each replica carries the
+//! sessions it holds (see `DurableStore::open`).
+//!
 //! A lease is `SET NX PX` in effect, taken together with its fence in one script; a commit
 //! writes only if the lease still holds its fence, then releases it. A replica that stalls past
 //! its lease therefore cannot overwrite the turn of the replica that took over.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -74,9 +80,151 @@ return 1
 /// See the module docs.
 pub struct RedisBackend {
     url: String,
-    connection: ConnectionManager,
+    route: Route,
     acquire: Script,
     commit: Script,
+}
+
+/// Where calls go: one address, or wherever the Sentinels say the primary is.
+enum Route {
+    Direct(ConnectionManager),
+    Sentinel(Box<Sentinel>),
+}
+
+/// The primary as a set of Sentinels names it.
+struct Sentinel {
+    /// One client per Sentinel, asked in order.
+    sentinels: Vec<redis::Client>,
+    /// The name the Sentinels monitor the primary under.
+    primary: String,
+    /// `USER:PASSWORD@` (or empty) and the database: the primary's URL is built from them.
+    credentials: String,
+    db: String,
+    /// The primary's address as last resolved, and the connection to it.
+    current: parking_lot::Mutex<Option<(String, ConnectionManager)>>,
+    /// A call failed since: the next call asks the Sentinels again.
+    stale: AtomicBool,
+    /// One caller asks at a time; the others reuse its answer.
+    asking: tokio::sync::Mutex<()>,
+}
+
+/// How long one Sentinel may take to name the primary.
+const SENTINEL_WAIT: Duration = Duration::from_millis(500);
+
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(500)))
+        .set_response_timeout(Some(Duration::from_secs(1)))
+        .set_number_of_retries(1)
+}
+
+impl Sentinel {
+    /// `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PRIMARY[/DB]`: the
+    /// credentials and the database are the primary's (Sentinels on loopback or a private
+    /// network rarely have their own).
+    fn parse(url: &str) -> Result<Sentinel, BackendError> {
+        let bad = |why: &str| {
+            BackendError::Io(format!(
+                "{}: {why}; expected redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PRIMARY[/DB]",
+                crate::spec::redact_url(url)
+            ))
+        };
+        let rest = url
+            .strip_prefix("redis+sentinel://")
+            .ok_or_else(|| bad("not a Sentinel URL"))?;
+        let (credentials, rest) = match rest.rsplit_once('@') {
+            Some((credentials, rest)) => (format!("{credentials}@"), rest),
+            None => (String::new(), rest),
+        };
+        let (hosts, path) = rest.split_once('/').ok_or_else(|| bad("no primary name"))?;
+        let (primary, db) = path.split_once('/').unwrap_or((path, "0"));
+        if primary.is_empty() {
+            return Err(bad("no primary name"));
+        }
+        let sentinels = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|host| redis::Client::open(format!("redis://{host}")).map_err(io))
+            .collect::<Result<Vec<_>, _>>()?;
+        if sentinels.is_empty() {
+            return Err(bad("no Sentinel address"));
+        }
+        Ok(Sentinel {
+            sentinels,
+            primary: primary.to_owned(),
+            credentials,
+            db: db.to_owned(),
+            current: parking_lot::Mutex::new(None),
+            stale: AtomicBool::new(true),
+            asking: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn fresh(&self) -> Option<ConnectionManager> {
+        if self.stale.load(Ordering::Acquire) {
+            return None;
+        }
+        self.current.lock().as_ref().map(|(_, c)| c.clone())
+    }
+
+    /// The connection to the primary, asking the Sentinels where it is after a failure.
+    async fn connection(&self) -> Result<ConnectionManager, BackendError> {
+        if let Some(connection) = self.fresh() {
+            return Ok(connection);
+        }
+        let _one = self.asking.lock().await;
+        if let Some(connection) = self.fresh() {
+            return Ok(connection);
+        }
+        let address = self.ask().await?;
+        let mut current = self.current.lock();
+        if let Some((known, connection)) = current.as_ref()
+            && *known == address
+        {
+            self.stale.store(false, Ordering::Release);
+            return Ok(connection.clone());
+        }
+        let primary = format!("redis://{}{address}/{}", self.credentials, self.db);
+        let client = redis::Client::open(primary).map_err(io)?;
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, manager_config()).map_err(io)?;
+        if current.is_some() {
+            tracing::info!(primary = %address, name = %self.primary, "Redis Sentinel: following the new primary");
+        }
+        *current = Some((address, connection.clone()));
+        self.stale.store(false, Ordering::Release);
+        Ok(connection)
+    }
+
+    /// `SENTINEL get-master-addr-by-name`, of each Sentinel in turn until one answers.
+    async fn ask(&self) -> Result<String, BackendError> {
+        let mut last = BackendError::Io("redis sentinel: none answers".into());
+        for sentinel in &self.sentinels {
+            let asked = async {
+                let mut con = sentinel.get_multiplexed_async_connection().await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.primary)
+                    .query_async::<Option<(String, u16)>>(&mut con)
+                    .await
+            };
+            match tokio::time::timeout(SENTINEL_WAIT, asked).await {
+                Ok(Ok(Some((host, port)))) if host.contains(':') => {
+                    return Ok(format!("[{host}]:{port}"));
+                }
+                Ok(Ok(Some((host, port)))) => return Ok(format!("{host}:{port}")),
+                Ok(Ok(None)) => {
+                    last = BackendError::Io(format!(
+                        "redis sentinel: no primary named `{}`",
+                        self.primary
+                    ));
+                }
+                Ok(Err(error)) => last = io(error),
+                Err(_) => last = BackendError::Timeout(SENTINEL_WAIT),
+            }
+        }
+        Err(last)
+    }
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -107,18 +255,36 @@ impl RedisBackend {
     /// # Errors
     /// A URL the client cannot read.
     pub fn connect(url: &str) -> Result<RedisBackend, BackendError> {
-        let client = redis::Client::open(url).map_err(io)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(500)))
-            .set_response_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, config).map_err(io)?;
+        let route = if url.starts_with("redis+sentinel://") {
+            Route::Sentinel(Box::new(Sentinel::parse(url)?))
+        } else {
+            let client = redis::Client::open(url).map_err(io)?;
+            Route::Direct(
+                ConnectionManager::new_lazy_with_config(client, manager_config()).map_err(io)?,
+            )
+        };
         Ok(RedisBackend {
             url: url.to_owned(),
-            connection,
+            route,
             acquire: Script::new(ACQUIRE),
             commit: Script::new(COMMIT),
         })
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, BackendError> {
+        match &self.route {
+            Route::Direct(connection) => Ok(connection.clone()),
+            Route::Sentinel(sentinel) => sentinel.connection().await,
+        }
+    }
+
+    /// A failed call's error; behind Sentinels, the primary is asked for again (it may have
+    /// moved, or have been demoted: a demoted primary refuses writes with `READONLY`).
+    fn failed(&self, error: redis::RedisError) -> BackendError {
+        if let Route::Sentinel(sentinel) = &self.route {
+            sentinel.stale.store(true, Ordering::Release);
+        }
+        io(error)
     }
 }
 
@@ -138,7 +304,7 @@ impl Backend for RedisBackend {
         hold: Duration,
         ttl: Duration,
     ) -> Result<Option<Acquired>, BackendError> {
-        let mut con = self.connection.clone();
+        let mut con = self.connection().await?;
         let (fence, version): (u64, u64) = self
             .acquire
             .key(key(session, "lease"))
@@ -148,12 +314,12 @@ impl Backend for RedisBackend {
             .arg(ttl.as_millis().max(1) as u64)
             .invoke_async(&mut con)
             .await
-            .map_err(io)?;
+            .map_err(|e| self.failed(e))?;
         Ok((fence > 0).then_some(Acquired { fence, version }))
     }
 
     async fn load(&self, session: &str) -> Result<Snapshot, BackendError> {
-        let mut con = self.connection.clone();
+        let mut con = self.connection().await?;
         let (version, frozen, stash_ids): (Option<u64>, Vec<(String, String)>, Vec<String>) =
             redis::pipe()
                 .get(key(session, "ver"))
@@ -161,7 +327,7 @@ impl Backend for RedisBackend {
                 .hkeys(key(session, "stashes"))
                 .query_async(&mut con)
                 .await
-                .map_err(io)?;
+                .map_err(|e| self.failed(e))?;
         Ok(Snapshot {
             version: version.unwrap_or(0),
             frozen,
@@ -170,7 +336,7 @@ impl Backend for RedisBackend {
     }
 
     async fn commit(&self, session: &str, commit: Commit) -> Result<Committed, BackendError> {
-        let mut con = self.connection.clone();
+        let mut con = self.connection().await?;
         let ttl_ms = commit.ttl.as_millis().max(1) as u64;
         let mut invocation = self.commit.prepare_invoke();
         for what in ["lease", "ver", "stashes", "frozen", "fence"] {
@@ -188,7 +354,10 @@ impl Backend for RedisBackend {
         for (k, value) in &commit.frozen {
             invocation.arg(k).arg(&**value);
         }
-        let written: u8 = invocation.invoke_async(&mut con).await.map_err(io)?;
+        let written: u8 = invocation
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(e))?;
         if written == 0 {
             return Ok(Committed::Fenced);
         }
@@ -219,7 +388,7 @@ impl Backend for RedisBackend {
         value: &str,
         ttl: Duration,
     ) -> Result<(), BackendError> {
-        let mut con = self.connection.clone();
+        let mut con = self.connection().await?;
         let ttl_ms = ttl.as_millis().max(1) as i64;
         let mut pipe = redis::pipe();
         pipe.hset(key(session, "frozen"), key_name, value).ignore();
@@ -227,31 +396,36 @@ impl Backend for RedisBackend {
         for what in ["frozen", "stashes", "ver", "fence"] {
             pipe.pexpire(key(session, what), ttl_ms).ignore();
         }
-        pipe.query_async::<()>(&mut con).await.map_err(io)
+        pipe.query_async::<()>(&mut con)
+            .await
+            .map_err(|e| self.failed(e))
     }
 
     async fn fetch(&self, session: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {
-        let mut con = self.connection.clone();
+        let mut con = self.connection().await?;
         let session = match session {
             Some(session) => session.to_owned(),
             None => {
-                let owner: Option<String> = con.get(id_key(id)).await.map_err(io)?;
+                let owner: Option<String> =
+                    con.get(id_key(id)).await.map_err(|e| self.failed(e))?;
                 let Some(owner) = owner else {
                     return Ok(None);
                 };
                 owner
             }
         };
-        con.hget(key(&session, "stashes"), id).await.map_err(io)
+        con.hget(key(&session, "stashes"), id)
+            .await
+            .map_err(|e| self.failed(e))
     }
 
     async fn ping(&self) -> Result<(), BackendError> {
-        let mut con = self.connection.clone();
+        let mut con = self.connection().await?;
         redis::cmd("PING")
             .query_async::<String>(&mut con)
             .await
             .map(drop)
-            .map_err(io)
+            .map_err(|e| self.failed(e))
     }
 
     fn occupancy(&self) -> Occupancy {

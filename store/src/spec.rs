@@ -14,14 +14,16 @@ pub enum StoreSpec {
     Off,
     /// `sqlite:PATH`: embedded and durable, one process per file.
     Sqlite(PathBuf),
-    /// `redis://HOST:PORT/DB`: shared by replicas.
+    /// `redis://HOST:PORT/DB`: shared by replicas; or
+    /// `redis+sentinel://HOST:PORT[,HOST:PORT...]/PRIMARY[/DB]`: the primary a set of Redis
+    /// Sentinels names, followed through a failover.
     Redis(String),
 }
 
 /// A `--store` value that names no backend (a password in it is not repeated).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown store `{}`: use `memory`, `off`, `sqlite:PATH` or `redis://HOST:PORT/DB` (TLS to Redis is not built in)",
+    "unknown store `{}`: use `memory`, `off`, `sqlite:PATH`, `redis://HOST:PORT/DB` or `redis+sentinel://HOST:PORT,.../PRIMARY/DB` (TLS to Redis is not built in)",
     redact_url(.0)
 )]
 pub struct UnknownStore(pub String);
@@ -41,7 +43,7 @@ impl FromStr for StoreSpec {
         }
         // `rediss://` (TLS) is not built in: it would bring a second TLS stack (see
         // docs/ARCHITECTURE.md, "Dependencies"); a TLS tunnel in front of Redis works.
-        if s.starts_with("redis://") {
+        if s.starts_with("redis://") || s.starts_with("redis+sentinel://") {
             return Ok(StoreSpec::Redis(s.to_owned()));
         }
         Err(UnknownStore(s.to_owned()))

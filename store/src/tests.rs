@@ -42,6 +42,34 @@ fn specs_parse_and_print_without_secrets() {
         "TLS is not built in"
     );
     assert!("sqlite:".parse::<StoreSpec>().is_err());
+    let sentinel: StoreSpec = "redis+sentinel://:hunter2@10.0.0.1:26379,10.0.0.2:26379/main/1"
+        .parse()
+        .unwrap();
+    assert!(!sentinel.to_string().contains("hunter2"), "{sentinel}");
+}
+
+/// A Sentinel URL without what the backend needs is refused at start-up, saying what is missing
+/// and what is expected, without its password.
+#[tokio::test]
+async fn a_sentinel_url_names_its_primary() {
+    use super::redis::RedisBackend;
+    for (url, missing) in [
+        (
+            "redis+sentinel://:hunter2@10.0.0.1:26379",
+            "no primary name",
+        ),
+        (
+            "redis+sentinel://:hunter2@10.0.0.1:26379/",
+            "no primary name",
+        ),
+        ("redis+sentinel://:hunter2@/main", "no Sentinel address"),
+    ] {
+        let error = RedisBackend::connect(url).unwrap_err().to_string();
+        assert!(error.contains(missing), "{url}: {error}");
+        assert!(error.contains("PRIMARY"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
+    assert!(RedisBackend::connect("redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/main").is_ok());
 }
 
 #[tokio::test]
@@ -359,4 +387,182 @@ async fn the_files_size_is_read_again_once_the_writer_idles() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A shared backend in memory that can be taken down, and changed behind the store's back (as
+/// another replica, or a Redis that lost its data, would), to check how an outage is settled.
+#[derive(Default)]
+struct Fleet {
+    down: std::sync::atomic::AtomicBool,
+    state: parking_lot::Mutex<FleetState>,
+}
+
+#[derive(Default)]
+struct FleetState {
+    version: u64,
+    fence: u64,
+    lease: Option<u64>,
+    frozen: std::collections::HashMap<String, String>,
+    stashes: std::collections::HashMap<String, String>,
+}
+
+impl Fleet {
+    fn check(&self) -> Result<(), BackendError> {
+        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(BackendError::Io("connection refused".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for Fleet {
+    fn describe(&self) -> String {
+        "fleet".into()
+    }
+    fn shared(&self) -> bool {
+        true
+    }
+    async fn acquire(
+        &self,
+        _: &str,
+        _: Duration,
+        _: Duration,
+    ) -> Result<Option<Acquired>, BackendError> {
+        self.check()?;
+        let mut state = self.state.lock();
+        if state.lease.is_some() {
+            return Ok(None);
+        }
+        state.fence += 1;
+        state.lease = Some(state.fence);
+        Ok(Some(Acquired {
+            fence: state.fence,
+            version: state.version,
+        }))
+    }
+    async fn load(&self, _: &str) -> Result<Snapshot, BackendError> {
+        self.check()?;
+        let state = self.state.lock();
+        Ok(Snapshot {
+            version: state.version,
+            frozen: state.frozen.clone().into_iter().collect(),
+            stash_ids: state.stashes.keys().cloned().collect(),
+        })
+    }
+    async fn commit(&self, _: &str, commit: Commit) -> Result<Committed, BackendError> {
+        self.check()?;
+        let mut state = self.state.lock();
+        let held = state.lease == Some(commit.fence);
+        if commit.release_only {
+            if held {
+                state.lease = None;
+            }
+            return Ok(Committed::Written);
+        }
+        if !held && !(state.lease.is_none() && state.version == commit.expected) {
+            return Ok(Committed::Fenced);
+        }
+        for (id, original) in commit.stashes {
+            state.stashes.insert(id, original.to_string());
+        }
+        for (key, value) in commit.frozen {
+            state.frozen.insert(key, value.to_string());
+        }
+        state.version = commit.fence;
+        if held {
+            state.lease = None;
+        }
+        Ok(Committed::Written)
+    }
+    async fn put(&self, _: &str, _: &str, _: &str, _: Duration) -> Result<(), BackendError> {
+        self.check()
+    }
+    async fn fetch(&self, _: Option<&str>, id: &str) -> Result<Option<String>, BackendError> {
+        self.check()?;
+        Ok(self.state.lock().stashes.get(id).cloned())
+    }
+    async fn ping(&self) -> Result<(), BackendError> {
+        self.check()
+    }
+    fn occupancy(&self) -> Occupancy {
+        Occupancy::default()
+    }
+}
+
+/// Through an outage a session this store holds is carried (served from memory, its writes
+/// held); when the backend answers, what the outage did is settled: another replica having
+/// written the session keeps its decisions (the held one is counted lost) but the held original
+/// is written; a backend that lost everything gets the copy back whole.
+#[tokio::test]
+async fn an_outage_is_carried_and_settled_whatever_the_backend_became() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let backend = Arc::new(Fleet::default());
+    let store = DurableStore::new(backend.clone(), DurableLimits::DEFAULT);
+    let wait = Duration::from_secs(5);
+
+    let turn = store.open("s").await.unwrap();
+    store.stash("s", "x", "original x").unwrap();
+    store.put_frozen("s", "k", "a1");
+    assert!(turn.close().wait(wait).await);
+
+    // Down: carried, and an unknown session is not.
+    backend.down.store(true, Relaxed);
+    let turn = store.open("s").await.expect("carried");
+    assert!(!turn.reloaded);
+    assert_eq!(store.get_frozen("s", "k").as_deref(), Some("a1"));
+    store.stash("s", "y", "original y").unwrap();
+    store.put_frozen("s", "k", "a2");
+    assert!(turn.close().wait(wait).await, "nothing to wait for");
+    assert_eq!(store.open("t").await.unwrap_err(), Unavailable::Backend);
+    let stats = store.durable_stats();
+    assert_eq!((stats.carried_sessions, stats.carried_turns), (1, 1));
+    assert_eq!((stats.held_sessions, stats.writes_held), (1, 2));
+    assert_eq!(stats.unavailable_turns, 1);
+
+    // Meanwhile another replica served the session.
+    {
+        let mut state = backend.state.lock();
+        state.version += 10;
+        state.fence += 10;
+        state.frozen.insert("k".into(), "b".into());
+    }
+    backend.down.store(false, Relaxed);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let turn = store.open("s").await.unwrap();
+    assert!(turn.reloaded, "the other replica's turn is read");
+    assert_eq!(store.get_frozen("s", "k").as_deref(), Some("b"));
+    assert!(turn.close().wait(wait).await);
+    assert_eq!(
+        backend.state.lock().stashes.get("y").map(String::as_str),
+        Some("original y"),
+        "the held original is written"
+    );
+    assert_eq!(backend.state.lock().frozen["k"], "b");
+    let stats = store.durable_stats();
+    assert_eq!(stats.writes_lost, 1, "the held decision");
+    assert_eq!(stats.held_sessions, 0);
+
+    // A backend that lost everything while down gets the copy back whole.
+    backend.down.store(true, Relaxed);
+    let turn = store.open("s").await.expect("carried");
+    store.put_frozen("s", "m", "new");
+    let _ = turn.close();
+    *backend.state.lock() = FleetState::default();
+    backend.down.store(false, Relaxed);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let turn = store.open("s").await.unwrap();
+    assert!(
+        !turn.reloaded,
+        "the copy is newer than anything the backend has"
+    );
+    assert!(turn.close().wait(wait).await);
+    let state = backend.state.lock();
+    assert_eq!(state.frozen.get("m").map(String::as_str), Some("new"));
+    assert_eq!(state.frozen.get("k").map(String::as_str), Some("b"));
+    assert!(state.stashes.contains_key("x") && state.stashes.contains_key("y"));
+    drop(state);
+    let stats = store.durable_stats();
+    assert_eq!(stats.regressions, 1);
+    assert_eq!(stats.writes_lost, 1, "every original was in memory");
 }

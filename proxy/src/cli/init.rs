@@ -13,12 +13,15 @@ pub(super) fn init_text() -> String {
          #\n\
          {default}\n\
          # Where state lives (`--store` wins): sqlite:PATH (the default, under the user's state\n\
-         # directory), redis://HOST:PORT/DB (shared by replicas), memory, or off.\n\
+         # directory), redis://HOST:PORT/DB (shared by replicas),\n\
+         # redis+sentinel://SENTINEL:PORT,.../PRIMARY/DB (replicas, following a failover), memory, or off.\n\
          #   backend: sqlite:/var/lib/sluice/state.db\n\
-         # Per session, and how long a turn waits for another replica's lease:\n\
+         # Per session; how long a turn waits for another replica's lease; how long a replica\n\
+         # serves the sessions it holds from memory while the store does not answer:\n\
          #   session_max_stashes: {stashes}\n\
          #   session_max_mb: {mb}\n\
          #   lease_wait_ms: {wait}\n\
+         #   outage_grace_seconds: {grace}\n\
          #\n\
          # observe: {{ workers: 1, max_queue: 256 }}   # the off-path measurement pool (mode: observe)\n\
          # cache:\n\
@@ -34,6 +37,7 @@ pub(super) fn init_text() -> String {
         stashes = store.session_max_stashes,
         mb = store.session_max_mb,
         wait = store.lease_wait_ms,
+        grace = store.outage_grace_seconds,
     )
 }
 

@@ -9,8 +9,9 @@ pub(super) struct ServeArgs {
     #[command(flatten)]
     pub(super) listen: ListenArg,
     /// Where sessions' state lives: `sqlite:PATH` (the default, under the user's state
-    /// directory), `redis://HOST:PORT/DB` (shared by replicas), `memory` (this run only) or
-    /// `off`. Beats `store.backend` in the config.
+    /// directory), `redis://HOST:PORT/DB` (shared by replicas),
+    /// `redis+sentinel://HOST:PORT,.../PRIMARY/DB` (replicas, following a Sentinel failover),
+    /// `memory` (this run only) or `off`. Beats `store.backend` in the config.
     #[arg(long, env = "SLUICE_STORE", hide_env_values = true)]
     pub(super) store: Option<store::StoreSpec>,
     /// Log lines as `text` or `json` (one object a line). What is logged: `SLUICE_LOG`, else
@@ -291,6 +292,7 @@ pub(super) fn state_store(
         session_bytes: config.session_max_mb.saturating_mul(1 << 20),
         cache_bytes: config.rewind_reserve_mb.saturating_mul(1 << 20),
         lease_wait: Duration::from_millis(config.lease_wait_ms),
+        outage_grace: Duration::from_secs(config.outage_grace_seconds),
         ..DurableLimits::DEFAULT
     };
     let backend: Arc<dyn store::Backend> = match spec {
