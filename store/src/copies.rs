@@ -56,6 +56,12 @@ pub(crate) struct Copy {
     /// When the backend last confirmed this copy (a load, or a commit written). A replica
     /// carries a session through a store outage only within `outage_grace` of it.
     pub confirmed: Option<Instant>,
+    /// The version the backend last confirmed (`version` runs ahead of it while a commit is on
+    /// its way): a backend found behind *this* lost writes.
+    pub confirmed_version: Option<u64>,
+    /// Loaded by something other than a turn (writing held copies after an outage): the next
+    /// turn must still hear that the session changed under it.
+    pub reload_unseen: bool,
     /// Writes the backend has not taken yet; never dropped from memory while there are any.
     pub held: Option<Held>,
     /// Being carried through an outage (counted once per session and outage).
@@ -77,6 +83,8 @@ impl Copy {
             tick: 0,
             used: now,
             confirmed: None,
+            confirmed_version: None,
+            reload_unseen: false,
             held: None,
             carried: false,
         }
@@ -169,6 +177,7 @@ impl Copies {
         copy.stored_ids = snapshot.stash_ids.into_iter().collect();
         copy.version = Some(snapshot.version);
         copy.confirmed = Some(Instant::now());
+        copy.confirmed_version = Some(snapshot.version);
         let (new_bytes, new_count) = (copy.bytes(), copy.frozen.len());
         self.bytes = self.bytes + new_bytes - old_bytes;
         self.frozen = self.frozen + new_count - old_count;

@@ -14,10 +14,14 @@ use engine::store::{Store, StoreError, StoreStats};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy};
+use crate::backend::{Acquired, Backend, BackendError, Commit, Committed};
 use crate::copies::{Copies, Held};
 
 mod outage;
+mod stats;
+
+pub use stats::DurableStats;
+use stats::{Counters, add, bump};
 
 /// Sizing and patience of a [`DurableStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,79 +87,6 @@ impl Unavailable {
     }
 }
 
-/// Counters for `/stats` and `/metrics`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DurableStats {
-    pub backend: String,
-    /// The backend is failing right now (turns go upstream unmodified).
-    pub failing: bool,
-    pub occupancy: Occupancy,
-    /// Sessions copied in memory now, and the bytes they hold.
-    pub cached_sessions: u64,
-    pub cached_bytes: u64,
-    /// Session copies dropped from memory to stay within `cache_bytes` (their state is safe in
-    /// the backend).
-    pub cache_evictions: u64,
-    /// Sessions loaded from the backend (first use, a restart, another replica's turn).
-    pub loads: u64,
-    pub commits: u64,
-    pub commit_failures: u64,
-    /// Backend calls that failed or timed out.
-    pub backend_errors: u64,
-    /// Turns that found another holder on the session's lease and waited.
-    pub lease_waits: u64,
-    /// Turns that gave up waiting and went upstream unmodified.
-    pub lease_timeouts: u64,
-    /// Commits refused because their lease had expired and been taken (fencing).
-    pub lease_lost: u64,
-    /// Turns that went upstream unmodified because the backend was failing.
-    pub unavailable_turns: u64,
-    /// Stashes refused by the per-session quota.
-    pub quota_refused: u64,
-    /// Sessions carried through a backend outage from their copy here, and their turns.
-    pub carried_sessions: u64,
-    pub carried_turns: u64,
-    /// Sessions whose copy holds writes the backend has not taken yet (a gauge).
-    pub held_sessions: u64,
-    /// Entries (originals, replay entries) held for the backend, and of those, written since.
-    pub writes_held: u64,
-    pub writes_replayed: u64,
-    /// Entries that never reached the backend: replay entries of a commit whose lease another
-    /// replica took, and originals a backend lost that no copy here could give back.
-    pub writes_lost: u64,
-    /// Sessions found behind this replica's copy: the backend lost writes (a restart without
-    /// persistence, a failover to a replica that lagged). The copy was written back whole.
-    pub regressions: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    cache_evictions: AtomicU64,
-    loads: AtomicU64,
-    commits: AtomicU64,
-    commit_failures: AtomicU64,
-    backend_errors: AtomicU64,
-    lease_waits: AtomicU64,
-    lease_timeouts: AtomicU64,
-    lease_lost: AtomicU64,
-    unavailable_turns: AtomicU64,
-    quota_refused: AtomicU64,
-    carried_sessions: AtomicU64,
-    carried_turns: AtomicU64,
-    writes_held: AtomicU64,
-    writes_replayed: AtomicU64,
-    writes_lost: AtomicU64,
-    regressions: AtomicU64,
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
-fn add(counter: &AtomicU64, n: usize) {
-    counter.fetch_add(n as u64, Ordering::Relaxed);
-}
-
 /// Consecutive backend errors that make an episode (see `DurableStore::call`).
 const EPISODE_AFTER: u32 = 3;
 
@@ -176,6 +107,8 @@ pub struct DurableStore {
     /// (`writing_held` while that runs), so they do not wait for their sessions' next turns.
     holding: AtomicBool,
     writing_held: AtomicBool,
+    /// A background probe runs while writes are held (`probe_behind`).
+    probing: AtomicBool,
     /// The outage outlasted a session's grace, said once per episode.
     grace_said: AtomicBool,
     me: Weak<DurableStore>,
@@ -251,6 +184,7 @@ impl DurableStore {
             last_probe: Mutex::new(None),
             holding: AtomicBool::new(false),
             writing_held: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
             grace_said: AtomicBool::new(false),
             me: me.clone(),
             runtime: tokio::runtime::Handle::current(),
@@ -276,8 +210,19 @@ impl DurableStore {
     /// `open` for a turn, or (`turn` false) to write a copy's held writes: only a turn is
     /// carried or counted as unavailable.
     async fn open_as(self: &Arc<Self>, session: &str, turn: bool) -> Result<Opened, Unavailable> {
-        let (why, copy_current) = match self.open_in_backend(session).await {
-            Ok(opened) => return Ok(opened),
+        let (why, copy_current) = match self.open_in_backend(session, turn).await {
+            Ok(mut opened) => {
+                // A load that no turn saw (writing held copies) is the next turn's news.
+                let mut copies = self.copies.lock();
+                if let Some(copy) = copies.sessions.get_mut(session) {
+                    if !turn && opened.reloaded {
+                        copy.reload_unseen = true;
+                    } else if turn && std::mem::take(&mut copy.reload_unseen) {
+                        opened.reloaded = true;
+                    }
+                }
+                return Ok(opened);
+            }
             Err(refusal) => refusal,
         };
         if why == Unavailable::Backend && turn {
@@ -294,6 +239,7 @@ impl DurableStore {
     async fn open_in_backend(
         self: &Arc<Self>,
         session: &str,
+        turn: bool,
     ) -> Result<Opened, (Unavailable, bool)> {
         self.healthy().await.map_err(|why| (why, true))?;
         let acquired = if self.backend.shared() {
@@ -309,20 +255,24 @@ impl DurableStore {
             None
         };
         let ttl = self.limits.ttl;
-        let (current, found) = {
+        let (current, found, busy) = {
             let mut copies = self.copies.lock();
             // A copy idle past the time to live may describe a session the backend has dropped
             // (and, with Redis, restarted its fences for): it is read again.
             let idle = copies.get(session).is_some_and(|c| c.used.elapsed() > ttl);
             let copy = copies.touch(session);
+            // Writing held copies never runs beside a turn of the same session: the turn's
+            // commit takes them.
+            let busy = !turn && copy.open > 0;
             copy.open += 1;
             copy.carried = false;
-            let current = !idle
+            let current = !busy
+                && !idle
                 && match acquired {
                     Some(a) => self.reconcile(copy, a.version),
                     None => copy.version.is_some(),
                 };
-            (current, copy.version.unwrap_or(0))
+            (current, copy.version.unwrap_or(0), busy)
         };
         let mut opened = Opened {
             store: self.clone(),
@@ -334,6 +284,11 @@ impl DurableStore {
             carried: false,
             closed: false,
         };
+        if busy {
+            // Releases the lease and writes nothing.
+            drop(opened);
+            return Err((Unavailable::LeaseTimeout, false));
+        }
         if !current {
             // A cancelled load drops `opened`, which releases the lease and writes nothing.
             let Ok(snapshot) = self.call(self.backend.load(session)).await else {
@@ -476,8 +431,11 @@ impl DurableStore {
             }
             *last = Some(Instant::now());
         }
-        if self.call(self.backend.ping()).await.is_ok() {
-            return Ok(());
+        match self.call(self.backend.ping()).await {
+            Ok(()) => return Ok(()),
+            // A backend that does not answer in time is not tried twice in one turn.
+            Err(BackendError::Timeout(_)) => return Err(Unavailable::Backend),
+            Err(_) => {}
         }
         // A client whose connection died with the server fails its first call after the server
         // is back (and reconnects meanwhile): one more try tells, rather than another second
@@ -591,6 +549,7 @@ impl DurableStore {
             Ok(Committed::Written) => {
                 bump(&self.counters.commits);
                 copy.confirmed = Some(Instant::now());
+                copy.confirmed_version = Some(fence);
                 add(
                     &self.counters.writes_replayed,
                     held.map_or(0, |h| h.entries),
@@ -605,9 +564,24 @@ impl DurableStore {
                     replay_entries = frozen.len(),
                     "a turn's lease was taken before its commit: its replay entries are dropped, the session reloads"
                 );
+                // The originals are still held: an id names one content, whoever wrote since.
+                let held_before = held.as_ref().map_or(0, |h| h.entries);
+                let entries = stashes.len() + held_before;
                 copy.dirty_stashes.extend(stashes);
                 if copy.version == Some(fence) {
                     copy.version = None;
+                }
+                if copy.held.is_none() && !copy.dirty_stashes.is_empty() {
+                    add(
+                        &self.counters.writes_held,
+                        entries.saturating_sub(held_before),
+                    );
+                    copy.held = Some(Held {
+                        base: fence,
+                        fences: Vec::new(),
+                        entries,
+                    });
+                    self.holding.store(true, Ordering::Relaxed);
                 }
             }
             Err(_) => {
@@ -630,6 +604,7 @@ impl DurableStore {
                     copy.version = Some(expected);
                 }
                 self.holding.store(true, Ordering::Relaxed);
+                self.probe_behind();
             }
         }
         false

@@ -566,3 +566,50 @@ async fn an_outage_is_carried_and_settled_whatever_the_backend_became() {
     assert_eq!(stats.regressions, 1);
     assert_eq!(stats.writes_lost, 1, "every original was in memory");
 }
+
+/// Writes held through an outage reach the backend with no further turn: the replica probes
+/// the backend while it holds them, and writes them behind once it answers; the next turn still
+/// hears that the session was loaded meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_writes_are_written_without_another_turn() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let backend = Arc::new(Fleet::default());
+    let store = DurableStore::new(backend.clone(), DurableLimits::DEFAULT);
+    let turn = store.open("s").await.unwrap();
+    store.put_frozen("s", "k", "1");
+    assert!(turn.close().wait(Duration::from_secs(5)).await);
+
+    backend.down.store(true, Relaxed);
+    let turn = store.open("s").await.expect("carried");
+    store.stash("s", "y", "original y").unwrap();
+    store.put_frozen("s", "k", "2");
+    let _ = turn.close();
+    // Another replica's write, made while this one could not see the backend: its replay
+    // entry wins, the held original is still written.
+    {
+        let mut state = backend.state.lock();
+        state.version += 5;
+        state.fence += 5;
+        state.frozen.insert("other".into(), "b".into());
+    }
+    backend.down.store(false, Relaxed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !backend.state.lock().stashes.contains_key("y") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held original was not written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = store.durable_stats();
+    assert_eq!(stats.held_sessions, 0);
+    assert_eq!(stats.writes_held, 2);
+    assert_eq!((stats.writes_replayed, stats.writes_lost), (1, 1));
+    let turn = store.open("s").await.unwrap();
+    assert!(
+        turn.reloaded,
+        "the load made while writing is the turn's news"
+    );
+    assert_eq!(store.get_frozen("s", "other").as_deref(), Some("b"));
+    drop(turn);
+}

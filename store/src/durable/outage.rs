@@ -4,10 +4,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::{DurableStore, Opened, Unavailable, add, bump};
 use crate::backend::Commit;
 use crate::copies::{Copy, Held};
+
+/// How often a replica holding writes asks a failing backend whether it is back.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 impl DurableStore {
     /// Whether `copy` is current for a backend whose session is at `version`, after whatever an
@@ -28,7 +32,9 @@ impl DurableStore {
                 return true;
             }
             Some(held) => Some(held.base),
-            None => copy.version,
+            // What the backend confirmed, not `version`, which a commit still on its way (a
+            // lapsed lease's) has moved ahead.
+            None => copy.confirmed_version,
         };
         if mine.is_some_and(|mine| version < mine) {
             bump(&self.counters.regressions);
@@ -47,7 +53,11 @@ impl DurableStore {
             copy.dirty_stashes = copy.stashes.keys().cloned().collect();
             copy.dirty_frozen = copy.frozen.keys().cloned().collect();
             copy.version = Some(version);
-            copy.held = None;
+            // What was held goes with this commit, and is counted written with it.
+            if let Some(held) = &mut copy.held {
+                held.base = version;
+                held.fences.clear();
+            }
             return true;
         }
         if copy.held.is_some() {
@@ -59,6 +69,9 @@ impl DurableStore {
                 entries: copy.dirty_stashes.len(),
             });
         }
+        // Known to be behind: never carried until it is read again.
+        copy.version = None;
+        copy.confirmed = None;
         false
     }
 
@@ -149,6 +162,29 @@ impl DurableStore {
         );
         held.entries = dirty;
         self.holding.store(true, Ordering::Relaxed);
+        drop(copies);
+        self.probe_behind();
+    }
+
+    /// While copies hold writes, asks the backend once a second whether it is back, so that a
+    /// replica with no traffic left writes them too (the call that succeeds writes them).
+    pub(super) fn probe_behind(&self) {
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(store) = self.me.upgrade() else {
+            self.probing.store(false, Ordering::Release);
+            return;
+        };
+        self.runtime.spawn(async move {
+            while store.holding.load(Ordering::Relaxed) {
+                tokio::time::sleep(PROBE_EVERY).await;
+                if store.call(store.backend.ping()).await.is_ok() {
+                    break;
+                }
+            }
+            store.probing.store(false, Ordering::Release);
+        });
     }
 
     /// Writes behind every copy's held writes, once the backend answers again, so they do
@@ -181,13 +217,13 @@ impl DurableStore {
                     written += 1;
                 }
             }
-            let left = store
-                .copies
-                .lock()
-                .sessions
-                .values()
-                .any(|c| c.held.is_some());
-            store.holding.store(left, Ordering::Relaxed);
+            {
+                // Under the lock that every setter of `holding` holds, so a failure between the
+                // check and the store cannot be overwritten.
+                let copies = store.copies.lock();
+                let left = copies.sessions.values().any(|c| c.held.is_some());
+                store.holding.store(left, Ordering::Relaxed);
+            }
             store.writing_held.store(false, Ordering::Release);
             if written > 0 {
                 tracing::info!(
