@@ -376,12 +376,73 @@ async fn turns_of_dialect(
     );
 }
 
+/// Two builds side by side (`load A compare B`): the same bodies to each, alternating which
+/// goes first, then each one's throughput, in one run. For a build setting that must not move
+/// the turn (the shipped `dist` profile against `release`).
+async fn compare_builds(binaries: [&str; 2], mock: &Mock, client: &HttpClient) {
+    let mut children = Vec::new();
+    let mut urls = Vec::new();
+    for binary in binaries {
+        let port = free_port();
+        children.push(start_sluice(binary, port, &mock.url()));
+        let url = format!("http://127.0.0.1:{port}");
+        wait_ready(client, &url).await;
+        urls.push(url);
+    }
+    let bodies = measured_bodies(Dialect::OpenAi);
+    for url in &urls {
+        for body in &bodies {
+            post(
+                client,
+                &format!("{url}{}", route(Dialect::OpenAi)),
+                body.clone(),
+            )
+            .await;
+        }
+    }
+    let mut took = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS {
+        for body in &bodies {
+            for k in [round % 2, 1 - round % 2] {
+                let url = format!("{}{}", urls[k], route(Dialect::OpenAi));
+                took[k].push(ms(post(client, &url, body.clone()).await));
+            }
+        }
+    }
+    let bodies = Arc::new(bodies);
+    // Throughput in the order A B B A: whichever runs first meets a cooler machine.
+    let mut rps = [0.0; 2];
+    for k in [0, 1, 1, 0] {
+        let url = format!("{}{}", urls[k], route(Dialect::OpenAi));
+        rps[k] += throughput(client, url, bodies.clone()).await / 2.0;
+    }
+    println!(
+        "| build | turns | p50 | p99 | throughput at {CONCURRENCY} connections (A B B A, mean) |"
+    );
+    println!("|---|--:|--:|--:|--:|");
+    for (k, binary) in binaries.iter().enumerate() {
+        took[k].sort_by(f64::total_cmp);
+        let rps = rps[k];
+        println!(
+            "| {binary} | {} | {:.3} ms | {:.3} ms | {rps:.0} req/s |",
+            took[k].len(),
+            percentile(&took[k], 50.0),
+            percentile(&took[k], 99.0),
+        );
+    }
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 fn main() {
     let binary = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
     let mode = std::env::args().nth(2);
-    if let Some(mode @ ("turns" | "dashboard")) = mode.as_deref() {
+    if let Some(mode @ ("turns" | "dashboard" | "compare")) = mode.as_deref() {
+        let other = std::env::args().nth(3);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -390,10 +451,13 @@ fn main() {
             let mock = Mock::start().await;
             let client: HttpClient =
                 Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-            if mode == "turns" {
-                turn_by_turn(&binary, &mock, &client).await;
-            } else {
-                compare_dashboard(&binary, &mock, &client).await;
+            match mode {
+                "turns" => turn_by_turn(&binary, &mock, &client).await,
+                "dashboard" => compare_dashboard(&binary, &mock, &client).await,
+                _ => {
+                    let other = other.expect("load A compare B");
+                    compare_builds([&binary, &other], &mock, &client).await;
+                }
             }
         });
         return;

@@ -33,7 +33,7 @@ use wrap::*;
 
 /// A sidecar proxy that cuts what LLM agents pay for context, without losing anything.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about = "A sidecar proxy that cuts what LLM agents pay for context, without losing anything.", long_about = None)]
+#[command(name = "sluice", version = env!("SLUICE_BUILD"), about = "A sidecar proxy that cuts what LLM agents pay for context, without losing anything.", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1308,3 +1308,19 @@ fn replay_from_claude_code_says_where_it_looked() {
     );
     assert!(stderr(&out).contains("--since lately"), "{}", stderr(&out));
 }
+
+/// `--version` names the build: the version, the commit, the Cargo profile and the allocator,
+/// so a binary found in a wheel, an npm package or an image says what it is.
+#[test]
+fn version_names_the_build() {
+    let out = sluice(&["--version"], b"");
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    let expected = format!("sluice {} (", env!("CARGO_PKG_VERSION"));
+    assert!(line.starts_with(&expected), "{line}");
+    assert!(line.contains(" profile, "), "{line}");
+    assert!(
+        line.trim_end().ends_with("jemalloc)") || line.trim_end().ends_with("system allocator)"),
+        "{line}"
+    );
+}

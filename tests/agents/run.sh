@@ -9,8 +9,12 @@
 #   claude-bedrock is Claude Code on Bedrock (CLAUDE_CODE_USE_BEDROCK=1), sluice's /bedrock route,
 #     sluice signing with test credentials the model server verifies (botocore);
 #   codex is Codex on its default model (tools in an `additional_tools` input item, code mode);
-#   codex-gpt5 is the same Codex with `model = "gpt-5-codex"` (top-level function tools).
+#   codex-gpt5 is the same Codex with `model = "gpt-5-codex"` (top-level function tools);
+#   claude-wrap is Claude Code started by `sluice wrap` (which starts sluice for it), with
+#     SLUICE_WRAP as the command (default: the sluice binary; tests/install/run.sh passes the
+#     npm package's `npx sluice-proxy`).
 #   SLUICE_BIN=path/to/sluice      use that binary (default: cargo build --bin sluice, debug)
+#   SLUICE_WRAP="CMD ARGS"         the `sluice` command claude-wrap runs `wrap` with
 #   SLUICE_AGENTS_HOME=DIR         where the agents are installed (default ~/.cache/sluice-agents)
 #   SLUICE_AGENTS_OUT=DIR          run folder: recordings, logs, results.json (default HOME/last-run)
 #   SLUICE_AGENTS_TIMEOUT=SECONDS  per agent run (default 60; a run takes 1-6 s)
@@ -145,6 +149,21 @@ run_agent() {
             envs+=(CLAUDE_CONFIG_DIR="$h/.claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
                    DISABLE_AUTOUPDATER=1 ANTHROPIC_API_KEY=test-key ANTHROPIC_BASE_URL="$abase")
             cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions) ;;
+        claude-wrap)
+            # Through sluice, `abase` is `wrap:UPSTREAM`: `sluice wrap` starts sluice in front of
+            # UPSTREAM and sets ANTHROPIC_BASE_URL for Claude Code itself.
+            envs+=(CLAUDE_CONFIG_DIR="$h/.claude" IS_SANDBOX=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+                   DISABLE_AUTOUPDATER=1 ANTHROPIC_API_KEY=test-key)
+            cmd=("$claude_bin" -p "$TASK" --dangerously-skip-permissions)
+            if [[ "$abase" == wrap:* ]]; then
+                local -a launcher
+                read -r -a launcher <<< "${SLUICE_WRAP:-$sluice}"
+                cmd=("${launcher[@]}" wrap --listen "127.0.0.1:$(free_port)" --log "$dir/sluice.log"
+                     --serve-arg=--store=memory --serve-arg=--log-format=json
+                     "--serve-arg=--anthropic-upstream=${abase#wrap:}" -- "${cmd[@]}")
+            else
+                envs+=(ANTHROPIC_BASE_URL="$abase")
+            fi ;;
         claude-vertex)
             # Claude Code 2.1.332 on Vertex AI: the base URL ends in /v1 and Claude Code adds
             # projects/P/locations/L/publishers/anthropic/models/M:streamRawPredict; the skip
@@ -239,7 +258,7 @@ TOML
 
 agent_version() {
     case "$1" in
-        claude|claude-vertex|claude-bedrock) "$claude_bin" --version 2>/dev/null | head -1 ;;
+        claude|claude-vertex|claude-bedrock|claude-wrap) "$claude_bin" --version 2>/dev/null | head -1 ;;
         codex|codex-gpt5) "$codex_bin" --version 2>/dev/null | head -1 ;;
         gemini) echo "gemini-cli $("$gemini_bin" --version 2>/dev/null | head -1)" ;;
         mini) "$venv/bin/python" -c 'import importlib.metadata as m; print("mini-swe-agent", m.version("mini-swe-agent"))' ;;
@@ -249,7 +268,7 @@ agent_version() {
 
 # ------------------------------------------------------------------ the runs
 for agent in "${agents[@]}"; do
-    case "$agent" in claude|claude-vertex|claude-bedrock|codex|codex-gpt5|gemini|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
+    case "$agent" in claude|claude-vertex|claude-bedrock|claude-wrap|codex|codex-gpt5|gemini|mini|aider) ;; *) echo "unknown agent $agent" >&2; exit 2 ;; esac
     agent_version "$agent" > "$out/$agent.version" || echo unknown > "$out/$agent.version"
 
     dir="$out/$agent/direct"
@@ -263,11 +282,17 @@ for agent in "${agents[@]}"; do
     mkdir -p "$dir"
     make_repo
     start_model "$dir"
-    start_sluice "$dir" "$model_url"
-    run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$sluice_url/gemini" \
-        "$sluice_url/vertex/v1" "$sluice_url/bedrock" "$dir"
-    curl -fs "$sluice_url/stats" > "$dir/stats.json" 2>/dev/null || echo '{}' > "$dir/stats.json"
-    kill "$sluice_pid" 2>/dev/null || true
+    if [[ "$agent" == claude-wrap ]]; then
+        # `sluice wrap` starts sluice and stops it when Claude Code exits.
+        run_agent "$agent" "wrap:$model_url" "" "" "" "" "$dir"
+        echo '{}' > "$dir/stats.json"
+    else
+        start_sluice "$dir" "$model_url"
+        run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$sluice_url/gemini" \
+            "$sluice_url/vertex/v1" "$sluice_url/bedrock" "$dir"
+        curl -fs "$sluice_url/stats" > "$dir/stats.json" 2>/dev/null || echo '{}' > "$dir/stats.json"
+        kill "$sluice_pid" 2>/dev/null || true
+    fi
     echo "$agent through sluice: exit $(cat "$dir/exit") in $(cat "$dir/seconds")s" >&2
 done
 

@@ -12,6 +12,7 @@ mod gemini;
 mod glossary;
 mod llm;
 mod net;
+mod packaging;
 mod parity;
 mod prefix;
 mod properties;
