@@ -18,7 +18,15 @@ fn read(relative: &str) -> String {
 
 /// Files under `engine/src/components/` that hold shared machinery, not a component, and the
 /// component each multi-component file holds instead of its stem.
-const HELPERS: [&str; 6] = ["failure", "mod", "memo", "source", "testing", "triage"];
+const HELPERS: [&str; 7] = [
+    "failure",
+    "mod",
+    "memo",
+    "projection",
+    "source",
+    "testing",
+    "triage",
+];
 const RENAMED: [(&str, &str); 1] = [("llm_offload", "agentdiet")];
 
 #[test]

@@ -1,6 +1,7 @@
-//! The application: what every request shares ([`App`]), the routes, pass-through, and the
-//! operator routes (`/healthz`, `/stats`, `/metrics`, `/expand`, `/compact`). The rewritten
-//! routes are `chat.rs`; the turn itself is `modes::turn`; the expand loop is `expand_loop.rs`.
+//! The application's routes: pass-through, and the operator routes (`/healthz`, `/stats`,
+//! `/metrics`, `/expand`, `/compact`). What every request shares ([`App`]) is `state.rs`; the
+//! rewritten routes are `chat.rs`; the turn itself is `modes::turn`; the expand loop is
+//! `expand_loop.rs`.
 //!
 //! Failure rule: sluice never answers 5xx for a problem it caused. A body it cannot parse is
 //! forwarded untouched; a panic in the engine forwards the original (the engine's own guard);

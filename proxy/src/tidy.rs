@@ -528,3 +528,153 @@ fn files_and_functions_a_reader_can_hold() {
         [("short".to_owned(), 3), ("long".to_owned(), 4)]
     );
 }
+
+/// Every library error type (a `thiserror::Error` derive) is named in ARCHITECTURE.md's
+/// "Errors" bullet, which is the house's inventory of what can fail; it had drifted to 14 of 22.
+#[test]
+fn every_error_type_is_in_the_errors_list() {
+    let doc = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).expect("the doc");
+    let start = doc.find("- **Errors.**").expect("an Errors bullet");
+    let end = start + 1 + doc[start + 1..].find("\n- **").expect("a bullet after it");
+    let bullet = &doc[start..end];
+    let mut found = BTreeSet::new();
+    for krate in CRATES {
+        for (relative, code) in library(krate).files {
+            for (at, _) in code.match_indices("thiserror::Error") {
+                let after = &code[at..];
+                let keyword = [after.find("enum "), after.find("struct ")]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .expect("a type after its derive");
+                let rest = after[keyword..].split_once(' ').expect("a name").1;
+                let name = ident(rest).expect("an identifier");
+                found.insert((name, format!("{krate}/src/{}", relative.display())));
+            }
+        }
+    }
+    assert!(found.len() >= 20, "{found:?}");
+    let missing: Vec<String> = found
+        .iter()
+        .filter(|(name, _)| {
+            !bullet.contains(&format!("`{name}`")) && !bullet.contains(&format!("::{name}`"))
+        })
+        .map(|(name, file)| format!("{name} ({file})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "error types missing from ARCHITECTURE.md's Errors bullet: {missing:?}"
+    );
+}
+
+/// The module paths `code` names from inside module `at`: every `crate::`, `super::` and
+/// `self::` path resolved to absolute segments (a `{...}` tree gives one path per branch).
+fn named_paths(code: &str, at: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for prefix in ["crate::", "super::", "self::"] {
+        for (found, _) in code.match_indices(prefix) {
+            let before = code[..found].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let mut base: Vec<String> = match prefix {
+                "crate::" => Vec::new(),
+                "self::" => at.to_vec(),
+                _ => at[..at.len().saturating_sub(1)].to_vec(),
+            };
+            let mut rest = &code[found + prefix.len()..];
+            // More `super::`s climb further.
+            while let Some(more) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = more;
+            }
+            loop {
+                rest = rest.trim_start();
+                if let Some(tree) = rest.strip_prefix('{') {
+                    for head in tree_heads(tree) {
+                        let mut path = base.clone();
+                        path.push(head);
+                        out.push(path);
+                    }
+                    break;
+                }
+                let Some(name) = ident(rest) else {
+                    out.push(base);
+                    break;
+                };
+                rest = &rest[name.len()..];
+                base.push(name);
+                match rest.strip_prefix("::") {
+                    Some(more) => rest = more,
+                    None => {
+                        out.push(base);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Submodules form no cycle either: within each module, its children and the children they
+/// name (`super::x`, `crate::a::x`, from their own files or deeper), like the top-level graph.
+/// The top-level graph alone did not see `components::extract` and `components::extract_llm`
+/// importing each other.
+#[test]
+fn submodules_form_trees_too() {
+    for krate in CRATES {
+        let library = library(krate);
+        let modules: Vec<(Vec<String>, &String)> = library
+            .files
+            .iter()
+            .map(|(relative, code)| {
+                let mut path: Vec<String> = relative
+                    .iter()
+                    .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+                    .collect();
+                if matches!(
+                    path.last().map(String::as_str),
+                    Some("mod" | "lib" | "main")
+                ) {
+                    path.pop();
+                }
+                (path, code)
+            })
+            .collect();
+        // Each module with children: child -> siblings it names.
+        let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        for (path, _) in &modules {
+            for depth in 1..path.len() {
+                graphs
+                    .entry(path[..depth].to_vec())
+                    .or_default()
+                    .entry(path[depth].clone())
+                    .or_default();
+            }
+        }
+        for (path, code) in &modules {
+            for named in named_paths(code, path) {
+                let common = path.iter().zip(&named).take_while(|(a, b)| a == b).count();
+                if common == 0 || common >= path.len() || common >= named.len() {
+                    continue;
+                }
+                let Some(children) = graphs.get_mut(&path[..common].to_vec()) else {
+                    continue;
+                };
+                let (from, to) = (&path[common], &named[common]);
+                if children.contains_key(to) {
+                    children.get_mut(from).expect("a child").insert(to.clone());
+                }
+            }
+        }
+        for (parent, children) in &graphs {
+            assert_eq!(
+                cycle(children),
+                None,
+                "{krate}: the submodules of {} form a cycle",
+                parent.join("::")
+            );
+        }
+    }
+}

@@ -33,7 +33,7 @@ use crate::gate;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-use super::extract::{Outcome, Projector};
+use super::projection::Projector;
 use super::{
     BuildError, ComponentFactory, MarkerMode, decode, defaults, offload_candidate, offload_with,
 };
@@ -42,7 +42,7 @@ use crate::contain;
 use crate::marker::HINT_FULL_OUTPUT;
 use crate::message::Role;
 use crate::model::{Answer, Ask, Job, ModelConfig};
-use crate::pipeline::{ApplyCx, Component, Offload, Policy, Stashed, Transcript};
+use crate::pipeline::{ApplyCx, Component, Offload, Policy, StashKey, Stashed, Transcript};
 use crate::tokens;
 
 /// The sandbox's input cap (`sandbox::Limits::DEFAULT.max_input_bytes`; the engine does not
@@ -273,6 +273,16 @@ impl Offload for ExtractLlm {
         }
         Ok(keys)
     }
+}
+
+/// What an LLM ask came to, for the component that made it.
+pub(super) enum Outcome {
+    /// The model's result replaced the output.
+    Applied(StashKey),
+    /// Leave the output as it is on this run (the job is pending, or it may not change here).
+    Leave,
+    /// Use the deterministic projection instead.
+    Fallback,
 }
 
 /// One LLM extraction policy: `extract_llm`'s, or `extract`'s with `strategy: code`.

@@ -23,6 +23,7 @@ pub mod llm_offload;
 mod mask;
 mod oversized_block;
 mod phi_evict;
+mod projection;
 mod repeated_call;
 mod searchfold;
 pub mod skeleton;
