@@ -21,7 +21,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use modes::turn::{SESSION_HEADER, Turn, TurnInput};
 
-use crate::chat::chat;
+use crate::chat::rewritten_route;
 use crate::forward::{FLUSH_WAIT, Outbound, read_body, relay, send, upstream_uri};
 use crate::respond::{self as h, Body, ProxyError};
 use crate::sections::SECTIONS;
@@ -106,7 +106,7 @@ pub async fn handle(
         (&Method::POST, chat_path)
             if let Some(dialect) = rewritten(chat_path, request.uri().query()) =>
         {
-            chat(&app, dialect, request).await
+            rewritten_route(&app, dialect, request).await
         }
         _ if has_dot_segment(&path) => {
             ProxyError::BadRequest("a path with `.` or `..` segments is not forwarded")

@@ -1,4 +1,5 @@
-//! The rewritten routes (`POST /anthropic/v1/messages`, `POST /openai/v1/chat/completions`):
+//! The rewritten routes (Anthropic Messages, OpenAI chat completions and Responses, Gemini,
+//! Vertex, Bedrock: [`rewritten_route`]):
 //! the turn (`modes::turn`), the upstream call, and the relay back with the provider's cache
 //! report handed to the session's tracker, in sync and observe mode alike.
 //!
@@ -24,7 +25,7 @@ use modes::turn::{Turn, TurnInput, TurnModels, TurnModelsSource, TurnService};
 use crate::access::Access;
 use crate::bedrock::Auth;
 use crate::capture::Capture;
-use crate::expand_loop::Continuation;
+use crate::expand_loop::ReAsk;
 use crate::forward::{
     FLUSH_WAIT, Meet, Outbound, Report, read_chunks, relay_counted, relay_reporting, upstream_uri,
 };
@@ -32,7 +33,10 @@ use crate::respond::{Body, ProxyError};
 use crate::state::App;
 use crate::upstream::Chunks;
 
-pub(crate) async fn chat(
+/// A rewritten route, whatever its dialect (Anthropic Messages, OpenAI chat completions and
+/// Responses, Gemini, Vertex, Bedrock): the body read, the turn run, the result forwarded and
+/// relayed or expanded.
+pub(crate) async fn rewritten_route(
     app: &Arc<App>,
     dialect: Dialect,
     request: Request<Incoming>,
@@ -291,7 +295,7 @@ impl Outgoing {
             let report = Report::Live(forward.session, forward.facts.ledger_turn);
             return access.attach(relay_reporting(app, report, response, capture));
         }
-        let call = Continuation {
+        let call = ReAsk {
             app: app.clone(),
             dialect: self.dialect,
             uri: self.uri,
@@ -379,9 +383,9 @@ impl PassedOn<'_> {
 
 /// The call a path-addressed provider route makes (Google's, Bedrock's): the model and
 /// whether the reply streams, where other dialects put them in the body.
-pub(crate) fn path_call(uri: &http::Uri) -> Option<crate::google::Generate<'_>> {
+pub(crate) fn path_call(uri: &http::Uri) -> Option<crate::path_call::PathCall<'_>> {
     if let Some((model, stream)) = crate::bedrock::invokes(uri.path()) {
-        return Some(crate::google::Generate {
+        return Some(crate::path_call::PathCall {
             dialect: Dialect::Anthropic,
             model,
             stream: Some(stream),

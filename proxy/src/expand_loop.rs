@@ -35,8 +35,9 @@ use crate::upstream::{UpstreamError, strip_hop_by_hop};
 /// Expand rounds per request before the response goes to the agent as it is.
 pub const MAX_EXPAND_ROUNDS: usize = 3;
 
-/// What the expand loop needs to re-invoke upstream.
-pub(crate) struct Continuation {
+/// What the expand loop needs to ask upstream again (a round): where, as whom, for which
+/// session and turn. (`engine::wire::Continuation` is another thing: a parse resumed.)
+pub(crate) struct ReAsk {
     pub(crate) app: Arc<App>,
     pub(crate) dialect: Dialect,
     pub(crate) uri: String,
@@ -54,7 +55,7 @@ pub(crate) struct Continuation {
 
 type Sender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
 
-impl Continuation {
+impl ReAsk {
     /// Resolves the calls and builds the next request, or `None` when the response is not an
     /// all-expand turn.
     async fn next_request(&self, forwarded: &[u8], response: &[u8]) -> Option<Vec<u8>> {

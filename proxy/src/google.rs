@@ -18,37 +18,15 @@
 use std::borrow::Cow;
 
 use engine::wire::Dialect;
+
+use crate::path_call::PathCall;
 use http::{HeaderMap, HeaderValue, Uri};
 
 /// The header gemini-cli and Google's SDKs send the API key in.
 pub const KEY_HEADER: &str = "x-goog-api-key";
 
-/// What a rewritten path asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Generate<'a> {
-    pub dialect: Dialect,
-    /// The model named in the path (`gemini-2.5-pro`, `claude-opus-4-1@20250805`), decoded.
-    pub model: Cow<'a, str>,
-    /// Whether the reply is server-sent events, when the path says so (Gemini); `None` when
-    /// the body's `stream` does (Claude on Vertex).
-    pub stream: Option<bool>,
-}
-
-impl Generate<'_> {
-    /// What the path says, on a turn whose body does not say it: the reply streams when the
-    /// path asks it to, and the model is the path's unless the body named one.
-    pub(crate) fn route(&self, forward: &mut modes::turn::Forward) {
-        if let Some(stream) = self.stream {
-            forward.stream = stream;
-        }
-        forward
-            .model
-            .get_or_insert_with(|| self.model.clone().into_owned());
-    }
-}
-
 /// The call a path makes, when it is one sluice rewrites (see the module's list).
-pub fn generates<'a>(path: &'a str, query: Option<&str>) -> Option<Generate<'a>> {
+pub fn generates<'a>(path: &'a str, query: Option<&str>) -> Option<PathCall<'a>> {
     if let Some(rest) = path.strip_prefix("/gemini/") {
         let (version, rest) = rest.split_once('/')?;
         return gemini_call(version, rest.strip_prefix("models/")?, query);
@@ -59,7 +37,7 @@ pub fn generates<'a>(path: &'a str, query: Option<&str>) -> Option<Generate<'a>>
         "anthropic" => {
             let (model, method) = target.rsplit_once(':')?;
             let known = matches!(method, "rawPredict" | "streamRawPredict");
-            (known && is_model(model) && model != "count-tokens").then_some(Generate {
+            (known && is_model(model) && model != "count-tokens").then_some(PathCall {
                 dialect: Dialect::Anthropic,
                 model: Cow::Borrowed(model),
                 stream: None,
@@ -70,7 +48,7 @@ pub fn generates<'a>(path: &'a str, query: Option<&str>) -> Option<Generate<'a>>
 }
 
 /// `{model}:{method}` of a Gemini call under `version`.
-fn gemini_call<'a>(version: &str, target: &'a str, query: Option<&str>) -> Option<Generate<'a>> {
+fn gemini_call<'a>(version: &str, target: &'a str, query: Option<&str>) -> Option<PathCall<'a>> {
     if !is_version(version) {
         return None;
     }
@@ -83,7 +61,7 @@ fn gemini_call<'a>(version: &str, target: &'a str, query: Option<&str>) -> Optio
         "streamGenerateContent" if sse_asked(query) => true,
         _ => return None,
     };
-    Some(Generate {
+    Some(PathCall {
         dialect: Dialect::Gemini,
         model: Cow::Borrowed(model),
         stream: Some(stream),

@@ -25,6 +25,7 @@ pub use expand_loop::MAX_EXPAND_ROUNDS;
 mod generated;
 pub mod google;
 pub mod llm_stats;
+pub mod path_call;
 #[cfg(test)]
 mod reference;
 pub mod replay;
