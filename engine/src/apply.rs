@@ -136,7 +136,7 @@ fn run_parsed<'a>(parsed: &ParsedBody<'a>, pipeline: &Pipeline, cx: &RunCx) -> A
     let mut report = report;
     if !discarded.is_empty() {
         // The total is taken whole again here: the rest of the report must be too.
-        report.settle();
+        report.count_deferred();
         report.tokens_after = messages.iter(originals).map(message_tokens).sum();
     }
     let mut body = written.body;
@@ -215,7 +215,7 @@ fn restructure(
         };
         if outcome.is_ok() {
             // A saving taken off the totals, floored at zero, needs them whole.
-            report.settle();
+            report.count_deferred();
         }
         let Some(component) = report
             .components

@@ -25,12 +25,12 @@ pub struct Digests<'a> {
 
 /// A [`Digests::tokens`] entry not counted yet. A resumed parse leaves its new messages so: a
 /// count only a report's totals read is taken after the request has gone upstream
-/// (`pipeline::RunReport::settle`), and one a component reads when it reads it.
+/// (`pipeline::RunReport::count_deferred`), and one a component reads when it reads it.
 pub const UNCOUNTED: usize = usize::MAX;
 
 /// The token counts a body's run took late, by message index: shared between the body's
 /// parse, which the parse memo keeps for the next turn (`wire::resume`), and the run's report,
-/// which fills it once it has counted (`pipeline::RunReport::settle`). The next turn carries
+/// which fills it once it has counted (`pipeline::RunReport::count_deferred`). The next turn carries
 /// the counts it finds and counts what it does not: filled or not, the counts are the same.
 #[derive(Debug, Clone, Default)]
 pub struct LateCounts(std::sync::Arc<std::sync::OnceLock<Vec<(usize, usize)>>>);

@@ -242,7 +242,7 @@ impl Pipeline {
         let RunState { counts, hashes, .. } = state;
         report.pending = counts.into_pending(originals, &hashes.content, digests.late);
         if !cx.defer_counts {
-            report.settle();
+            report.count_deferred();
         }
         (report, messages.into_forwarded(), carry_over.into_carry())
     }

@@ -95,7 +95,7 @@ pub struct TurnInput<'a> {
     /// The host's model service; `None` offline.
     pub models: Option<&'a dyn TurnModelsSource>,
     /// The host sends the request before it reads the report's totals, and settles them then
-    /// ([`Forward::settle_counts`]): counts no decision reads are taken off the request path.
+    /// ([`Forward::count_deferred`]): counts no decision reads are taken off the request path.
     /// False: the turn's report is complete when it returns.
     pub defer_counts: bool,
 }
@@ -186,8 +186,8 @@ pub struct Forward {
 impl Forward {
     /// Completes the report's totals when the turn deferred counts ([`TurnInput::defer_counts`]):
     /// a host calls it once the request is on its way, before it reads them.
-    pub fn settle_counts(&mut self) {
-        self.report.settle();
+    pub fn count_deferred(&mut self) {
+        self.report.count_deferred();
     }
 
     /// [`Turn::record`] of a forwarded turn, for a host that holds the `Forward` alone (one

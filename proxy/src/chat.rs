@@ -334,13 +334,13 @@ struct Unrecorded<'a> {
 impl Unrecorded<'_> {
     /// Takes the turn's deferred counts and records its report; hands the turn back.
     fn record(mut self) -> Box<modes::turn::Forward> {
-        self.settle();
+        self.take_counts();
         self.forward.take().expect("recorded once")
     }
 
-    fn settle(&mut self) {
+    fn take_counts(&mut self) {
         if let Some(forward) = self.forward.as_mut() {
-            forward.settle_counts();
+            forward.count_deferred();
             forward.record(self.stats);
         }
     }
@@ -348,7 +348,7 @@ impl Unrecorded<'_> {
 
 impl Drop for Unrecorded<'_> {
     fn drop(&mut self) {
-        self.settle();
+        self.take_counts();
     }
 }
 

@@ -210,7 +210,7 @@ async fn a_resumed_turn_forwards_what_a_whole_one_does() {
                 // them as the proxy does once the request is sent.
                 let mut a = resumed.run(input(&body, true)).await;
                 if let modes::turn::Turn::Forward(forward) = &mut a {
-                    forward.settle_counts();
+                    forward.count_deferred();
                 }
                 let b = whole.run(input(&body, false)).await;
                 assert_eq!(outcome(&a), outcome(&b), "{name}, variant {variant}");

@@ -41,7 +41,7 @@ pub struct RunCx {
     /// the original stays where it was on every turn from the one that restored it. By
     /// marker, not by call id: agents reuse call ids, and a marker names its original.
     pub restored: Arc<std::collections::BTreeSet<String>>,
-    /// Counts no decision reads are left for [`RunReport::settle`], which the host calls once
+    /// Counts no decision reads are left for [`RunReport::count_deferred`], which the host calls once
     /// the request has gone upstream (see `pipeline::counts`); until then the report's totals
     /// are short. False: the run counts everything first and its report is complete.
     pub defer_counts: bool,
@@ -111,7 +111,7 @@ impl RunCx {
         self
     }
 
-    /// Leaves what no decision counts for [`RunReport::settle`] (see [`RunCx::defer_counts`]).
+    /// Leaves what no decision counts for [`RunReport::count_deferred`] (see [`RunCx::defer_counts`]).
     #[must_use]
     pub fn with_deferred_counts(mut self, defer: bool) -> RunCx {
         self.defer_counts = defer;

@@ -6,14 +6,14 @@
 //! of an assistant's text or of its tool calls; only the report's totals do. So an original is
 //! counted when a component reads its count ([`ApplyCx::tokens`]) or a stage changes it (the
 //! guard weighs the change against it), and the rest after the host has sent the request
-//! ([`RunReport::settle`]), or before the run starts when the run does not defer
+//! ([`RunReport::count_deferred`]), or before the run starts when the run does not defer
 //! ([`RunCx::defer_counts`]).
 //!
 //! The totals leave out what is not counted yet. Every decision reads differences only (a
 //! stage's saving, the never-worse guard, the cost floor), and a difference is exact: both
 //! sides count the messages the stage changed. The absolute totals a report holds are made
 //! short by one and the same amount when the run ends ([`Counts::fix`]), the counts no one
-//! took, which `settle` adds.
+//! took, which `count_deferred` adds.
 
 use std::cell::{Cell, RefCell};
 
@@ -156,7 +156,7 @@ impl Counts {
     }
 
     /// Makes `total`, taken when the run's [`Counts::late`] was `at`, short by what the run's
-    /// last total is: the uncounted, which [`RunReport::settle`] adds to all alike.
+    /// last total is: the uncounted, which [`RunReport::count_deferred`] adds to all alike.
     pub(super) fn fix(&self, total: &mut usize, at: usize) {
         *total += self.late.get() - at;
     }
@@ -191,7 +191,7 @@ impl Counts {
     }
 }
 
-/// Counts a run left for [`RunReport::settle`]: the originals no one counted, and the ones it
+/// Counts a run left for [`RunReport::count_deferred`]: the originals no one counted, and the ones it
 /// did, for the next turn's parse ([`LateCounts`]).
 #[derive(Debug, Clone)]
 pub struct Pending {

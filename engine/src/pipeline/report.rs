@@ -98,7 +98,7 @@ pub struct RunReport {
     pub tokens_after: usize,
     pub components: Vec<ComponentReport>,
     pub duration_us: u64,
-    /// Counts the run left for [`RunReport::settle`] (a run that defers them,
+    /// Counts the run left for [`RunReport::count_deferred`] (a run that defers them,
     /// [`super::RunCx::defer_counts`]): until then every total above is short by the same
     /// amount, and every difference is exact.
     #[serde(skip)]
@@ -109,7 +109,7 @@ impl RunReport {
     /// Counts what the run left uncounted and adds it to every total: the report is then the
     /// one a run that counted everything first makes. A host that asked the run to defer calls
     /// it once the request has gone upstream; calling it again does nothing.
-    pub fn settle(&mut self) {
+    pub fn count_deferred(&mut self) {
         let Some(pending) = self.pending.take() else {
             return;
         };
@@ -128,7 +128,7 @@ impl RunReport {
         }
     }
 
-    /// Whether every total is complete ([`RunReport::settle`]).
+    /// Whether every total is complete ([`RunReport::count_deferred`]).
     pub fn is_settled(&self) -> bool {
         self.pending.is_none()
     }

@@ -198,7 +198,7 @@ pub fn parse_continuing(
 /// the last turn did not ask for is left to be computed when this one does.
 ///
 /// Token counts are the exception: the rest are left [`UNCOUNTED`], for the run to count when a
-/// component reads one and the report after the request has gone (`pipeline::RunReport::settle`).
+/// component reads one and the report after the request has gone (`pipeline::RunReport::count_deferred`).
 /// A shared message the last turn left uncounted takes the count its run took late, if it did.
 fn carry_digests(parsed: &ParsedBody<'_>, carried: Carried, shared: std::ops::Range<usize>) {
     let Carried {

@@ -493,7 +493,7 @@ impl<'a> Builder<'a> {
             self.sent_at = r["timestamp"].as_str().or(self.sent_at);
             return;
         }
-        self.settle_results();
+        self.order_results();
         self.model = text(&message["model"]);
         let body = self.body();
         let timestamp = self
@@ -529,7 +529,7 @@ impl<'a> Builder<'a> {
 
     /// The user message after a reply holds a result for each of its calls, in the calls'
     /// order (the log keeps them in the order the tools finished).
-    fn settle_results(&mut self) {
+    fn order_results(&mut self) {
         let n = self.messages.len();
         if n < 2
             || self.messages[n - 1]["role"] != "user"
@@ -579,7 +579,7 @@ impl<'a> Builder<'a> {
     }
 
     fn close_segment(&mut self) {
-        self.settle_results();
+        self.order_results();
         let ends_in_reply = self
             .messages
             .last()

@@ -85,7 +85,7 @@ fn a_deferred_run_settles_to_the_report_a_counting_run_makes() {
             assert_eq!(whole.tokens_after - c.tokens_after, short, "{}", c.name);
         }
         assert_eq!(deferred.is_settled(), from == messages.len(), "from {from}");
-        deferred.settle();
+        deferred.count_deferred();
         assert!(deferred.is_settled());
         assert_eq!(format!("{deferred:?}"), format!("{full:?}"), "from {from}");
         // Every count the run took or settled is left for the next turn, and it is the count.
@@ -93,7 +93,7 @@ fn a_deferred_run_settles_to_the_report_a_counting_run_makes() {
             assert_eq!(late.get(i), Some(n), "from {from}, message {i}");
         }
         // Settled twice, nothing changes.
-        deferred.settle();
+        deferred.count_deferred();
         assert_eq!(format!("{deferred:?}"), format!("{full:?}"), "from {from}");
     }
 }
@@ -134,7 +134,7 @@ fn third_turn_counts(settle: bool) -> (Vec<usize>, Vec<usize>) {
     );
     let mut applied = crate::apply::apply_parsed(&parsed, &pipeline, &run_cx(true));
     if settle {
-        applied.report.settle();
+        applied.report.count_deferred();
     }
     drop(applied);
     let continuation = parsed.into_continuation(Some((&seen, kept)));
