@@ -7,14 +7,8 @@ use std::process::Command;
 
 fn main() {
     // The commit, when built from a git checkout; a source archive has none.
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| "unknown commit".into());
+    let commit =
+        git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown commit".into());
     // OUT_DIR is TARGET/[TRIPLE/]PROFILE/build/PKG-HASH/out: the profile is three levels up.
     // (`PROFILE` says only "debug" or "release", whatever custom profile inherits from them.)
     let out = std::env::var("OUT_DIR").unwrap_or_default();
@@ -34,11 +28,26 @@ fn main() {
         "cargo:rustc-env=SLUICE_BUILD={} ({commit}, {profile} profile, {allocator})",
         std::env::var("CARGO_PKG_VERSION").unwrap_or_default()
     );
-    // A new commit renames the build; nothing else here changes between builds.
-    for head in ["../.git/HEAD", "../.git/refs/heads"] {
-        if Path::new(head).exists() {
-            println!("cargo:rerun-if-changed={head}");
+    // A new commit renames the build. Git says where HEAD and the branches are (in a worktree
+    // or a submodule `.git` is a file, and the branches live in the common directory).
+    let head = git(&["rev-parse", "--git-path", "HEAD"]);
+    let common = git(&["rev-parse", "--git-common-dir"]);
+    let watched = [
+        head,
+        common.as_ref().map(|c| format!("{c}/refs/heads")),
+        common.map(|c| format!("{c}/packed-refs")),
+    ];
+    for path in watched.into_iter().flatten() {
+        if Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// One line git prints, if git runs here and succeeds.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !text.is_empty()).then_some(text)
 }

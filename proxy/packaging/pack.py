@@ -4,7 +4,7 @@
 - `sluice-VERSION-TARGET.tar.gz`: the binary, the README and the licences;
 - `sluice_proxy-VERSION-py3-none-PLATFORM.whl`: a wheel that carries just the executable (the
   layout maturin's `bindings = "bin"` makes), so `uv tool install sluice-proxy`, `pipx install
-  sluice-proxy` and `uvx sluice-proxy` give the `sluice` command;
+  sluice-proxy` and `uvx --from sluice-proxy sluice` give the `sluice` command;
 - `npm/sluice-proxy-VERSION.tgz` (the launcher, with one optional dependency per platform) and
   `npm/sluice-proxy-PLATFORM-VERSION.tgz` (this platform's binary), so `npx sluice-proxy` runs
   it with no download at install time.
@@ -49,12 +49,14 @@ def version() -> str:
     return re.search(r'^version = "([^"]+)"', text, re.M).group(1)
 
 
-def glibc_needed(binary: Path) -> str:
-    """The newest GLIBC_x.y the binary references, as a manylinux tag's `x_y`."""
-    out = subprocess.run(["objdump", "-T", str(binary)], capture_output=True, text=True, check=True).stdout
-    versions = {tuple(int(p) for p in v.split(".")) for v in re.findall(r"GLIBC_(\d+\.\d+(?:\.\d+)?)", out)}
-    newest = max(versions, default=(2, 17))
-    return f"{newest[0]}_{newest[1]}"
+def glibc_needed(binary: Path) -> tuple[int, int]:
+    """The newest glibc the binary needs: its symbols' versions (`objdump -T`) and its version
+    references (`objdump -p`, which also names needs without a symbol), never below 2.17, the
+    oldest a manylinux tag names."""
+    out = "".join(subprocess.run(["objdump", flag, str(binary)], capture_output=True, text=True,
+                                 check=True).stdout for flag in ("-T", "-p"))
+    versions = {tuple(int(p) for p in v.split(".")[:2]) for v in re.findall(r"\bGLIBC_(\d+\.\d+(?:\.\d+)?)\b", out)}
+    return max(versions | {(2, 17)})
 
 
 def sha256_b64(data: bytes) -> str:
@@ -70,7 +72,11 @@ def zip_entry(archive: zipfile.ZipFile, name: str, data: bytes, mode: int) -> No
 
 def wheel(binary: Path, target: str, dist: Path, ver: str) -> Path:
     tag_template, *_ = TARGETS[target]
-    platform = tag_template.format(glibc=glibc_needed(binary)) if "{glibc}" in tag_template else tag_template
+    if "{glibc}" in tag_template:
+        major, minor = glibc_needed(binary)
+        platform = tag_template.format(glibc=f"{major}_{minor}")
+    else:
+        platform = tag_template
     dist_name = NAME.replace("-", "_")
     tag = f"py3-none-{platform}"
     exe = "sluice.exe" if "windows" in target else "sluice"
@@ -127,19 +133,25 @@ def npm(binary: Path, target: str, dist: Path, ver: str) -> list[Path]:
     exe = "sluice.exe" if os_name == "win32" else "sluice"
     shutil.copy(binary, platform / "bin" / exe)
     os.chmod(platform / "bin" / exe, 0o755)
+    for licence in ("LICENSE-MIT", "LICENSE-APACHE"):
+        shutil.copy(ROOT / licence, platform / licence)
     package = {
         "name": f"@{NAME}/{key}",
         "version": ver,
         "description": f"The sluice binary for {target} (installed by the sluice-proxy package)",
         "license": "MIT OR Apache-2.0",
-        "repository": manifest.get("repository"),
         "os": [os_name],
         "cpu": [cpu],
-        "files": [f"bin/{exe}"],
+        "files": [f"bin/{exe}", "LICENSE-MIT", "LICENSE-APACHE"],
         "preferUnplugged": True,
     }
     if libc:
         package["libc"] = [libc]
+    if libc == "glibc":
+        # npm's `libc` cannot say which glibc: the launcher reads this and says so plainly on an
+        # older system, rather than the loader's "GLIBC_2.xx not found".
+        major, minor = glibc_needed(binary)
+        package["sluice"] = {"glibc": f"{major}.{minor}"}
     (platform / "package.json").write_text(json.dumps(package, indent=2) + "\n")
     made = []
     for folder in (launcher, platform):
@@ -152,8 +164,9 @@ def npm(binary: Path, target: str, dist: Path, ver: str) -> list[Path]:
 
 def archive(binary: Path, target: str, dist: Path, ver: str) -> Path:
     path = dist / f"sluice-{ver}-{target}.tar.gz"
+    exe = "sluice.exe" if "windows" in target else "sluice"
     with tarfile.open(path, "w:gz") as tar:
-        for source, name in [(binary, "sluice"), (ROOT / "README.md", "README.md"),
+        for source, name in [(binary, exe), (ROOT / "README.md", "README.md"),
                              (ROOT / "LICENSE-MIT", "LICENSE-MIT"), (ROOT / "LICENSE-APACHE", "LICENSE-APACHE")]:
             tar.add(source, arcname=f"sluice-{ver}-{target}/{name}")
     return path

@@ -15,6 +15,7 @@ else
     cargo build --quiet --locked --profile dist -p proxy --bin sluice
     target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
     binary="$target_dir/dist/sluice"
+    [[ -f "$binary.exe" ]] && binary="$binary.exe"   # a Windows runner
 fi
 rm -rf "$dist"
 python3 proxy/packaging/pack.py "$binary" "$target" "$dist"

@@ -568,7 +568,7 @@ fn every_error_type_is_in_the_errors_list() {
 }
 
 /// The module paths `code` names from inside module `at`: every `crate::`, `super::` and
-/// `self::` path resolved to absolute segments (a `{...}` tree gives one path per branch).
+/// `self::` path resolved to absolute segments, a `{...}` tree giving one path per leaf.
 fn named_paths(code: &str, at: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for prefix in ["crate::", "super::", "self::"] {
@@ -588,87 +588,197 @@ fn named_paths(code: &str, at: &[String]) -> Vec<Vec<String>> {
                 base.pop();
                 rest = more;
             }
-            loop {
-                rest = rest.trim_start();
-                if let Some(tree) = rest.strip_prefix('{') {
-                    for head in tree_heads(tree) {
-                        let mut path = base.clone();
-                        path.push(head);
-                        out.push(path);
-                    }
-                    break;
-                }
-                let Some(name) = ident(rest) else {
-                    out.push(base);
-                    break;
-                };
-                rest = &rest[name.len()..];
-                base.push(name);
-                match rest.strip_prefix("::") {
-                    Some(more) => rest = more,
-                    None => {
-                        out.push(base);
-                        break;
-                    }
-                }
-            }
+            path_leaves(rest, base, &mut out);
         }
     }
     out
 }
 
+/// The paths `text` starts with, after `base`: `a::b::c`, or `a::{b, c::{d, e}}` (one per leaf).
+/// Returns how much of `text` it read.
+fn path_leaves(text: &str, mut base: Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    let mut at = 0;
+    loop {
+        at += text[at..].len() - text[at..].trim_start().len();
+        let rest = &text[at..];
+        if let Some(tree) = rest.strip_prefix('{') {
+            at += 1;
+            let mut inner = 1;
+            loop {
+                inner += path_leaves(&tree[inner - 1..], base.clone(), out);
+                let after = tree[inner - 1..].trim_start();
+                let skipped = tree[inner - 1..].len() - after.len();
+                match after.chars().next() {
+                    Some(',') => inner += skipped + 1,
+                    _ => {
+                        inner += skipped + 1;
+                        break;
+                    }
+                }
+                if tree[inner - 1..].trim_start().starts_with('}') {
+                    inner += tree[inner - 1..].len() - tree[inner - 1..].trim_start().len() + 1;
+                    break;
+                }
+            }
+            return at + inner - 1;
+        }
+        let Some(name) = ident(rest) else {
+            if !base.is_empty() {
+                out.push(base);
+            }
+            return at;
+        };
+        at += name.len();
+        if name != "self" {
+            base.push(name);
+        }
+        match text[at..].strip_prefix("::") {
+            Some(_) => at += 2,
+            None => {
+                out.push(base);
+                return at;
+            }
+        }
+    }
+}
+
+#[test]
+fn path_leaves_reads_trees_to_their_leaves() {
+    let at = ["components".to_owned(), "extract".to_owned()];
+    let paths = |code: &str| -> Vec<String> {
+        named_paths(code, &at)
+            .into_iter()
+            .map(|p| p.join("::"))
+            .collect()
+    };
+    assert_eq!(
+        paths("use super::extract_llm::{Llm, Outcome};"),
+        [
+            "components::extract_llm::Llm",
+            "components::extract_llm::Outcome"
+        ]
+    );
+    assert_eq!(
+        paths("use crate::{components::projection::{self, Projector}, gate};"),
+        [
+            "components::projection",
+            "components::projection::Projector",
+            "gate"
+        ]
+    );
+    assert_eq!(
+        paths("let x = super::super::wire::json::kind(t);"),
+        ["wire::json::kind"]
+    );
+    assert_eq!(paths("self::inner::f()"), ["components::extract::inner::f"]);
+}
+
+/// What a module's own file imports from its children (`use child::Name`, private or not: a
+/// child sees its parent's imports), so that `super::Name` from a sibling counts as naming
+/// `child`: name -> child.
+fn imports_from_children(
+    code: &str,
+    at: &[String],
+    children: &BTreeSet<String>,
+) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for (start, _) in code.match_indices("use ") {
+        let before = code[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut paths = Vec::new();
+        path_leaves(&code[start + 4..], Vec::new(), &mut paths);
+        for path in paths {
+            // Relative to this module, or spelled out from the crate or `self`.
+            let relative = if path.first().is_some_and(|p| p == "crate") {
+                path[1..].strip_prefix(at).map(<[String]>::to_vec)
+            } else {
+                Some(path)
+            };
+            if let Some(relative) = relative
+                && relative.len() >= 2
+                && children.contains(&relative[0])
+            {
+                found.insert(relative[relative.len() - 1].clone(), relative[0].clone());
+            }
+        }
+    }
+    found
+}
+
 /// Submodules form no cycle either: within each module, its children and the children they
-/// name (`super::x`, `crate::a::x`, from their own files or deeper), like the top-level graph.
-/// The top-level graph alone did not see `components::extract` and `components::extract_llm`
-/// importing each other.
+/// name (`super::x`, `crate::a::x`, or a name the parent imports from `x`), like the top-level
+/// graph. The top-level graph alone did not see `components::extract` and
+/// `components::extract_llm` importing each other.
+fn submodule_graphs(krate: &str) -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+    let library = library(krate);
+    let modules: Vec<(Vec<String>, &String)> = library
+        .files
+        .iter()
+        .map(|(relative, code)| {
+            let mut path: Vec<String> = relative
+                .iter()
+                .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+                .collect();
+            if matches!(
+                path.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                path.pop();
+            }
+            (path, code)
+        })
+        .collect();
+    // Each module with children: child -> siblings it names.
+    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (path, _) in &modules {
+        for depth in 1..path.len() {
+            graphs
+                .entry(path[..depth].to_vec())
+                .or_default()
+                .entry(path[depth].clone())
+                .or_default();
+        }
+    }
+    let imports: BTreeMap<Vec<String>, BTreeMap<String, String>> = modules
+        .iter()
+        .filter_map(|(path, code)| {
+            let children: BTreeSet<String> = graphs.get(path)?.keys().cloned().collect();
+            Some((path.clone(), imports_from_children(code, path, &children)))
+        })
+        .collect();
+    for (path, code) in &modules {
+        for named in named_paths(code, path) {
+            let common = path.iter().zip(&named).take_while(|(a, b)| a == b).count();
+            if common == 0 || common >= path.len() || common >= named.len() {
+                continue;
+            }
+            let parent = path[..common].to_vec();
+            let Some(children) = graphs.get_mut(&parent) else {
+                continue;
+            };
+            let from = &path[common];
+            let to = if children.contains_key(&named[common]) {
+                named[common].clone()
+            } else {
+                match imports.get(&parent).and_then(|i| i.get(&named[common])) {
+                    Some(child) => child.clone(),
+                    None => continue,
+                }
+            };
+            if to != *from {
+                children.get_mut(from).expect("a child").insert(to);
+            }
+        }
+    }
+    graphs
+}
+
 #[test]
 fn submodules_form_trees_too() {
     for krate in CRATES {
-        let library = library(krate);
-        let modules: Vec<(Vec<String>, &String)> = library
-            .files
-            .iter()
-            .map(|(relative, code)| {
-                let mut path: Vec<String> = relative
-                    .iter()
-                    .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
-                    .collect();
-                if matches!(
-                    path.last().map(String::as_str),
-                    Some("mod" | "lib" | "main")
-                ) {
-                    path.pop();
-                }
-                (path, code)
-            })
-            .collect();
-        // Each module with children: child -> siblings it names.
-        let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-        for (path, _) in &modules {
-            for depth in 1..path.len() {
-                graphs
-                    .entry(path[..depth].to_vec())
-                    .or_default()
-                    .entry(path[depth].clone())
-                    .or_default();
-            }
-        }
-        for (path, code) in &modules {
-            for named in named_paths(code, path) {
-                let common = path.iter().zip(&named).take_while(|(a, b)| a == b).count();
-                if common == 0 || common >= path.len() || common >= named.len() {
-                    continue;
-                }
-                let Some(children) = graphs.get_mut(&path[..common].to_vec()) else {
-                    continue;
-                };
-                let (from, to) = (&path[common], &named[common]);
-                if children.contains_key(to) {
-                    children.get_mut(from).expect("a child").insert(to.clone());
-                }
-            }
-        }
-        for (parent, children) in &graphs {
+        for (parent, children) in &submodule_graphs(krate) {
             assert_eq!(
                 cycle(children),
                 None,
@@ -677,4 +787,19 @@ fn submodules_form_trees_too() {
             );
         }
     }
+    // The edges it is there to see, so that it cannot pass by seeing none.
+    let engine = submodule_graphs("engine");
+    let components = &engine[&vec!["components".to_owned()]];
+    assert!(
+        components["extract"].contains("extract_llm"),
+        "{components:?}"
+    );
+    assert!(
+        components["extract_llm"].contains("projection"),
+        "{components:?}"
+    );
+    assert!(
+        components["extract_llm"].contains("source"),
+        "through components' import"
+    );
 }

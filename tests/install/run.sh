@@ -30,7 +30,10 @@ ls -l "$dist" "$dist/npm" >&2
 
 # ------------------------------------------------------------------ Python
 python3 -m venv "$tmp/venv"
-"$tmp/venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps "$dist"/sluice_proxy-*.whl
+# Exactly one of each artifact: a folder holding two builds would test either.
+one() { [[ $# -eq 1 && -f "$1" ]] || { echo "expected one file, found: $*" >&2; exit 1; }; echo "$1"; }
+wheel="$(one "$dist"/sluice_proxy-*.whl)"
+"$tmp/venv/bin/pip" install --quiet --disable-pip-version-check --no-index --no-deps "$wheel"
 sluice="$tmp/venv/bin/sluice"
 "$sluice" --version
 
@@ -39,18 +42,20 @@ python3 tests/install/upstream.py "$tmp/record.jsonl" > "$tmp/upstream.out" &
 pids+=($!)
 for _ in $(seq 100); do grep -q listening "$tmp/upstream.out" 2>/dev/null && break; sleep 0.05; done
 upstream="$(sed -n 's/^listening on //p' "$tmp/upstream.out")"
+[[ -n "$upstream" ]] || { echo "the provider stand-in did not start" >&2; exit 1; }
 port="$(free_port)"
 "$sluice" serve --listen "127.0.0.1:$port" --store memory --anthropic-upstream "$upstream" 2> "$tmp/serve.log" &
 pids+=($!)
 for _ in $(seq 200); do curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+curl -fs "http://127.0.0.1:$port/healthz" >/dev/null || { echo "sluice serve did not start" >&2; cat "$tmp/serve.log" >&2; exit 1; }
 python3 tests/install/check.py "http://127.0.0.1:$port" "$tmp/record.jsonl" \
     || { cat "$tmp/serve.log" >&2; exit 1; }
 
 # ------------------------------------------------------------------ Node
 prefix="$tmp/npm"
 mkdir -p "$prefix"
-platform_tgz="$(ls "$dist"/npm/sluice-proxy-linux-*.tgz)"
-launcher_tgz="$(ls "$dist"/npm/sluice-proxy-[0-9]*.tgz)"
+platform_tgz="$(one "$dist"/npm/sluice-proxy-linux-*.tgz)"
+launcher_tgz="$(one "$dist"/npm/sluice-proxy-[0-9]*.tgz)"
 # Both tarballs at once: the platform package satisfies the launcher's optional dependency, and
 # --offline proves nothing is fetched (the other platforms' packages are skipped as optional).
 npm install --prefix "$prefix" --offline --no-audit --no-fund --loglevel=error "$platform_tgz" "$launcher_tgz"
