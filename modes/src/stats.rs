@@ -294,8 +294,8 @@ impl Stats {
     /// A request sluice rewrote (or tried to): its pipeline report and the time sluice added.
     pub fn record_run(&self, report: &RunReport, discarded: &[Discarded], added: Duration) {
         debug_assert!(
-            report.is_settled(),
-            "a run recorded before its counts settled"
+            report.is_counted(),
+            "a run recorded before its deferred counts were counted"
         );
         let mut t = self.totals.lock();
         t.requests += 1;
@@ -336,8 +336,8 @@ impl Stats {
     /// run), and what computing it cost off the request path.
     pub fn record_projection(&self, report: &RunReport, discarded: &[Discarded], took: Duration) {
         debug_assert!(
-            report.is_settled(),
-            "a run recorded before its counts settled"
+            report.is_counted(),
+            "a run recorded before its deferred counts were counted"
         );
         let mut t = self.totals.lock();
         t.observe_projections += 1;

@@ -56,7 +56,7 @@ mod reply;
 
 use admit::{admit, bypass_reason};
 pub use admit::{caller_scope, is_agent_compaction};
-use declaration::{Settled, declares_from_the_start};
+use declaration::{Placed, declares_from_the_start};
 pub use reply::{ExpandOutcome, Settlement, settle_state};
 
 /// The session header; wins over the derived key once sanitized.
@@ -573,18 +573,18 @@ impl TurnService {
         }
         self.prepare(&parsed, facts.mutable_from);
         let declare = declares_from_the_start(&parsed, &pipeline);
-        let settled = match Settled::placed(&parsed, applied, reach, declare) {
-            Ok(settled) => settled,
+        let placed = match Placed::placed(&parsed, applied, reach, declare) {
+            Ok(placed) => placed,
             Err(reason) => {
                 let _lease = self.lease(&session).await;
                 let lossless = rerun(&parsed, &pipeline, cx.with_offloads(false), &facts);
-                Settled::lossless(&parsed, lossless, reason)
+                Placed::lossless(&parsed, lossless, reason)
             }
         };
         let added = self.clock.now().saturating_sub(started);
         // Written behind: the forward does not wait for the store, the reply does.
         let flushed = opened.map_or_else(Flush::done, Opened::close);
-        let turn = settled.forward(input.body, &parsed, session, facts, added, flushed);
+        let turn = placed.forward(input.body, &parsed, session, facts, added, flushed);
         if let Some(memo) = &self.parses {
             memo.keep(ticket, parsed);
         }
@@ -744,13 +744,13 @@ impl TurnService {
         let cx = self.run_cx(parsed, &session, None, reach.is_ok());
         let applied = apply_parsed(parsed, pipeline, &cx);
         let declare = declares_from_the_start(parsed, pipeline);
-        let settled = Settled::placed(parsed, applied, reach, declare).unwrap_or_else(|reason| {
+        let placed = Placed::placed(parsed, applied, reach, declare).unwrap_or_else(|reason| {
             let lossless = apply_parsed(parsed, pipeline, &cx.with_offloads(false));
-            Settled::lossless(parsed, lossless, reason)
+            Placed::lossless(parsed, lossless, reason)
         });
         // A one-off rewrite has no history: the facts of "no earlier turn, act anywhere".
         let added = self.clock.now().saturating_sub(started);
-        settled.forward(
+        placed.forward(
             input.body,
             parsed,
             session,

@@ -198,7 +198,7 @@ pub static STORE_FIELDS: &[Field<StoreView>] = &[
         "cg_store_lease_lost_total",
         Counter,
         "turns",
-        "Commits refused because their lease had expired and another replica has written the session since (fencing): the session reloads on its next turn.",
+        "Commits refused because their lease had expired and another replica has written the session since (fencing): their replay entries are dropped (`store_writes_lost`), their originals go with the next commit, and the session reloads on its next turn.",
         |v| count(v.durable.lease_lost),
     ),
     row(

@@ -4,7 +4,8 @@
 //! Memory holds a *copy* of each session in use: its replay entries as of its last load, the
 //! stashes this process has seen, and what the running turn wrote. The copy is bounded in bytes
 //! and the least recently used sessions are dropped from it first; since everything a copy holds
-//! is in the backend once its turn has closed, dropping one loses nothing.
+//! is in the backend once its turn has closed, dropping one loses nothing. The exception is a
+//! copy holding writes the backend has not taken (an outage: `durable/outage.rs`), which stays.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

@@ -7,7 +7,7 @@
 //!    backend when replicas share it, and loads the session's replay entries (freezes, tracker
 //!    state, checkpoints) into memory when this process's copy is not the newest.
 //! 2. The pipeline reads and writes memory only, recording what it wrote.
-//! 3. [`DurableStore::close`] (after the pipeline, before forwarding) hands what was written to
+//! 3. [`Opened::close`] (after the pipeline, before forwarding) hands what was written to
 //!    the backend *without waiting*, and returns a [`Flush`]. The proxy awaits the flush before it
 //!    relays the reply's head: a client cannot send its next turn, nor a model ask for a marker,
 //!    before it has seen this reply, so by then every replica can see this turn's writes, and a

@@ -129,7 +129,7 @@ impl RunReport {
     }
 
     /// Whether every total is complete ([`RunReport::count_deferred`]).
-    pub fn is_settled(&self) -> bool {
+    pub fn is_counted(&self) -> bool {
         self.pending.is_none()
     }
 

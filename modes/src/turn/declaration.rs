@@ -104,26 +104,26 @@ pub(super) fn declares_from_the_start(parsed: &ParsedBody<'_>, pipeline: &Pipeli
         })
 }
 
-/// A run whose way back is settled: the body to forward and how it declares the expand tool.
-pub(super) struct Settled<'a> {
+/// A run whose way back is placed: the body to forward and how it declares the expand tool.
+pub(super) struct Placed<'a> {
     applied: Applied<'a>,
     way: WayBack,
     /// Why lossy offloads did not run, if they did not.
     withheld: Option<Withheld>,
 }
 
-impl<'a> Settled<'a> {
+impl<'a> Placed<'a> {
     /// The run as it is, its way back placed.
     ///
     /// # Errors
     /// Why the way back could not be placed: the caller runs the turn again without lossy
-    /// offloads and settles that with [`Settled::lossless`].
+    /// offloads and places that with [`Placed::lossless`].
     pub(super) fn placed(
         parsed: &ParsedBody<'_>,
         mut applied: Applied<'a>,
         reach: Result<(), Withheld>,
         declare: bool,
-    ) -> Result<Settled<'a>, Withheld> {
+    ) -> Result<Placed<'a>, Withheld> {
         // A `tool_choice` that keeps the model from calling it still gets the declaration (the
         // same `tools` as the session's other turns); a stored request or a `tools` that is not
         // an array gets none.
@@ -133,7 +133,7 @@ impl<'a> Settled<'a> {
                 Err(Withheld::StoredResponse | Withheld::ToolsNotArray)
             );
         let way = place_way_back(parsed, &mut applied, declare)?;
-        Ok(Settled {
+        Ok(Placed {
             applied,
             way,
             withheld: reach.err(),
@@ -146,9 +146,9 @@ impl<'a> Settled<'a> {
         parsed: &ParsedBody<'_>,
         mut applied: Applied<'a>,
         reason: Withheld,
-    ) -> Settled<'a> {
+    ) -> Placed<'a> {
         let way = place_way_back(parsed, &mut applied, false).unwrap_or(WayBack::Unavailable);
-        Settled {
+        Placed {
             applied,
             way,
             withheld: Some(reason),

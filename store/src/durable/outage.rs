@@ -217,14 +217,20 @@ impl DurableStore {
                     written += 1;
                 }
             }
-            {
+            let left = {
                 // Under the lock that every setter of `holding` holds, so a failure between the
                 // check and the store cannot be overwritten.
                 let copies = store.copies.lock();
                 let left = copies.sessions.values().any(|c| c.held.is_some());
                 store.holding.store(left, Ordering::Relaxed);
-            }
+                left
+            };
             store.writing_held.store(false, Ordering::Release);
+            // A session this could not write (its lease elsewhere, a demoted primary) is tried
+            // again after the next probe, traffic or not.
+            if left {
+                store.probe_behind();
+            }
             if written > 0 {
                 tracing::info!(
                     store = %store.backend.describe(),

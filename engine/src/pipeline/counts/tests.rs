@@ -84,15 +84,15 @@ fn a_deferred_run_settles_to_the_report_a_counting_run_makes() {
             assert_eq!(whole.tokens_before - c.tokens_before, short, "{}", c.name);
             assert_eq!(whole.tokens_after - c.tokens_after, short, "{}", c.name);
         }
-        assert_eq!(deferred.is_settled(), from == messages.len(), "from {from}");
+        assert_eq!(deferred.is_counted(), from == messages.len(), "from {from}");
         deferred.count_deferred();
-        assert!(deferred.is_settled());
+        assert!(deferred.is_counted());
         assert_eq!(format!("{deferred:?}"), format!("{full:?}"), "from {from}");
         // Every count the run took or settled is left for the next turn, and it is the count.
         for (i, &n) in counted.tokens.iter().enumerate().skip(from) {
             assert_eq!(late.get(i), Some(n), "from {from}, message {i}");
         }
-        // Settled twice, nothing changes.
+        // Counted twice, nothing changes.
         deferred.count_deferred();
         assert_eq!(format!("{deferred:?}"), format!("{full:?}"), "from {from}");
     }
@@ -106,7 +106,7 @@ fn a_run_that_does_not_defer_counts_what_its_digests_left() {
     let (full, _, _) = pipeline.run_carrying(&messages, counted.digests(), &run_cx(false), None);
     let computed = uncounted_from(&messages, 3);
     let (report, _, _) = pipeline.run_carrying(&messages, computed.digests(), &run_cx(false), None);
-    assert!(report.is_settled());
+    assert!(report.is_counted());
     assert_eq!(format!("{report:?}"), format!("{full:?}"));
 }
 
