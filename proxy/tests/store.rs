@@ -547,7 +547,9 @@ impl Fleet {
         run
     }
 
-    /// Waits until no replica holds writes for the store; each replica's `/stats`.
+    /// Waits until no replica holds writes for the store, and every held write is accounted
+    /// for (written or counted lost): a commit carrying held writes leaves the copy before its
+    /// answer arrives, so no held session alone does not mean written. Each replica's `/stats`.
     async fn settled(&self) -> Vec<serde_json::Value> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -555,7 +557,13 @@ impl Fleet {
             for sluice in &self.sluices {
                 stats.push(sluice.stats().await);
             }
-            if stats.iter().all(|s| s["store_held_sessions"] == 0) {
+            let accounted = |s: &serde_json::Value| {
+                let field = |f: &str| s[f].as_u64().unwrap();
+                s["store_held_sessions"] == 0
+                    && field("store_writes_replayed") + field("store_writes_lost")
+                        >= field("store_writes_held")
+            };
+            if stats.iter().all(accounted) {
                 return stats;
             }
             assert!(
