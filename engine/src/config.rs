@@ -32,9 +32,11 @@ use crate::store::MemoryStoreLimits;
 
 use crate::yaml::Outline;
 
+mod experiment;
 mod layer;
 mod presets;
 
+pub use experiment::{Arm, ExperimentConfig};
 use layer::{Layer, Source, has_block};
 pub use presets::{
     PRESETS, Preset, find_preset, known_presets, listed_presets, preset_is_available,
@@ -245,6 +247,7 @@ pub(crate) const KEYS: &[&str] = &[
     "cache",
     "count_tokens",
     "tools",
+    "experiment",
 ];
 
 /// A validated config, ready to build pipelines from.
@@ -263,6 +266,8 @@ pub struct Config {
     pub count_tokens: CountTokens,
     /// `tools:` — which components may cut which tool's outputs.
     pub tools: crate::tools::ToolRules,
+    /// `experiment:` — the A/B split of sessions, off by default.
+    pub experiment: ExperimentConfig,
     /// Accepted settings that have no effect (in this build, or beside another setting that
     /// wins), said out loud.
     pub warnings: Vec<String>,
@@ -356,6 +361,10 @@ impl Config {
                 .iter()
                 .find_map(|l| l.tools.clone())
                 .unwrap_or_default(),
+            experiment: layers
+                .iter()
+                .find_map(|l| l.experiment.clone())
+                .unwrap_or_default(),
             warnings: Vec::new(),
         }
     }
@@ -426,6 +435,14 @@ impl Config {
             self.store.max_entries >= 2,
             "store.max_entries",
             "must be at least 2",
+        );
+        for (path, message) in self.experiment.problems() {
+            check(false, path, message);
+        }
+        check(
+            !(self.experiment.running() && self.mode == Mode::Observe),
+            "experiment",
+            "an experiment splits sessions between sync and forwarding untouched: it needs `mode: sync`",
         );
         for (path, name) in self.tools.named_components() {
             if let Err(error) = check_name(name) {

@@ -9,6 +9,7 @@
 //! would have: a projection without it would overstate savings.
 
 pub mod amortize;
+pub mod experiment;
 pub mod guard;
 pub mod loud;
 pub mod parses;

@@ -34,13 +34,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use engine::apply::{Discarded, apply_parsed};
 use engine::clock::Clock;
-use engine::config::AmortizeConfig;
+use engine::config::{AmortizeConfig, ExperimentConfig};
 use engine::message::{Forwarded, Message};
 use engine::model::Models;
 use engine::pipeline::{Pipeline, RunCx, RunReport};
 use engine::store::Store;
 use engine::way_back::{self, Withheld};
-use engine::wire::{self, Dialect, ParsedBody, WireError};
+use engine::wire::{self, Dialect, ParsedBody};
 use http::HeaderMap;
 pub use store::Flush;
 use store::{DurableStore, Opened, Unavailable};
@@ -54,8 +54,8 @@ mod admit;
 mod declaration;
 mod reply;
 
+pub use admit::{Untouched, caller_scope, is_agent_compaction, unparsed_label};
 use admit::{admit, bypass_reason};
-pub use admit::{caller_scope, is_agent_compaction};
 use declaration::{Placed, declares_from_the_start};
 pub use reply::{ExpandOutcome, Settlement, settle_state};
 
@@ -98,43 +98,6 @@ pub struct TurnInput<'a> {
     /// ([`Forward::count_deferred`]): counts no decision reads are taken off the request path.
     /// False: the turn's report is complete when it returns.
     pub defer_counts: bool,
-}
-
-/// Why a request goes upstream exactly as it came.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Untouched {
-    /// The body could not be normalized, and why (`unparsed_not_json`, ...: see
-    /// [`unparsed_label`]).
-    Unparsed(&'static str),
-    /// The caller asked (`header`), or the request is the agent compacting its own transcript
-    /// (`agent_compaction`), where a summary must see everything.
-    Bypassed(&'static str),
-    /// The state store could not be used (`lease_timeout`: another replica held the session
-    /// too long; `store_unavailable`: the backend failed): a turn whose decisions could not be
-    /// recorded must not make any.
-    Held(&'static str),
-}
-
-impl Untouched {
-    /// How logs and `/stats` name it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Untouched::Unparsed(why) | Untouched::Bypassed(why) | Untouched::Held(why) => why,
-        }
-    }
-}
-
-/// How `/stats` and the logs name a body that could not be read: `unparsed_` and the wire
-/// layer's reason.
-pub fn unparsed_label(error: &WireError) -> &'static str {
-    match error.label() {
-        "not_utf8" => "unparsed_not_utf8",
-        "not_json" => "unparsed_not_json",
-        "not_object" => "unparsed_not_object",
-        "no_messages" => "unparsed_no_messages",
-        "messages_not_array" => "unparsed_messages_not_array",
-        _ => "unparsed_malformed",
-    }
 }
 
 /// What a turn came to.
@@ -270,6 +233,8 @@ impl Turn {
                     Untouched::Unparsed(_) => stats.record_passthrough(true),
                     Untouched::Bypassed(why) => stats.record_bypass(why),
                     Untouched::Held(why) => stats.record_store_skip(why),
+                    // Forwarded as it came on purpose; the shadow run measures it.
+                    Untouched::Control => stats.record_passthrough(false),
                 }
                 stats.record_untouched(reason.label());
             }
@@ -307,6 +272,9 @@ pub struct TurnService {
     never_cold: bool,
     /// Keys the credential scope of every session key.
     scope_secret: Vec<u8>,
+    /// The A/B split (`experiment:`): a control session's turns go untouched, before any of
+    /// its state is touched.
+    experiment: Option<ExperimentConfig>,
     /// The durable store behind `store`, when state lives beyond this process: each live turn
     /// opens its session there first and closes it before forwarding.
     durable: Option<Arc<DurableStore>>,
@@ -345,6 +313,7 @@ impl TurnService {
             durable: None,
             warned: crate::loud::WarnOnce::default(),
             parses: Some(ParseMemo::default()),
+            experiment: None,
         }
     }
 
@@ -419,6 +388,13 @@ impl TurnService {
     #[must_use]
     pub fn with_scope_secret(mut self, secret: &[u8]) -> TurnService {
         self.scope_secret = secret.to_vec();
+        self
+    }
+
+    /// Live turns under an A/B experiment: control sessions are left untouched.
+    #[must_use]
+    pub fn with_experiment(mut self, experiment: ExperimentConfig) -> TurnService {
+        self.experiment = experiment.enabled().then_some(experiment);
         self
     }
 
@@ -520,7 +496,14 @@ impl TurnService {
                 crate::parses::Ticket::default(),
             ),
         };
-        let (parsed, session) = match admit(&input, parsed, &scope, &self.warned) {
+        let admitted = admit(
+            &input,
+            parsed,
+            &scope,
+            &self.warned,
+            self.experiment.as_ref(),
+        );
+        let (parsed, session) = match admitted {
             Ok(admitted) => admitted,
             Err(untouched) => return untouched,
         };
@@ -718,6 +701,8 @@ impl TurnService {
             wire::parse(input.body, input.dialect),
             &format!("compact:{}", self.scope(input.headers)),
             &self.warned,
+            // One-off rewrites (`POST /compact`) are the caller's explicit ask, in no arm.
+            None,
         )?;
         if let Some(reason) = bypass_reason(input.headers, &parsed) {
             return Err(Turn::Untouched {

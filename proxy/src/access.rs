@@ -72,8 +72,9 @@ impl Access {
 
 /// The route a path is logged as: fixed routes as they are, the others as their template.
 pub fn route_label(path: &str) -> &str {
-    const FIXED: [&str; 11] = [
+    const FIXED: [&str; 12] = [
         "/healthz",
+        "/ab",
         "/favicon.ico",
         "/stats",
         "/metrics",

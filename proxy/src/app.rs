@@ -78,7 +78,7 @@ pub async fn handle(
             }
         }
         (&Method::GET, "/favicon.ico") => h::text(StatusCode::NO_CONTENT, ""),
-        (&Method::GET, "/stats" | "/metrics" | "/expand")
+        (&Method::GET, "/stats" | "/metrics" | "/expand" | "/ab")
         | (&Method::POST, "/compact" | "/v1/compress")
             if let Err(refused) = app.settings().admission.check(peer.ip(), request.headers()) =>
         {
@@ -86,6 +86,7 @@ pub async fn handle(
         }
         (&Method::GET, "/stats") => stats_route(&app),
         (&Method::GET, "/metrics") => metrics_route(&app),
+        (&Method::GET, "/ab") => ab_route(&app, request.uri().query()).await,
         (&Method::GET, "/expand") => expand_route(&app, peer, &request).await,
         (&Method::POST, "/compact") => compact_route(&app, request).await,
         (&Method::POST, "/v1/compress") => crate::sidecar::compress_route(&app, request).await,
@@ -186,6 +187,32 @@ fn stats_route(app: &App) -> Response<Body> {
         object.insert("uptime_seconds".into(), app.uptime().as_secs().into());
     }
     h::json(StatusCode::OK, stats.to_string())
+}
+
+/// `GET /ab`: the running experiment's report, read from the store now (JSON; `?format=text`
+/// as `sluice ab report` prints it).
+async fn ab_route(app: &App, query: Option<&str>) -> Response<Body> {
+    let Some(book) = app.book() else {
+        return h::json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "no experiment runs here: start sluice with --ab CONTROL_SHARE (docs/guide.md, \"Is it saving me money?\")"}).to_string(),
+        );
+    };
+    match book.report().await {
+        Ok(report) if query.is_some_and(|q| q.split('&').any(|kv| kv == "format=text")) => {
+            h::text(StatusCode::OK, modes::experiment::render(&report))
+        }
+        Ok(report) => h::json(
+            StatusCode::OK,
+            serde_json::to_string(&*report).unwrap_or_default(),
+        ),
+        // The store's failure, not sluice's: a gateway's status, and what failed.
+        Err(error) => h::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"error": format!("the state store did not answer: {error}")})
+                .to_string(),
+        ),
+    }
 }
 
 /// `GET /metrics`: the same in Prometheus's text format.

@@ -4,7 +4,8 @@
 //! (the relay learns the provider's usage when the reply ends, the expand loop its rounds,
 //! observe mode's shadow run the projection). When the last clone is dropped the event goes to
 //! the dashboard with one non-blocking send, so the request path never waits for it and a
-//! request cut short is still recorded with what was known.
+//! request cut short is still recorded with what was known. Under a running A/B experiment the
+//! same event closes the request's [`Tab`], so the dashboard and the experiment see one request.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use engine::pipeline::{Kind, RunReport};
 use engine::wire::Dialect;
 use http::HeaderMap;
 use parking_lot::Mutex;
+
+use crate::experiment::{Book, Tab};
 
 /// The caller's own switch for content capture: `x-context-guru-capture: off` keeps this
 /// request's message text out of the dashboard even when the operator allows it. (Every
@@ -28,27 +31,44 @@ pub struct Capture {
 }
 
 struct Pending {
-    dashboard: Arc<Dashboard>,
+    dashboard: Option<Arc<Dashboard>>,
     event: Mutex<Event>,
     /// Content may be kept for this request (both switches open).
     content: bool,
+    /// The request's share of a running A/B experiment (`crate::experiment`).
+    tab: Mutex<Option<Tab>>,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.dashboard.record(std::mem::take(self.event.get_mut()));
+        let event = std::mem::take(self.event.get_mut());
+        if let Some(tab) = self.tab.get_mut().take() {
+            tab.finish(
+                event.status,
+                event.model.as_deref(),
+                event.dialect,
+                event.expand_rounds,
+            );
+        }
+        if let Some(dashboard) = &self.dashboard {
+            dashboard.record(event);
+        }
     }
 }
 
 impl Capture {
-    /// A request starting now, or `None` without a dashboard.
+    /// A request starting now, or `None` without a dashboard or an experiment.
     pub fn start(
         dashboard: Option<&Arc<Dashboard>>,
+        book: Option<&Arc<Book>>,
         dialect: Dialect,
         mode: &'static str,
         headers: &HeaderMap,
     ) -> Option<Capture> {
-        let dashboard = dashboard?.clone();
+        if dashboard.is_none() && book.is_none() {
+            return None;
+        }
+        let dashboard = dashboard.cloned();
         let declined = headers
             .get(CONSENT_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -58,7 +78,7 @@ impl Capture {
                     "off" | "no" | "false" | "0"
                 )
             });
-        let blocked = if !dashboard.content_enabled() {
+        let blocked = if !dashboard.as_ref().is_some_and(|d| d.content_enabled()) {
             Some("operator")
         } else if declined {
             Some("tenant")
@@ -79,6 +99,7 @@ impl Capture {
                 dashboard,
                 event: Mutex::new(event),
                 content: blocked.is_none(),
+                tab: Mutex::new(book.map(|book| Tab::start(book.clone(), headers))),
             }),
         })
     }
@@ -94,7 +115,12 @@ impl Capture {
         let messages = forward.messages.len() as u32;
         let wanted = self.pending.content && forward.report.saved_tokens() > 0;
         let hold = wanted
-            .then(|| self.pending.dashboard.hold_content(original.len()))
+            .then(|| {
+                self.pending
+                    .dashboard
+                    .as_ref()?
+                    .hold_content(original.len())
+            })
             .flatten();
         let over_budget = wanted && hold.is_none();
         let content = hold.map(|hold| ContentSource {
@@ -159,6 +185,26 @@ impl Capture {
             }
             e.usage = usage;
         });
+    }
+
+    /// The request's session (its key; `None` when none was named) and so its arm, in a
+    /// running experiment.
+    pub fn assign(&self, session: Option<&str>, body: &[u8]) {
+        if let Some(tab) = self.pending.tab.lock().as_mut() {
+            tab.assign(session, body);
+        }
+    }
+
+    /// Whether the request is measured for an experiment.
+    pub fn in_experiment(&self) -> bool {
+        self.pending.tab.lock().is_some()
+    }
+
+    /// The usage of the reply the agent got (every round's), and whether it broke off.
+    pub fn delivered(&self, usage: ReplyUsage, cut: bool) {
+        if let Some(tab) = self.pending.tab.lock().as_mut() {
+            tab.delivered(usage, cut);
+        }
     }
 
     /// What the request's settled provider report, or one of its expand rounds, added to the

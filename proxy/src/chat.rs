@@ -41,6 +41,23 @@ pub(crate) async fn rewritten_route(
     dialect: Dialect,
     request: Request<Incoming>,
 ) -> Response<Body> {
+    let mut measured = None;
+    let response = route(app, dialect, request, &mut measured).await;
+    match measured {
+        // An experiment's request: what the agent was billed is read off the reply it gets.
+        Some(capture) => crate::forward::delivering(response, capture),
+        None => response,
+    }
+}
+
+/// [`rewritten_route`]'s work; `measured` is the request's capture when an experiment
+/// measures it.
+async fn route(
+    app: &Arc<App>,
+    dialect: Dialect,
+    request: Request<Incoming>,
+    measured: &mut Option<Capture>,
+) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let mut chunks = match read_chunks(app, &parts.headers, body).await {
         Ok(chunks) => chunks,
@@ -64,14 +81,7 @@ pub(crate) async fn rewritten_route(
         .into_response();
     };
     if !out.auth.may_rewrite() {
-        // The agent signed the body and sluice cannot sign another (`crate::bedrock`).
-        app.stats.record_passthrough(false);
-        app.stats.record_untouched("client_signed");
-        let capture = out.capture.clone();
-        return out
-            .untouched(chunks)
-            .forward(app, access, "client_signed", None, capture)
-            .await;
+        return out.relay_signed(app, access, chunks).await;
     }
     // Google's and Bedrock's paths say what other dialects say in the body (the model; whether
     // the reply streams), and Gemini may send its key in the query.
@@ -80,42 +90,33 @@ pub(crate) async fn rewritten_route(
         .then(|| crate::google::turn_headers(&out.headers, &parts.uri))
         .flatten();
     let turn_headers = key_headers.as_ref().unwrap_or(&out.headers);
-    if let Some(observer) = app.observer() {
+    if app.observing().is_some() {
         // Observe: the body goes out exactly as it came; the measurement happens off-path.
         let capture = out.capture.clone();
         let body = chunks.to_bytes();
-        let meet = observe(app, observer, dialect, turn_headers, &body, capture.clone());
+        let report = observed(app, dialect, turn_headers, &body, capture.clone());
         app.stats.record_passthrough(false);
-        let report = Some(Report::Observed(meet));
         return out
             .untouched(chunks)
             .forward(app, access, "observe", report, capture)
             .await;
     }
-    let mut body = Bytes::new();
-    let turn = match app.turns().untouched_by_pipeline() {
-        Some(turn) => turn, // `--preset off`: nothing can change the body; never one buffer
+    let (body, turn) = match app.turns().untouched_by_pipeline() {
+        // `--preset off`: nothing can change the body; never one buffer.
+        Some(turn) => (Bytes::new(), turn),
         None => {
-            body = chunks.to_bytes();
+            let body = chunks.to_bytes();
             chunks = Chunks::from(body.clone()); // let go, not held beside the one buffer
-            let models = IncomingModels {
-                llm: &app.llm,
-                dialect,
-                headers: &out.headers,
-                uri: &out.uri,
-            };
-            let input = TurnInput {
-                dialect,
-                body: &body,
-                headers: turn_headers,
-                models: Some(&models),
-                defer_counts: true,
-            };
-            app.turns().run(input).await
+            let turn = out.run_turn(app, dialect, turn_headers, &body).await;
+            (body, turn)
         }
     };
     if let Some(session) = turn.session() {
         access.session(session);
+    }
+    if let Some(capture) = out.capture.as_ref().filter(|c| c.in_experiment()) {
+        capture.assign(turn.session(), &body);
+        *measured = Some(capture.clone());
     }
     match turn {
         Turn::Forward(mut forward) => {
@@ -123,6 +124,13 @@ pub(crate) async fn rewritten_route(
                 call.route(&mut forward);
             }
             out.send_turn(app, access, &body, forward).await
+        }
+        Turn::Untouched {
+            reason: modes::turn::Untouched::Control,
+            ..
+        } => {
+            let report = observed(app, dialect, turn_headers, &body, out.capture.clone());
+            out.relay_control(app, access, &turn, chunks, report).await
         }
         Turn::Untouched {
             ref session,
@@ -180,10 +188,64 @@ impl Outgoing {
             dialect,
             method,
             uri: upstream_uri(&base, uri),
-            capture: Capture::start(app.dashboard(), dialect, app.mode(), &headers),
+            capture: Capture::start(app.dashboard(), app.book(), dialect, app.mode(), &headers),
             headers,
             auth,
         })
+    }
+
+    /// Relays a body the agent signed, which sluice cannot sign again (`crate::bedrock`).
+    async fn relay_signed(self, app: &Arc<App>, access: Access, body: Chunks) -> Response<Body> {
+        app.stats.record_passthrough(false);
+        app.stats.record_untouched("client_signed");
+        let capture = self.capture.clone();
+        self.untouched(body)
+            .forward(app, access, "client_signed", None, capture)
+            .await
+    }
+
+    /// Relays a turn of an experiment's control arm exactly as it came; `report` is its shadow
+    /// run's, measuring it off the request path as observe mode measures.
+    async fn relay_control(
+        self,
+        app: &Arc<App>,
+        access: Access,
+        turn: &Turn,
+        body: Chunks,
+        report: Option<Report>,
+    ) -> Response<Body> {
+        turn.record(&app.stats);
+        let capture = self.capture.clone();
+        if let Some(capture) = &capture {
+            capture.untouched("ab_control", turn.session());
+        }
+        self.untouched(body)
+            .forward(app, access, "ab_control", report, capture)
+            .await
+    }
+
+    /// The turn of `body`, run with the request's own model access (`model.source: incoming`).
+    async fn run_turn(
+        &self,
+        app: &App,
+        dialect: Dialect,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Turn {
+        let models = IncomingModels {
+            llm: &app.llm,
+            dialect,
+            headers: &self.headers,
+            uri: &self.uri,
+        };
+        let input = TurnInput {
+            dialect,
+            body,
+            headers,
+            models: Some(&models),
+            defer_counts: true,
+        };
+        app.turns().run(input).await
     }
 
     /// Relays a body the turn left as it came, and why (`Turn::Untouched`).
@@ -403,6 +465,20 @@ pub(crate) fn path_call(uri: &http::Uri) -> Option<crate::path_call::PathCall<'_
     crate::google::generates(uri.path(), uri.query())
 }
 
+/// The shadow run of a request forwarded as it came (observe mode's every request, an
+/// experiment's control arm), queued; where its reply's cache report goes.
+fn observed(
+    app: &App,
+    dialect: Dialect,
+    headers: &HeaderMap,
+    body: &Bytes,
+    capture: Option<Capture>,
+) -> Option<Report> {
+    let observer = app.observer()?;
+    let meet = observe(app, observer, dialect, headers, body, capture);
+    Some(Report::Observed(meet))
+}
+
 /// Queues the shadow run of one request; a full queue drops it (counted), never waits.
 fn observe(
     app: &App,
@@ -412,7 +488,12 @@ fn observe(
     body: &Bytes,
     capture: Option<Capture>,
 ) -> Arc<Meet> {
-    let meet = Arc::new(Meet::default());
+    let sessions = observer
+        .shadow
+        .sessions()
+        .expect("the shadow service has session actors")
+        .clone();
+    let meet = Arc::new(Meet::new(sessions));
     let key = {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         BuildHasherDefault::<DefaultHasher>::default().hash_one(body.as_ref())
@@ -435,8 +516,8 @@ fn observe(
         if let (Some(capture), Turn::Forward(forward)) = (&capture, &turn) {
             capture.projection(forward);
         }
-        if let (Some(session), Some(sessions)) = (turn.session(), shadow.sessions()) {
-            meet_job.session(session, sessions, &stats);
+        if let Some(session) = turn.session() {
+            meet_job.session(session, &stats);
         }
     });
     meet

@@ -21,11 +21,13 @@ use engine::wire::Dialect;
 
 use crate::clock::SystemClock;
 
+mod ab;
 mod init;
 mod offline;
 mod serve;
 mod wrap;
 
+use ab::*;
 use init::*;
 use offline::*;
 use serve::*;
@@ -115,6 +117,11 @@ enum Command {
         #[command(subcommand)]
         command: FiltersCommand,
     },
+    /// A live A/B experiment (`serve --ab`): its report.
+    Ab {
+        #[command(subcommand)]
+        command: AbCommand,
+    },
 }
 
 /// Where the pipeline comes from: a file, a preset, or the embedded default.
@@ -192,6 +199,7 @@ pub fn main() -> ExitCode {
             stdout_result(page.render(&mut std::io::stdout().lock()))
         }
         Command::Filters { command } => filters(command),
+        Command::Ab { command } => ab(command),
         Command::Replay(args) => replay(&args),
         Command::Tune {
             command:

@@ -301,7 +301,7 @@ pub(crate) fn relay_reporting(
         }
     };
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
-    let mut scanner = UsageScanner::new(move |usage: ReplyUsage| {
+    let scanner = UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
         if let Some(capture) = &capture {
             capture.usage(usage);
@@ -313,30 +313,69 @@ pub(crate) fn relay_reporting(
             Report::Live(session, turn) => {
                 apply_usage(&sessions, &stats, &session, cache, turn, capture);
             }
-            Report::Observed(meet) => meet.usage(cache, &sessions, &stats),
+            Report::Observed(meet) => meet.usage(cache, &stats),
         }
     });
-    // An event stream (Bedrock) is scanned as the SSE it carries; the agent gets its bytes.
-    let mut unframe =
-        crate::bedrock::is_event_stream(&parts.headers).then(crate::bedrock::Unframe::default);
     let body = match decoder {
-        None => body
-            .map_err(|e| Box::new(e) as BoxError)
-            .map_frame(move |frame| {
-                if let Some(data) = frame.data_ref() {
-                    match unframe.as_mut().map(|u| u.feed(data)) {
-                        None => scanner.scan(data),
-                        Some(Ok(text)) => scanner.scan(&text),
-                        // Unreadable: the agent still gets every byte; the report is lost.
-                        Some(Err(_)) => unframe = None,
+        None => {
+            let mut scan = framed_scan(&parts.headers, scanner);
+            body.map_err(|e| Box::new(e) as BoxError)
+                .map_frame(move |frame| {
+                    if let Some(data) = frame.data_ref() {
+                        scan(data);
                     }
-                }
-                frame
-            })
-            .boxed(),
+                    frame
+                })
+                .boxed()
+        }
         Some(decoder) => decoding(body, decoder, scanner),
     };
     Response::from_parts(parts, body)
+}
+
+/// The reply an experiment's request gets, scanned on its way to the agent: its usage (every
+/// upstream call's: the expand loop adds its rounds into the reply) is what the request cost,
+/// and a body that breaks off is a failed request.
+pub(crate) fn delivering(response: Response<Body>, capture: Capture) -> Response<Body> {
+    let (parts, body) = response.into_parts();
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let broke = cut.clone();
+    let scanner = UsageScanner::new(move |usage: ReplyUsage| {
+        capture.delivered(usage, cut.load(std::sync::atomic::Ordering::Relaxed));
+    });
+    let mut scan = framed_scan(&parts.headers, scanner);
+    let body = body
+        .map_err(move |error| {
+            broke.store(true, std::sync::atomic::Ordering::Relaxed);
+            error
+        })
+        .map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                scan(data);
+            }
+            frame
+        })
+        .boxed();
+    Response::from_parts(parts, body)
+}
+
+/// Feeds each chunk of a reply with `headers` to `scanner`: an event stream (Bedrock) as the
+/// SSE it carries; the agent gets its bytes either way.
+fn framed_scan<F>(
+    headers: &http::HeaderMap,
+    mut scanner: UsageScanner<F>,
+) -> impl FnMut(&Bytes) + use<F>
+where
+    F: FnOnce(ReplyUsage),
+{
+    let mut unframe =
+        crate::bedrock::is_event_stream(headers).then(crate::bedrock::Unframe::default);
+    move |data| match unframe.as_mut().map(|u| u.feed(data)) {
+        None => scanner.scan(data),
+        Some(Ok(text)) => scanner.scan(&text),
+        // Unreadable: the agent still gets every byte; the report is lost.
+        Some(Err(_)) => unframe = None,
+    }
 }
 
 /// `body` decoded as it streams, scanned for the cache report; the scanner reports when the
@@ -438,18 +477,27 @@ fn apply_usage(
 /// Observe mode learns a turn's session off the request path (the shadow run parses the body)
 /// and its cache report from the relayed reply, in either order; whichever arrives second hands
 /// the report to the shadow tracker, after the shadow run recorded the turn it belongs to.
-#[derive(Debug, Default)]
 pub(crate) struct Meet {
+    /// The shadow run's session actors, whose trackers the report goes to.
+    sessions: Sessions<SessionState>,
     state: Mutex<(Option<String>, Option<CacheUsage>)>,
 }
 
+impl std::fmt::Debug for Meet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meet").finish_non_exhaustive()
+    }
+}
+
 impl Meet {
-    pub(crate) fn session(
-        &self,
-        session: &str,
-        sessions: &Sessions<SessionState>,
-        stats: &Arc<Stats>,
-    ) {
+    pub(crate) fn new(sessions: Sessions<SessionState>) -> Meet {
+        Meet {
+            sessions,
+            state: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn session(&self, session: &str, stats: &Arc<Stats>) {
         let usage = {
             let mut state = self.state.lock();
             state.0 = Some(session.to_owned());
@@ -457,16 +505,11 @@ impl Meet {
         };
         if let Some(usage) = usage {
             // Observe's shadow ledger would judge untouched traffic: it settles nothing.
-            apply_usage(sessions, stats, session, usage, None, None);
+            apply_usage(&self.sessions, stats, session, usage, None, None);
         }
     }
 
-    pub(crate) fn usage(
-        &self,
-        usage: CacheUsage,
-        sessions: &Sessions<SessionState>,
-        stats: &Arc<Stats>,
-    ) {
+    pub(crate) fn usage(&self, usage: CacheUsage, stats: &Arc<Stats>) {
         let session = {
             let mut state = self.state.lock();
             if state.0.is_none() {
@@ -476,7 +519,7 @@ impl Meet {
             state.0.clone()
         };
         if let Some(session) = session {
-            apply_usage(sessions, stats, &session, usage, None, None);
+            apply_usage(&self.sessions, stats, &session, usage, None, None);
         }
     }
 }

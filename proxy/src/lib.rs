@@ -5,6 +5,7 @@
 //! crate's client); the engine is called with bytes, a store and a clock, and never learns where
 //! they came from.
 
+pub mod ab_stats;
 pub mod access;
 pub mod admit;
 pub mod app;
@@ -19,6 +20,7 @@ pub mod dashboard_stats;
 pub mod decode;
 pub mod expand;
 mod expand_loop;
+mod experiment;
 mod forward;
 pub use expand_loop::MAX_EXPAND_ROUNDS;
 #[cfg(test)]

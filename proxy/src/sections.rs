@@ -5,6 +5,7 @@
 use modes::stats::table;
 use serde_json::{Map, Value};
 
+use crate::ab_stats::{AB_FIELDS, AbView};
 use crate::dashboard_stats::{DASHBOARD_FIELDS, DashboardView};
 use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::state::App;
@@ -43,6 +44,7 @@ pub const SECTIONS: &[Section] = &[
     section!("dashboard", DASHBOARD_FIELDS, |app: &App| {
         DashboardView::of(app.dashboard().map(|d| &**d))
     }),
+    section!("ab", AB_FIELDS, |app: &App| -> AbView { app.ab_view() }),
 ];
 
 #[cfg(test)]

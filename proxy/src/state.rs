@@ -17,6 +17,7 @@ use modes::{SessionState, StorePersist};
 use store::DurableStore;
 
 use crate::clock::SystemClock;
+use crate::experiment::Book;
 use crate::store_stats::StoreView;
 use crate::upstream::Upstream;
 
@@ -130,8 +131,11 @@ pub struct App {
     pub stats: Arc<Stats>,
     upstream: Upstream,
     settings: Settings,
-    /// Observe mode's off-path measurement; `None` in sync mode.
+    /// The off-path measurement: observe mode's, or an experiment's control arm's; `None` in
+    /// sync mode without an experiment.
     observer: Option<Observer>,
+    /// A running experiment's records (`crate::experiment`).
+    book: Option<Arc<Book>>,
     /// The LLM actor: model jobs for `extract_llm`, `extract` (`strategy: code`), `summarize`.
     pub llm: llm::LlmService,
     /// For `uptime_seconds`.
@@ -197,31 +201,35 @@ impl App {
             None => live,
         };
         // Session state is saved in the store of the mode that runs the pipeline: observe must
-        // never write the live store.
-        let (turns, observer) = match config.mode {
-            engine::config::Mode::Sync => {
-                let live = live
-                    .with_sessions(sessions_over(store.clone()), amortize)
-                    .with_preparer();
-                (live, None)
+        // never write the live store. An experiment's control arm is measured as observe mode
+        // measures, beside the treatment's live turns.
+        let observe = config.mode == engine::config::Mode::Observe;
+        let observer = (observe || config.experiment.enabled()).then(|| {
+            let shadow_store: Arc<dyn Store> =
+                Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
+            let shadow = TurnService::new(pipeline.clone(), shadow_store.clone(), clock.clone())
+                .with_scope_secret(&settings.scope_secret)
+                .with_sessions(sessions_over(shadow_store), amortize);
+            Observer {
+                pool: WorkerPool::new(
+                    "sluice-observe",
+                    config.observe.workers,
+                    config.observe.max_queue,
+                ),
+                shadow: Arc::new(shadow),
             }
-            engine::config::Mode::Observe => {
-                let shadow_store: Arc<dyn Store> =
-                    Arc::new(MemoryStore::new(config.store.limits(), clock.clone()));
-                let shadow = TurnService::new(pipeline, shadow_store.clone(), clock)
-                    .with_scope_secret(&settings.scope_secret)
-                    .with_sessions(sessions_over(shadow_store), amortize);
-                let observer = Observer {
-                    pool: WorkerPool::new(
-                        "sluice-observe",
-                        config.observe.workers,
-                        config.observe.max_queue,
-                    ),
-                    shadow: Arc::new(shadow),
-                };
-                (live, Some(observer))
-            }
+        });
+        let turns = if observe {
+            live
+        } else {
+            live.with_sessions(sessions_over(store.clone()), amortize)
+                .with_preparer()
+                .with_experiment(config.experiment.clone())
         };
+        // The experiment's records need a store every replica and restart shares.
+        let book = durable
+            .as_ref()
+            .and_then(|d| Book::start(&config.experiment, d, &runtime));
         // Model calls go through the agent's own pooled client; with a durable store, accepted
         // results are kept there too, for every replica and the next process.
         let results = durable
@@ -249,6 +257,7 @@ impl App {
             upstream,
             settings,
             observer,
+            book,
             llm,
             started: std::time::Instant::now(),
         })
@@ -296,6 +305,7 @@ impl App {
             ("observe", config.observe != running.observe),
             ("count_tokens", config.count_tokens != running.count_tokens),
             ("cache", config.cache != running.cache),
+            ("experiment", config.experiment != running.experiment),
         ];
         Ok(needs_restart
             .into_iter()
@@ -338,8 +348,34 @@ impl App {
         self.started.elapsed()
     }
 
+    /// Observe mode's measurement (every request forwarded untouched); `None` in sync mode.
+    pub(crate) fn observing(&self) -> Option<&Observer> {
+        self.observer
+            .as_ref()
+            .filter(|_| self.config.mode == engine::config::Mode::Observe)
+    }
+
+    /// The shadow run of an experiment's control sessions (and of observe mode).
     pub(crate) fn observer(&self) -> Option<&Observer> {
         self.observer.as_ref()
+    }
+
+    /// A running experiment's records.
+    pub(crate) fn book(&self) -> Option<&Arc<Book>> {
+        self.book.as_ref()
+    }
+
+    pub(crate) fn ab_view(&self) -> crate::ab_stats::AbView {
+        let Some(book) = &self.book else {
+            return crate::ab_stats::AbView::default();
+        };
+        let (written, lost) = book.writes();
+        crate::ab_stats::AbView {
+            report: book.latest(),
+            running: true,
+            written,
+            lost,
+        }
     }
 
     pub(crate) fn upstream(&self) -> &Upstream {
@@ -366,7 +402,7 @@ impl App {
     /// The session actors whose trackers run turns: the live ones in sync mode, the shadow ones
     /// in observe mode.
     pub(crate) fn live_sessions(&self) -> &Sessions<SessionState> {
-        let service = self.observer.as_ref().map_or(&self.turns, |o| &o.shadow);
+        let service = self.observing().map_or(&self.turns, |o| &o.shadow);
         service
             .sessions()
             .expect("the turn service of the running mode has session actors")

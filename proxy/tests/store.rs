@@ -10,175 +10,22 @@
 //! checks that *it* meets a session it does not know (`unknown_boundary_turns`), which the durable
 //! store never does: none of the tests can pass vacuously.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use engine::marker;
 use engine::wire::Dialect;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use integration_tests::mock::{Mock, Reply};
 use integration_tests::redis::{RedisServer, free_port};
-use integration_tests::{bodies, session_turns, wire_messages};
+use integration_tests::wire_messages;
 
-const CREDENTIAL: (&str, &str) = ("authorization", "Bearer sk-test-tenant-a");
-
-/// A `sluice serve` process; SIGKILLed on drop.
-struct Sluice {
-    child: Child,
-    url: String,
-}
-
-impl Sluice {
-    fn spawn(store: &str, upstream: &str) -> Sluice {
-        Sluice::spawn_logging(store, upstream, &[], None)
-    }
-
-    /// With extra `serve` arguments, its stderr to `log` when given.
-    fn spawn_logging(store: &str, upstream: &str, extra: &[&str], log: Option<&Path>) -> Sluice {
-        let port = free_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("SLUICE_") {
-                command.env_remove(key);
-            }
-        }
-        let child = command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--store", store])
-            .args([
-                "--anthropic-upstream",
-                upstream,
-                "--openai-upstream",
-                upstream,
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(match log {
-                Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
-                None => Stdio::null(),
-            })
-            .spawn()
-            .expect("sluice starts");
-        let sluice = Sluice {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "sluice did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        sluice
-    }
-
-    /// SIGKILL: no shutdown path runs.
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Bytes,
-    ) -> (u16, Bytes) {
-        call(&self.url, method, path, headers, body).await
-    }
-
-    async fn turn(&self, dialect: Dialect, session: &str, body: &[u8]) -> u16 {
-        let path = match dialect {
-            Dialect::OpenAi => "/openai/v1/chat/completions",
-            Dialect::Anthropic => "/anthropic/v1/messages",
-            Dialect::Responses => "/openai/v1/responses",
-            Dialect::Gemini => "/gemini/v1beta/models/gemini-2.5-pro:generateContent",
-        };
-        let headers = [
-            ("content-type", "application/json"),
-            ("x-context-guru-session", session),
-            ("anthropic-version", "2023-06-01"),
-            CREDENTIAL,
-        ];
-        self.call("POST", path, &headers, Bytes::copy_from_slice(body))
-            .await
-            .0
-    }
-
-    async fn expand(&self, session: &str, id: &str) -> (u16, Bytes) {
-        let headers = [("x-context-guru-session", session), CREDENTIAL];
-        self.call("GET", &format!("/expand?id={id}"), &headers, Bytes::new())
-            .await
-    }
-
-    async fn stats(&self) -> serde_json::Value {
-        let (status, body) = self.call("GET", "/stats", &[], Bytes::new()).await;
-        assert_eq!(status, 200);
-        serde_json::from_slice(&body).unwrap()
-    }
-}
-
-/// One request to `base`; the status and the whole body.
-async fn call(
-    base: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Bytes,
-) -> (u16, Bytes) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"));
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    let response = client
-        .request(request.body(Full::new(body)).unwrap())
-        .await
-        .expect("sluice answers");
-    let status = response.status().as_u16();
-    (
-        status,
-        response.into_body().collect().await.unwrap().to_bytes(),
-    )
-}
-
-impl Drop for Sluice {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sluice-store-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn sqlite(dir: &Path) -> String {
-    format!("sqlite:{}", dir.join("state.db").display())
-}
+mod serve;
+use serve::{CREDENTIAL, Sluice, call, sqlite, temp_dir};
 
 /// A public session the default pipeline cuts early and often, as its turns.
 fn session() -> (Dialect, Vec<Vec<u8>>) {
-    let body = bodies()
-        .into_iter()
-        .find(|b| {
-            b.path
-                .to_string_lossy()
-                .contains("gemini3pro-miniswe-pytest-dev-pytest-6197")
-        })
-        .expect("the pytest-6197 run is in the corpus");
-    (body.dialect, session_turns(&body.bytes))
+    serve::cut_early_session()
 }
 
 /// What one run of a session through sluice came to.

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::spend::Spend;
+
 /// Why a backend call failed. The message never carries a credential.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -111,4 +113,20 @@ pub trait Backend: Send + Sync {
     async fn ping(&self) -> Result<(), BackendError>;
 
     fn occupancy(&self) -> Occupancy;
+
+    /// Adds to a session's row of `experiment` (see [`crate::Spend`]).
+    async fn add_spend(&self, experiment: &str, spend: &Spend) -> Result<(), BackendError> {
+        let _ = (experiment, spend);
+        Err(BackendError::Io(
+            "this store keeps no experiment".to_owned(),
+        ))
+    }
+
+    /// Every row of `experiment`.
+    async fn spends(&self, experiment: &str) -> Result<Vec<Spend>, BackendError> {
+        let _ = experiment;
+        Err(BackendError::Io(
+            "this store keeps no experiment".to_owned(),
+        ))
+    }
 }

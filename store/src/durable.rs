@@ -346,6 +346,22 @@ impl DurableStore {
         Some(Arc::from(found))
     }
 
+    /// Adds to a session's row of an experiment (`crate::spend::Spend`); false when the backend did
+    /// not take it (the request's measurement is lost, never its content).
+    pub async fn add_spend(&self, experiment: &str, spend: &crate::spend::Spend) -> bool {
+        self.call(self.backend.add_spend(experiment, spend))
+            .await
+            .is_ok()
+    }
+
+    /// Every row of an experiment.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub async fn spends(&self, experiment: &str) -> Result<Vec<crate::spend::Spend>, BackendError> {
+        self.call(self.backend.spends(experiment)).await
+    }
+
     pub fn durable_stats(&self) -> DurableStats {
         let c = &self.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

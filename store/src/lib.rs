@@ -25,6 +25,7 @@ mod copies;
 mod durable;
 pub mod redis;
 mod spec;
+mod spend;
 pub mod sqlite;
 #[cfg(test)]
 mod tests;
@@ -32,3 +33,4 @@ mod tests;
 pub use backend::{Acquired, Backend, BackendError, Commit, Committed, Occupancy, Snapshot};
 pub use durable::{DurableLimits, DurableStats, DurableStore, Flush, Opened, Unavailable};
 pub use spec::{StoreSpec, UnknownStore, redact_url};
+pub use spend::Spend;

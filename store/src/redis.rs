@@ -11,6 +11,8 @@
 //! | `sluice:{S}:frozen` | hash | replay entries (freezes, tracker state, checkpoints) |
 //! | `sluice:{S}:stashes` | hash | originals behind markers |
 //! | `sluice:id:{ID}` | string | the session of a stash id, for `GET /expand` without a session |
+//! | `sluice:{ab:E}:rows` | set | an experiment's rows (`session\tmodel`), no time to live |
+//! | `sluice:{ab:E}:row:R` | hash | one row's counters (`crate::spend::Spend`) |
 //!
 //! Every commit refreshes the time to live of all of a session's keys (`PEXPIRE`): the TTL
 //! slides natively and a session nobody uses disappears whole. Nothing is evicted by sluice;
@@ -83,6 +85,7 @@ pub struct RedisBackend {
     route: Route,
     acquire: Script,
     commit: Script,
+    add_spend: Script,
 }
 
 /// Where calls go: one address, or wherever the Sentinels say the primary is.
@@ -268,6 +271,7 @@ impl RedisBackend {
             route,
             acquire: Script::new(ACQUIRE),
             commit: Script::new(COMMIT),
+            add_spend: Script::new(crate::spend::REDIS_ADD),
         })
     }
 
@@ -426,6 +430,62 @@ impl Backend for RedisBackend {
             .await
             .map(drop)
             .map_err(|e| self.failed(e))
+    }
+
+    async fn add_spend(
+        &self,
+        experiment: &str,
+        spend: &crate::spend::Spend,
+    ) -> Result<(), BackendError> {
+        use crate::spend::{redis_increments, redis_keys, redis_member};
+        let mut con = self.connection().await?;
+        let member = redis_member(spend);
+        let mut invocation = self.add_spend.prepare_invoke();
+        invocation
+            .key(redis_keys(experiment, None))
+            .key(redis_keys(experiment, Some(&member)))
+            .arg(&member)
+            .arg(&spend.arm)
+            .arg(&spend.agent)
+            .arg(spend.first_ms)
+            .arg(spend.last_ms);
+        for (name, value) in redis_increments(spend) {
+            invocation.arg(name).arg(value);
+        }
+        let _: u8 = invocation
+            .invoke_async(&mut con)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
+    }
+
+    async fn spends(&self, experiment: &str) -> Result<Vec<crate::spend::Spend>, BackendError> {
+        use crate::spend::{from_redis, redis_keys};
+        let mut con = self.connection().await?;
+        let members: Vec<String> = con
+            .smembers(redis_keys(experiment, None))
+            .await
+            .map_err(|e| self.failed(e))?;
+        let mut rows = Vec::with_capacity(members.len());
+        // A few hundred rows a pipeline: one round trip each, none too large.
+        for chunk in members.chunks(256) {
+            let mut pipe = redis::pipe();
+            for member in chunk {
+                pipe.hgetall(redis_keys(experiment, Some(member)));
+            }
+            let hashes: Vec<Vec<(String, String)>> = pipe
+                .query_async(&mut con)
+                .await
+                .map_err(|e| self.failed(e))?;
+            rows.extend(
+                chunk
+                    .iter()
+                    .zip(hashes)
+                    .map(|(member, fields)| from_redis(member, fields)),
+            );
+        }
+        rows.sort_by(|a, b| (&a.session, &a.model).cmp(&(&b.session, &b.model)));
+        Ok(rows)
     }
 
     fn occupancy(&self) -> Occupancy {

@@ -59,6 +59,8 @@ enum Job {
     Fetch(Option<String>, String, Reply<Option<String>>),
     Put(Entry, Reply<()>),
     Ping(Reply<()>),
+    AddSpend(String, crate::spend::Spend, Reply<()>),
+    Spends(String, Reply<Vec<crate::spend::Spend>>),
 }
 
 /// One replay entry written outside a turn.
@@ -210,6 +212,8 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
     // The schema is a write: it takes the exclusive lock now, so a second process is told at
     // start-up rather than on its first turn.
     conn.execute_batch(SCHEMA)?;
+    // Experiments' rows (`crate::spend`): a table of their own, added to a file of any age.
+    conn.execute_batch(crate::spend::SQLITE_SCHEMA)?;
     Ok(conn)
 }
 
@@ -444,7 +448,10 @@ impl Job {
             Job::Commit(_, _, reply) => Answer::Commit(reply, Err(error.clone())),
             Job::Fetch(_, _, reply) => Answer::Fetch(reply, Err(error.clone())),
             Job::Put(_, reply) => Answer::Ping(reply, Err(error.clone())),
-            Job::Ping(reply) => Answer::Ping(reply, Err(error.clone())),
+            Job::Ping(reply) | Job::AddSpend(_, _, reply) => {
+                Answer::Ping(reply, Err(error.clone()))
+            }
+            Job::Spends(_, reply) => Answer::Spends(reply, Err(error.clone())),
         }
     }
 }
@@ -455,6 +462,10 @@ enum Answer {
     Commit(Reply<Committed>, Result<Committed, BackendError>),
     Fetch(Reply<Option<String>>, Result<Option<String>, BackendError>),
     Ping(Reply<()>, Result<(), BackendError>),
+    Spends(
+        Reply<Vec<crate::spend::Spend>>,
+        Result<Vec<crate::spend::Spend>, BackendError>,
+    ),
 }
 
 impl Answer {
@@ -464,6 +475,7 @@ impl Answer {
             Answer::Commit(_, r) => r.is_err(),
             Answer::Fetch(_, r) => r.is_err(),
             Answer::Ping(_, r) => r.is_err(),
+            Answer::Spends(_, r) => r.is_err(),
         }
     }
 
@@ -474,6 +486,7 @@ impl Answer {
             Answer::Commit(reply, _) => Answer::Commit(reply, Err(error.clone())),
             Answer::Fetch(reply, _) => Answer::Fetch(reply, Err(error.clone())),
             Answer::Ping(reply, _) => Answer::Ping(reply, Err(error.clone())),
+            Answer::Spends(reply, _) => Answer::Spends(reply, Err(error.clone())),
         }
     }
 
@@ -483,6 +496,7 @@ impl Answer {
             Answer::Commit(reply, r) => drop(reply.send(r)),
             Answer::Fetch(reply, r) => drop(reply.send(r)),
             Answer::Ping(reply, r) => drop(reply.send(r)),
+            Answer::Spends(reply, r) => drop(reply.send(r)),
         }
     }
 }
@@ -502,6 +516,14 @@ fn run_job(conn: &Connection, job: Job, tally: &mut Tally) -> Answer {
         Job::Ping(reply) => Answer::Ping(
             reply,
             conn.pragma_update(None, "user_version", 1).map_err(io),
+        ),
+        Job::AddSpend(experiment, spend, reply) => Answer::Ping(
+            reply,
+            crate::spend::sqlite_add(conn, &experiment, &spend).map_err(io),
+        ),
+        Job::Spends(experiment, reply) => Answer::Spends(
+            reply,
+            crate::spend::sqlite_all(conn, &experiment).map_err(io),
         ),
     }
 }
@@ -694,6 +716,21 @@ impl Backend for SqliteBackend {
 
     async fn ping(&self) -> Result<(), BackendError> {
         self.ask(Job::Ping).await
+    }
+
+    async fn add_spend(
+        &self,
+        experiment: &str,
+        spend: &crate::spend::Spend,
+    ) -> Result<(), BackendError> {
+        let (experiment, spend) = (experiment.to_owned(), spend.clone());
+        self.ask(|reply| Job::AddSpend(experiment, spend, reply))
+            .await
+    }
+
+    async fn spends(&self, experiment: &str) -> Result<Vec<crate::spend::Spend>, BackendError> {
+        let experiment = experiment.to_owned();
+        self.ask(|reply| Job::Spends(experiment, reply)).await
     }
 
     fn occupancy(&self) -> Occupancy {

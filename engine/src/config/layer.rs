@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::de::{DeserializeOwned, IgnoredAny};
 
 use super::presets::{Preset, find_preset, known_presets, unknown_preset};
-use super::{CacheConfig, CountTokens, KEYS, Mode, ObserveConfig, StoreConfig};
+use super::{CacheConfig, CountTokens, ExperimentConfig, KEYS, Mode, ObserveConfig, StoreConfig};
 use crate::yaml::{self as read, ConfigError, Outline, problem};
 
 /// Whether a document has a `components.<name>` key, with or without a value.
@@ -42,6 +42,7 @@ pub(super) struct Layer {
     pub(super) cache: Option<CacheConfig>,
     pub(super) count_tokens: Option<CountTokens>,
     pub(super) tools: Option<crate::tools::ToolRules>,
+    pub(super) experiment: Option<ExperimentConfig>,
     pub(super) outline: Outline,
 }
 
@@ -63,6 +64,7 @@ impl Layer {
         let (observe, cache) = (values.get("observe"), values.get("cache"));
         let count_tokens = values.get("count_tokens");
         let tools = values.get("tools");
+        let experiment = values.get("experiment");
         let source = Source {
             text: text.to_owned(),
             blocks: blocks.map(|b| b.into_keys().collect()).unwrap_or_default(),
@@ -77,6 +79,7 @@ impl Layer {
             cache,
             count_tokens,
             tools,
+            experiment,
             outline,
         })
     }

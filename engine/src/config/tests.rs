@@ -186,8 +186,14 @@ fn keepalive_is_accepted_with_a_warning() {
 /// What a config resolves to, for comparing two of them.
 fn resolved(config: &Config) -> String {
     format!(
-        "{:?} {:?} {} {:?} {:?} {:?}",
-        config.preset, config.pipeline, config.mode, config.store, config.observe, config.cache
+        "{:?} {:?} {} {:?} {:?} {:?} {:?}",
+        config.preset,
+        config.pipeline,
+        config.mode,
+        config.store,
+        config.observe,
+        config.cache,
+        config.experiment
     )
 }
 
@@ -438,4 +444,42 @@ fn tool_rules_are_read_and_checked() {
     );
     let own = Config::parse("tools:\n  exclude: [read_secret]\n").unwrap();
     assert_eq!(own.tools.exclude, ["read_secret"]);
+}
+
+/// `experiment:` layers like the other blocks, and a split in observe mode, a share outside
+/// (0, 1) or an empty name is refused with its key path.
+#[test]
+fn an_experiment_is_read_and_checked() {
+    let config = Config::parse("experiment: { control_share: 0.25, name: trial-2 }\n").unwrap();
+    assert!(config.experiment.running());
+    assert_eq!(config.experiment.control_share, Some(0.25));
+    assert_eq!(config.experiment.idle_seconds, 1800);
+    assert!(!Config::embedded().experiment.enabled());
+    for (text, path) in [
+        (
+            "mode: observe\nexperiment: { control_share: 0.5 }\n",
+            "experiment",
+        ),
+        (
+            "experiment: { control_share: 1.0 }\n",
+            "experiment.control_share",
+        ),
+        (
+            "experiment: { control_share: 0.5, name: \"\" }\n",
+            "experiment.name",
+        ),
+        (
+            "experiment: { idle_seconds: 0 }\n",
+            "experiment.idle_seconds",
+        ),
+    ] {
+        let errors = Config::parse(text).unwrap_err();
+        assert!(
+            errors.iter().any(|e| e.to_string().starts_with(path)),
+            "{text}: {errors:?}"
+        );
+    }
+    // Ended with a winner: no split, no records, every session in the winner's arm.
+    let ended = Config::parse("experiment: { control_share: 0.5, winner: treatment }\n").unwrap();
+    assert!(!ended.experiment.running() && ended.experiment.enabled());
 }

@@ -2,12 +2,54 @@
 //! an agent summarizing its own transcript) or an unreadable body left untouched, and the
 //! session key under the caller's credential scope.
 
+use engine::config::{Arm, ExperimentConfig};
 use engine::message::Role;
 use engine::session;
-use engine::wire::{ParsedBody, WireError};
+use engine::wire::ParsedBody;
 use http::HeaderMap;
 
-use super::{BYPASS_HEADER, SESSION_HEADER, Turn, TurnInput, Untouched, unparsed_label};
+use super::{BYPASS_HEADER, SESSION_HEADER, Turn, TurnInput};
+use engine::wire::WireError;
+
+/// Why a request goes upstream exactly as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untouched {
+    /// The body could not be normalized, and why (`unparsed_not_json`, ...: see
+    /// [`unparsed_label`]).
+    Unparsed(&'static str),
+    /// The caller asked (`header`), or the request is the agent compacting its own transcript
+    /// (`agent_compaction`), where a summary must see everything.
+    Bypassed(&'static str),
+    /// The state store could not be used (`lease_timeout`: another replica held the session
+    /// too long; `store_unavailable`: the backend failed): a turn whose decisions could not be
+    /// recorded must not make any.
+    Held(&'static str),
+    /// The session is in an A/B experiment's control arm (`ab_control`).
+    Control,
+}
+
+impl Untouched {
+    /// How logs and `/stats` name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Untouched::Unparsed(why) | Untouched::Bypassed(why) | Untouched::Held(why) => why,
+            Untouched::Control => "ab_control",
+        }
+    }
+}
+
+/// How `/stats` and the logs name a body that could not be read: `unparsed_` and the wire
+/// layer's reason.
+pub fn unparsed_label(error: &WireError) -> &'static str {
+    match error.label() {
+        "not_utf8" => "unparsed_not_utf8",
+        "not_json" => "unparsed_not_json",
+        "not_object" => "unparsed_not_object",
+        "no_messages" => "unparsed_no_messages",
+        "messages_not_array" => "unparsed_messages_not_array",
+        _ => "unparsed_malformed",
+    }
+}
 
 /// The headers that carry a caller's credential, in the order they are read: Anthropic,
 /// OpenAI (and LiteLLM, and Vertex AI's bearer token), Azure OpenAI, Gemini.
@@ -31,13 +73,15 @@ const AGENT_COMPACTION_PROMPTS: [&str; 2] = [
 ];
 
 /// Names the session of the body as `parsed` (under `namespace`: the credential scope, and
-/// `compact:` for a one-off rewrite), or says why it goes untouched
-/// (a bypass header on a body that does not parse is still a bypass).
+/// `compact:` for a one-off rewrite), or says why it goes untouched (a bypass header on a body
+/// that does not parse is still a bypass; a session in an `experiment`'s control arm, before
+/// any of its state is touched).
 pub(super) fn admit<'b>(
     input: &TurnInput<'b>,
     parsed: Result<ParsedBody<'b>, WireError>,
     namespace: &str,
     warned: &crate::loud::WarnOnce,
+    experiment: Option<&ExperimentConfig>,
 ) -> Result<(ParsedBody<'b>, String), Turn> {
     let untouched = |reason| Turn::Untouched {
         reason,
@@ -69,6 +113,13 @@ pub(super) fn admit<'b>(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok());
     let session = format!("{namespace}{}", session::for_request(explicit, &parsed));
+    if experiment.and_then(|e| e.arm(&session)) == Some(Arm::Control) {
+        return Err(Turn::Untouched {
+            reason: Untouched::Control,
+            session: Some(session),
+            facts: None,
+        });
+    }
     Ok((parsed, session))
 }
 

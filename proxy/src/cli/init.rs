@@ -27,6 +27,10 @@ pub(super) fn init_text() -> String {
          # cache:\n\
          #   amortize: {{ enabled: false, every_turns: 10 }}\n\
          #\n\
+         # A live A/B split of sessions (`serve --ab SHARE`): the control share goes untouched,\n\
+         # the rest compacted, both arms' bills recorded in the store (`sluice ab report`):\n\
+         # experiment: {{ name: ab, control_share: 0.5 }}\n\
+         #\n\
          # Per-tool rules, matched on the name of the tool that produced an output (`*`, `?`),\n\
          # written in place of the `tools:` above:\n\
          # tools:\n\

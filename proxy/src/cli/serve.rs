@@ -62,6 +62,11 @@ pub(super) struct ServeArgs {
     /// Overrides the config's `mode:`.
     #[arg(long, env = "SLUICE_MODE")]
     pub(super) mode: Option<engine::config::Mode>,
+    /// Runs an A/B experiment: this share of sessions (0 < share < 1) is forwarded untouched
+    /// as the control arm, the rest compacted, and both arms' provider bills are recorded in
+    /// the state store (`sluice ab report`, `GET /ab`). Overrides `experiment.control_share`.
+    #[arg(long, env = "SLUICE_AB", value_name = "CONTROL_SHARE")]
+    pub(super) ab: Option<f64>,
     /// Largest request body accepted, in MiB (413 beyond it, at once when declared).
     #[arg(long, env = "SLUICE_BODY_LIMIT_MB", default_value_t = 32)]
     pub(super) body_limit_mb: usize,
@@ -345,9 +350,7 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
 
     init_logs(args.log_format);
     let mut config = args.config.load()?;
-    if let Some(mode) = args.mode {
-        config.mode = mode;
-    }
+    overrides(&mut config, args.mode, args.ab)?;
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -360,6 +363,11 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
             dashboard,
             said: dashboard_said,
         } = dashboard(&args.dashboard, &spec)?;
+        if config.experiment.running() && matches!(spec, store::StoreSpec::Memory | store::StoreSpec::Off) {
+            return Err(Failure(format!(
+                "an experiment keeps its records in the state store, so every replica and restart reads one report: it needs `--store sqlite:PATH` or `redis://`, not `{spec}`"
+            )));
+        }
         let state = state_store(spec, &config.store)?;
         let timeouts = Timeouts {
             connect: Duration::from_secs(args.connect_timeout),
@@ -419,7 +427,7 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
             );
         }
         let app = Arc::new(app);
-        reload_on_hangup(app.clone(), args.config.clone(), args.mode);
+        reload_on_hangup(app.clone(), args.config.clone(), (args.mode, args.ab));
         crate::server::serve(
             listener,
             app,
@@ -434,10 +442,37 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
 
 /// On SIGHUP, reads the config again (the same `--config` / `--preset` / environment) and applies
 /// it; a config with problems is refused whole, every problem logged, and the running one stays.
+/// What the command line says over the config file: `--mode`, `--ab`. A combination that
+/// cannot run is refused here, at start (and a reload that would make one keeps the running
+/// config).
+pub(super) fn overrides(
+    config: &mut config::Config,
+    mode: Option<config::Mode>,
+    ab: Option<f64>,
+) -> Result<(), Failure> {
+    if let Some(mode) = mode {
+        config.mode = mode;
+    }
+    if let Some(share) = ab {
+        if !(share > 0.0 && share < 1.0) {
+            return Err(Failure(format!(
+                "--ab {share}: the control arm's share must be strictly between 0 and 1 (0.5 splits sessions evenly)"
+            )));
+        }
+        config.experiment.control_share = Some(share);
+    }
+    if config.experiment.running() && config.mode == config::Mode::Observe {
+        return Err(Failure(
+            "an A/B experiment (--ab, experiment:) compacts its treatment arm and cannot run in observe mode: use --mode sync, or observe alone to measure without touching any request".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn reload_on_hangup(
     app: Arc<crate::state::App>,
     config: ConfigArgs,
-    mode: Option<config::Mode>,
+    (mode, ab): (Option<config::Mode>, Option<f64>),
 ) {
     #[cfg(unix)]
     tokio::spawn(async move {
@@ -456,10 +491,9 @@ pub(super) fn reload_on_hangup(
                         .collect::<Vec<String>>()
                 })
                 .and_then(|mut c| {
-                    // `--mode` on the command line beats the file, on a reload as at start.
-                    if let Some(mode) = mode {
-                        c.mode = mode;
-                    }
+                    // `--mode` and `--ab` on the command line beat the file, on a reload as at
+                    // start.
+                    overrides(&mut c, mode, ab).map_err(|Failure(why)| vec![why])?;
                     app.reload(&c)
                         .map(|restart| (c.pipeline.join(", "), restart))
                         .map_err(|errs| errs.iter().map(ToString::to_string).collect())

@@ -1,0 +1,130 @@
+use super::*;
+
+const MINUTE: u64 = 60_000;
+
+/// A session's row: `cost` dollars over `turns` turns, last seen at `last_ms`.
+fn row(session: &str, arm: Arm, model: &str, cost: f64, turns: u64, last_ms: u64) -> Spend {
+    Spend {
+        session: session.to_owned(),
+        model: model.to_owned(),
+        arm: arm.name().to_owned(),
+        agent: "claude-code".to_owned(),
+        turns,
+        input: 1000 * turns,
+        output: 100 * turns,
+        cost_micros: (cost * 1e6).round() as u64,
+        first_ms: 0,
+        last_ms,
+        ..Spend::default()
+    }
+}
+
+/// `n` finished sessions an arm, costs spread evenly around `mean` by ±`spread`.
+fn arms(n: usize, control: f64, treatment: f64, spread: f64) -> Vec<Spend> {
+    let mut rows = Vec::new();
+    for i in 0..n {
+        let wobble = spread * ((i % 5) as f64 - 2.0) / 2.0;
+        rows.push(row(
+            &format!("c{i}"),
+            Arm::Control,
+            "m",
+            control + wobble,
+            10,
+            0,
+        ));
+        rows.push(row(
+            &format!("t{i}"),
+            Arm::Treatment,
+            "m",
+            treatment + wobble,
+            9,
+            0,
+        ));
+    }
+    rows
+}
+
+/// A clear 20% saving over 30 sessions an arm is settled, its interval around it.
+#[test]
+fn a_clear_saving_is_settled() {
+    let report = Report::of("ab", &arms(30, 1.0, 0.8, 0.1), 100 * MINUTE, 30 * MINUTE);
+    let g = &report.overall;
+    assert_eq!((g.control.sessions, g.treatment.sessions), (30, 30));
+    assert!((g.control.cost_per_session - 1.0).abs() < 1e-9);
+    assert!((g.treatment.turns_per_session - 9.0).abs() < 1e-9);
+    let d = g.difference.clone().expect("both arms have sessions");
+    assert!((d.relative + 0.2).abs() < 1e-9, "{d:?}");
+    assert!(d.low < -0.2 && d.high > -0.2 && d.high < 0.0, "{d:?}");
+    assert!(d.settled);
+    assert_eq!(d.more_sessions_per_arm, Some(0));
+}
+
+/// A small difference in noisy costs is not settled, and says how many more sessions it needs
+/// (more for a smaller difference); a report reads the same twice.
+#[test]
+fn a_small_difference_asks_for_more_sessions() {
+    let rows = arms(10, 1.0, 0.97, 0.8);
+    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let d = report.overall.difference.clone().unwrap();
+    assert!(!d.settled && d.low < 0.0 && d.high > 0.0, "{d:?}");
+    let more = d.more_sessions_per_arm.unwrap();
+    let bigger = Report::of("ab", &arms(10, 1.0, 0.9, 0.8), 100 * MINUTE, 30 * MINUTE);
+    let fewer = bigger
+        .overall
+        .difference
+        .unwrap()
+        .more_sessions_per_arm
+        .unwrap();
+    assert!(more > fewer && fewer > 0, "{more} vs {fewer}");
+    assert_eq!(report, Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE));
+}
+
+/// Open sessions are counted as open and left out of the comparison; an arm with fewer than
+/// two finished sessions has no difference yet.
+#[test]
+fn open_sessions_are_shown_not_compared() {
+    let mut rows = arms(2, 1.0, 0.5, 0.0);
+    rows.push(row("c-open", Arm::Control, "m", 50.0, 3, 95 * MINUTE));
+    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let control = &report.overall.control;
+    assert_eq!((control.sessions, control.open), (2, 1));
+    // The totals count every session, open ones too.
+    assert_eq!(control.totals.turns, 23);
+    assert!((control.totals.cost_usd - 52.0).abs() < 1e-9);
+    assert!((control.cost_per_session - 1.0).abs() < 1e-9);
+    let one = Report::of("ab", &rows[..3], 100 * MINUTE, 30 * MINUTE);
+    assert!(one.overall.difference.is_none());
+    assert!(render(&one).contains("not yet"));
+}
+
+/// A session that used two models is one session overall (its costs added, each at its own
+/// price) and a session in each model's group, with that model's cost only; agents group too.
+#[test]
+fn models_and_agents_are_reported_apart() {
+    let mut rows = vec![
+        row("s1", Arm::Treatment, "claude-sonnet-4-5", 2.0, 5, 0),
+        row("s1", Arm::Treatment, "claude-haiku-4-5", 0.01, 2, 0),
+        row("s2", Arm::Control, "claude-sonnet-4-5", 3.0, 6, 0),
+    ];
+    rows[2].agent = "codex".to_owned();
+    rows[0].no_usage = 1;
+    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    assert_eq!(report.overall.treatment.sessions, 1);
+    assert!((report.overall.treatment.cost_per_session - 2.01).abs() < 1e-9);
+    assert_eq!(report.overall.treatment.no_usage_turns, 1);
+    let names: Vec<&str> = report.by_model.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["claude-haiku-4-5", "claude-sonnet-4-5"]);
+    assert!((report.by_model[1].treatment.cost_per_session - 2.0).abs() < 1e-9);
+    let agents: Vec<(&str, u64, u64)> = report
+        .by_agent
+        .iter()
+        .map(|g| (g.name.as_str(), g.control.sessions, g.treatment.sessions))
+        .collect();
+    assert_eq!(agents, [("claude-code", 0, 1), ("codex", 1, 0)]);
+    let text = render(&report);
+    assert!(
+        text.contains("all models, each at its own list price"),
+        "{text}"
+    );
+    assert!(text.contains("model claude-haiku-4-5"), "{text}");
+}
