@@ -102,6 +102,12 @@ pub const ROUTES: &[(&str, &str, Audience, &str)] = &[
     ),
     (
         "GET",
+        "/dashboard/api/experiment",
+        Audience::Open,
+        "a running A/B experiment's report (as `GET /ab`), or that none runs",
+    ),
+    (
+        "GET",
         "/dashboard/api/config",
         Audience::Trusted,
         "the effective config, allowlisted and redacted",
@@ -243,6 +249,7 @@ pub(crate) async fn handle(
         "/dashboard/app.css" => asset("text/css; charset=utf-8", STYLES),
         "/dashboard/api/events" => events(&dashboard, request.headers(), query),
         "/dashboard/api/config" => api_json(config_view(app)),
+        "/dashboard/api/experiment" => experiment(app).await,
         api => match read(dashboard, api, query, trusted).await {
             Ok(Some(value)) => api_json(value),
             Ok(None) => ProxyError::Missing("no such request").into_response(),
@@ -250,6 +257,26 @@ pub(crate) async fn handle(
         },
     };
     secured(response)
+}
+
+/// The Experiment tab's report: read from the store now, as `GET /ab` (aggregates only: no
+/// session is named).
+async fn experiment(app: &App) -> Response<Body> {
+    let Some(book) = app.book() else {
+        return api_json(serde_json::json!({ "running": false }));
+    };
+    match book.report().await {
+        Ok(report) => {
+            let mut value = serde_json::to_value(&*report).unwrap_or_default();
+            value["running"] = true.into();
+            api_json(value)
+        }
+        Err(error) => ProxyError::Busy {
+            why: format!("the state store did not answer: {error}"),
+            retry_after: 5,
+        }
+        .into_response(),
+    }
 }
 
 /// A dashboard route's answer when the dashboard is off: 404, never a bare "no route": the page

@@ -12,6 +12,10 @@ browser error, or fetches anything outside sluice's origin.
 With SLUICE_CHECK=memory (a sluice started with `--store memory`) it checks less and something
 else: the page loads at zero, says its rows are in memory for this run only, and shows the
 requests sent to it, live and in the Requests tab.
+
+With SLUICE_CHECK=experiment (a sluice started with `--ab 0.5` and `experiment.idle_seconds: 1`)
+it checks the Experiment tab: empty at first, then, once twelve sessions have been sent and
+gone quiet, both arms with their sessions (summing to twelve), and the treatment's difference.
 """
 import re
 import base64
@@ -227,9 +231,44 @@ def check_memory():
     check_clean(page)
 
 
+def check_experiment():
+    """A sluice with `--ab 0.5`: the Experiment tab shows both arms and the difference."""
+    page = open_dashboard()
+    page.js("document.querySelector('[data-testid=tab-experiment]').click()")
+    page.wait_for("document.querySelector('[data-testid=experiment-table]').innerText.includes('control')",
+                  "the experiment's arms, still empty")
+    chat = corpus_body(RUNS[0], "openai.json")
+    sessions = 12
+    for i in range(sessions):
+        for turns in (0.8, 1.0):
+            n = max(2, int(len(chat["messages"]) * turns))
+            body = dict(chat, messages=chat["messages"][:n])
+            headers = {"authorization": "Bearer sk-test-openai", "x-context-guru-session": f"dash-{i}",
+                       "user-agent": "claude-cli/2.0.14 (external, cli)"}
+            assert post("/openai/v1/chat/completions", body, headers) == 200
+    time.sleep(2.5)  # every session quiet past idle_seconds: finished, compared
+    page.js("document.querySelector('[data-testid=tab-overview]').click()")
+    page.js("document.querySelector('[data-testid=tab-experiment]').click()")
+    counts = page.wait_for(
+        "(() => { const rows = [...document.querySelectorAll('[data-testid=experiment-arm]')];"
+        " const n = rows.map((r) => Number(r.children[1].textContent));"
+        f" return rows.length === 2 && n[0] + n[1] === {sessions} ? n : null; }})()",
+        f"both arms' finished sessions to sum to {sessions}")
+    assert min(counts) > 0, counts
+    summary = page.js("document.querySelector('[data-testid=experiment-summary]').textContent")
+    assert summary.startswith("Experiment ab: treatment") and "95% interval" in summary, summary
+    agents = page.js("document.querySelector('[data-testid=experiment-agents]').innerText")
+    assert "claude-code" in agents, agents
+    print(f"ok: the Experiment tab shows {counts[0]} control and {counts[1]} treatment sessions; {summary!r}")
+    check_clean(page)
+
+
 def main():
     if mode == "memory":
         check_memory()
+        return
+    if mode == "experiment":
+        check_experiment()
         return
     page = open_dashboard()
 
@@ -282,6 +321,11 @@ def main():
     with open(screenshot, "wb") as f:
         f.write(base64.b64decode(shot["data"]))
     print(f"ok: screenshot of the overview saved to {screenshot}")
+    page.js("document.querySelector('[data-testid=tab-experiment]').click()")
+    none = page.wait_for("document.querySelector('[data-testid=experiment-summary]').textContent",
+                         "the Experiment tab")
+    assert none.startswith("No experiment runs") and "--ab" in none, none
+    print("ok: without --ab the Experiment tab says how to start one")
     check_clean(page)
 
 

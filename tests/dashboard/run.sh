@@ -2,7 +2,8 @@
 # The dashboard in a real browser: Debian's chromium, headless, driven over the DevTools
 # protocol (CDP) by tests/dashboard/check.py, against a sluice fed by the mock provider: one on
 # a SQLite state store (the dashboard's file beside it), then one on `--store memory` (the
-# dashboard in memory, nothing on disk), then one with `--no-dashboard` (its page says so).
+# dashboard in memory, nothing on disk), then one running an A/B experiment (its Experiment
+# tab), then one with `--no-dashboard` (its page says so).
 # Usage: bash tests/dashboard/run.sh   (installs websocket-client in tests/dashboard/.venv)
 # SLUICE_SCREENSHOT=PATH keeps the overview's screenshot there (the drill-down's beside it,
 # PATH-request.png); SLUICE_SPREAD_SECONDS spreads the traffic
@@ -32,7 +33,7 @@ fi
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/$profile"
 work="$(mktemp -d)"
 cleanup() {
-    kill "${mock_pid:-}" "${sluice_pid:-}" "${memory_pid:-}" "${off_pid:-}" "${browser_pid:-}" 2>/dev/null || true
+    kill "${mock_pid:-}" "${sluice_pid:-}" "${memory_pid:-}" "${off_pid:-}" "${ab_pid:-}" "${browser_pid:-}" 2>/dev/null || true
     wait 2>/dev/null || true
     # The browser's helpers may still be writing its profile for a moment.
     rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work" 2>/dev/null || true; }
@@ -94,6 +95,18 @@ if [[ -n "$(find "$work/state-home" -mindepth 1 -print -quit)" ]]; then
     exit 1
 fi
 echo "ok: --store memory wrote nothing under its state directory"
+
+# An A/B experiment: the Experiment tab shows both arms once sessions finish.
+ab_port="$(free_port)"
+printf 'experiment: { idle_seconds: 1 }\n' > "$work/ab.yaml"
+"$target_dir/sluice" serve --listen "127.0.0.1:$ab_port" --store "sqlite:$work/ab.db" \
+    --ab 0.5 --config "$work/ab.yaml" --anthropic-upstream "$mock_url" --openai-upstream "$mock_url" \
+    2> "$work/ab.err" &
+ab_pid=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$ab_port/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
+SLUICE_URL="http://127.0.0.1:$ab_port" DEVTOOLS_PORT="$devtools_port" \
+SLUICE_CORPUS_ROOT="$corpus/public" SLUICE_CHECK=experiment \
+    "$venv/bin/python" tests/dashboard/check.py || { tail -20 "$work/ab.err" >&2; exit 1; }
 
 # Off: /dashboard/ says how to turn it on, and so does the log.
 off_port="$(free_port)"

@@ -350,8 +350,47 @@ async function loadComponents() {
   ], data.components, { empty: 'No component has run in this window yet.' });
 }
 
+// ---- experiment --------------------------------------------------------------------------
+function difference(d) {
+  if (!d) return 'not yet: each arm needs two finished sessions with a cost';
+  const signed = (x) => (x > 0 ? '+' : '') + (x * 100).toFixed(1) + '%';
+  const verdict = d.settled ? 'settled' : d.more_sessions_per_arm == null ? 'no difference seen' : 'about ' + nf.format(d.more_sessions_per_arm) + ' more finished sessions per arm to settle';
+  return signed(d.relative) + ' cost per session (95% interval ' + signed(d.low) + ' to ' + signed(d.high) + '): ' + verdict;
+}
+function armRows(g) {
+  return [['control', g.control], ['treatment', g.treatment]].map(([arm, s]) => Object.assign({ arm }, s));
+}
+const ARM_COLUMNS = [
+  { title: 'Arm', render: (r) => r.arm },
+  { title: 'Sessions', num: true, render: (r) => nf.format(r.sessions) },
+  { title: 'Open', num: true, render: (r) => nf.format(r.open) },
+  { title: 'Cost / session', num: true, render: (r) => usd(r.cost_per_session) },
+  { title: 'Tokens / session', num: true, render: (r) => tokens(r.tokens_per_session) },
+  { title: 'Turns / session', num: true, render: (r) => r.turns_per_session.toFixed(1) },
+  { title: 'Expand rounds / session', num: true, render: (r) => r.expand_rounds_per_session.toFixed(2) },
+  { title: 'Errors', num: true, render: (r) => pct(r.error_rate * 100) },
+  { title: 'No usage', num: true, render: (r) => nf.format(r.no_usage_turns) },
+];
+function groupTable(node, groups, empty) {
+  const rows = [];
+  for (const g of groups) for (const r of armRows(g)) rows.push(Object.assign({ group: g.name, diff: r.arm === 'treatment' ? difference(g.difference) : '' }, r));
+  table(node, [{ title: '', render: (r) => (r.arm === 'control' ? r.group : '') }].concat(ARM_COLUMNS, [{ title: 'Treatment vs control', cls: () => 'wrap', render: (r) => r.diff }]), rows, { empty });
+}
+async function loadExperiment() {
+  const data = await api('/dashboard/api/experiment');
+  if (!data.running) {
+    $('experiment-summary').textContent = 'No experiment runs. Start sluice with --ab 0.5 (or experiment.control_share in the config) to split sessions between sluice and forwarding untouched, and see here whether it saves money on your own traffic.';
+    for (const id of ['experiment-table', 'experiment-agents', 'experiment-models']) $(id).replaceChildren();
+    return;
+  }
+  $('experiment-summary').textContent = 'Experiment ' + data.experiment + ': treatment ' + difference(data.overall.difference) + '.';
+  table($('experiment-table'), ARM_COLUMNS, armRows(data.overall), { empty: 'No session yet.', testid: 'experiment-arm' });
+  groupTable($('experiment-agents'), data.by_agent, 'No session yet.');
+  groupTable($('experiment-models'), data.by_model, 'No session yet.');
+}
+
 // ---- tabs, refresh, live ------------------------------------------------------------------
-const loaders = { overview: loadOverview, sessions: () => loadSessions(false), requests: () => loadRequests(false), components: loadComponents };
+const loaders = { overview: loadOverview, sessions: () => loadSessions(false), requests: () => loadRequests(false), components: loadComponents, experiment: loadExperiment };
 function showTab(tab) {
   state.tab = tab;
   for (const b of document.querySelectorAll('.tab')) b.classList.toggle('active', b.dataset.tab === tab);
