@@ -145,8 +145,26 @@ pub fn for_request(header: Option<&str>, parsed: &ParsedBody<'_>) -> String {
         // workspace tree) that sessions of one workspace share on a day; the task follows it
         // in the same leading run of user contents, which every later turn repeats.
         crate::wire::Dialect::Gemini => derive_leading(parsed.messages(), 2),
-        _ => derive(parsed.messages()),
+        _ => match cache_key(parsed) {
+            // OpenAI's `prompt_cache_key`, which a client sets per conversation (Codex: its
+            // session id): two conversations that open alike (the same task in the same
+            // workspace) stay two sessions. Folded into the derived key, never in place of it,
+            // so a client that sends one key for all its conversations splits them as before.
+            Some(key) => key_of(&derive(parsed.messages()), std::iter::once(key.as_str())),
+            None => derive(parsed.messages()),
+        },
     })
+}
+
+/// The body's top-level `prompt_cache_key` (OpenAI chat completions and Responses), when it is
+/// a string an explicit session id could be.
+fn cache_key(parsed: &ParsedBody<'_>) -> Option<String> {
+    let text = parsed.text();
+    let value = parsed
+        .field("prompt_cache_key")
+        .filter(|v| json::kind_of(text, *v) == json::Kind::String)?;
+    let key = json::decode_string(text, value).ok()?;
+    sanitize_explicit(&key).map(str::to_owned)
 }
 
 /// [`derive`] over the system prompt and up to `users` user messages of the transcript's
@@ -211,6 +229,30 @@ mod tests {
         ] {
             assert_eq!(sanitize_explicit(bad), None, "{bad:?}");
         }
+    }
+
+    /// Codex's runs of one task in one workspace open alike; each names its conversation in
+    /// `prompt_cache_key`, which keeps them two sessions. One key for every conversation (a
+    /// gateway's) still splits them by their openings.
+    #[test]
+    fn a_prompt_cache_key_splits_conversations_that_open_alike() {
+        use crate::wire::{Dialect, parse};
+        let body = |key: Option<&str>, task: &str| {
+            let key = key.map_or(String::new(), |k| format!(r#""prompt_cache_key":"{k}","#));
+            format!(
+                r#"{{{key}"model":"gpt-5","input":[{{"role":"user","content":"{task}"}}],"instructions":"be brief"}}"#
+            )
+        };
+        let key = |text: String| {
+            let parsed = parse(text.as_bytes(), Dialect::Responses).unwrap();
+            for_request(None, &parsed)
+        };
+        let (run_a, run_b) = (Some("0199a-run-a"), Some("0199a-run-b"));
+        assert_ne!(key(body(run_a, "fix it")), key(body(run_b, "fix it")));
+        assert_eq!(key(body(run_a, "fix it")), key(body(run_a, "fix it")));
+        assert_ne!(key(body(run_a, "fix it")), key(body(run_a, "other")));
+        assert_ne!(key(body(None, "fix it")), key(body(None, "other")));
+        assert_eq!(key(body(Some("bad key/../"), "x")), key(body(None, "x")));
     }
 
     #[test]

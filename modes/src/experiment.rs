@@ -13,6 +13,10 @@ use engine::config::Arm;
 use serde::Serialize;
 use store::Spend;
 
+/// An output token, in input-token equivalents, where a model has no list price here: Claude's
+/// ratio (GPT-5's is 8, GPT-4.1's 4). Cache reads and writes are `engine::savings`'.
+const OUTPUT_PRICE: f64 = 5.0;
+
 /// Resamples for the interval: enough that its ends move by well under a percentage point
 /// between runs of different seeds at a few dozen sessions an arm.
 const RESAMPLES: usize = 2000;
@@ -24,6 +28,8 @@ struct Session {
     agent: String,
     /// Dollars at list price.
     cost: f64,
+    /// The same tokens in input-token equivalents (for models without a list price).
+    equivalents: f64,
     tokens: u64,
     totals: Totals,
     turns: u64,
@@ -42,6 +48,10 @@ impl Session {
             self.agent.clone_from(&row.agent);
         }
         self.cost += row.cost_micros as f64 / 1e6;
+        self.equivalents += row.input as f64
+            + row.cache_read as f64 * engine::savings::READ_PRICE
+            + row.cache_write as f64 * engine::savings::WRITE_PRICE
+            + row.output as f64 * OUTPUT_PRICE;
         self.tokens += row.input + row.cache_read + row.cache_write + row.output;
         self.turns += row.turns;
         self.errors += row.errors;
@@ -69,6 +79,9 @@ pub struct ArmSummary {
     /// Sessions still going: shown, not compared.
     pub open: u64,
     pub cost_per_session: f64,
+    /// Input-token equivalents per finished session: input 1, a cache read 0.1, a cache write
+    /// 1.25, an output token 5 (what the difference is judged on when a model has no price).
+    pub equivalents_per_session: f64,
     pub tokens_per_session: f64,
     pub turns_per_session: f64,
     pub expand_rounds_per_session: f64,
@@ -83,6 +96,8 @@ pub struct ArmSummary {
     pub totals: Totals,
     #[serde(skip)]
     costs: Vec<f64>,
+    #[serde(skip)]
+    equivalents: Vec<f64>,
 }
 
 /// Provider-reported tokens and their list-price dollars, summed.
@@ -127,6 +142,7 @@ impl ArmSummary {
             sessions: finished.len() as u64,
             open: (sessions.len() - finished.len()) as u64,
             cost_per_session: mean(&|s| s.cost),
+            equivalents_per_session: mean(&|s| s.equivalents),
             tokens_per_session: mean(&|s| s.tokens as f64),
             turns_per_session: mean(&|s| s.turns as f64),
             expand_rounds_per_session: mean(&|s| s.expand_rounds as f64),
@@ -143,6 +159,7 @@ impl ArmSummary {
                 sum
             }),
             costs: finished.iter().map(|s| s.cost).collect(),
+            equivalents: finished.iter().map(|s| s.equivalents).collect(),
         }
     }
 }
@@ -150,6 +167,9 @@ impl ArmSummary {
 /// The treatment against the control, in cost per finished session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Difference {
+    /// What is compared per session: `usd` (list prices), or `input_token_equivalents` when
+    /// some compared turn's model has no list price here.
+    pub basis: &'static str,
     /// Treatment over control, minus one: −0.12 is 12% cheaper.
     pub relative: f64,
     /// The bootstrap 95% interval of `relative`.
@@ -169,7 +189,7 @@ pub struct Group {
     pub name: String,
     pub control: ArmSummary,
     pub treatment: ArmSummary,
-    /// Absent until each arm has two finished sessions with a cost.
+    /// Absent until each arm has two finished sessions (and the control a cost).
     pub difference: Option<Difference>,
 }
 
@@ -184,7 +204,18 @@ impl Group {
         };
         let control = ArmSummary::of(&arm(Arm::Control));
         let treatment = ArmSummary::of(&arm(Arm::Treatment));
-        let difference = difference(&control.costs, &treatment.costs);
+        // Dollars when every compared turn has a list price; else every session in input-token
+        // equivalents, so an unpriced model is neither free nor left out.
+        let priced = control.unpriced_turns + treatment.unpriced_turns == 0;
+        let difference = if priced {
+            difference(&control.costs, &treatment.costs, "usd")
+        } else {
+            difference(
+                &control.equivalents,
+                &treatment.equivalents,
+                "input_token_equivalents",
+            )
+        };
         Group {
             name,
             control,
@@ -258,7 +289,7 @@ impl Report {
 
 /// The relative difference of the means and its bootstrap interval (percentiles of
 /// [`RESAMPLES`] resamples of each arm, a fixed seed so that a report reads the same twice).
-fn difference(control: &[f64], treatment: &[f64]) -> Option<Difference> {
+fn difference(control: &[f64], treatment: &[f64], basis: &'static str) -> Option<Difference> {
     if control.len() < 2 || treatment.len() < 2 {
         return None;
     }
@@ -294,6 +325,7 @@ fn difference(control: &[f64], treatment: &[f64]) -> Option<Difference> {
         Some(((n * (half / relative).powi(2)).ceil() - n).max(1.0) as u64)
     };
     Some(Difference {
+        basis,
         relative,
         low,
         high,
@@ -324,13 +356,21 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(out, "\n{prefix}{}", g.name);
         let _ = writeln!(
             out,
-            "  {:<10} {:>9} {:>5} {:>12} {:>14} {:>8} {:>8} {:>9}",
-            "arm", "sessions", "open", "$/session", "tokens/session", "turns", "errors", "no usage"
+            "  {:<10} {:>9} {:>5} {:>12} {:>14} {:>8} {:>8} {:>9} {:>9}",
+            "arm",
+            "sessions",
+            "open",
+            "$/session",
+            "tokens/session",
+            "turns",
+            "errors",
+            "no usage",
+            "unpriced"
         );
         for (arm, s) in [("control", &g.control), ("treatment", &g.treatment)] {
             let _ = writeln!(
                 out,
-                "  {:<10} {:>9} {:>5} {:>12.4} {:>14.0} {:>8.1} {:>7.1}% {:>9}",
+                "  {:<10} {:>9} {:>5} {:>12.4} {:>14.0} {:>8.1} {:>7.1}% {:>9} {:>9}",
                 arm,
                 s.sessions,
                 s.open,
@@ -338,18 +378,23 @@ pub fn render(report: &Report) -> String {
                 s.tokens_per_session,
                 s.turns_per_session,
                 s.error_rate * 100.0,
-                s.no_usage_turns
+                s.no_usage_turns,
+                s.unpriced_turns
             );
         }
         let _ = match &g.difference {
             None => writeln!(
                 out,
-                "  difference: not yet (each arm needs two finished sessions with a cost)"
+                "  difference: not yet (each arm needs two finished sessions)"
             ),
             Some(d) => writeln!(
                 out,
-                "  treatment {:+.1}% cost per session, 95% interval {:+.1}% to {:+.1}%: {}",
+                "  treatment {:+.1}% {} per session, 95% interval {:+.1}% to {:+.1}%: {}",
                 d.relative * 100.0,
+                match d.basis {
+                    "usd" => "cost",
+                    _ => "input-token equivalents (a model has no list price here)",
+                },
                 d.low * 100.0,
                 d.high * 100.0,
                 match (d.settled, d.more_sessions_per_arm) {

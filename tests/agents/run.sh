@@ -10,6 +10,9 @@
 #     sluice signing with test credentials the model server verifies (botocore);
 #   codex is Codex on its default model (tools in an `additional_tools` input item, code mode);
 #   codex-gpt5 is the same Codex with `model = "gpt-5-codex"` (top-level function tools);
+#   ab runs Claude Code and Codex several times each (a new session every run) through one
+#     sluice with `--ab 0.5` on a SQLite store, until both arms have sessions (3 to 8 runs an
+#     agent), checks every run did its task, and prints `sluice ab report`;
 #   claude-wrap is Claude Code started by `sluice wrap` (which starts sluice for it), with
 #     SLUICE_WRAP as the command (default: the sluice binary; tests/install/run.sh passes the
 #     npm package's `npx sluice-proxy`).
@@ -120,21 +123,23 @@ start_model() { # DIR -> sets model_url
     [[ -n "$model_url" ]] || { echo "model server did not start" >&2; cat "$1/model.err" >&2; exit 1; }
 }
 
-start_sluice() { # DIR UPSTREAM -> sets sluice_url
-    local port
+start_sluice() { # DIR UPSTREAM [STORE [SERVE ARGS...]] -> sets sluice_url
+    local port dir="$1" upstream="$2" store="${3:-memory}"
+    shift 2
+    [[ $# -gt 0 ]] && shift
     port="$(free_port)"
     # Only these credentials: no profile file, no instance metadata.
     AWS_ACCESS_KEY_ID="$aws_key" AWS_SECRET_ACCESS_KEY="$aws_secret" AWS_SESSION_TOKEN="$aws_token" \
     AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null AWS_EC2_METADATA_DISABLED=true \
-    "$sluice" serve --listen "127.0.0.1:$port" --store memory --log-format json \
-        --anthropic-upstream "$2" --openai-upstream "$2" --gemini-upstream "$2" --vertex-upstream "$2" \
-        --bedrock-upstream "$2" --bedrock-region "$aws_region" \
-        > "$1/sluice.out" 2> "$1/sluice.log" &
+    "$sluice" serve --listen "127.0.0.1:$port" --store "$store" --log-format json \
+        --anthropic-upstream "$upstream" --openai-upstream "$upstream" --gemini-upstream "$upstream" \
+        --vertex-upstream "$upstream" --bedrock-upstream "$upstream" --bedrock-region "$aws_region" \
+        "$@" > "$dir/sluice.out" 2> "$dir/sluice.log" &
     pids+=($!)
     sluice_pid=$!
     sluice_url="http://127.0.0.1:$port"
     for _ in $(seq 200); do curl -fs "$sluice_url/healthz" >/dev/null 2>&1 && return 0; sleep 0.05; done
-    echo "sluice did not answer /healthz" >&2; cat "$1/sluice.log" >&2; exit 1
+    echo "sluice did not answer /healthz" >&2; cat "$dir/sluice.log" >&2; exit 1
 }
 
 # run_agent AGENT ANTHROPIC_BASE OPENAI_BASE GEMINI_BASE VERTEX_BASE BEDROCK_BASE DIR: runs in
@@ -265,6 +270,57 @@ agent_version() {
         aider) "$venv/bin/python" -c 'import importlib.metadata as m; print("aider-chat", m.version("aider-chat"))' ;;
     esac
 }
+
+# ------------------------------------------------------------------ the A/B experiment
+# Claude Code and Codex, run after run, each run a new session, through one sluice splitting
+# sessions half and half (`--ab 0.5`): every run must do its task whichever arm it is in, and
+# the report must hold both arms.
+if [[ "${agents[*]}" == ab ]]; then
+    dir="$out/ab"
+    mkdir -p "$dir"
+    start_model "$dir"
+    printf 'experiment: { idle_seconds: 1 }\n' > "$dir/sluice.yaml"
+    # The experiment's rows need a store that keeps them: SQLite.
+    start_sluice "$dir" "$model_url" "sqlite:$dir/state.db" --ab 0.5 --config "$dir/sluice.yaml"
+    runs=0
+    for round in 1 2 3 4 5 6 7 8; do
+        for agent in claude codex; do
+            run_dir="$dir/$agent-$round"
+            mkdir -p "$run_dir"
+            make_repo
+            run_agent "$agent" "$sluice_url/anthropic" "$sluice_url/openai/v1" "$sluice_url/gemini" \
+                "$sluice_url/vertex/v1" "$sluice_url/bedrock" "$run_dir"
+            settings="$(cat "$run_dir/settings.py")"
+            if [[ "$(cat "$run_dir/exit")" != 0 || "$settings" != *"RETRIES = 3"* ]]; then
+                echo "ab: $agent run $round did not do its task (exit $(cat "$run_dir/exit"))" >&2
+                tail -20 "$run_dir/agent.err" >&2
+                exit 1
+            fi
+            runs=$((runs + 1))
+        done
+        sleep 1.5 # every session quiet past idle_seconds
+        curl -fs "$sluice_url/ab" > "$dir/ab.json"
+        both="$(python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["overall"]; print(int(o["control"]["sessions"] > 0 and o["treatment"]["sessions"] > 0))' "$dir/ab.json")"
+        [[ $round -ge 3 && "$both" == 1 ]] && break
+    done
+    [[ "$both" == 1 ]] || { cat "$dir/ab.json" >&2; echo "ab: one arm stayed empty after $runs runs" >&2; exit 1; }
+    python3 - "$dir/ab.json" "$runs" <<'PY' || { tail -20 "$dir/sluice.log" >&2; exit 1; }
+import json, sys
+report, runs = json.load(open(sys.argv[1])), int(sys.argv[2])
+o = report["overall"]
+sessions = o["control"]["sessions"] + o["treatment"]["sessions"]
+assert sessions == runs, f"{sessions} sessions for {runs} runs: {report}"
+agents = {g["name"] for g in report["by_agent"]}
+assert agents == {"claude-code", "codex"}, agents
+for arm in ("control", "treatment"):
+    assert o[arm]["no_usage_turns"] == 0, (arm, o[arm])
+    assert o[arm]["error_rate"] == 0.0, (arm, o[arm])
+print(f"ok: {runs} runs, {o['control']['sessions']} control and {o['treatment']['sessions']} treatment sessions, every run did its task")
+PY
+    "$sluice" ab report --listen "${sluice_url#http://}" | tee "$dir/report.txt"
+    kill "$sluice_pid" 2>/dev/null || true
+    exit 0
+fi
 
 # ------------------------------------------------------------------ the runs
 for agent in "${agents[@]}"; do

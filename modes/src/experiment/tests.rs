@@ -128,3 +128,33 @@ fn models_and_agents_are_reported_apart() {
     );
     assert!(text.contains("model claude-haiku-4-5"), "{text}");
 }
+
+/// Sessions of a model without a list price are compared in input-token equivalents, never
+/// as free: here the treatment reads from the cache what the control pays in full.
+#[test]
+fn unpriced_models_are_compared_in_input_token_equivalents() {
+    let mut rows = Vec::new();
+    for i in 0..6 {
+        let mut control = row(&format!("c{i}"), Arm::Control, "new-model", 0.0, 4, 0);
+        control.input = 100_000;
+        control.unpriced = 4;
+        let mut treatment = row(&format!("t{i}"), Arm::Treatment, "new-model", 0.0, 4, 0);
+        treatment.input = 10_000 + i as u64;
+        treatment.cache_read = 90_000;
+        treatment.unpriced = 4;
+        rows.push(control);
+        rows.push(treatment);
+    }
+    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let d = report
+        .overall
+        .difference
+        .clone()
+        .expect("compared all the same");
+    assert_eq!(d.basis, "input_token_equivalents");
+    // (10,000 + 9,000 + 2,000 output) against (100,000 + 2,000): about -79%.
+    assert!((d.relative + 0.794).abs() < 0.01, "{d:?}");
+    assert!(d.settled);
+    assert!(render(&report).contains("input-token equivalents"));
+    assert_eq!(report.overall.control.unpriced_turns, 24);
+}

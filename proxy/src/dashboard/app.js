@@ -352,10 +352,11 @@ async function loadComponents() {
 
 // ---- experiment --------------------------------------------------------------------------
 function difference(d) {
-  if (!d) return 'not yet: each arm needs two finished sessions with a cost';
+  if (!d) return 'not yet: each arm needs two finished sessions';
   const signed = (x) => (x > 0 ? '+' : '') + (x * 100).toFixed(1) + '%';
   const verdict = d.settled ? 'settled' : d.more_sessions_per_arm == null ? 'no difference seen' : 'about ' + nf.format(d.more_sessions_per_arm) + ' more finished sessions per arm to settle';
-  return signed(d.relative) + ' cost per session (95% interval ' + signed(d.low) + ' to ' + signed(d.high) + '): ' + verdict;
+  const basis = d.basis === 'usd' ? ' cost' : ' input-token equivalents (a model has no list price here)';
+  return signed(d.relative) + basis + ' per session (95% interval ' + signed(d.low) + ' to ' + signed(d.high) + '): ' + verdict;
 }
 function armRows(g) {
   return [['control', g.control], ['treatment', g.treatment]].map(([arm, s]) => Object.assign({ arm }, s));
