@@ -90,14 +90,15 @@ fn start_sluice(binary: &str, port: u16, upstream: &str) -> Child {
 }
 
 fn start_sluice_with(binary: &str, port: u16, upstream: &str, extra: &[&str]) -> Child {
+    // `memory` unless `extra` names a store.
+    let store: &[&str] = if extra.contains(&"--store") {
+        &[]
+    } else {
+        &["--store", "memory"]
+    };
     Command::new(binary)
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--store",
-            "memory",
-        ])
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(store)
         .args(extra)
         .args([
             "--anthropic-upstream",
@@ -379,6 +380,101 @@ async fn turns_of_dialect(
 /// Two builds side by side (`load A compare B`): the same bodies to each, alternating which
 /// goes first, then each one's throughput, in one run. For a build setting that must not move
 /// the turn (the shipped `dist` profile against `release`).
+/// One sluice without an experiment and one with `--ab 0.5`, both on a SQLite store of their
+/// own, side by side (alternating which goes first): every OpenAI corpus body to each, each body
+/// its own session. The experiment's own cost is its treatment arm against the first sluice
+/// (the arm's hash, the delivered reply's scan, a row written behind the reply); its control
+/// arm goes untouched, its shadow run off the request path.
+async fn compare_ab(binary: &str, mock: &Mock, client: &HttpClient) {
+    let dir = std::env::temp_dir().join(format!("sluice-load-ab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let store = |name: &str| format!("sqlite:{}", dir.join(name).display());
+    let (off_store, on_store) = (store("off.db"), store("on.db"));
+    let (off_port, on_port) = (free_port(), free_port());
+    let mut off = start_sluice_with(binary, off_port, &mock.url(), &["--store", &off_store]);
+    let on_args = ["--store", on_store.as_str(), "--ab", "0.5"];
+    let mut on = start_sluice_with(binary, on_port, &mock.url(), &on_args);
+    let (off_url, on_url) = (
+        format!("http://127.0.0.1:{off_port}"),
+        format!("http://127.0.0.1:{on_port}"),
+    );
+    wait_ready(client, &off_url).await;
+    wait_ready(client, &on_url).await;
+    let bodies = measured_bodies(Dialect::OpenAi);
+    let experiment = engine::config::ExperimentConfig {
+        control_share: Some(0.5),
+        ..engine::config::ExperimentConfig::default()
+    };
+    // The harness sends no credential: every session is under the anonymous scope `u:`.
+    let arms: Vec<engine::config::Arm> = bodies
+        .iter()
+        .map(|body| {
+            let parsed = engine::wire::parse(body, Dialect::OpenAi).expect("a corpus body");
+            let key = format!("u:{}", engine::session::for_request(None, &parsed));
+            experiment.arm(&key).expect("an experiment")
+        })
+        .collect();
+    let (a, b) = (
+        format!("{off_url}{}", route(Dialect::OpenAi)),
+        format!("{on_url}{}", route(Dialect::OpenAi)),
+    );
+    for body in &bodies {
+        post(client, &a, body.clone()).await;
+        post(client, &b, body.clone()).await;
+    }
+    // By the arm the body's session is in, so each arm is compared on its own bodies.
+    let mut without: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut with: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS * 2 {
+        for (body, arm) in bodies.iter().zip(&arms) {
+            let first = round % 2 == 0;
+            let (x, y) = if first { (&a, &b) } else { (&b, &a) };
+            let tx = ms(post(client, x, body.clone()).await);
+            let ty = ms(post(client, y, body.clone()).await);
+            let (t_off, t_on) = if first { (tx, ty) } else { (ty, tx) };
+            let k = usize::from(*arm == engine::config::Arm::Treatment);
+            without[k].push(t_off);
+            with[k].push(t_on);
+        }
+    }
+    println!("| bodies of | sluice | turns | p50 | p99 |");
+    println!("|---|---|--:|--:|--:|");
+    let row = |label: &str, times: &mut Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        println!(
+            "| {label} | {} | {:.3} ms | {:.3} ms |",
+            times.len(),
+            percentile(times, 50.0),
+            percentile(times, 99.0)
+        );
+    };
+    row("treatment sessions | no experiment", &mut without[1]);
+    row("treatment sessions | `--ab 0.5`", &mut with[1]);
+    row("control sessions | no experiment", &mut without[0]);
+    row("control sessions | `--ab 0.5`", &mut with[0]);
+    let stats = client
+        .request(
+            http::Request::get(format!("{on_url}/stats"))
+                .body(Full::new(Bytes::new()))
+                .expect("req"),
+        )
+        .await
+        .expect("stats");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&stats.into_body().collect().await.expect("body").to_bytes())
+            .unwrap_or_default();
+    println!();
+    println!(
+        "experiment rows: {} written, {} lost",
+        stats["ab_rows_written"], stats["ab_rows_lost"]
+    );
+    for child in [&mut off, &mut on] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 async fn compare_builds(binaries: [&str; 2], mock: &Mock, client: &HttpClient) {
     let mut children = Vec::new();
     let mut urls = Vec::new();
@@ -441,7 +537,7 @@ fn main() {
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
     let mode = std::env::args().nth(2);
-    if let Some(mode @ ("turns" | "dashboard" | "compare")) = mode.as_deref() {
+    if let Some(mode @ ("turns" | "dashboard" | "ab" | "compare")) = mode.as_deref() {
         let other = std::env::args().nth(3);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -454,6 +550,7 @@ fn main() {
             match mode {
                 "turns" => turn_by_turn(&binary, &mock, &client).await,
                 "dashboard" => compare_dashboard(&binary, &mock, &client).await,
+                "ab" => compare_ab(&binary, &mock, &client).await,
                 _ => {
                     let other = other.expect("load A compare B");
                     compare_builds([&binary, &other], &mock, &client).await;

@@ -7,4 +7,5 @@ cargo build --release --quiet -p proxy --bin sluice && cargo build --release --q
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 # `bash benches/load.sh dashboard`: the dashboard's capture, on and off, side by side.
 # `bash benches/load.sh compare OTHER_BINARY`: this build and another, side by side.
+# `bash benches/load.sh ab`: without an experiment and with `--ab 0.5`, side by side, by arm.
 "$target_dir/release/load" "$target_dir/release/sluice" "$@"

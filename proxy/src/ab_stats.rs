@@ -123,7 +123,7 @@ pub static AB_FIELDS: &[Field<AbView>] = &[
         "",
         Gauge,
         "0/1",
-        "1 while an experiment splits sessions (`--ab`, `experiment:`).",
+        "1 while an experiment splits sessions and records them (`--ab`, `experiment:`); 0 without one, or once it has ended with a winner (its report still shown).",
         |v| count(u64::from(v.running)),
     ),
     arm_row!(

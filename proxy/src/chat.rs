@@ -188,7 +188,13 @@ impl Outgoing {
             dialect,
             method,
             uri: upstream_uri(&base, uri),
-            capture: Capture::start(app.dashboard(), app.book(), dialect, app.mode(), &headers),
+            capture: Capture::start(
+                app.dashboard(),
+                app.book().filter(|b| b.recording()),
+                dialect,
+                app.mode(),
+                &headers,
+            ),
             headers,
             auth,
         })

@@ -268,7 +268,8 @@ async fn experiment(app: &App) -> Response<Body> {
     match book.report().await {
         Ok(report) => {
             let mut value = serde_json::to_value(&*report).unwrap_or_default();
-            value["running"] = true.into();
+            value["running"] = book.recording().into();
+            value["ended"] = (!book.recording()).into();
             api_json(value)
         }
         Err(error) => ProxyError::Busy {

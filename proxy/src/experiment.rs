@@ -93,14 +93,14 @@ impl std::fmt::Debug for Book {
 }
 
 impl Book {
-    /// The book of a running experiment, reading its report again every [`REFRESH`] on
-    /// `runtime`; `None` when none runs.
+    /// The book of an experiment, running or ended with a winner (its report still read, every
+    /// [`REFRESH`] on `runtime`); `None` without one.
     pub(crate) fn start(
         config: &ExperimentConfig,
         durable: &Arc<DurableStore>,
         runtime: &tokio::runtime::Handle,
     ) -> Option<Arc<Book>> {
-        if !config.running() {
+        if !config.enabled() {
             return None;
         }
         let book = Arc::new(Book {
@@ -124,6 +124,11 @@ impl Book {
             }
         });
         Some(book)
+    }
+
+    /// Whether requests are recorded: the experiment runs (ended with a winner, it only reports).
+    pub(crate) fn recording(&self) -> bool {
+        self.config.running()
     }
 
     /// The report now, read from the store (and kept for `/stats`).

@@ -372,7 +372,7 @@ impl App {
         let (written, lost) = book.writes();
         crate::ab_stats::AbView {
             report: book.latest(),
-            running: true,
+            running: book.recording(),
             written,
             lost,
         }

@@ -249,6 +249,42 @@ async fn each_arm_records_what_the_provider_billed_it() {
     let sluice = Sluice::spawn_logging(&store, &mock.url(), &args, None);
     let again = ab_of(&sluice, 0, Duration::ZERO).await;
     assert_eq!(again["overall"], report["overall"]);
+
+    // Ended with a winner: a control session's next turn is compacted, nothing more is
+    // recorded, and the report still reads the same.
+    sluice.kill();
+    let ended = dir.join("ended.yaml");
+    std::fs::write(
+        &ended,
+        "experiment: { idle_seconds: 2, control_share: 0.5, winner: treatment }\n",
+    )
+    .unwrap();
+    let ended = ended.display().to_string();
+    let sluice = Sluice::spawn_logging(&store, &mock.url(), &["--config", &ended], None);
+    let id = (0..40)
+        .map(|i| format!("ab-{i}"))
+        .find(|id| arm_of(id) == Arm::Control)
+        .unwrap();
+    let (_, turns) = session();
+    let before = mock.recorded().len();
+    let sent = send(&sluice, &id, 1, &turns[0]).await;
+    assert_ne!(
+        mock.recorded()[before].body,
+        sent,
+        "the winner applies to every session"
+    );
+    let stats = sluice.stats().await;
+    assert_eq!(
+        (
+            stats["ab_running"].as_u64(),
+            stats["ab_rows_written"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    let (status, body) = call(&sluice.url, "GET", "/ab", &[], Bytes::new()).await;
+    assert_eq!(status, 200);
+    let after: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(after["overall"], report["overall"]);
 }
 
 /// `sluice ab report` with `args`; its stdout.

@@ -379,12 +379,12 @@ function groupTable(node, groups, empty) {
 }
 async function loadExperiment() {
   const data = await api('/dashboard/api/experiment');
-  if (!data.running) {
+  if (!data.running && !data.ended) {
     $('experiment-summary').textContent = 'No experiment runs. Start sluice with --ab 0.5 (or experiment.control_share in the config) to split sessions between sluice and forwarding untouched, and see here whether it saves money on your own traffic.';
     for (const id of ['experiment-table', 'experiment-agents', 'experiment-models']) $(id).replaceChildren();
     return;
   }
-  $('experiment-summary').textContent = 'Experiment ' + data.experiment + ': treatment ' + difference(data.overall.difference) + '.';
+  $('experiment-summary').textContent = 'Experiment ' + data.experiment + (data.ended ? ' (ended: every session now gets the winner)' : '') + ': treatment ' + difference(data.overall.difference) + '.';
   table($('experiment-table'), ARM_COLUMNS, armRows(data.overall), { empty: 'No session yet.', testid: 'experiment-arm' });
   groupTable($('experiment-agents'), data.by_agent, 'No session yet.');
   groupTable($('experiment-models'), data.by_model, 'No session yet.');
