@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use engine::config::{Arm, ExperimentConfig};
 use engine::wire::Dialect;
-use integration_tests::mock::Mock;
+use integration_tests::mock::{Mock, Reply};
 use integration_tests::redis::RedisServer;
 use serde_json::Value;
 
@@ -325,7 +325,34 @@ async fn two_replicas_assign_and_report_alike() {
     let from_b = ab_of(&b, 0, Duration::ZERO).await;
     assert_eq!(from_a["overall"], from_b["overall"]);
     assert_totals(&from_a, &sent);
+
+    // The provider overloaded (529, no usage): an error and a turn of unknown cost, never a
+    // free one; the agent's next try of the same session is a retry.
+    let (_, turns) = session();
+    let id = "fleet-overloaded";
+    mock.script([Reply::Status(529, OVERLOADED.into())]);
+    let headers = [
+        ("content-type", "application/json"),
+        ("x-context-guru-session", id),
+        CREDENTIAL,
+    ];
+    let body = Bytes::from(turns[0].clone());
+    let path = "/openai/v1/chat/completions";
+    let (status, _) = call(&a.url, "POST", path, &headers, body.clone()).await;
+    assert_eq!(status, 529);
+    let (status, _) = call(&a.url, "POST", path, &headers, body).await;
+    assert_eq!(status, 200);
+    let report = ab_of(&a, 0, Duration::from_secs(3)).await;
+    let arm = &report["overall"][arm_of(id).name()];
+    assert_eq!(arm["no_usage_turns"], 1, "{report}");
+    assert!(arm["error_rate"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(
+        arm["retries_per_session"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
 }
+
+const OVERLOADED: &str = r#"{"error":{"message":"Overloaded","type":"overloaded_error"}}"#;
 
 /// An experiment that cannot run is refused at start, with what to do instead.
 #[test]
