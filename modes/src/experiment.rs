@@ -78,6 +78,9 @@ pub struct ArmSummary {
     pub sessions: u64,
     /// Sessions still going: shown, not compared.
     pub open: u64,
+    /// Finished sessions with a turn whose reply reported no usage: their cost is unknown, so
+    /// they are left out of the cost, token and difference figures (counted, never zero).
+    pub unknown_cost_sessions: u64,
     pub cost_per_session: f64,
     /// Input-token equivalents per finished session: input 1, a cache read 0.1, a cache write
     /// 1.25, an output token 5 (what the difference is judged on when a model has no price).
@@ -88,7 +91,8 @@ pub struct ArmSummary {
     pub retries_per_session: f64,
     /// Turns that ended in an error, of all turns.
     pub error_rate: f64,
-    /// Turns whose reply reported no usage (their cost is unknown, not zero).
+    /// Turns answered without a usage report (their cost is unknown, not zero; a refused
+    /// request, billed nothing, is an error instead).
     pub no_usage_turns: u64,
     /// Turns of a model without a list price here (tokens counted, dollars not).
     pub unpriced_turns: u64,
@@ -128,22 +132,31 @@ impl Totals {
 impl ArmSummary {
     fn of(sessions: &[&Session]) -> ArmSummary {
         let finished: Vec<&&Session> = sessions.iter().filter(|s| !s.open).collect();
-        let n = finished.len() as f64;
-        let mean = |f: &dyn Fn(&Session) -> f64| {
-            if finished.is_empty() {
+        // A session with a turn of unknown cost (a reply without usage) is counted, and left
+        // out of what it cost: an unknown is never zero.
+        let known: Vec<&&Session> = finished
+            .iter()
+            .copied()
+            .filter(|s| s.no_usage == 0)
+            .collect();
+        let average = |of: &[&&Session], f: &dyn Fn(&Session) -> f64| {
+            if of.is_empty() {
                 0.0
             } else {
-                finished.iter().map(|s| f(s)).sum::<f64>() / n
+                of.iter().map(|s| f(s)).sum::<f64>() / of.len() as f64
             }
         };
+        let mean = |f: &dyn Fn(&Session) -> f64| average(&finished, f);
+        let known_mean = |f: &dyn Fn(&Session) -> f64| average(&known, f);
         let turns: u64 = finished.iter().map(|s| s.turns).sum();
         let errors: u64 = finished.iter().map(|s| s.errors).sum();
         ArmSummary {
             sessions: finished.len() as u64,
             open: (sessions.len() - finished.len()) as u64,
-            cost_per_session: mean(&|s| s.cost),
-            equivalents_per_session: mean(&|s| s.equivalents),
-            tokens_per_session: mean(&|s| s.tokens as f64),
+            unknown_cost_sessions: (finished.len() - known.len()) as u64,
+            cost_per_session: known_mean(&|s| s.cost),
+            equivalents_per_session: known_mean(&|s| s.equivalents),
+            tokens_per_session: known_mean(&|s| s.tokens as f64),
             turns_per_session: mean(&|s| s.turns as f64),
             expand_rounds_per_session: mean(&|s| s.expand_rounds as f64),
             retries_per_session: mean(&|s| s.retries as f64),
@@ -158,8 +171,8 @@ impl ArmSummary {
                 sum.add(&s.totals);
                 sum
             }),
-            costs: finished.iter().map(|s| s.cost).collect(),
-            equivalents: finished.iter().map(|s| s.equivalents).collect(),
+            costs: known.iter().map(|s| s.cost).collect(),
+            equivalents: known.iter().map(|s| s.equivalents).collect(),
         }
     }
 }
@@ -259,9 +272,9 @@ impl Report {
         for session in sessions.values() {
             agents.entry(&session.agent).or_default().push(session);
         }
-        let by_agent = agents
+        let by_agent = capped(agents.into_iter().map(|(a, s)| (a.to_owned(), s)).collect())
             .into_iter()
-            .map(|(agent, s)| Group::of(agent.to_owned(), &s))
+            .map(|(agent, s)| Group::of(agent, &s))
             .collect();
         // A model's group: each session's row for that model, open as its session is.
         let mut models: BTreeMap<&str, Vec<Session>> = BTreeMap::new();
@@ -271,12 +284,16 @@ impl Report {
             session.open = sessions[row.session.as_str()].open;
             models.entry(&row.model).or_default().push(session);
         }
-        let by_model = models
-            .into_iter()
+        let models = models
+            .iter()
             .map(|(model, s)| {
                 let name = if model.is_empty() { "unknown" } else { model };
-                Group::of(name.to_owned(), &s.iter().collect::<Vec<_>>())
+                (name.to_owned(), s.iter().collect::<Vec<_>>())
             })
+            .collect();
+        let by_model = capped(models)
+            .into_iter()
+            .map(|(model, s)| Group::of(model, &s))
             .collect();
         Report {
             experiment: experiment.to_owned(),
@@ -285,6 +302,26 @@ impl Report {
             by_model,
         }
     }
+}
+
+/// Groups a report shows at most, by sessions: agents and models are named by their callers,
+/// so a caller could otherwise make the report as long as it liked.
+const MAX_GROUPS: usize = 24;
+
+/// `groups` (name, sessions), the largest [`MAX_GROUPS`] − 1 kept by name and the rest as
+/// one, `other`, when there are more; in name order.
+fn capped<'s>(mut groups: Vec<(String, Vec<&'s Session>)>) -> Vec<(String, Vec<&'s Session>)> {
+    if groups.len() <= MAX_GROUPS {
+        return groups;
+    }
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    let rest: Vec<&Session> = groups
+        .drain(MAX_GROUPS - 1..)
+        .flat_map(|(_, sessions)| sessions)
+        .collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    groups.push(("other".to_owned(), rest));
+    groups
 }
 
 /// The relative difference of the means and its bootstrap interval (percentiles of

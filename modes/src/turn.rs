@@ -391,6 +391,20 @@ impl TurnService {
         self
     }
 
+    /// The experiment's arm of the session a request belongs to, as a live turn would find it
+    /// (`None` without an experiment, or for a body that does not parse). For the routes beside
+    /// the turn that must treat a control session as sluice were not there (`count_tokens`).
+    pub fn arm(&self, input: &TurnInput<'_>) -> Option<engine::config::Arm> {
+        let experiment = self.experiment.as_ref()?;
+        let parsed = wire::parse(input.body, input.dialect).ok()?;
+        let explicit = input
+            .headers
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok());
+        let key = engine::session::for_request(explicit, &parsed);
+        experiment.arm(&format!("{}{key}", self.scope(input.headers)))
+    }
+
     /// Live turns under an A/B experiment: control sessions are left untouched.
     #[must_use]
     pub fn with_experiment(mut self, experiment: ExperimentConfig) -> TurnService {

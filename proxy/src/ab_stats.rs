@@ -34,6 +34,13 @@ impl AbView {
             .unwrap_or_default()
     }
 
+    /// Whether the report has a difference yet (each arm two finished sessions).
+    fn known(&self) -> bool {
+        self.report
+            .as_ref()
+            .is_some_and(|r| r.overall.difference.is_some())
+    }
+
     /// A field of the difference; 0 while there is none (`ab_difference_known` says which).
     fn difference(&self, f: fn(&modes::experiment::Difference) -> f64) -> Num {
         Num::Real(
@@ -239,6 +246,15 @@ pub static AB_FIELDS: &[Field<AbView>] = &[
         no_usage
     ),
     row(
+        "ab_difference_known",
+        "cg_ab_difference_known",
+        "",
+        Gauge,
+        "0/1",
+        "1 once each arm has two finished sessions and the difference below means something; 0 before (the difference rows then read 0).",
+        |v| count(u64::from(v.known())),
+    ),
+    row(
         "ab_difference",
         "cg_ab_difference",
         "bound=\"estimate\"",
@@ -271,7 +287,7 @@ pub static AB_FIELDS: &[Field<AbView>] = &[
         "",
         Gauge,
         "sessions",
-        "Finished sessions each arm still needs before the interval should exclude zero, at the difference seen so far (0: it does already, or no difference is known yet).",
+        "Finished sessions each arm still needs before the interval should exclude zero, at the difference seen so far: 0 when it does already (or, with `ab_difference_known` 0, when nothing is known yet, or no difference is seen).",
         |v| {
             count(
                 v.report

@@ -403,7 +403,14 @@ async fn count_tokens_route(app: &App, request: Request<Incoming>) -> Response<B
         models: None,
         defer_counts: false,
     };
-    let counted = one_off_rewrite(app, &input, None).await.unwrap_or(body);
+    // A session in an experiment's control arm is counted as the agent sent it: that arm's
+    // agent must see no sign of sluice, its context accounting included.
+    let control = app.turns().arm(&input) == Some(engine::config::Arm::Control);
+    let counted = if control {
+        body
+    } else {
+        one_off_rewrite(app, &input, None).await.unwrap_or(body)
+    };
     let uri = upstream_uri(&app.settings().anthropic_upstream, &parts.uri);
     match send(app, parts.method, &uri, &parts.headers, counted.into()).await {
         Ok(response) => relay(response),

@@ -481,13 +481,12 @@ fn observed(
     capture: Option<Capture>,
 ) -> Option<Report> {
     let observer = app.observer()?;
-    let meet = observe(app, observer, dialect, headers, body, capture);
+    let meet = observe(observer, dialect, headers, body, capture);
     Some(Report::Observed(meet))
 }
 
 /// Queues the shadow run of one request; a full queue drops it (counted), never waits.
 fn observe(
-    app: &App,
     observer: &crate::state::Observer,
     dialect: Dialect,
     headers: &HeaderMap,
@@ -499,13 +498,13 @@ fn observe(
         .sessions()
         .expect("the shadow service has session actors")
         .clone();
-    let meet = Arc::new(Meet::new(sessions));
+    let meet = Arc::new(Meet::new(sessions, observer.stats.clone()));
     let key = {
         use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
         BuildHasherDefault::<DefaultHasher>::default().hash_one(body.as_ref())
     };
     let shadow: Arc<TurnService> = observer.shadow.clone();
-    let (stats, meet_job) = (app.stats.clone(), meet.clone());
+    let (stats, meet_job) = (observer.stats.clone(), meet.clone());
     let (headers, body) = (headers.clone(), body.clone());
     // The job runs on a pool thread, outside the runtime; the turn's lease is async.
     let runtime = tokio::runtime::Handle::current();
@@ -523,7 +522,7 @@ fn observe(
             capture.projection(forward);
         }
         if let Some(session) = turn.session() {
-            meet_job.session(session, &stats);
+            meet_job.session(session);
         }
     });
     meet

@@ -21,8 +21,10 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use store::{BackendError, DurableStore, Spend};
 
-/// How often the report `/stats` and the dashboard show is read again from the store.
+/// How often the report `/stats` shows is read again from the store.
 const REFRESH: Duration = Duration::from_secs(10);
+/// A report younger than this is served as it is.
+const FRESH: Duration = Duration::from_secs(2);
 /// Sessions remembered as "last request failed" (for counting retries), at most.
 const FAILED_SESSIONS: usize = 10_000;
 
@@ -61,6 +63,34 @@ pub(crate) fn agent_family(headers: &HeaderMap) -> String {
     token.chars().take(32).collect()
 }
 
+/// A model's name without the date a provider's reply adds to it (`claude-sonnet-4-5-20250929`,
+/// `gpt-4o-2024-08-06`), so a session's turns group under one model whichever named it, and at
+/// most 120 characters.
+fn undated(model: &str) -> &str {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let bytes = model.as_bytes();
+    let cut =
+        if bytes.len() > 9 && bytes[bytes.len() - 9] == b'-' && digits(&model[bytes.len() - 8..]) {
+            bytes.len() - 9
+        } else if bytes.len() > 11
+            && bytes[bytes.len() - 11] == b'-'
+            && digits(&model[bytes.len() - 10..bytes.len() - 6])
+            && model[bytes.len() - 6..].starts_with('-')
+            && digits(&model[bytes.len() - 5..bytes.len() - 3])
+            && model[bytes.len() - 3..].starts_with('-')
+            && digits(&model[bytes.len() - 2..])
+        {
+            bytes.len() - 11
+        } else {
+            bytes.len()
+        };
+    let name = &model[..cut];
+    match name.char_indices().nth(120) {
+        Some((at, _)) => &name[..at],
+        None => name,
+    }
+}
+
 /// A session key's name in the experiment's rows: a hash of the experiment and the key (which
 /// already carries the credential's scope as a keyed hash), so no row holds a key or a secret.
 fn row_name(experiment: &str, session: &str) -> String {
@@ -81,6 +111,10 @@ pub(crate) struct Book {
     written: AtomicU64,
     lost: AtomicU64,
     latest: Mutex<Option<Arc<Report>>>,
+    /// When a report was last read for someone asking.
+    served: tokio::sync::Mutex<Option<Instant>>,
+    /// One read of the rows at a time.
+    reading: tokio::sync::Mutex<()>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -110,6 +144,8 @@ impl Book {
             written: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             latest: Mutex::default(),
+            served: tokio::sync::Mutex::new(None),
+            reading: tokio::sync::Mutex::new(()),
             runtime: runtime.clone(),
         });
         let weak = Arc::downgrade(&book);
@@ -118,7 +154,9 @@ impl Book {
                 let Some(book) = weak.upgrade() else {
                     return;
                 };
-                let _ = book.report().await;
+                let one = book.reading.lock().await;
+                let _ = book.read().await;
+                drop(one);
                 drop(book);
                 tokio::time::sleep(REFRESH).await;
             }
@@ -131,15 +169,37 @@ impl Book {
         self.config.running()
     }
 
-    /// The report now, read from the store (and kept for `/stats`).
+    /// The report for someone asking (`GET /ab`, the dashboard's tab, which an open browser asks
+    /// for on every burst of traffic): read from the store, unless it was for someone asking
+    /// under [`FRESH`] ago, so that the rows are never read more often than that.
     pub(crate) async fn report(&self) -> Result<Arc<Report>, BackendError> {
+        let _one = self.reading.lock().await;
+        let mut served = self.served.lock().await;
+        if let Some(at) = *served
+            && at.elapsed() < FRESH
+            && let Some(report) = self.latest()
+        {
+            return Ok(report);
+        }
+        let report = self.read().await?;
+        *served = Some(Instant::now());
+        Ok(report)
+    }
+
+    /// Reads every row and makes the report (kept for `/stats`).
+    async fn read(&self) -> Result<Arc<Report>, BackendError> {
         let rows = self.durable.spends(&self.config.name).await?;
-        let report = Arc::new(Report::of(
-            &self.config.name,
-            &rows,
-            dashboard::now_ms(),
+        let (name, idle_ms) = (
+            self.config.name.clone(),
             self.config.idle_seconds.saturating_mul(1000),
-        ));
+        );
+        // 2,000 resamples a group: off the runtime's workers.
+        let report = tokio::task::spawn_blocking(move || {
+            Report::of(&name, &rows, dashboard::now_ms(), idle_ms)
+        })
+        .await
+        .map_err(|_| BackendError::Closed)?;
+        let report = Arc::new(report);
         *self.latest.lock() = Some(report.clone());
         Ok(report)
     }
@@ -252,18 +312,24 @@ impl Tab {
         let usage = self.delivered.unwrap_or_default();
         // The request's model when it named one (a reply names a dated version of it, and both
         // arms must group alike), else the reply's.
-        let model = model.or(usage.model.as_deref()).unwrap_or("").to_owned();
+        let model = undated(model.or(usage.model.as_deref()).unwrap_or("")).to_owned();
         let failed = status >= 400 || self.cut;
         let retried = self.book.retried(&row, failed);
         let reported = usage.input.is_some() || usage.output.is_some();
+        // A refusal (an error status, no reply) is billed nothing; a reply that was answered,
+        // or broke off after its head, without a report has a cost nobody knows.
+        let unknown = !reported && (status < 400 || self.cut);
         let billed = Billed {
-            // Anthropic reports input apart from the cache; the others include it.
+            // Anthropic reports input apart from the cache; the others include it
+            // (A gateway's OpenAI-shaped reply in front of Anthropic reports cache writes too,
+            // inside its prompt count.)
             fresh: match dialect {
                 Some(Dialect::Anthropic) => usage.input.unwrap_or(0),
                 _ => usage
                     .input
                     .unwrap_or(0)
-                    .saturating_sub(usage.cache_read.unwrap_or(0)),
+                    .saturating_sub(usage.cache_read.unwrap_or(0))
+                    .saturating_sub(usage.cache_write.unwrap_or(0)),
             },
             cache_read: usage.cache_read.unwrap_or(0),
             cache_write: usage.cache_write.unwrap_or(0),
@@ -278,7 +344,7 @@ impl Tab {
             arm: arm.name().to_owned(),
             agent: self.agent,
             turns: 1,
-            no_usage: u64::from(!reported),
+            no_usage: u64::from(unknown),
             input: billed.fresh,
             cache_read: billed.cache_read,
             cache_write: billed.cache_write,
@@ -314,6 +380,17 @@ mod tests {
         assert_eq!(named("OpenAI/Python 1.109.1"), "openai-sdk");
         assert_eq!(named("curl/8.14.1"), "curl");
         assert_eq!(agent_family(&HeaderMap::new()), "unknown");
+    }
+
+    #[test]
+    fn reply_dates_are_left_out_of_model_names() {
+        assert_eq!(undated("claude-sonnet-4-5-20250929"), "claude-sonnet-4-5");
+        assert_eq!(undated("gpt-4o-2024-08-06"), "gpt-4o");
+        assert_eq!(undated("claude-sonnet-4-5"), "claude-sonnet-4-5");
+        assert_eq!(undated("gpt-4.1"), "gpt-4.1");
+        assert_eq!(undated("model-12345678x"), "model-12345678x");
+        assert_eq!(undated("é-20250929"), "é");
+        assert_eq!(undated(&"m".repeat(300)).len(), 120);
     }
 
     #[test]

@@ -313,7 +313,7 @@ pub(crate) fn relay_reporting(
             Report::Live(session, turn) => {
                 apply_usage(&sessions, &stats, &session, cache, turn, capture);
             }
-            Report::Observed(meet) => meet.usage(cache, &stats),
+            Report::Observed(meet) => meet.usage(cache),
         }
     });
     let body = match decoder {
@@ -478,8 +478,9 @@ fn apply_usage(
 /// and its cache report from the relayed reply, in either order; whichever arrives second hands
 /// the report to the shadow tracker, after the shadow run recorded the turn it belongs to.
 pub(crate) struct Meet {
-    /// The shadow run's session actors, whose trackers the report goes to.
+    /// The shadow run's session actors, whose trackers the report goes to, and where it counts.
     sessions: Sessions<SessionState>,
+    stats: Arc<Stats>,
     state: Mutex<(Option<String>, Option<CacheUsage>)>,
 }
 
@@ -490,14 +491,16 @@ impl std::fmt::Debug for Meet {
 }
 
 impl Meet {
-    pub(crate) fn new(sessions: Sessions<SessionState>) -> Meet {
+    pub(crate) fn new(sessions: Sessions<SessionState>, stats: Arc<Stats>) -> Meet {
         Meet {
             sessions,
+            stats,
             state: Mutex::default(),
         }
     }
 
-    pub(crate) fn session(&self, session: &str, stats: &Arc<Stats>) {
+    pub(crate) fn session(&self, session: &str) {
+        let stats = &self.stats;
         let usage = {
             let mut state = self.state.lock();
             state.0 = Some(session.to_owned());
@@ -509,7 +512,8 @@ impl Meet {
         }
     }
 
-    pub(crate) fn usage(&self, usage: CacheUsage, stats: &Arc<Stats>) {
+    pub(crate) fn usage(&self, usage: CacheUsage) {
+        let stats = &self.stats;
         let session = {
             let mut state = self.state.lock();
             if state.0.is_none() {

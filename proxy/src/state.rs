@@ -153,6 +153,10 @@ pub struct App {
 pub(crate) struct Observer {
     pub(crate) pool: WorkerPool,
     pub(crate) shadow: Arc<TurnService>,
+    /// Where the shadow runs are counted: `/stats` itself in observe mode (what it measures);
+    /// a table of their own for an experiment's control arm, so that what sync did is never
+    /// mixed with what it would have done.
+    pub(crate) stats: Arc<Stats>,
 }
 
 impl std::fmt::Debug for App {
@@ -203,6 +207,7 @@ impl App {
         // Session state is saved in the store of the mode that runs the pipeline: observe must
         // never write the live store. An experiment's control arm is measured as observe mode
         // measures, beside the treatment's live turns.
+        let stats = Arc::new(Stats::new());
         let observe = config.mode == engine::config::Mode::Observe;
         let observer = (observe || config.experiment.enabled()).then(|| {
             let shadow_store: Arc<dyn Store> =
@@ -217,6 +222,11 @@ impl App {
                     config.observe.max_queue,
                 ),
                 shadow: Arc::new(shadow),
+                stats: if observe {
+                    stats.clone()
+                } else {
+                    Arc::new(Stats::new())
+                },
             }
         });
         let turns = if observe {
@@ -253,7 +263,7 @@ impl App {
             bedrock,
             config,
             turns,
-            stats: Arc::new(Stats::new()),
+            stats,
             upstream,
             settings,
             observer,

@@ -216,6 +216,11 @@ async fn each_arm_records_what_the_provider_billed_it() {
     );
     let report = ab_of(&sluice, 40 * TURNS as u64, Duration::from_secs(3)).await;
     assert_totals(&report, &sent);
+    // A control session has no live state at all: only treatment sessions have an actor and a
+    // place in the store.
+    let stats = sluice.stats().await;
+    assert_eq!(stats["sessions"]["live"], treatment, "{stats}");
+    assert_eq!(stats["store_backend_sessions"], treatment, "{stats}");
     // Its sign is not this test's business (every session sends the same turns, so the mock's
     // prompt cache serves the control arm across sessions, and a third of the sessions have a
     // model that asks for every original): the interval is there and holds the estimate.
@@ -273,6 +278,8 @@ async fn each_arm_records_what_the_provider_billed_it() {
         sent,
         "the winner applies to every session"
     );
+    // Rows are written behind the reply: given the time to be, none is.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let stats = sluice.stats().await;
     assert_eq!(
         (
@@ -326,8 +333,8 @@ async fn two_replicas_assign_and_report_alike() {
     assert_eq!(from_a["overall"], from_b["overall"]);
     assert_totals(&from_a, &sent);
 
-    // The provider overloaded (529, no usage): an error and a turn of unknown cost, never a
-    // free one; the agent's next try of the same session is a retry.
+    // The provider overloaded (529): an error, billed nothing (not a turn of unknown cost);
+    // the agent's next try of the same session is a retry.
     let (_, turns) = session();
     let id = "fleet-overloaded";
     mock.script([Reply::Status(529, OVERLOADED.into())]);
@@ -344,7 +351,7 @@ async fn two_replicas_assign_and_report_alike() {
     assert_eq!(status, 200);
     let report = ab_of(&a, 0, Duration::from_secs(3)).await;
     let arm = &report["overall"][arm_of(id).name()];
-    assert_eq!(arm["no_usage_turns"], 1, "{report}");
+    assert_eq!(arm["no_usage_turns"], 0, "{report}");
     assert!(arm["error_rate"].as_f64().unwrap() > 0.0, "{report}");
     assert!(
         arm["retries_per_session"].as_f64().unwrap() > 0.0,
@@ -361,6 +368,7 @@ fn an_experiment_that_cannot_run_is_refused_at_start() {
         (&["--ab", "0.5", "--mode", "observe"][..], "observe"),
         (&["--ab", "0.5", "--store", "memory"][..], "sqlite:"),
         (&["--ab", "1.5"][..], "strictly between 0 and 1"),
+        (&["--ab", "0.5", "--preset", "off"][..], "pipeline is empty"),
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["serve", "--listen", "127.0.0.1:0"])
@@ -371,5 +379,44 @@ fn an_experiment_that_cannot_run_is_refused_at_start() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+/// With `count_tokens: compacted`, a control session's count is of the body as the agent sent
+/// it (that arm's agent sees no sign of sluice), a treatment session's of the rewrite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_session_counts_its_own_tokens() {
+    let dir = temp_dir("ab-count");
+    let config = dir.join("sluice.yaml");
+    std::fs::write(&config, "count_tokens: compacted\n").unwrap();
+    let config = config.display().to_string();
+    let mock = Mock::start().await;
+    let args = ["--ab", "0.5", "--config", &config];
+    let sluice = Sluice::spawn_logging(&sqlite(&dir), &mock.url(), &args, None);
+    let body = integration_tests::bodies()
+        .into_iter()
+        .find(|b| {
+            b.dialect == Dialect::Anthropic
+                && b.path
+                    .to_string_lossy()
+                    .contains("gemini3pro-miniswe-pytest-dev-pytest-6197")
+        })
+        .expect("the pytest-6197 run in Messages");
+    let ids: Vec<String> = (0..40).map(|i| format!("count-{i}")).collect();
+    for arm in [Arm::Control, Arm::Treatment] {
+        let id = ids.iter().find(|id| arm_of(id) == arm).unwrap();
+        let headers = [
+            ("content-type", "application/json"),
+            ("x-context-guru-session", id.as_str()),
+            ("anthropic-version", "2023-06-01"),
+            CREDENTIAL,
+        ];
+        let before = mock.recorded().len();
+        let sent = Bytes::from(body.bytes.clone());
+        let path = "/anthropic/v1/messages/count_tokens";
+        let (status, _) = call(&sluice.url, "POST", path, &headers, sent.clone()).await;
+        assert_eq!(status, 200);
+        let counted = &mock.recorded()[before].body;
+        assert_eq!(counted == &sent, arm == Arm::Control, "{arm:?}");
     }
 }

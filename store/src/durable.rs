@@ -346,20 +346,30 @@ impl DurableStore {
         Some(Arc::from(found))
     }
 
-    /// Adds to a session's row of an experiment (`crate::spend::Spend`); false when the backend did
+    /// Adds to a session's row of an experiment (`crate::Spend`); false when the backend did
     /// not take it (the request's measurement is lost, never its content).
+    ///
+    /// Outside [`DurableStore::call`]'s episodes on purpose: a measurement that fails must not
+    /// make the store look failing to the turns (which would then go upstream unmodified).
     pub async fn add_spend(&self, experiment: &str, spend: &crate::spend::Spend) -> bool {
-        self.call(self.backend.add_spend(experiment, spend))
-            .await
-            .is_ok()
+        let add = self.backend.add_spend(experiment, spend);
+        matches!(
+            tokio::time::timeout(self.limits.call_timeout, add).await,
+            Ok(Ok(()))
+        )
     }
 
-    /// Every row of an experiment.
+    /// Every row of an experiment (outside the episodes, as [`DurableStore::add_spend`]).
     ///
     /// # Errors
-    /// The backend's.
+    /// The backend's, or a timeout.
     pub async fn spends(&self, experiment: &str) -> Result<Vec<crate::spend::Spend>, BackendError> {
-        self.call(self.backend.spends(experiment)).await
+        // A read of every row may take longer than a turn's call: four of its timeouts.
+        let limit = self.limits.call_timeout * 4;
+        match tokio::time::timeout(limit, self.backend.spends(experiment)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(BackendError::Timeout(limit)),
+        }
     }
 
     pub fn durable_stats(&self) -> DurableStats {

@@ -235,8 +235,10 @@ def check_experiment():
     """A sluice with `--ab 0.5`: the Experiment tab shows both arms and the difference."""
     page = open_dashboard()
     page.js("document.querySelector('[data-testid=tab-experiment]').click()")
-    page.wait_for("document.querySelector('[data-testid=experiment-table]').innerText.includes('control')",
-                  "the experiment's arms, still empty")
+    page.wait_for(
+        "(() => { const rows = [...document.querySelectorAll('[data-testid=experiment-arm]')];"
+        " return rows.length === 2 && rows.every((r) => r.children[1].textContent === '0'); })()",
+        "both arms, no session yet")
     chat = corpus_body(RUNS[0], "openai.json")
     sessions = 12
     for i in range(sessions):

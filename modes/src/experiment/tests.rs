@@ -107,11 +107,9 @@ fn models_and_agents_are_reported_apart() {
         row("s2", Arm::Control, "claude-sonnet-4-5", 3.0, 6, 0),
     ];
     rows[2].agent = "codex".to_owned();
-    rows[0].no_usage = 1;
     let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     assert_eq!(report.overall.treatment.sessions, 1);
     assert!((report.overall.treatment.cost_per_session - 2.01).abs() < 1e-9);
-    assert_eq!(report.overall.treatment.no_usage_turns, 1);
     let names: Vec<&str> = report.by_model.iter().map(|g| g.name.as_str()).collect();
     assert_eq!(names, ["claude-haiku-4-5", "claude-sonnet-4-5"]);
     assert!((report.by_model[1].treatment.cost_per_session - 2.0).abs() < 1e-9);
@@ -157,4 +155,43 @@ fn unpriced_models_are_compared_in_input_token_equivalents() {
     assert!(d.settled);
     assert!(render(&report).contains("input-token equivalents"));
     assert_eq!(report.overall.control.unpriced_turns, 24);
+}
+
+/// A session with a turn of unknown cost is counted and left out of the cost, never averaged in
+/// as free: here it would have pulled the control's mean from 1.0 to 0.75.
+#[test]
+fn a_session_of_unknown_cost_is_left_out_of_the_cost() {
+    let mut rows = arms(3, 1.0, 0.5, 0.0);
+    let mut unknown = row("c-cut", Arm::Control, "m", 0.0, 5, 0);
+    unknown.no_usage = 1;
+    rows.push(unknown);
+    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let control = &report.overall.control;
+    assert_eq!((control.sessions, control.unknown_cost_sessions), (4, 1));
+    assert_eq!(control.no_usage_turns, 1);
+    assert!((control.cost_per_session - 1.0).abs() < 1e-9, "{control:?}");
+    assert!((report.overall.difference.unwrap().relative + 0.5).abs() < 1e-9);
+    // Its turns still count.
+    assert!((control.turns_per_session - 35.0 / 4.0).abs() < 1e-9);
+}
+
+/// Callers name agents and models: past 24 groups, the smaller ones are one, `other`.
+#[test]
+fn groups_are_capped() {
+    let rows: Vec<Spend> = (0..40)
+        .map(|i| {
+            row(
+                &format!("s{i}"),
+                Arm::Control,
+                &format!("model-{i:02}"),
+                1.0,
+                1,
+                0,
+            )
+        })
+        .collect();
+    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    assert_eq!(report.by_model.len(), 24);
+    let other = report.by_model.last().unwrap();
+    assert_eq!((other.name.as_str(), other.control.sessions), ("other", 17));
 }

@@ -35,8 +35,11 @@ pub(super) fn ab(command: AbCommand) -> Result<(), Failure> {
     let running = args.store.is_none() && args.experiment.is_none();
     if running && sluice_answers(args.listen.listen) {
         let path = if args.json { "/ab" } else { "/ab?format=text" };
-        let text = ask(args.listen.listen, path)?;
-        return stdout_result(std::io::stdout().write_all(text.as_bytes()));
+        // A sluice with no experiment running (`--ab` dropped): the rows are still in its
+        // store, read below.
+        if let Some(text) = ask(args.listen.listen, path)? {
+            return stdout_result(std::io::stdout().write_all(text.as_bytes()));
+        }
     }
     let mut experiment = config.experiment.clone();
     if let Some(name) = &args.experiment {
@@ -83,48 +86,77 @@ pub(super) fn ab(command: AbCommand) -> Result<(), Failure> {
     stdout_result(std::io::stdout().write_all(text.as_bytes()))
 }
 
-/// The body of `GET path` from the sluice at `addr` (its operator routes answer loopback).
-fn ask(addr: std::net::SocketAddr, path: &str) -> Result<String, Failure> {
+/// The body of `GET path` from the sluice at `addr` (its operator routes answer loopback, and a
+/// caller with `SLUICE_ADMIN_TOKEN` when one is set); `None` when it runs no experiment.
+fn ask(addr: std::net::SocketAddr, path: &str) -> Result<Option<String>, Failure> {
     let mut stream =
         std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let token = std::env::var("SLUICE_ADMIN_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nhost: sluice\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: sluice\r\n{token}connection: close\r\n\r\n"
     )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let body = answer.get(split + 4..).unwrap_or_default();
     let body = if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
     {
         dechunk(body)
     } else {
-        body.to_owned()
+        body.to_vec()
     };
-    if !head.starts_with("HTTP/1.1 200") {
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let status = head.lines().next().unwrap_or("");
+    if status.starts_with("HTTP/1.1 404") {
+        return Ok(None);
+    }
+    if !status.starts_with("HTTP/1.1 200") {
         return Err(Failure(format!(
-            "the sluice on {addr} answered {}: {}",
-            head.lines().next().unwrap_or(""),
+            "the sluice on {addr} answered {status}: {}",
             body.trim()
         )));
     }
-    Ok(body)
+    Ok(Some(body))
 }
 
 /// A chunked body's data.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = String::from_utf8_lossy(&body[..line]);
         let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
             break;
         };
+        let rest = &body[line + 2..];
         if n == 0 || rest.len() < n {
             break;
         }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
+        out.extend_from_slice(&rest[..n]);
+        body = rest[n..].strip_prefix(b"\r\n").unwrap_or(&rest[n..]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dechunk;
+
+    #[test]
+    fn chunks_are_joined_as_bytes() {
+        let body = "5\r\nhéll\r\n3\r\no w\r\n0\r\n\r\n".as_bytes();
+        assert_eq!(dechunk(body), "héllo w".as_bytes());
+        assert_eq!(dechunk(b"zz\r\n"), b"");
+    }
 }

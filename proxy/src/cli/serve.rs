@@ -461,6 +461,11 @@ pub(super) fn overrides(
         }
         config.experiment.control_share = Some(share);
     }
+    if config.experiment.running() && config.pipeline.is_empty() {
+        return Err(Failure(
+            "an A/B experiment compares sluice's pipeline with no sluice, and this pipeline is empty (`--preset off`, `pipeline: []`): choose a preset, or drop --ab".to_owned(),
+        ));
+    }
     if config.experiment.running() && config.mode == config::Mode::Observe {
         return Err(Failure(
             "an A/B experiment (--ab, experiment:) compacts its treatment arm and cannot run in observe mode: use --mode sync, or observe alone to measure without touching any request".to_owned(),
