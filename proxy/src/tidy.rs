@@ -1,6 +1,7 @@
 //! Tidy: the crate graph and each crate's module graph, read from the sources' paths (a small
 //! lexer skips comments and literals, then `use` trees and inline `crate::`/`super::` paths are
-//! parsed), rendered into `docs/ARCHITECTURE.md` and required to have no cycle.
+//! parsed), rendered into `docs/ARCHITECTURE.md` (crates) and `docs/dev/modules.md` (modules) and required
+//! to have no cycle.
 //!
 //! A module of a crate is a top-level `mod` of its root; a file under `src/foo/` belongs to
 //! `foo`. Test code is left out: `tests.rs` files, modules the root declares `#[cfg(test)]`, and
@@ -403,10 +404,8 @@ fn crate_graph() -> BTreeMap<String, BTreeSet<String>> {
 fn crates_and_modules_form_trees() {
     let crates = crate_graph();
     assert_eq!(cycle(&crates), None, "the crate graph has a cycle");
-    let mut blocks = vec![(
-        "crates".to_owned(),
-        render(&crates).replace("module", "crate"),
-    )];
+    let crate_table = render(&crates).replace("module", "crate");
+    let mut blocks = Vec::new();
     for krate in CRATES {
         let graph = module_graph(krate);
         assert_eq!(
@@ -422,6 +421,9 @@ fn crates_and_modules_form_trees() {
         blocks.push((format!("modules-{krate}"), render(&graph.uses)));
     }
     crate::generated::check_doc("ARCHITECTURE.md", "crates_and_modules_form_trees", |doc| {
+        crate::generated::splice(doc, "crates", &crate_table)
+    });
+    crate::generated::check_doc("dev/modules.md", "crates_and_modules_form_trees", |doc| {
         blocks.iter().fold(doc.to_owned(), |doc, (name, table)| {
             crate::generated::splice(&doc, name, table)
         })
@@ -529,11 +531,51 @@ fn files_and_functions_a_reader_can_hold() {
     );
 }
 
-/// Every library error type (a `thiserror::Error` derive) is named in ARCHITECTURE.md's
+/// ARCHITECTURE.md stays a map a newcomer reads in one sitting (at most 25 KB; the detail is in
+/// docs/dev/), and it says for every package of the design card whether it is used, and why.
+#[test]
+fn the_architecture_doc_is_a_map_and_answers_for_the_card() {
+    let doc = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).expect("the doc");
+    assert!(
+        doc.len() <= 25_000,
+        "docs/ARCHITECTURE.md is {} bytes",
+        doc.len()
+    );
+    const CARD: [&str; 12] = [
+        "tokio",
+        "actix",
+        "async-trait",
+        "hyper",
+        "bytes",
+        "futures",
+        "crossbeam-channel",
+        "parking_lot",
+        "starlark",
+        "tree-sitter",
+        "serde_json",
+        "sonic-rs",
+    ];
+    let table = doc
+        .split("## The design card's packages")
+        .nth(1)
+        .expect("a section on the card's packages");
+    for package in CARD {
+        assert!(
+            table.contains(&format!("| `{package}` | ")),
+            "{package} has no row in ARCHITECTURE.md's card table"
+        );
+    }
+    for dev in ["crates", "modules", "state", "concerns"] {
+        assert!(repo().join(format!("docs/dev/{dev}.md")).exists(), "{dev}");
+        assert!(doc.contains(&format!("(dev/{dev}.md)")), "a link to {dev}");
+    }
+}
+
+/// Every library error type (a `thiserror::Error` derive) is named in docs/dev/concerns.md's
 /// "Errors" bullet, which is the house's inventory of what can fail; it had drifted to 14 of 22.
 #[test]
 fn every_error_type_is_in_the_errors_list() {
-    let doc = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).expect("the doc");
+    let doc = std::fs::read_to_string(repo().join("docs/dev/concerns.md")).expect("the doc");
     let start = doc.find("- **Errors.**").expect("an Errors bullet");
     let end = start + 1 + doc[start + 1..].find("\n- **").expect("a bullet after it");
     let bullet = &doc[start..end];
@@ -563,7 +605,7 @@ fn every_error_type_is_in_the_errors_list() {
         .collect();
     assert!(
         missing.is_empty(),
-        "error types missing from ARCHITECTURE.md's Errors bullet: {missing:?}"
+        "error types missing from docs/dev/concerns.md's Errors bullet: {missing:?}"
     );
 }
 

@@ -42,7 +42,7 @@ impl FromStr for StoreSpec {
             return Ok(StoreSpec::Sqlite(PathBuf::from(path)));
         }
         // `rediss://` (TLS) is not built in: it would bring a second TLS stack (see
-        // docs/ARCHITECTURE.md, "Dependencies"); a TLS tunnel in front of Redis works.
+        // docs/dev/concerns.md, "Dependencies"); a TLS tunnel in front of Redis works.
         if s.starts_with("redis://") || s.starts_with("redis+sentinel://") {
             return Ok(StoreSpec::Redis(s.to_owned()));
         }

@@ -1,4 +1,4 @@
-//! Carrying sessions through a backend outage (see docs/ARCHITECTURE.md, "Outages"): serving
+//! Carrying sessions through a backend outage (see docs/dev/state.md, "Outages"): serving
 //! a turn from the copy while the backend does not answer, holding its writes, and settling what
 //! the outage did once the backend answers again.
 
