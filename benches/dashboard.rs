@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dashboard::query::{self, Filter};
+use dashboard::query::{self, RowFilter};
 use dashboard::{ComponentEvent, Dashboard, DashboardOptions, Event, ReplyUsage};
 use engine::wire::Dialect;
 
@@ -114,9 +114,9 @@ fn benches(c: &mut Criterion) {
     group
         .sample_size(20)
         .measurement_time(Duration::from_secs(10));
-    let week = Filter {
+    let week = RowFilter {
         since: Some(now_ms() - 7 * 24 * 3_600_000),
-        ..Filter::default()
+        ..RowFilter::default()
     };
     group.bench_function("overview", |b| {
         b.iter(|| {

@@ -73,7 +73,7 @@ fn actor(c: &mut Criterion) {
         provider: Some(Provider::Anthropic),
     };
     let service = runtime.block_on(async {
-        llm::LlmService::start(Arc::new(Instant), env, llm::Options::default())
+        llm::LlmService::start(Arc::new(Instant), env, llm::ServiceOptions::default())
     });
     let model = ModelConfig {
         source: ModelSource::Config,

@@ -112,7 +112,7 @@ pub const MAX_LIMIT: u32 = 500;
 
 /// What the caller narrowed to. Every field is optional; times are epoch ms, `until` exclusive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
+pub struct RowFilter {
     pub since: Option<u64>,
     pub until: Option<u64>,
     pub session: Option<String>,
@@ -125,7 +125,7 @@ pub struct Filter {
     pub status: Option<String>,
 }
 
-impl Filter {
+impl RowFilter {
     /// The `WHERE` clause over `requests` (aliased `r`) and its parameters.
     fn clause(&self) -> (String, Vec<Sql>) {
         let mut terms = Vec::new();
@@ -177,7 +177,7 @@ fn ratio(part: f64, whole: f64) -> f64 {
 
 /// Totals for the window: requests, tokens, cache reads and writes, expand rounds, errors,
 /// money with the net figure beside every cost, and the requests forwarded untouched by reason.
-pub fn overview(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+pub fn overview(conn: &Connection, filter: &RowFilter) -> rusqlite::Result<Value> {
     let mut totals = overview_totals(conn, filter)?;
     let untouched = untouched(conn, filter)?;
     if let Some(object) = totals.as_object_mut() {
@@ -188,7 +188,7 @@ pub fn overview(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
 
 /// Requests forwarded untouched in the window, by reason, most first, each with its share of
 /// all requests: the share a user needs to see when sluice is doing nothing for them.
-fn untouched(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+fn untouched(conn: &Connection, filter: &RowFilter) -> rusqlite::Result<Value> {
     let (clause, params) = filter.clause();
     let sql = format!(
         "SELECT r.untouched, count(*), (SELECT count(*) FROM requests r WHERE {clause})
@@ -210,7 +210,7 @@ fn untouched(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
         .map(Value::from)
 }
 
-fn overview_totals(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+fn overview_totals(conn: &Connection, filter: &RowFilter) -> rusqlite::Result<Value> {
     let (clause, params) = filter.clause();
     let sql = format!(
         "SELECT count(*), count(DISTINCT r.session), coalesce(sum(r.tokens_before), 0),
@@ -257,7 +257,7 @@ fn overview_totals(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value
 pub const MAX_POINTS: u64 = 2_000;
 
 /// Buckets of `bucket_ms` over the window, computed in SQL.
-pub fn series(conn: &Connection, filter: &Filter, bucket_ms: u64) -> rusqlite::Result<Value> {
+pub fn series(conn: &Connection, filter: &RowFilter, bucket_ms: u64) -> rusqlite::Result<Value> {
     // Without a start, the window starts at the oldest row kept (not at 1970).
     let since = match filter.since {
         Some(since) => since,
@@ -312,7 +312,7 @@ fn limit(limit: Option<u32>) -> i64 {
 /// Sessions, most recently active first; `before` is the previous page's last `last_ts`.
 pub fn sessions(
     conn: &Connection,
-    filter: &Filter,
+    filter: &RowFilter,
     before: Option<u64>,
     page: Option<u32>,
 ) -> rusqlite::Result<Value> {
@@ -424,7 +424,7 @@ fn request_row(row: &Row<'_>) -> rusqlite::Result<Value> {
 /// Requests, newest first; `before` is the previous page's last id (keyset paging).
 pub fn requests(
     conn: &Connection,
-    filter: &Filter,
+    filter: &RowFilter,
     before: Option<u64>,
     page: Option<u32>,
 ) -> rusqlite::Result<Value> {
@@ -513,7 +513,7 @@ fn gunzip(bytes: &[u8]) -> String {
 }
 
 /// Per component: runs, acts, reverts, tokens saved and time, with why it declined.
-pub fn components(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+pub fn components(conn: &Connection, filter: &RowFilter) -> rusqlite::Result<Value> {
     let (clause, params) = filter.clause();
     let sql = format!(
         "SELECT c.component, min(c.kind), count(*), sum(c.acted), sum(c.mutated),
@@ -570,7 +570,7 @@ pub fn components(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value>
 }
 
 /// Money by model, the net saving beside every cost.
-pub fn cost(conn: &Connection, filter: &Filter) -> rusqlite::Result<Value> {
+pub fn cost(conn: &Connection, filter: &RowFilter) -> rusqlite::Result<Value> {
     let (clause, params) = filter.clause();
     let sql = format!(
         "SELECT coalesce(r.model, '(unknown)'), count(*), count(r.cost_usd), sum(r.cost_usd),

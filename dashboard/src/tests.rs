@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use engine::wire::Dialect;
 
-use super::query::{self, Filter};
+use super::query::{self, RowFilter};
 
 use super::*;
 
@@ -71,7 +71,7 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
     });
     dash.flush();
     let overview = dash
-        .read(|c| query::overview(c, &Filter::default()))
+        .read(|c| query::overview(c, &RowFilter::default()))
         .unwrap();
     assert_eq!(overview["requests"], 3);
     assert_eq!(overview["sessions"], 2);
@@ -101,7 +101,7 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
     );
 
     let page = dash
-        .read(|c| query::requests(c, &Filter::default(), None, Some(2)))
+        .read(|c| query::requests(c, &RowFilter::default(), None, Some(2)))
         .unwrap();
     let rows = page["requests"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
@@ -112,7 +112,7 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
     assert!(rows[0]["cost_usd"].is_null(), "unknown, never $0");
     let next = page["next_before"].as_u64().unwrap();
     let rest = dash
-        .read(|c| query::requests(c, &Filter::default(), Some(next), Some(2)))
+        .read(|c| query::requests(c, &RowFilter::default(), Some(next), Some(2)))
         .unwrap();
     assert_eq!(rest["requests"].as_array().unwrap().len(), 1);
 
@@ -127,7 +127,7 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
     assert!(detail.get("content").is_none());
 
     let components = dash
-        .read(|c| query::components(c, &Filter::default()))
+        .read(|c| query::components(c, &RowFilter::default()))
         .unwrap();
     let dedup = &components["components"][0];
     assert_eq!(
@@ -139,16 +139,16 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
         3
     );
 
-    let filtered = Filter {
+    let filtered = RowFilter {
         component: Some("dedup".into()),
         status: Some("ok".into()),
-        ..Filter::default()
+        ..RowFilter::default()
     };
     let only = dash.read(|c| query::overview(c, &filtered)).unwrap();
     assert_eq!(only["requests"], 1);
 
     let series = dash
-        .read(|c| query::series(c, &Filter::default(), 1_000))
+        .read(|c| query::series(c, &RowFilter::default(), 1_000))
         .unwrap();
     let total: i64 = series["points"]
         .as_array()
@@ -159,7 +159,7 @@ fn rows_are_priced_at_write_time_and_read_back_with_their_components() {
     assert_eq!(total, 3);
 
     let sessions = dash
-        .read(|c| query::sessions(c, &Filter::default(), None, None))
+        .read(|c| query::sessions(c, &RowFilter::default(), None, None))
         .unwrap();
     let first = &sessions["sessions"][0];
     assert_eq!(first["requests"], 1, "session b is the most recent");
@@ -193,7 +193,7 @@ fn content_is_captured_redacted_and_only_for_changed_messages() {
     dash.record(e);
     dash.flush();
     let id = dash
-        .read(|c| query::requests(c, &Filter::default(), None, None))
+        .read(|c| query::requests(c, &RowFilter::default(), None, None))
         .unwrap()["requests"][0]["id"]
         .as_u64()
         .unwrap();
@@ -278,7 +278,7 @@ fn retention_deletes_old_rows_and_keeps_the_file_under_its_bound() {
     dash.record(event(now_ms(), "s299", 10));
     dash.flush();
     let sessions = dash
-        .read(|c| query::sessions(c, &Filter::default(), None, Some(500)))
+        .read(|c| query::sessions(c, &RowFilter::default(), None, Some(500)))
         .unwrap();
     let s299: Vec<_> = sessions["sessions"]
         .as_array()
@@ -396,7 +396,7 @@ fn the_overview_shows_the_share_forwarded_untouched_by_reason() {
     });
     dash.flush();
     let all = dash
-        .read(|c| query::overview(c, &Filter::default()))
+        .read(|c| query::overview(c, &RowFilter::default()))
         .unwrap();
     assert_eq!(
         all["untouched"],
@@ -407,9 +407,9 @@ fn the_overview_shows_the_share_forwarded_untouched_by_reason() {
         "most first, each a share of every request in the window"
     );
     // A narrower window: the share is of the requests in it.
-    let before_b = Filter {
+    let before_b = RowFilter {
         until: Some(now),
-        ..Filter::default()
+        ..RowFilter::default()
     };
     let a = dash.read(|c| query::overview(c, &before_b)).unwrap();
     assert_eq!(a["requests"], 4);

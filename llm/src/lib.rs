@@ -21,4 +21,6 @@ pub use sandbox;
 pub use client::{
     CheapModelEnv, Endpoint, Incoming, LlmError, Rejection, Transport, TransportError,
 };
-pub use service::{Isolation, LlmCounts, LlmService, Options, RequestModels, ResultStore, Waited};
+pub use service::{
+    Isolation, LlmCounts, LlmService, RequestModels, ResultStore, ServiceOptions, Waited,
+};

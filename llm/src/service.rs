@@ -47,7 +47,7 @@ pub enum Isolation {
 
 /// Queue and cache sizes.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ServiceOptions {
     /// Jobs running at once. Default 4.
     pub concurrency: usize,
     /// Jobs waiting. Default 64; a full queue answers `queue_full` (the component falls back).
@@ -64,15 +64,15 @@ pub struct Options {
     pub isolation: Isolation,
 }
 
-impl Default for Options {
-    fn default() -> Options {
+impl Default for ServiceOptions {
+    fn default() -> ServiceOptions {
         let price = |name: &str, default: f64| {
             std::env::var(name)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(default)
         };
-        Options {
+        ServiceOptions {
             concurrency: 4,
             queue: 64,
             cache_entries: 4096,
@@ -175,7 +175,7 @@ struct Shared {
     results: Option<Arc<dyn ResultStore>>,
     done: Notify,
     counters: Counters,
-    options: Options,
+    options: ServiceOptions,
 }
 
 struct JobMsg {
@@ -208,7 +208,7 @@ impl LlmService {
     pub fn start(
         transport: Arc<dyn Transport>,
         env: CheapModelEnv,
-        options: Options,
+        options: ServiceOptions,
     ) -> LlmService {
         Self::start_with(transport, env, options, None)
     }
@@ -217,7 +217,7 @@ impl LlmService {
     pub fn start_with(
         transport: Arc<dyn Transport>,
         env: CheapModelEnv,
-        options: Options,
+        options: ServiceOptions,
         results: Option<Arc<dyn ResultStore>>,
     ) -> LlmService {
         let (sender, mut receiver) = mpsc::channel::<JobMsg>(options.queue.max(1));

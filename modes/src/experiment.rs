@@ -240,7 +240,7 @@ impl Group {
 
 /// What the experiment found so far.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct Findings {
     pub experiment: String,
     /// Every session, each model's tokens at that model's own list price: a cost pooled
     /// across models, and said to be.
@@ -251,10 +251,10 @@ pub struct Report {
     pub by_model: Vec<Group>,
 }
 
-impl Report {
+impl Findings {
     /// The report of `rows` at `now_ms`: a session whose last request is older than `idle_ms`
     /// is finished.
-    pub fn of(experiment: &str, rows: &[Spend], now_ms: u64, idle_ms: u64) -> Report {
+    pub fn of(experiment: &str, rows: &[Spend], now_ms: u64, idle_ms: u64) -> Findings {
         let open = |last_ms: u64| now_ms.saturating_sub(last_ms) < idle_ms;
         let mut sessions: BTreeMap<&str, Session> = BTreeMap::new();
         let mut last: BTreeMap<&str, u64> = BTreeMap::new();
@@ -295,7 +295,7 @@ impl Report {
             .into_iter()
             .map(|(model, s)| Group::of(model, &s))
             .collect();
-        Report {
+        Findings {
             experiment: experiment.to_owned(),
             overall,
             by_agent,
@@ -386,7 +386,7 @@ impl SplitMix {
 }
 
 /// The report as a person reads it (`sluice ab report`).
-pub fn render(report: &Report) -> String {
+pub fn render(report: &Findings) -> String {
     use std::fmt::Write;
     let mut out = format!("experiment `{}`\n", report.experiment);
     let group = |out: &mut String, prefix: &str, g: &Group| {

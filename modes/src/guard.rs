@@ -140,7 +140,7 @@ pub struct TurnWork {
 
 /// What the provider reported for a turn's request, and what sluice added to it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Billed {
+pub struct TurnBill {
     pub read: u64,
     /// `None` where the provider bills no cache writes (OpenAI).
     pub written: Option<u64>,
@@ -169,7 +169,7 @@ impl CostGuard {
 
     /// Settles turn `seq` with the provider's report for it (nothing when another turn is
     /// pending). Returns the back-off when this report is the one that decided it.
-    pub fn settle(&mut self, seq: u64, billed: Billed) -> Option<BackOff> {
+    pub fn settle(&mut self, seq: u64, billed: TurnBill) -> Option<BackOff> {
         let previous = self
             .last_cached
             .replace(billed.read + billed.written.unwrap_or(0));
@@ -312,16 +312,16 @@ mod tests {
     }
 
     /// Records `work` and settles it with `billed`, as one request and its report.
-    fn round(guard: &mut CostGuard, work: TurnWork, billed: Billed) -> Option<BackOff> {
+    fn round(guard: &mut CostGuard, work: TurnWork, billed: TurnBill) -> Option<BackOff> {
         let seq = guard.turn(work).unwrap();
         guard.settle(seq, billed)
     }
 
-    fn billed(read: u64, written: u64) -> Billed {
-        Billed {
+    fn billed(read: u64, written: u64) -> TurnBill {
+        TurnBill {
             read,
             written: Some(written),
-            ..Billed::default()
+            ..TurnBill::default()
         }
     }
 
@@ -364,7 +364,7 @@ mod tests {
             rewrote_prefix: false,
             restored_tokens: 0,
         };
-        let anthropic = Billed {
+        let anthropic = TurnBill {
             read: 50_000,
             written: Some(2_000),
             fresh: 100,
@@ -394,10 +394,10 @@ mod tests {
             saved_new: 500,
             ..TurnWork::default()
         };
-        let report = Billed {
+        let report = TurnBill {
             fresh: 9_000,
             declared: 300,
-            ..Billed::default()
+            ..TurnBill::default()
         };
         round(&mut openai, cold, report);
         assert!(close(openai.billed.cut, 500.0) && close(openai.billed.declared, 300.0));
@@ -405,9 +405,9 @@ mod tests {
         // A report for a turn this guard does not hold is in no figure: its cuts are unknown.
         openai.settle(
             99,
-            Billed {
+            TurnBill {
                 fresh: 1_000,
-                ..Billed::default()
+                ..TurnBill::default()
             },
         );
         assert_eq!(openai.billed.requests, 1);
@@ -539,10 +539,10 @@ mod tests {
             let seq = state.guard.turn(warm(10)).unwrap();
             state.settle(
                 seq,
-                Billed {
+                TurnBill {
                     read: 0,
                     written: None,
-                    ..Billed::default()
+                    ..TurnBill::default()
                 },
             );
         }

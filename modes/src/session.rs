@@ -8,7 +8,7 @@ use engine::savings::BilledSaving;
 use engine::store::Store;
 use serde::{Deserialize, Serialize};
 
-use crate::guard::{self, BackOff, Billed};
+use crate::guard::{self, BackOff, TurnBill};
 use crate::restore;
 use crate::tracker::Tracker;
 
@@ -58,7 +58,7 @@ pub struct SessionState {
 impl SessionState {
     /// Settles turn `seq` with the provider's report (the cost guard, see [`guard`]) and, when
     /// the guard decides to back off, holds the cuts from the next new message on.
-    pub fn settle(&mut self, seq: u64, billed: Billed) -> Option<BackOff> {
+    pub fn settle(&mut self, seq: u64, billed: TurnBill) -> Option<BackOff> {
         let why = self.guard.settle(seq, billed)?;
         self.back_off(why);
         Some(why)

@@ -5,15 +5,15 @@
 
 use std::sync::Arc;
 
-use modes::experiment::{ArmSummary, Report};
-use modes::stats::table::{Field, Kind, Num};
+use modes::experiment::{ArmSummary, Findings};
+use modes::stats::table::{Field, MetricType, Num};
 
 use crate::store_stats::count;
 
 /// What the rows read: the latest report, and the book's own write counts.
 #[derive(Debug, Default)]
 pub struct AbView {
-    pub report: Option<Arc<Report>>,
+    pub report: Option<Arc<Findings>>,
     pub running: bool,
     pub written: u64,
     pub lost: u64,
@@ -56,7 +56,7 @@ const fn row(
     json: &'static str,
     metric: &'static str,
     labels: &'static str,
-    kind: Kind,
+    kind: MetricType,
     unit: &'static str,
     help: &'static str,
     value: fn(&AbView) -> Num,
@@ -72,7 +72,7 @@ const fn row(
     }
 }
 
-use Kind::{Counter, Gauge};
+use MetricType::{Counter, Gauge};
 
 /// One arm's row of a series labelled by arm, read from the arm's summary.
 macro_rules! arm_row {

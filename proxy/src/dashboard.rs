@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use dashboard::query::{self, Filter};
+use dashboard::query::{self, RowFilter};
 use dashboard::{Dashboard, Subscription};
 use engine::wire::Dialect;
 use futures::StreamExt;
@@ -513,9 +513,9 @@ impl Params {
         self.get(key)?.parse().ok()
     }
 
-    fn filter(&self) -> Filter {
+    fn filter(&self) -> RowFilter {
         let text = |key| self.get(key).map(str::to_owned);
-        Filter {
+        RowFilter {
             since: self.number("since"),
             until: self.number("until"),
             session: text("session"),

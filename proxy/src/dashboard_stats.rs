@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use dashboard::Dashboard;
-use modes::stats::table::{Field, Kind};
+use modes::stats::table::{Field, MetricType};
 
 use crate::store_stats::{count, row};
 
@@ -39,7 +39,7 @@ impl DashboardView {
     }
 }
 
-use Kind::{Counter, Gauge};
+use MetricType::{Counter, Gauge};
 
 pub static DASHBOARD_FIELDS: &[Field<DashboardView>] = &[
     row(

@@ -135,7 +135,7 @@ impl ReAsk {
         // by returning a response.
         let mut round = 0;
         // What the rounds the agent never sees cost, added into the usage it reads.
-        let mut carried = crate::usage_sum::Usage::default();
+        let mut carried = crate::usage_sum::UsageSum::default();
         loop {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);

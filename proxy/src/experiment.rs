@@ -5,7 +5,7 @@
 //! here each request's [`Tab`] collects what its arm cost as the request goes (the reply the
 //! agent got, with every expand round's usage added in, and its status), and the [`Book`]
 //! adds it to the session's row with one write behind the reply. The report is computed from
-//! the rows (`modes::experiment::Report`), so every replica and every restart reads the same.
+//! the rows (`modes::experiment::Findings`), so every replica and every restart reads the same.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use dashboard::prices::{Billed, Work, price, priced};
 use engine::config::{Arm, ExperimentConfig};
 use engine::wire::Dialect;
 use http::HeaderMap;
-use modes::experiment::Report;
+use modes::experiment::Findings;
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use store::{BackendError, DurableStore, Spend};
@@ -110,7 +110,7 @@ pub(crate) struct Book {
     failed: Mutex<std::collections::HashSet<String>>,
     written: AtomicU64,
     lost: AtomicU64,
-    latest: Mutex<Option<Arc<Report>>>,
+    latest: Mutex<Option<Arc<Findings>>>,
     /// When a report was last read for someone asking.
     served: tokio::sync::Mutex<Option<Instant>>,
     /// One read of the rows at a time.
@@ -172,7 +172,7 @@ impl Book {
     /// The report for someone asking (`GET /ab`, the dashboard's tab, which an open browser asks
     /// for on every burst of traffic): read from the store, unless it was for someone asking
     /// under [`FRESH`] ago, so that the rows are never read more often than that.
-    pub(crate) async fn report(&self) -> Result<Arc<Report>, BackendError> {
+    pub(crate) async fn report(&self) -> Result<Arc<Findings>, BackendError> {
         let _one = self.reading.lock().await;
         let mut served = self.served.lock().await;
         if let Some(at) = *served
@@ -187,7 +187,7 @@ impl Book {
     }
 
     /// Reads every row and makes the report (kept for `/stats`).
-    async fn read(&self) -> Result<Arc<Report>, BackendError> {
+    async fn read(&self) -> Result<Arc<Findings>, BackendError> {
         let rows = self.durable.spends(&self.config.name).await?;
         let (name, idle_ms) = (
             self.config.name.clone(),
@@ -195,7 +195,7 @@ impl Book {
         );
         // 2,000 resamples a group: off the runtime's workers.
         let report = tokio::task::spawn_blocking(move || {
-            Report::of(&name, &rows, dashboard::now_ms(), idle_ms)
+            Findings::of(&name, &rows, dashboard::now_ms(), idle_ms)
         })
         .await
         .map_err(|_| BackendError::Closed)?;
@@ -205,7 +205,7 @@ impl Book {
     }
 
     /// The report as last read (at most [`REFRESH`] old), for `/stats` and `/metrics`.
-    pub(crate) fn latest(&self) -> Option<Arc<Report>> {
+    pub(crate) fn latest(&self) -> Option<Arc<Findings>> {
         self.latest.lock().clone()
     }
 

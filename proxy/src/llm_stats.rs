@@ -3,7 +3,7 @@
 //! engine-side rows of `modes::stats::FIELDS`.
 
 use modes::stats::Stats;
-use modes::stats::table::{Field, Kind, Num};
+use modes::stats::table::{Field, MetricType, Num};
 
 /// Components whose savings the model bought, for the net figure.
 const MODEL_COMPONENTS: [&str; 2] = ["extract_llm", "summarize"];
@@ -54,7 +54,7 @@ const fn row(
         json: Some(json),
         metric,
         labels,
-        kind: Kind::Counter,
+        kind: MetricType::Counter,
         unit,
         help,
         value,

@@ -11,7 +11,7 @@ use engine::wire::Dialect;
 use engine::wire::json::{self as wire_json, Kind, Span};
 use serde_json::{Value, json};
 
-use crate::usage_sum::Usage;
+use crate::usage_sum::UsageSum;
 
 /// The most one frame, or the held part of a turn, may grow to. Past it the expand loop stops
 /// reading the stream and relays the rest untouched: memory stays bounded whatever an upstream
@@ -173,12 +173,12 @@ pub struct Relay {
     events_bytes: usize,
     items_bytes: usize,
     /// This round's token counts, as its events state them.
-    round_usage: Usage,
+    round_usage: UsageSum,
     /// A content block of this round has started (a `ping` before it belongs to the opening).
     opened_round: bool,
     /// The counts of the rounds already answered, which the agent never saw: added into the
     /// usage the last round reports (`usage_sum`).
-    carried: Usage,
+    carried: UsageSum,
 }
 
 impl Relay {
@@ -198,9 +198,9 @@ impl Relay {
             holding: false,
             held: Vec::new(),
             events: Vec::new(),
-            round_usage: Usage::default(),
+            round_usage: UsageSum::default(),
             opened_round: false,
-            carried: Usage::default(),
+            carried: UsageSum::default(),
         }
     }
 

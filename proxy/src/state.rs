@@ -248,9 +248,9 @@ impl App {
         let llm = llm::LlmService::start_with(
             Arc::new(upstream.clone()),
             llm::CheapModelEnv::from_env(),
-            llm::Options {
+            llm::ServiceOptions {
                 isolation: settings.sandbox.clone(),
-                ..llm::Options::default()
+                ..llm::ServiceOptions::default()
             },
             results,
         );

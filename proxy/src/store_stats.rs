@@ -3,7 +3,7 @@
 //! into both, like `modes::stats::FIELDS`.
 
 use engine::store::StoreStats;
-use modes::stats::table::{Field, Kind, Num};
+use modes::stats::table::{Field, MetricType, Num};
 use store::DurableStats;
 
 /// What the rows read: the engine-side counters every store has, and the durable store's own
@@ -18,7 +18,7 @@ pub struct StoreView {
 pub(crate) const fn row<S>(
     json: &'static str,
     metric: &'static str,
-    kind: Kind,
+    kind: MetricType,
     unit: &'static str,
     help: &'static str,
     value: fn(&S) -> Num,
@@ -38,7 +38,7 @@ pub(crate) fn count(n: impl TryInto<u64>) -> Num {
     Num::Count(n.try_into().unwrap_or(u64::MAX))
 }
 
-use Kind::{Counter, Gauge};
+use MetricType::{Counter, Gauge};
 
 pub static STORE_FIELDS: &[Field<StoreView>] = &[
     row(

@@ -531,6 +531,45 @@ fn files_and_functions_a_reader_can_hold() {
     );
 }
 
+/// A public type's name means one thing across the workspace: no two crates define public
+/// types (`pub struct`, `enum`, `trait`, `type`) of the same name. (Seven pairs did: a `Report`
+/// in `modes` and in `proxy`, a `Kind` of stats row beside the pipeline's, ...)
+#[test]
+fn no_two_crates_define_a_public_type_of_one_name() {
+    let mut owners: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for krate in CRATES {
+        for (_, code) in library(krate).files {
+            for line in code.lines() {
+                let line = line.trim_start();
+                let Some(rest) = line.strip_prefix("pub ") else {
+                    continue;
+                };
+                let name = ["struct ", "enum ", "trait ", "type "]
+                    .iter()
+                    .find_map(|keyword| rest.strip_prefix(keyword))
+                    .and_then(ident);
+                if let Some(name) = name {
+                    owners.entry(name).or_default().insert(krate);
+                }
+            }
+        }
+    }
+    assert!(
+        owners.len() > 200,
+        "the scan found the public types: {}",
+        owners.len()
+    );
+    let shared: Vec<String> = owners
+        .iter()
+        .filter(|(_, crates)| crates.len() > 1)
+        .map(|(name, crates)| format!("{name} in {crates:?}"))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "public types of one name in several crates: {shared:?}"
+    );
+}
+
 /// ARCHITECTURE.md stays a map a newcomer reads in one sitting (at most 25 KB; the detail is in
 /// docs/dev/), and it says for every package of the design card whether it is used, and why.
 #[test]

@@ -16,9 +16,9 @@ use serde_json::{Map, Value};
 
 /// Token counts: a usage object's numeric leaves, nested objects kept nested.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Usage(Map<String, Value>);
+pub struct UsageSum(Map<String, Value>);
 
-impl Usage {
+impl UsageSum {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -40,7 +40,7 @@ impl Usage {
     }
 
     /// This sum plus `other`.
-    pub fn plus(&self, other: &Usage) -> Usage {
+    pub fn plus(&self, other: &UsageSum) -> UsageSum {
         let mut sum = self.clone();
         merge(&mut sum.0, &other.0, Merge::Add);
         sum
@@ -172,7 +172,7 @@ pub fn of_reply(reply: &[u8], dialect: Dialect) -> Option<Value> {
 
 /// A whole reply with `carried` (the earlier rounds' counts) added into its top-level usage;
 /// the reply as it came when it has none or is not JSON.
-pub fn add_to_reply(reply: &[u8], dialect: Dialect, carried: &Usage) -> Option<Vec<u8>> {
+pub fn add_to_reply(reply: &[u8], dialect: Dialect, carried: &UsageSum) -> Option<Vec<u8>> {
     if carried.is_empty() {
         return None;
     }
@@ -181,7 +181,7 @@ pub fn add_to_reply(reply: &[u8], dialect: Dialect, carried: &Usage) -> Option<V
     let span = json::get(text, root, reply_key(dialect))
         .filter(|s| json::kind_of(text, *s) == Kind::Object)?;
     let own: Value = serde_json::from_str(span.of(text)).ok()?;
-    let mut own_counts = Usage::default();
+    let mut own_counts = UsageSum::default();
     own_counts.add(&own);
     let total = carried.plus(&own_counts);
     let mut out = String::with_capacity(text.len() + 64);
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn counts_are_added_leaf_by_leaf_and_written_in_place() {
-        let mut carried = Usage::default();
+        let mut carried = UsageSum::default();
         carried.add(&json!({"input_tokens": 10, "cache_read_input_tokens": 100,
             "output_tokens": 5, "service_tier": "standard",
             "cache_creation": {"ephemeral_5m_input_tokens": 7}}));
@@ -213,11 +213,11 @@ mod tests {
 
     #[test]
     fn keys_the_reply_lacks_are_appended() {
-        let mut carried = Usage::default();
+        let mut carried = UsageSum::default();
         carried.add(&json!({"input_tokens": 10, "output_tokens": 5}));
         let text = r#"{"output_tokens":3}"#;
         let root = json::parse_document(text).unwrap();
-        let mut own = Usage::default();
+        let mut own = UsageSum::default();
         own.overlay(&json!({"output_tokens": 3}));
         assert_eq!(
             carried.plus(&own).write_into(text, root),
@@ -232,7 +232,7 @@ mod tests {
     /// A Gemini reply's counts are `usageMetadata`; a round's are summed there.
     #[test]
     fn gemini_counts_are_summed_in_usage_metadata() {
-        let mut carried = Usage::default();
+        let mut carried = UsageSum::default();
         carried.add(
             &json!({"promptTokenCount": 9000, "cachedContentTokenCount": 8192,
             "candidatesTokenCount": 12, "totalTokenCount": 9012}),
@@ -257,11 +257,11 @@ mod tests {
             add_to_reply(
                 br#"{"usage":{"input_tokens":1}}"#,
                 Dialect::OpenAi,
-                &Usage::default()
+                &UsageSum::default()
             ),
             None
         );
-        let mut carried = Usage::default();
+        let mut carried = UsageSum::default();
         carried.add(&json!({"input_tokens": 1}));
         assert_eq!(add_to_reply(b"not json", Dialect::OpenAi, &carried), None);
         assert_eq!(

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use modes::replay::claude_code::{self, Transcript};
+use modes::replay::claude_code::{self, SessionLog};
 use serde_json::Value;
 
 /// The repository's own copy: `SLUICE_CORPUS` may name a larger set without the transcripts.
@@ -55,7 +55,7 @@ fn rebuilt_from(file: &Path) -> (PathBuf, Value) {
     panic!("no corpus session rebuilt from {}", file.display());
 }
 
-fn read(file: &Path) -> Transcript {
+fn read(file: &Path) -> SessionLog {
     let bytes = std::fs::read(file).unwrap();
     claude_code::read(&file.display().to_string(), &bytes)
 }

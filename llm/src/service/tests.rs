@@ -58,10 +58,10 @@ fn service(replies: &[&str], delay: Duration) -> (LlmService, Arc<Script>) {
         api_key: Some("sk-test".into()),
         provider: Some(Provider::Anthropic),
     };
-    let options = Options {
+    let options = ServiceOptions {
         price_in: 1.0,
         price_out: 5.0,
-        ..Options::default()
+        ..ServiceOptions::default()
     };
     (LlmService::start(script.clone(), env, options), script)
 }
@@ -165,12 +165,12 @@ async fn a_runaway_filter_is_stopped_by_its_budget() {
             delay: Duration::ZERO,
             calls: AtomicU64::new(0),
         });
-        let options = Options {
+        let options = ServiceOptions {
             sandbox: sandbox::Limits {
                 max_steps: 10_000,
                 ..sandbox::Limits::DEFAULT
             },
-            ..Options::default()
+            ..ServiceOptions::default()
         };
         let env = CheapModelEnv {
             model: Some("cheap-1".into()),

@@ -47,7 +47,7 @@ fn arms(n: usize, control: f64, treatment: f64, spread: f64) -> Vec<Spend> {
 /// A clear 20% saving over 30 sessions an arm is settled, its interval around it.
 #[test]
 fn a_clear_saving_is_settled() {
-    let report = Report::of("ab", &arms(30, 1.0, 0.8, 0.1), 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &arms(30, 1.0, 0.8, 0.1), 100 * MINUTE, 30 * MINUTE);
     let g = &report.overall;
     assert_eq!((g.control.sessions, g.treatment.sessions), (30, 30));
     assert!((g.control.cost_per_session - 1.0).abs() < 1e-9);
@@ -64,11 +64,11 @@ fn a_clear_saving_is_settled() {
 #[test]
 fn a_small_difference_asks_for_more_sessions() {
     let rows = arms(10, 1.0, 0.97, 0.8);
-    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     let d = report.overall.difference.clone().unwrap();
     assert!(!d.settled && d.low < 0.0 && d.high > 0.0, "{d:?}");
     let more = d.more_sessions_per_arm.unwrap();
-    let bigger = Report::of("ab", &arms(10, 1.0, 0.9, 0.8), 100 * MINUTE, 30 * MINUTE);
+    let bigger = Findings::of("ab", &arms(10, 1.0, 0.9, 0.8), 100 * MINUTE, 30 * MINUTE);
     let fewer = bigger
         .overall
         .difference
@@ -76,7 +76,7 @@ fn a_small_difference_asks_for_more_sessions() {
         .more_sessions_per_arm
         .unwrap();
     assert!(more > fewer && fewer > 0, "{more} vs {fewer}");
-    assert_eq!(report, Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE));
+    assert_eq!(report, Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE));
 }
 
 /// Open sessions are counted as open and left out of the comparison; an arm with fewer than
@@ -85,14 +85,14 @@ fn a_small_difference_asks_for_more_sessions() {
 fn open_sessions_are_shown_not_compared() {
     let mut rows = arms(2, 1.0, 0.5, 0.0);
     rows.push(row("c-open", Arm::Control, "m", 50.0, 3, 95 * MINUTE));
-    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     let control = &report.overall.control;
     assert_eq!((control.sessions, control.open), (2, 1));
     // The totals count every session, open ones too.
     assert_eq!(control.totals.turns, 23);
     assert!((control.totals.cost_usd - 52.0).abs() < 1e-9);
     assert!((control.cost_per_session - 1.0).abs() < 1e-9);
-    let one = Report::of("ab", &rows[..3], 100 * MINUTE, 30 * MINUTE);
+    let one = Findings::of("ab", &rows[..3], 100 * MINUTE, 30 * MINUTE);
     assert!(one.overall.difference.is_none());
     assert!(render(&one).contains("not yet"));
 }
@@ -107,7 +107,7 @@ fn models_and_agents_are_reported_apart() {
         row("s2", Arm::Control, "claude-sonnet-4-5", 3.0, 6, 0),
     ];
     rows[2].agent = "codex".to_owned();
-    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     assert_eq!(report.overall.treatment.sessions, 1);
     assert!((report.overall.treatment.cost_per_session - 2.01).abs() < 1e-9);
     let names: Vec<&str> = report.by_model.iter().map(|g| g.name.as_str()).collect();
@@ -143,7 +143,7 @@ fn unpriced_models_are_compared_in_input_token_equivalents() {
         rows.push(control);
         rows.push(treatment);
     }
-    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     let d = report
         .overall
         .difference
@@ -165,7 +165,7 @@ fn a_session_of_unknown_cost_is_left_out_of_the_cost() {
     let mut unknown = row("c-cut", Arm::Control, "m", 0.0, 5, 0);
     unknown.no_usage = 1;
     rows.push(unknown);
-    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     let control = &report.overall.control;
     assert_eq!((control.sessions, control.unknown_cost_sessions), (4, 1));
     assert_eq!(control.no_usage_turns, 1);
@@ -190,7 +190,7 @@ fn groups_are_capped() {
             )
         })
         .collect();
-    let report = Report::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
+    let report = Findings::of("ab", &rows, 100 * MINUTE, 30 * MINUTE);
     assert_eq!(report.by_model.len(), 24);
     let other = report.by_model.last().unwrap();
     assert_eq!((other.name.as_str(), other.control.sessions), ("other", 17));

@@ -126,7 +126,7 @@ pub struct MalformedLine {
 
 /// One session file, read.
 #[derive(Debug, Clone, Default)]
-pub struct Transcript {
+pub struct SessionLog {
     /// `sessionId` of the live branch.
     pub session_id: Option<String>,
     /// A sub-agent's transcript (every record on its branch says `isSidechain`).
@@ -142,10 +142,10 @@ pub struct Transcript {
     /// Sub-agents whose records sit in this file beside the main conversation (Claude Code
     /// before 2.1.2 wrote them there), each a transcript of its own, in file order. Empty for
     /// a sub-agent's own file.
-    pub sidechains: Vec<Transcript>,
+    pub sidechains: Vec<SessionLog>,
 }
 
-impl Transcript {
+impl SessionLog {
     /// Every call, segment after segment.
     pub fn calls(&self) -> impl Iterator<Item = &Call> {
         self.segments.iter().flat_map(|s| s.calls.iter())
@@ -153,8 +153,8 @@ impl Transcript {
 }
 
 /// Reads one session file's bytes; `file` names it in errors.
-pub fn read(file: &str, bytes: &[u8]) -> Transcript {
-    let mut transcript = Transcript::default();
+pub fn read(file: &str, bytes: &[u8]) -> SessionLog {
+    let mut transcript = SessionLog::default();
     let records = records(file, bytes, &mut transcript);
     for r in &records {
         let kind = r["type"].as_str().unwrap_or("(none)");
@@ -201,7 +201,7 @@ pub fn read(file: &str, bytes: &[u8]) -> Transcript {
 
 /// The file's records: one JSON object a line. A line that is not one is noted; the last,
 /// unterminated, is taken as half-written rather than malformed.
-fn records(file: &str, bytes: &[u8], transcript: &mut Transcript) -> Vec<Value> {
+fn records(file: &str, bytes: &[u8], transcript: &mut SessionLog) -> Vec<Value> {
     jsonl(
         file,
         bytes,
@@ -256,7 +256,7 @@ fn is_boundary(r: &Value) -> bool {
 }
 
 /// A chain of records as a transcript of its own (a sub-agent found in its parent's file).
-fn conversation<'a>(records: &'a [Value], chain: Vec<&'a Value>) -> Transcript {
+fn conversation<'a>(records: &'a [Value], chain: Vec<&'a Value>) -> SessionLog {
     let one_hour = chain
         .iter()
         .any(|r| Usage::of(&r["message"]["usage"]).one_hour_writes > 0);
@@ -268,11 +268,11 @@ fn conversation<'a>(records: &'a [Value], chain: Vec<&'a Value>) -> Transcript {
     for r in chain {
         builder.take(r);
     }
-    Transcript {
+    SessionLog {
         session_id,
         sidechain: true,
         segments: builder.finish(),
-        ..Transcript::default()
+        ..SessionLog::default()
     }
 }
 

@@ -1,7 +1,7 @@
 //! The scalar rows of `/stats` and `/metrics` ([`FIELDS`]): one table, which both documents
 //! and `docs/stats.md` render from.
 
-use super::table::{Field, Kind, Num};
+use super::table::{Field, MetricType, Num};
 use super::{Totals, ms, pct, ratio};
 
 /// A row of [`FIELDS`]; the unlabelled shape most rows have.
@@ -11,7 +11,7 @@ macro_rules! row {
             json: $json,
             metric: $metric,
             labels: "",
-            kind: Kind::$kind,
+            kind: MetricType::$kind,
             unit: $unit,
             help: $help,
             value: $value,

@@ -12,18 +12,18 @@ use serde_json::{Map, Value};
 
 /// How Prometheus should read a series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum MetricType {
     /// Only ever grows.
     Counter,
     /// A level or an average that can fall.
     Gauge,
 }
 
-impl Kind {
+impl MetricType {
     fn as_str(self) -> &'static str {
         match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
         }
     }
 }
@@ -62,7 +62,7 @@ pub struct Field<S> {
     /// Fixed labels of the series, rendered (`direction="input"`), or empty. Rows sharing a
     /// series name differ here, and the series' help and type come from its first row.
     pub labels: &'static str,
-    pub kind: Kind,
+    pub kind: MetricType,
     /// Unit, for the docs (`tokens`, `requests`, `ms`, `%`, `USD`, ...).
     pub unit: &'static str,
     pub help: &'static str,

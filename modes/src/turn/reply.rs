@@ -3,7 +3,7 @@
 
 use engine::savings::BilledSaving;
 
-use crate::guard::{BackOff, Billed};
+use crate::guard::{BackOff, TurnBill};
 use crate::session::SessionState;
 use crate::tracker::{CacheUsage, LedgerTurn};
 
@@ -38,7 +38,7 @@ pub fn settle_state(
 ) -> Settlement {
     let before = state.tracker.counts.cold_mispredicted;
     state.tracker.observe_usage(usage);
-    let billed = Billed {
+    let billed = TurnBill {
         read: usage.read,
         written: usage.written,
         fresh: usage.fresh,

@@ -72,7 +72,7 @@ pub(super) fn ab(command: AbCommand) -> Result<(), Failure> {
             .await
             .map_err(|e| Failure(format!("{}: {e}", backend.describe())))
     })?;
-    let report = modes::experiment::Report::of(
+    let report = modes::experiment::Findings::of(
         &experiment.name,
         &rows,
         dashboard::now_ms(),

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use engine::wire::Dialect;
-use modes::replay::claude_code::{self, Transcript};
+use modes::replay::claude_code::{self, SessionLog};
 use modes::replay::{Prices, SessionReport};
 use serde::Serialize;
 
@@ -199,7 +199,7 @@ pub fn load(root: &Path, filters: &Filters) -> Result<Found, RunError> {
 
 /// The transcript's segments as replayed sessions, each call billed with the preamble its
 /// recorded usage tells, or the stand-in when it tells none.
-fn sessions_of(project: &str, name: &str, transcript: Transcript, found: &mut Found) {
+fn sessions_of(project: &str, name: &str, transcript: SessionLog, found: &mut Found) {
     // Read over the whole transcript: a compaction changes the messages, not what the session
     // sends beside them, and more calls make a steadier median.
     let preambles = {
