@@ -570,6 +570,47 @@ fn no_two_crates_define_a_public_type_of_one_name() {
     );
 }
 
+/// Every `file::function` (or `file::Type::function`) in ARCHITECTURE.md's "The life of a
+/// request" table exists: the file, the type in it, and the function.
+#[test]
+fn the_life_of_a_request_names_what_exists() {
+    let doc = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).expect("the doc");
+    let section = doc
+        .split("## The life of a request\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the section");
+    let mut checked = 0;
+    for row in section.lines().filter(|l| l.starts_with("| ")) {
+        let Some(place) = row.split(" | ").nth(1) else {
+            continue;
+        };
+        for entry in place.split('`').skip(1).step_by(2) {
+            let Some((file, names)) = entry.split_once(".rs::") else {
+                continue;
+            };
+            let path = repo().join(format!("{file}.rs"));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|_| panic!("{entry}: no file {}", path.display()));
+            let names: Vec<&str> = names.split("::").collect();
+            let function = names.last().expect("a function");
+            assert!(
+                text.contains(&format!("fn {function}("))
+                    || text.contains(&format!("fn {function}<")),
+                "{entry}: no fn {function}"
+            );
+            if let [ty, _] = names[..] {
+                assert!(
+                    text.contains(&format!(" {ty} {{")) || text.contains(&format!(" {ty}<")),
+                    "{entry}: no {ty}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "the table's entries were read: {checked}");
+}
+
 /// ARCHITECTURE.md stays a map a newcomer reads in one sitting (at most 25 KB; the detail is in
 /// docs/dev/), and it says for every package of the design card whether it is used, and why.
 #[test]
@@ -604,7 +645,7 @@ fn the_architecture_doc_is_a_map_and_answers_for_the_card() {
             "{package} has no row in ARCHITECTURE.md's card table"
         );
     }
-    for dev in ["crates", "modules", "state", "concerns"] {
+    for dev in ["crates", "modules", "state", "concerns", "request"] {
         assert!(repo().join(format!("docs/dev/{dev}.md")).exists(), "{dev}");
         assert!(doc.contains(&format!("(dev/{dev}.md)")), "a link to {dev}");
     }
