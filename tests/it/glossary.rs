@@ -126,15 +126,19 @@ fn glossary_terms() -> Vec<String> {
     terms
 }
 
-/// README.md and every `docs/*.md` but the glossary.
+/// README.md and every `docs/*.md` and `docs/dev/*.md` but the glossary.
 fn other_docs() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(repo().join("docs"))
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            let doc =
-                Path::new(&name).extension().is_some_and(|e| e == "md") && name != "glossary.md";
-            doc.then(|| format!("docs/{name}"))
+    let mut names: Vec<String> = ["docs", "docs/dev"]
+        .iter()
+        .flat_map(|dir| {
+            std::fs::read_dir(repo().join(dir))
+                .unwrap()
+                .filter_map(move |e| {
+                    let name = e.ok()?.file_name().into_string().ok()?;
+                    let doc = Path::new(&name).extension().is_some_and(|e| e == "md")
+                        && name != "glossary.md";
+                    doc.then(|| format!("{dir}/{name}"))
+                })
         })
         .collect();
     names.sort();
