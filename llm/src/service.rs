@@ -2,7 +2,7 @@
 //! and the per-session result cache the engine's asks read.
 //!
 //! A tokio task with a bounded `mpsc` mailbox, not an actix actor, for the same reasons as the
-//! session actors (docs/ARCHITECTURE.md): its callers are hyper handlers on tokio, it needs no
+//! session actors (docs/dev/crates.md): its callers are hyper handlers on tokio, it needs no
 //! supervision tree, and a full mailbox must refuse at once (`try_send`) rather than wait. Jobs
 //! run concurrently up to a permit count (4, like the reference's `CHEAP_MODEL_CONCURRENT`).
 //!

@@ -121,7 +121,7 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(timeouts: Timeouts) -> Upstream {
-        // Both rustls providers must never be linked (see ARCHITECTURE.md); installing ring
+        // Both rustls providers must never be linked (docs/dev/concerns.md); installing ring
         // explicitly makes the choice independent of feature unification. A second call fails
         // harmlessly when another part of the process installed it first.
         let _ = rustls::crypto::ring::default_provider().install_default();
