@@ -33,10 +33,12 @@ use crate::store::MemoryStoreLimits;
 use crate::yaml::Outline;
 
 mod experiment;
+mod keepalive;
 mod layer;
 mod presets;
 
 pub use experiment::{Arm, ExperimentConfig};
+pub use keepalive::KeepAlive;
 use layer::{Layer, Source, has_block};
 pub use presets::{
     PRESETS, Preset, find_preset, known_presets, listed_presets, preset_is_available,
@@ -187,8 +189,9 @@ impl Default for ObserveConfig {
     }
 }
 
-/// `cache:` — prompt-cache policy. The reference's keepalive keys are accepted so its files
-/// load, but keepalive pings are not implemented: setting one produces a warning, not silence.
+/// `cache:` — prompt-cache policy: amortized re-writes, and the keep-alive (`keepalive*`, the
+/// reference's keys; `keepalive.rs`). `head_ttl_*` are accepted so the reference's files load,
+/// but not implemented: setting one produces a warning, not silence.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
@@ -439,6 +442,9 @@ impl Config {
         for (path, message) in self.experiment.problems() {
             check(false, path, message);
         }
+        for (path, message) in self.cache.keepalive_problems() {
+            check(false, path, message);
+        }
         check(
             !(self.experiment.running() && self.mode == Mode::Observe),
             "experiment",
@@ -482,9 +488,6 @@ impl Config {
     fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         warnings.extend(self.preset_and_list());
-        if self.cache.keepalive {
-            warnings.push("cache.keepalive is accepted for compatibility but not implemented: no pings are sent".into());
-        }
         for name in components::llm_offload::WITHOUT_MODEL {
             if self.pipeline.iter().any(|p| p == name) {
                 warnings.push(format!(

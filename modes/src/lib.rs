@@ -11,6 +11,7 @@
 pub mod amortize;
 pub mod experiment;
 pub mod guard;
+pub mod keepalive;
 pub mod loud;
 pub mod parses;
 pub mod replay;

@@ -111,6 +111,8 @@ pub struct Options {
     /// How the model expands a marker whose original holds what its answer needs: the whole
     /// original, or (the expand tool's `pattern`) the lines holding each identifier it needs.
     pub expand: ExpandAsk,
+    /// Bill the keep-alive's pings on the session's clock (`cache.keepalive`; `keepalive.rs`).
+    pub keepalive: Option<engine::config::KeepAlive>,
 }
 
 impl Options {
@@ -150,6 +152,7 @@ impl Default for Options {
             preamble_tokens: 0,
             preambles: Vec::new(),
             expand: ExpandAsk::default(),
+            keepalive: None,
         }
     }
 }
@@ -258,6 +261,8 @@ pub struct SessionReport {
     /// The largest single savings: (turn, message index, tokens saved, component).
     pub largest: Vec<(usize, usize, usize, String)>,
     pub frozen_flips: u64,
+    /// What the keep-alive's pings cost and spared, with [`Options::keepalive`].
+    pub keepalive: Option<crate::keepalive::Ledger>,
     /// Where compaction pays in the latest turn: the first and last message index it changed,
     /// and the tokens saved between them (the triage spec's suggested compression range).
     pub suggested_range: Option<(usize, usize, usize)>,
@@ -420,39 +425,37 @@ async fn replay_on(
     let mut expanded: BTreeSet<String> = BTreeSet::new();
     let mut prev_body: Option<Bytes> = None;
     let mut last_at: Option<Duration> = None;
+    let mut pinger = options
+        .keepalive
+        .map(|rule| keepalive::Pinger::new(rule, dialect));
     for (k, body) in requests.iter().enumerate() {
         clock.advance(step(options, k));
         let body = &with_preamble(body, options.preamble_at(k));
-        let parsed = wire::parse(body, dialect).map_err(|error| ReplayError::TurnUnparsed {
-            session: name.to_owned(),
-            turn: k,
-            error,
-        })?;
+        let parsed = parse_turn(name, k, body, dialect)?;
+        let now = clock.now();
+        let ttl = tracker::asked_ttl(&parsed);
+        let gap = keepalive::quiet(&mut pinger, &service, last_at, now, ttl).await;
         let (applied, ran) = forward_turn(&service, &parsed, &headers).await;
         let facts = applied.facts;
         let incoming = parsed.messages();
-        let now = clock.now();
-        let ttl = tracker::asked_ttl(&parsed);
         let warm = last_at.is_some_and(|t| now.saturating_sub(t) <= ttl);
         last_at = Some(now);
         let sent = Billable::of(body, incoming.to_vec());
         let forwarded = Billable::of(&applied.body, applied.messages.to_vec(incoming));
+        keepalive::turned(&mut pinger, gap, k, &applied, &forwarded, prev_out.as_ref());
         let baseline = bill(&sent, prev_in.as_ref(), warm);
         let sluice = bill(&forwarded, prev_out.as_ref(), warm);
         let flipped = match (&prev_in, &prev_out) {
-            (Some(prev_in), Some(prev_out))
-                if warm && !facts.cold && !facts.amortized && facts.restored == 0 =>
-            {
-                flips(
-                    &prev_in.messages,
-                    incoming,
-                    &prev_out.messages,
-                    &forwarded.messages,
-                )
-            }
+            (Some(prev_in), Some(prev_out)) if warm && facts_may_flip(&facts) => flips(
+                &prev_in.messages,
+                incoming,
+                &prev_out.messages,
+                &forwarded.messages,
+            ),
             _ => 0,
         };
-        let previous = prev_body.as_deref().filter(|_| warm);
+        // The provider reports a kept gap's prefix as read, as it would live.
+        let previous = prev_body.as_deref().filter(|_| warm || gap.kept);
         let mut billed = settle_reply(&service, &applied, previous, dialect, options).await;
         let answer = answer_after(full_messages, incoming.len());
         let (recall, round) = answer.map_or_else(
@@ -496,6 +499,7 @@ async fn replay_on(
         }
     }
     keep_largest(&mut report.largest);
+    report.keepalive = pinger.map(|p| p.ledger);
     Ok(report)
 }
 
@@ -581,6 +585,25 @@ fn turn_saving(applied: &Forward, ran: bool, round: Option<&Round>) -> NetSaving
 
 /// One turn through the proxy's turn service, and whether the pipeline ran on it; a bypassed
 /// body (the agent compacting itself) is forwarded as it came.
+fn parse_turn<'b>(
+    name: &str,
+    k: usize,
+    body: &'b [u8],
+    dialect: Dialect,
+) -> Result<ParsedBody<'b>, ReplayError> {
+    wire::parse(body, dialect).map_err(|error| ReplayError::TurnUnparsed {
+        session: name.to_owned(),
+        turn: k,
+        error,
+    })
+}
+
+/// Whether a change inside the cached prefix on this turn would be a flip: not a decision
+/// (a cold turn's, an amortized re-write, an output restored in place).
+fn facts_may_flip(facts: &tracker::TurnFacts) -> bool {
+    !facts.cold && !facts.amortized && facts.restored == 0
+}
+
 async fn forward_turn(
     service: &TurnService,
     parsed: &ParsedBody<'_>,
@@ -715,6 +738,7 @@ pub mod claude_code;
 pub mod codex;
 pub mod convert;
 pub mod gemini;
+mod keepalive;
 mod recall;
 mod totals;
 

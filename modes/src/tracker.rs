@@ -330,6 +330,15 @@ impl Tracker {
         self.uncached = !last.asked_caching && usage.read == 0 && usage.written == Some(0);
     }
 
+    /// A keep-alive ping at `at` read the session's prefix: the entry lives from there, so the
+    /// next turn's idle time counts from the ping, not from the turn before it. (Read cold
+    /// after a kept gap, a turn would cut at depth and throw away the entry the ping paid for,
+    /// and the predictor would learn a lifetime the provider never gave.)
+    pub fn kept_alive(&mut self, at: Duration) {
+        let at = millis(at);
+        self.last_seen_ms = Some(self.last_seen_ms.map_or(at, |t| t.max(at)));
+    }
+
     /// With `true`, no turn reads cold: every component behaves as with `cold_cache: false`.
     pub fn set_never_cold(&mut self, never: bool) {
         self.never_cold = never;
@@ -421,6 +430,31 @@ mod tests {
         assert_eq!(
             facts.mutable_from, 40,
             "the parent's history is still cached"
+        );
+    }
+
+    #[test]
+    fn a_keep_alive_ping_restarts_the_idle_clock() {
+        let mut t = Tracker::default();
+        t.begin_turn(fp(4), Duration::ZERO, ANTHROPIC_TTL, true);
+        // Pinged at 280 s; back at 500 s, 220 s after the ping: warm, and keeps its prefix.
+        t.kept_alive(Duration::from_secs(280));
+        let facts = t.begin_turn(fp(5), Duration::from_secs(500), ANTHROPIC_TTL, true);
+        assert!(!facts.cold);
+        assert_eq!(facts.mutable_from, 4);
+        // Without the ping, the same gap reads cold.
+        let mut t = Tracker::default();
+        t.begin_turn(fp(4), Duration::ZERO, ANTHROPIC_TTL, true);
+        assert!(
+            t.begin_turn(fp(5), Duration::from_secs(500), ANTHROPIC_TTL, true)
+                .cold
+        );
+        // A ping never moves the clock back.
+        t.kept_alive(Duration::from_secs(100));
+        assert!(
+            t.begin_turn(fp(6), Duration::from_secs(700), ANTHROPIC_TTL, true)
+                .idle
+                .is_some_and(|idle| idle == Duration::from_secs(200))
         );
     }
 

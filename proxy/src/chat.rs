@@ -284,6 +284,18 @@ impl Outgoing {
         })
     }
 
+    /// The session's quiet gap ends with this turn: the keep-alive's keeper stops its pings,
+    /// and keeps the request until its report says whether the next gap gets some.
+    fn quiet_gap_ends(&self, app: &App, forward: &modes::turn::Forward) {
+        if let Some(keeper) = app.keeper()
+            && matches!(self.auth, Auth::AsItCame)
+        {
+            // A request sluice signs (Bedrock) cannot be sent again as a ping.
+            let (uri, headers) = (&self.uri, &self.headers);
+            keeper.turn_sent(&forward.session, self.dialect, uri, headers, &forward.body);
+        }
+    }
+
     /// Sends the turn's body and relays the reply, through the expand loop when the turn
     /// declared the way back.
     async fn send_turn(
@@ -293,6 +305,7 @@ impl Outgoing {
         body: &Bytes,
         mut forward: Box<modes::turn::Forward>,
     ) -> Response<Body> {
+        self.quiet_gap_ends(app, &forward);
         let outbound = Outbound {
             method: self.method,
             uri: &self.uri,

@@ -301,8 +301,10 @@ pub(crate) fn relay_reporting(
         }
     };
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
+    let keeper = app.keeper().cloned();
     let scanner = UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
+        let kept = keeper.map(|k| Kept(k, usage.model.clone()));
         if let Some(capture) = &capture {
             capture.usage(usage);
         }
@@ -311,7 +313,7 @@ pub(crate) fn relay_reporting(
         };
         match to {
             Report::Live(session, turn) => {
-                apply_usage(&sessions, &stats, &session, cache, turn, capture);
+                apply_usage(&sessions, &stats, &session, cache, turn, capture, kept);
             }
             Report::Observed(meet) => meet.usage(cache),
         }
@@ -434,16 +436,29 @@ pub(crate) fn live_report(
     capture: Option<Capture>,
 ) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
+    let keeper = app.keeper().cloned();
     UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
+        let kept = keeper.map(|k| Kept(k, usage.model.clone()));
         if let Some(capture) = &capture {
             capture.usage(usage);
         }
         if let Some(cache) = cache {
-            apply_usage(&sessions, &stats, &session, cache, ledger_turn, capture);
+            apply_usage(
+                &sessions,
+                &stats,
+                &session,
+                cache,
+                ledger_turn,
+                capture,
+                kept,
+            );
         }
     })
 }
+
+/// The keep-alive's keeper, and the model the reply named (what its pings are priced at).
+struct Kept(Arc<crate::keepalive::Keeper>, Option<String>);
 
 /// The provider's cache report for a session's latest turn, to its tracker, and to its cost
 /// guard for `ledger_turn` (the turn that sent this request, when one ran the pipeline).
@@ -454,8 +469,10 @@ fn apply_usage(
     usage: CacheUsage,
     ledger_turn: Option<LedgerTurn>,
     capture: Option<Capture>,
+    kept: Option<Kept>,
 ) {
     let stats = stats.clone();
+    let name = kept.as_ref().map(|_| session.to_owned());
     // The request's dashboard row waits for the settlement (it is sent when its last
     // `Capture` goes, here), so it carries the same billed terms as `/stats`.
     sessions.apply(session, move |state: &mut SessionState| {
@@ -470,6 +487,10 @@ fn apply_usage(
         stats.record_billed(&settled.billed);
         if let Some(capture) = capture {
             capture.billed(&settled.billed);
+        }
+        if let (Some(Kept(keeper, model)), Some(name)) = (kept, name) {
+            let turns = state.tracker.counts.turns;
+            keeper.settled(&name, usage, turns, model.as_deref());
         }
     });
 }
@@ -508,7 +529,7 @@ impl Meet {
         };
         if let Some(usage) = usage {
             // Observe's shadow ledger would judge untouched traffic: it settles nothing.
-            apply_usage(&self.sessions, stats, session, usage, None, None);
+            apply_usage(&self.sessions, stats, session, usage, None, None, None);
         }
     }
 
@@ -523,7 +544,7 @@ impl Meet {
             state.0.clone()
         };
         if let Some(session) = session {
-            apply_usage(&self.sessions, stats, &session, usage, None, None);
+            apply_usage(&self.sessions, stats, &session, usage, None, None, None);
         }
     }
 }

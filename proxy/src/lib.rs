@@ -26,6 +26,8 @@ pub use expand_loop::MAX_EXPAND_ROUNDS;
 #[cfg(test)]
 mod generated;
 pub mod google;
+pub mod keepalive;
+pub mod keepalive_stats;
 pub mod llm_stats;
 pub mod path_call;
 #[cfg(test)]

@@ -459,6 +459,19 @@ fn write_totals(out: &mut String, t: &Totals) {
         saved_pct(t.savings_pct_gross),
     );
     write_losses(out, t);
+    if let Some(ledger) = &t.keepalive {
+        let _ = writeln!(
+            out,
+            "**Keep-alive** (`cache.keepalive`): {} pings in {} quiet gaps; {} gaps kept (the session came back after its entry would have expired). Pings read {} prefix tokens, kept turns read {} instead of writing them: {:+.0} input-token equivalents net. Billed input saved, net, with the keep-alive: **{}**.\n",
+            ledger.pings,
+            ledger.gaps_pinged,
+            ledger.kept,
+            ledger.ping_tokens,
+            ledger.kept_tokens,
+            t.keepalive_net,
+            saved_pct(t.billed_savings_pct_with_keepalive),
+        );
+    }
     let _ = writeln!(
         out,
         "| | content tokens | cache reads | cache writes | billed (relative) |\n|---|--:|--:|--:|--:|"

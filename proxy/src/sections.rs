@@ -1,5 +1,6 @@
 //! The proxy's own sections of `/stats` and `/metrics`, after the turn's
-//! (`modes::stats::FIELDS`): the LLM actor, the state store and the dashboard. [`SECTIONS`]
+//! (`modes::stats::FIELDS`): the LLM actor, the state store, the dashboard, the A/B
+//! experiment and the cache keep-alive. [`SECTIONS`]
 //! lists them once; both routes and `docs/stats.md` render from it.
 
 use modes::stats::table;
@@ -7,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::ab_stats::{AB_FIELDS, AbView};
 use crate::dashboard_stats::{DASHBOARD_FIELDS, DashboardView};
+use crate::keepalive_stats::KEEPALIVE_FIELDS;
 use crate::llm_stats::{LLM_FIELDS, LlmView};
 use crate::state::App;
 use crate::store_stats::{STORE_FIELDS, StoreView};
@@ -45,6 +47,9 @@ pub const SECTIONS: &[Section] = &[
         DashboardView::of(app.dashboard().map(|d| &**d))
     }),
     section!("ab", AB_FIELDS, |app: &App| -> AbView { app.ab_view() }),
+    section!("keepalive", KEEPALIVE_FIELDS, |app: &App| {
+        app.keeper().map(|k| k.counts()).unwrap_or_default()
+    }),
 ];
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use store::DurableStore;
 
 use crate::clock::SystemClock;
 use crate::experiment::Book;
+use crate::keepalive::Keeper;
 use crate::store_stats::StoreView;
 use crate::upstream::Upstream;
 
@@ -57,6 +58,10 @@ pub struct Settings {
     /// Host names the dashboard's content answers besides IP literals and `localhost`
     /// (`--dashboard-host`).
     pub dashboard_hosts: Vec<String>,
+    /// The provider's cache-entry lifetime the keep-alive works against
+    /// (`engine::config::KeepAlive::LIFETIME`, Anthropic's five minutes). Not a flag: it is the
+    /// provider's, and only tests, which cannot wait five minutes, shorten it.
+    pub keepalive_lifetime: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -78,6 +83,7 @@ impl Default for Settings {
             scope_secret: modes::turn::DEFAULT_SCOPE_SECRET.to_vec(),
             dashboard: None,
             dashboard_hosts: Vec::new(),
+            keepalive_lifetime: engine::config::KeepAlive::LIFETIME,
         }
     }
 }
@@ -142,6 +148,8 @@ pub struct App {
     started: std::time::Instant,
     /// Bedrock's region and credentials, looked up on its first request.
     pub(crate) bedrock: crate::bedrock::Bedrock,
+    /// The cache keep-alive's pings (`cache.keepalive`, sync mode).
+    keeper: Option<Arc<Keeper>>,
 }
 
 /// Observe mode: forward untouched, and measure what sync would have saved on a bounded pool.
@@ -254,13 +262,13 @@ impl App {
             },
             results,
         );
-        let bedrock = crate::bedrock::Bedrock::new(
-            settings.bedrock_upstream.clone(),
-            settings.bedrock_region.clone(),
-            settings.bedrock_credentials.clone(),
-        );
         Ok(App {
-            bedrock,
+            keeper: Keeper::start(&config, settings.keepalive_lifetime, &upstream, &turns),
+            bedrock: crate::bedrock::Bedrock::new(
+                settings.bedrock_upstream.clone(),
+                settings.bedrock_region.clone(),
+                settings.bedrock_credentials.clone(),
+            ),
             config,
             turns,
             stats,
@@ -386,6 +394,11 @@ impl App {
             written,
             lost,
         }
+    }
+
+    /// The keep-alive's keeper, when `cache.keepalive` is on in sync mode.
+    pub(crate) fn keeper(&self) -> Option<&Arc<Keeper>> {
+        self.keeper.as_ref()
     }
 
     pub(crate) fn upstream(&self) -> &Upstream {

@@ -10,6 +10,7 @@ mod docs;
 mod fuzz;
 mod gemini;
 mod glossary;
+mod keepalive;
 mod llm;
 mod net;
 mod packaging;

@@ -42,21 +42,6 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// `/stats` once `key` has reached `want`. A reply's usage is settled when the server has
-/// read its last chunk and dropped the request's bookkeeping, which can run a moment after
-/// the client holds the whole reply; asserting on the first read raced that (a CI failure:
-/// `billed_requests` one short).
-async fn stats_when(sluice: &Sluice, key: &str, want: u64) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = sluice.stats().await;
-        if stats[key].as_u64() >= Some(want) || tokio::time::Instant::now() > deadline {
-            return stats;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// sluice on the embedded default with a dashboard in memory, its OpenAI upstream `upstream`
 /// (the mock when `None`).
 async fn start(upstream: Option<String>) -> (Sluice, Arc<Dashboard>) {
@@ -191,7 +176,7 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
         assert_eq!(reply.status, 200);
     }
 
-    let stats = stats_when(&sluice, "billed_requests", sent as u64).await;
+    let stats = sluice.stats_when("billed_requests", sent as u64).await;
     assert!(stats["saved_tokens"].as_u64().unwrap() > 0, "{stats}");
     assert_eq!(stats["expand_rounds"], 0);
     assert_eq!(stats["failed_requests_excluded"], 0);
@@ -305,7 +290,7 @@ async fn net_saved_is_one_figure_in_stats_metrics_the_dashboard_and_replay() {
             .await;
         assert_eq!(reply.status, status);
     }
-    let after = stats_when(&sluice, "failed_requests_excluded", 2).await;
+    let after = sluice.stats_when("failed_requests_excluded", 2).await;
     for key in TERMS.into_iter().chain(BILLED) {
         assert_eq!(after[key], stats[key], "/stats {key} after the failures");
     }
@@ -347,7 +332,7 @@ async fn with_no_upstream_reachable_nothing_is_saved() {
     let dialect = Dialect::OpenAi;
     let reply = sluice.chat(dialect, &[], compactable(dialect, false)).await;
     assert!(reply.status >= 500, "{}", reply.status);
-    let stats = stats_when(&sluice, "failed_requests_excluded", 1).await;
+    let stats = sluice.stats_when("failed_requests_excluded", 1).await;
     assert_eq!(stats["upstream_errors"], 1);
     let cut = stats["saved_tokens"].as_u64().unwrap();
     assert!(cut > 0, "the pipeline cut before the call failed: {stats}");

@@ -155,6 +155,20 @@ impl Sluice {
     pub(crate) async fn stats(&self) -> Value {
         serde_json::from_slice(&self.get("/stats").await.body).unwrap()
     }
+
+    /// `/stats` once `key` reads `want`, or after ten seconds (for the caller to assert on).
+    /// What the server does after the client holds its reply (settling the reply's usage, the
+    /// keep-alive's pings) lands a moment later; a test that read `/stats` at once raced it.
+    pub(crate) async fn stats_when(&self, key: &str, want: u64) -> Value {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let stats = self.stats().await;
+            if stats[key].as_u64() == Some(want) || tokio::time::Instant::now() > deadline {
+                return stats;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// A corpus run's body in `dialect`; a Responses body is converted from the chat one.

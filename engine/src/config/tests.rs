@@ -178,9 +178,44 @@ fn delta_before_an_offloader_is_accepted_with_a_warning() {
 }
 
 #[test]
-fn keepalive_is_accepted_with_a_warning() {
+fn keepalive_has_the_references_defaults_and_refuses_a_late_ping() {
     let config = Config::parse("pipeline: []\ncache:\n  keepalive: true\n").unwrap();
-    assert_eq!(config.warnings.len(), 1);
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let keepalive = config.cache.keepalive().unwrap();
+    assert_eq!(keepalive.idle, std::time::Duration::from_secs(280));
+    assert_eq!(
+        (
+            keepalive.max_pings,
+            keepalive.min_prefix_tokens,
+            keepalive.max_usd_per_ping
+        ),
+        (2, 20_000, 0.25)
+    );
+    assert_eq!(
+        Config::parse("pipeline: []\n").unwrap().cache.keepalive(),
+        None
+    );
+    for (yaml, key) in [
+        (
+            "keepalive_idle_seconds: 300",
+            "cache.keepalive_idle_seconds",
+        ),
+        ("keepalive_idle_seconds: 0", "cache.keepalive_idle_seconds"),
+        ("keepalive_max_pings: 0", "cache.keepalive_max_pings"),
+        (
+            "keepalive_max_usd_per_ping: -1",
+            "cache.keepalive_max_usd_per_ping",
+        ),
+    ] {
+        let errors = Config::parse(&format!(
+            "pipeline: []\ncache:\n  keepalive: true\n  {yaml}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            errors.iter().any(|e| e.to_string().contains(key)),
+            "{yaml}: {errors:?}"
+        );
+    }
 }
 
 /// What a config resolves to, for comparing two of them.

@@ -74,6 +74,14 @@ pub struct Totals {
     pub losses: BTreeMap<&'static str, LossSummary>,
     /// The session with the lowest billed input saved, net, and that figure.
     pub worst_session: Option<(String, f64)>,
+    /// The keep-alive's pings, replayed with `cache.keepalive` (`crate::keepalive`).
+    pub keepalive: Option<crate::keepalive::Ledger>,
+    /// What they spared less what they cost, in input-token equivalents.
+    pub keepalive_net: f64,
+    /// The headline with the keep-alive: a turn a ping kept reports its prefix read, so the
+    /// headline's own baseline prices it warm; without sluice it would have been written. So
+    /// the writes spared go on both sides: (net + spared − spent) ÷ (baseline + spared).
+    pub billed_savings_pct_with_keepalive: f64,
 }
 
 /// The sessions that lost for one reason.
@@ -171,6 +179,9 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
         *t.dialects.entry(s.dialect.clone()).or_default() += 1;
         t.turns += s.turns.len();
         t.frozen_flips += s.frozen_flips;
+        if let Some(ledger) = &s.keepalive {
+            t.keepalive.get_or_insert_default().add(ledger);
+        }
         for turn in &s.turns {
             t.net.add(&turn.saving);
             t.billed.add(&turn.billed);
@@ -199,6 +210,13 @@ pub fn totals(sessions: &[SessionReport], prices: &Prices) -> Totals {
     } else {
         100.0 * (writes - baseline_writes) / baseline_writes
     };
+    let keepalive = t.keepalive.unwrap_or_default();
+    let spared = keepalive.saved(prices.read, prices.write);
+    t.keepalive_net = spared - keepalive.spent(prices.read);
+    t.billed_savings_pct_with_keepalive = saved(
+        t.billed.baseline() + spared - t.billed.net() - t.keepalive_net,
+        t.billed.baseline() + spared,
+    );
     t.recall_pct = 100.0 * t.recall.share();
     t.visible_recall_pct = 100.0 * t.recall.visible_share();
     losses(&mut t, sessions);

@@ -20,6 +20,11 @@ pub(super) struct ReplayArgs {
     /// recordings lack (Claude Code's system prompt and tools).
     #[arg(long)]
     pub(super) no_preamble: bool,
+    /// Bill the cache keep-alive's pings on each session's clock, as `cache.keepalive: true`
+    /// would send them (the config's other `keepalive_*` keys apply): the report adds what they
+    /// cost, what they spared, and the headline with them.
+    #[arg(long)]
+    pub(super) keepalive: bool,
     /// How the model is billed for expanding a marker: `pattern` (the lines holding what its
     /// answer needed, as the expand tool's `pattern` returns them) or `whole` (the original).
     #[arg(long, default_value = "pattern")]
@@ -303,6 +308,11 @@ pub(super) fn replay(args: &ReplayArgs) -> Result<(), Failure> {
             ExpandArg::Pattern => modes::replay::ExpandAsk::Pattern,
             ExpandArg::Whole => modes::replay::ExpandAsk::Whole,
         },
+        keepalive: engine::config::CacheConfig {
+            keepalive: config.cache.keepalive || args.keepalive,
+            ..config.cache
+        }
+        .keepalive(),
         ..modes::replay::Options::default()
     };
     let mut sessions = sessions;

@@ -404,6 +404,7 @@ pub(super) fn serve(args: &ServeArgs) -> Result<(), Failure> {
                 ),
             dashboard,
             dashboard_hosts: args.dashboard.dashboard_hosts.clone(),
+            ..Settings::default()
         };
         let pipeline_names = config.pipeline.join(", ");
         let app = App::new(config, settings, Upstream::new(timeouts), state)
