@@ -168,30 +168,9 @@ async fn wait_ready(client: &HttpClient, url: &str) {
     }
 }
 
-/// The dashboard's cost on the request path: the same bodies through a sluice without it and
-/// one with it (a file, content capture on), alternating, in one run.
-async fn compare_dashboard(binary: &str, mock: &Mock, client: &HttpClient) {
-    let db = std::env::temp_dir().join(format!("sluice-load-dashboard-{}.db", std::process::id()));
-    let db_arg = db.display().to_string();
-    let (off_port, on_port) = (free_port(), free_port());
-    let mut off = start_sluice_with(binary, off_port, &mock.url(), &["--no-dashboard"]);
-    let mut on = start_sluice_with(
-        binary,
-        on_port,
-        &mock.url(),
-        &[
-            "--dashboard",
-            "--dashboard-db",
-            &db_arg,
-            "--dashboard-content",
-        ],
-    );
-    let (off_url, on_url) = (
-        format!("http://127.0.0.1:{off_port}"),
-        format!("http://127.0.0.1:{on_port}"),
-    );
-    wait_ready(client, &off_url).await;
-    wait_ready(client, &on_url).await;
+/// The turn's latency through two sluices (`without`, `with`) over the same bodies, alternating
+/// which goes first, after one unmeasured pass; a table row per dialect.
+async fn side_by_side(client: &HttpClient, off_url: &str, on_url: &str) {
     println!(
         "| dialect | bodies | without p50 | with p50 | difference p50 | without p99 | with p99 | difference p99 |"
     );
@@ -234,6 +213,90 @@ async fn compare_dashboard(binary: &str, mock: &Mock, client: &HttpClient) {
             d99 - w99,
         );
     }
+}
+
+/// The cache keep-alive's cost on the request path: a sluice without it and one with
+/// `cache.keepalive: true` and no prefix minimum (every Anthropic turn tells the keeper its gap ended, and its report
+/// arms the next gap's pings), the same bodies alternating, in one run. Pings fire after 280 s
+/// of quiet, past the run's end: what is measured is the bookkeeping on the turn.
+async fn compare_keepalive(binary: &str, mock: &Mock, client: &HttpClient) {
+    let config =
+        std::env::temp_dir().join(format!("sluice-load-keepalive-{}.yaml", std::process::id()));
+    // Every turn past a session's first held for pings (no prefix too small): the worst case.
+    std::fs::write(
+        &config,
+        "cache:\n  keepalive: true\n  keepalive_min_prefix_tokens: 0\n",
+    )
+    .expect("config");
+    let config_arg = config.display().to_string();
+    let (off_port, on_port) = (free_port(), free_port());
+    let mut off = start_sluice_with(binary, off_port, &mock.url(), &[]);
+    let mut on = start_sluice_with(binary, on_port, &mock.url(), &["--config", &config_arg]);
+    let (off_url, on_url) = (
+        format!("http://127.0.0.1:{off_port}"),
+        format!("http://127.0.0.1:{on_port}"),
+    );
+    wait_ready(client, &off_url).await;
+    wait_ready(client, &on_url).await;
+    side_by_side(client, &off_url, &on_url).await;
+    let stats = get_json(client, &format!("{on_url}/stats")).await;
+    println!();
+    println!(
+        "keep-alive: {} sessions held for pings, {} turns skipped",
+        stats["keepalive_live_sessions"], stats["keepalive_skipped"]
+    );
+    for child in [&mut off, &mut on] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_file(&config);
+}
+
+async fn get_json(client: &HttpClient, url: &str) -> serde_json::Value {
+    let response = client
+        .request(
+            http::Request::get(url)
+                .body(Full::new(Bytes::new()))
+                .expect("req"),
+        )
+        .await
+        .expect("get");
+    serde_json::from_slice(
+        &response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes(),
+    )
+    .unwrap_or_default()
+}
+
+/// The dashboard's cost on the request path: the same bodies through a sluice without it and
+/// one with it (a file, content capture on), alternating, in one run.
+async fn compare_dashboard(binary: &str, mock: &Mock, client: &HttpClient) {
+    let db = std::env::temp_dir().join(format!("sluice-load-dashboard-{}.db", std::process::id()));
+    let db_arg = db.display().to_string();
+    let (off_port, on_port) = (free_port(), free_port());
+    let mut off = start_sluice_with(binary, off_port, &mock.url(), &["--no-dashboard"]);
+    let mut on = start_sluice_with(
+        binary,
+        on_port,
+        &mock.url(),
+        &[
+            "--dashboard",
+            "--dashboard-db",
+            &db_arg,
+            "--dashboard-content",
+        ],
+    );
+    let (off_url, on_url) = (
+        format!("http://127.0.0.1:{off_port}"),
+        format!("http://127.0.0.1:{on_port}"),
+    );
+    wait_ready(client, &off_url).await;
+    wait_ready(client, &on_url).await;
+    side_by_side(client, &off_url, &on_url).await;
     let overview = client
         .request(
             http::Request::get(format!("{on_url}/dashboard/api/overview"))
@@ -537,7 +600,7 @@ fn main() {
         .nth(1)
         .unwrap_or_else(|| "target/release/sluice".into());
     let mode = std::env::args().nth(2);
-    if let Some(mode @ ("turns" | "dashboard" | "ab" | "compare")) = mode.as_deref() {
+    if let Some(mode @ ("turns" | "dashboard" | "ab" | "keepalive" | "compare")) = mode.as_deref() {
         let other = std::env::args().nth(3);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -551,6 +614,7 @@ fn main() {
                 "turns" => turn_by_turn(&binary, &mock, &client).await,
                 "dashboard" => compare_dashboard(&binary, &mock, &client).await,
                 "ab" => compare_ab(&binary, &mock, &client).await,
+                "keepalive" => compare_keepalive(&binary, &mock, &client).await,
                 _ => {
                     let other = other.expect("load A compare B");
                     compare_builds([&binary, &other], &mock, &client).await;

@@ -8,4 +8,5 @@ target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import j
 # `bash benches/load.sh dashboard`: the dashboard's capture, on and off, side by side.
 # `bash benches/load.sh compare OTHER_BINARY`: this build and another, side by side.
 # `bash benches/load.sh ab`: without an experiment and with `--ab 0.5`, side by side, by arm.
+# `bash benches/load.sh keepalive`: without and with `cache.keepalive: true`, side by side.
 "$target_dir/release/load" "$target_dir/release/sluice" "$@"
