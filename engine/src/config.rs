@@ -495,6 +495,9 @@ impl Config {
                 ));
             }
         }
+        if self.cache.keepalive && self.experiment.running() {
+            warnings.push("cache.keepalive is off while an experiment runs: a ping would be billed to no arm, and the turns it kept to the treatment's".into());
+        }
         if self.cache.head_ttl_1h {
             warnings
                 .push("cache.head_ttl_1h is accepted for compatibility but not implemented".into());

@@ -33,6 +33,8 @@ pub enum Skip {
     Dialect,
     /// The session's first turn.
     FirstTurn,
+    /// The request asks for the hour-long entry, which keeps itself.
+    Hour,
     /// Extended thinking on.
     Thinking,
     /// A prefix under `min_prefix_tokens`.
@@ -50,6 +52,8 @@ pub struct After {
     /// What the provider cached of the request (read plus written), which a ping reads again.
     pub prefix_tokens: u64,
     pub thinking: bool,
+    /// The request asks for the hour-long entry ([`asks_for_the_hour`]).
+    pub hour: bool,
     /// One ping's cost at the model's list price, when the model has one.
     pub ping_usd: Option<f64>,
 }
@@ -60,6 +64,8 @@ pub fn eligible(rule: &KeepAlive, turn: &After) -> Result<(), Skip> {
         Err(Skip::Dialect)
     } else if turn.turns < 2 {
         Err(Skip::FirstTurn)
+    } else if turn.hour {
+        Err(Skip::Hour)
     } else if turn.thinking {
         Err(Skip::Thinking)
     } else if turn.prefix_tokens < rule.min_prefix_tokens {
@@ -95,15 +101,40 @@ pub fn gap(rule: &KeepAlive, quiet: Duration, ttl: Duration) -> Gap {
     Gap { pings, kept }
 }
 
-/// A ping's request: the turn's body as forwarded, asking for one token and no stream. The
-/// cached prefix is the prompt, which neither key is part of, so the ping reads all of it.
-/// `None` for a body that is not a JSON object.
+/// A ping's request: the turn's body as forwarded, asking for one token and no stream. Only
+/// those two values change, in place: every other byte is the turn's, so the prompt the
+/// provider caches is the same (re-serialising would reorder keys, and Anthropic's cache keys on
+/// the order of a tool call's input). `None` for a body that is not a non-empty JSON object.
 pub fn ping_body(forwarded: &[u8]) -> Option<Vec<u8>> {
-    let mut value: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(forwarded).ok()?;
-    value.insert("max_tokens".into(), 1.into());
-    value.insert("stream".into(), false.into());
-    serde_json::to_vec(&value).ok()
+    let text = std::str::from_utf8(forwarded).ok()?;
+    let root = json::parse_document(text).ok()?;
+    let object = root.of(text);
+    if !object.starts_with('{') || object[1..].trim_start().starts_with('}') {
+        return None;
+    }
+    let mut edits: Vec<(usize, usize, String)> = [("max_tokens", "1"), ("stream", "false")]
+        .into_iter()
+        .map(|(key, value)| match json::get(text, root, key) {
+            Some(span) => (span.start, span.end, value.to_owned()),
+            None => (
+                root.start + 1,
+                root.start + 1,
+                format!("\"{key}\":{value},"),
+            ),
+        })
+        .collect();
+    edits.sort_by_key(|&(start, _, _)| std::cmp::Reverse(start));
+    let mut out = text.to_owned();
+    for (start, end, value) in edits {
+        out.replace_range(start..end, &value);
+    }
+    Some(out.into_bytes())
+}
+
+/// Whether a request asks for the hour-long entry (`"ttl": "1h"`): a scan, as the tracker reads
+/// it (`tracker::asked_ttl`), so a stray `"1h"` in a message only forgoes pings.
+pub fn asks_for_the_hour(body: &[u8]) -> bool {
+    body.windows(4).any(|w| w == b"\"1h\"")
 }
 
 /// Whether an Anthropic body turns extended thinking on (`"thinking": {"type": "enabled"}`).
@@ -246,6 +277,7 @@ mod tests {
             turns: 3,
             prefix_tokens: 30_000,
             thinking: false,
+            hour: false,
             ping_usd: Some(0.01),
         };
         assert_eq!(eligible(&rule, &turn), Ok(()));
@@ -257,6 +289,7 @@ mod tests {
         assert_eq!(skip(|t| t.dialect = Dialect::OpenAi), Skip::Dialect);
         assert_eq!(skip(|t| t.turns = 1), Skip::FirstTurn);
         assert_eq!(skip(|t| t.thinking = true), Skip::Thinking);
+        assert_eq!(skip(|t| t.hour = true), Skip::Hour);
         assert_eq!(skip(|t| t.prefix_tokens = 19_999), Skip::SmallPrefix);
         assert_eq!(skip(|t| t.ping_usd = Some(0.26)), Skip::Costly);
         // An unpriced model is judged on its prefix alone.
@@ -268,16 +301,31 @@ mod tests {
     }
 
     #[test]
-    fn a_ping_asks_for_one_token_and_keeps_the_prompt() {
-        let body = br#"{"model":"claude-sonnet-4-5","max_tokens":32000,"stream":true,"system":"s","messages":[{"role":"user","content":"hi"}]}"#;
-        let ping: serde_json::Value = serde_json::from_slice(&ping_body(body).unwrap()).unwrap();
-        let sent: serde_json::Value = serde_json::from_slice(body).unwrap();
-        assert_eq!(ping["max_tokens"], 1);
-        assert_eq!(ping["stream"], false);
-        for key in ["model", "system", "messages"] {
-            assert_eq!(ping[key], sent[key], "{key}");
-        }
+    fn a_ping_asks_for_one_token_and_keeps_every_other_byte() {
+        // Keys out of order, inside and out, and spacing: all of it stays.
+        let body = r#"{"model":"claude-sonnet-4-5", "max_tokens": 32000,"stream":true,"system":"s","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"bash","input":{"z":1,"a":{"y":2,"b":3}}}]}]}"#;
+        let ping = String::from_utf8(ping_body(body.as_bytes()).unwrap()).unwrap();
+        let expected = body
+            .replace(r#""max_tokens": 32000"#, r#""max_tokens": 1"#)
+            .replace(r#""stream":true"#, r#""stream":false"#);
+        assert_eq!(ping, expected);
+        // Keys the turn did not send are added at the front.
+        let bare = r#"{"model":"m","messages":[]}"#;
+        let ping = String::from_utf8(ping_body(bare.as_bytes()).unwrap()).unwrap();
+        assert!(ping.ends_with(r#""model":"m","messages":[]}"#), "{ping}");
+        let value: serde_json::Value = serde_json::from_str(&ping).unwrap();
+        assert_eq!(
+            (value["max_tokens"].clone(), value["stream"].clone()),
+            (1.into(), false.into())
+        );
         assert_eq!(ping_body(b"[1]"), None);
+        assert_eq!(ping_body(b"{ }"), None);
+        assert!(asks_for_the_hour(
+            br#"{"cache_control":{"type":"ephemeral","ttl":"1h"}}"#
+        ));
+        assert!(!asks_for_the_hour(
+            br#"{"cache_control":{"type":"ephemeral"}}"#
+        ));
         assert!(thinking_enabled(
             br#"{"thinking":{"type":"enabled","budget_tokens":1024},"messages":[]}"#
         ));

@@ -434,7 +434,7 @@ async fn replay_on(
         let parsed = parse_turn(name, k, body, dialect)?;
         let now = clock.now();
         let ttl = tracker::asked_ttl(&parsed);
-        let gap = keepalive::quiet(&mut pinger, &service, last_at, now, ttl).await;
+        let gap = keepalive::quiet(&mut pinger, &service, last_at, now).await;
         let (applied, ran) = forward_turn(&service, &parsed, &headers).await;
         let facts = applied.facts;
         let incoming = parsed.messages();
@@ -446,7 +446,7 @@ async fn replay_on(
         let baseline = bill(&sent, prev_in.as_ref(), warm);
         let sluice = bill(&forwarded, prev_out.as_ref(), warm);
         let flipped = match (&prev_in, &prev_out) {
-            (Some(prev_in), Some(prev_out)) if warm && facts_may_flip(&facts) => flips(
+            (Some(prev_in), Some(prev_out)) if may_flip(warm || gap.kept, &facts) => flips(
                 &prev_in.messages,
                 incoming,
                 &prev_out.messages,
@@ -598,10 +598,11 @@ fn parse_turn<'b>(
     })
 }
 
-/// Whether a change inside the cached prefix on this turn would be a flip: not a decision
-/// (a cold turn's, an amortized re-write, an output restored in place).
-fn facts_may_flip(facts: &tracker::TurnFacts) -> bool {
-    !facts.cold && !facts.amortized && facts.restored == 0
+/// Whether a change inside the cached prefix on this turn would be a flip: the prefix was
+/// cached (`cached`: within its lifetime, or kept by the keep-alive's pings), and the change is
+/// not a decision (a cold turn's, an amortized re-write, an output restored in place).
+fn may_flip(cached: bool, facts: &tracker::TurnFacts) -> bool {
+    cached && !facts.cold && !facts.amortized && facts.restored == 0
 }
 
 async fn forward_turn(

@@ -267,8 +267,11 @@ impl Outgoing {
         if let Some(capture) = &capture {
             capture.untouched(reason.label(), session.as_deref());
         }
-        // It settles no cost-guard turn: it ran none.
-        let report = session.map(|s| Report::Live(s, None));
+        // It settles no cost-guard turn: it ran none. It ends the session's quiet gap.
+        if let (Some(keeper), Some(session)) = (app.keeper(), &session) {
+            keeper.activity(session);
+        }
+        let report = session.map(|s| Report::Live(s, None, None));
         self.untouched(body)
             .forward(app, access, reason.label(), report, capture)
             .await
@@ -286,14 +289,16 @@ impl Outgoing {
 
     /// The session's quiet gap ends with this turn: the keep-alive's keeper stops its pings,
     /// and keeps the request until its report says whether the next gap gets some.
-    fn quiet_gap_ends(&self, app: &App, forward: &modes::turn::Forward) {
-        if let Some(keeper) = app.keeper()
-            && matches!(self.auth, Auth::AsItCame)
-        {
-            // A request sluice signs (Bedrock) cannot be sent again as a ping.
-            let (uri, headers) = (&self.uri, &self.headers);
-            keeper.turn_sent(&forward.session, self.dialect, uri, headers, &forward.body);
+    /// Its ticket, which the turn's report hands back.
+    fn quiet_gap_ends(&self, app: &App, forward: &modes::turn::Forward) -> Option<u64> {
+        let keeper = app.keeper()?;
+        // A request sluice signs (Bedrock) cannot be sent again as a ping.
+        if !matches!(self.auth, Auth::AsItCame) {
+            keeper.activity(&forward.session);
+            return None;
         }
+        let (uri, headers) = (&self.uri, &self.headers);
+        keeper.turn_sent(&forward.session, self.dialect, uri, headers, &forward.body)
     }
 
     /// Sends the turn's body and relays the reply, through the expand loop when the turn
@@ -305,7 +310,7 @@ impl Outgoing {
         body: &Bytes,
         mut forward: Box<modes::turn::Forward>,
     ) -> Response<Body> {
-        self.quiet_gap_ends(app, &forward);
+        let ticket = self.quiet_gap_ends(app, &forward);
         let outbound = Outbound {
             method: self.method,
             uri: &self.uri,
@@ -355,6 +360,9 @@ impl Outgoing {
         let response = match sent {
             Ok(response) => response,
             Err(err) => {
+                if let (Some(keeper), Some(ticket)) = (app.keeper(), ticket) {
+                    keeper.unreported(&forward.session, ticket);
+                }
                 app.stats.record_outcome(&saving, false);
                 let response = ProxyError::Upstream(err).into_response();
                 answered(response.status().as_u16(), access.upstream);
@@ -373,7 +381,7 @@ impl Outgoing {
             if forward.stream {
                 app.stats.record_stream(StreamRelay::Streamed, None);
             }
-            let report = Report::Live(forward.session, forward.facts.ledger_turn);
+            let report = Report::Live(forward.session, forward.facts.ledger_turn, ticket);
             return access.attach(relay_reporting(app, report, response, capture));
         }
         let call = ReAsk {
@@ -385,6 +393,7 @@ impl Outgoing {
             session: forward.session,
             prompt_tokens: forward.report.tokens_after as u64,
             ledger_turn: forward.facts.ledger_turn,
+            keepalive: ticket,
             capture,
         };
         access.attach(if forward.stream {

@@ -108,6 +108,12 @@ pub const ROUTES: &[(&str, &str, Audience, &str)] = &[
     ),
     (
         "GET",
+        "/dashboard/api/keepalive",
+        Audience::Open,
+        "the cache keep-alive's pings, gaps kept and their money (the `/stats` `keepalive_*` keys), or that it is off",
+    ),
+    (
+        "GET",
         "/dashboard/api/config",
         Audience::Trusted,
         "the effective config, allowlisted and redacted",
@@ -250,6 +256,7 @@ pub(crate) async fn handle(
         "/dashboard/api/events" => events(&dashboard, request.headers(), query),
         "/dashboard/api/config" => api_json(config_view(app)),
         "/dashboard/api/experiment" => experiment(app).await,
+        "/dashboard/api/keepalive" => api_json(keepalive(app)),
         api => match read(dashboard, api, query, trusted).await {
             Ok(Some(value)) => api_json(value),
             Ok(None) => ProxyError::Missing("no such request").into_response(),
@@ -278,6 +285,16 @@ async fn experiment(app: &App) -> Response<Body> {
         }
         .into_response(),
     }
+}
+
+/// The overview's keep-alive tile: the `/stats` rows (one table), and whether it is on.
+fn keepalive(app: &App) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    object.insert("enabled".into(), app.keeper().is_some().into());
+    let counts = app.keeper().map(|k| k.counts()).unwrap_or_default();
+    let fields = crate::keepalive_stats::KEEPALIVE_FIELDS;
+    modes::stats::table::write_json(fields, &counts, &mut object);
+    serde_json::Value::Object(object)
 }
 
 /// A dashboard route's answer when the dashboard is off: 404, never a bare "no route": the page

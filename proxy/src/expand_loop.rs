@@ -49,6 +49,8 @@ pub(crate) struct ReAsk {
     pub(crate) prompt_tokens: u64,
     /// The cost guard's turn the first reply's report settles.
     pub(crate) ledger_turn: Option<modes::tracker::LedgerTurn>,
+    /// The keep-alive's ticket for the turn (`crate::keepalive`), which the same report arms.
+    pub(crate) keepalive: Option<u64>,
     /// The request's dashboard event, which counts the rounds.
     pub(crate) capture: Option<crate::capture::Capture>,
 }
@@ -174,7 +176,7 @@ impl ReAsk {
                 live_report(
                     &self.app,
                     self.session.clone(),
-                    self.ledger_turn,
+                    (self.ledger_turn, self.keepalive),
                     self.capture.clone(),
                 )
                 .scan(&bytes);
@@ -268,7 +270,7 @@ impl ReAsk {
                 live_report(
                     &self.app,
                     self.session.clone(),
-                    self.ledger_turn,
+                    (self.ledger_turn, self.keepalive),
                     self.capture.clone(),
                 )
             });

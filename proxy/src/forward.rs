@@ -275,8 +275,9 @@ pub(crate) fn relay_counted(
 
 /// Where a reply's cache report goes.
 pub(crate) enum Report {
-    /// The session's tracker, known now, and the cost guard's turn this reply settles.
-    Live(String, Option<LedgerTurn>),
+    /// The session's tracker, known now, the cost guard's turn this reply settles, and the
+    /// keep-alive's ticket for the turn (`crate::keepalive`).
+    Live(String, Option<LedgerTurn>, Option<u64>),
     /// Observe mode's shadow tracker, once the shadow run has named the session.
     Observed(Arc<Meet>),
 }
@@ -304,18 +305,22 @@ pub(crate) fn relay_reporting(
     let keeper = app.keeper().cloned();
     let scanner = UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
-        let kept = keeper.map(|k| Kept(k, usage.model.clone()));
+        let model = usage.model.clone();
         if let Some(capture) = &capture {
             capture.usage(usage);
         }
-        let Some(cache) = cache else {
-            return;
-        };
         match to {
-            Report::Live(session, turn) => {
-                apply_usage(&sessions, &stats, &session, cache, turn, capture, kept);
+            Report::Live(session, turn, ticket) => {
+                let kept = Kept::of(keeper, &session, ticket, model, cache.is_some());
+                if let Some(cache) = cache {
+                    apply_usage(&sessions, &stats, &session, cache, turn, capture, kept);
+                }
             }
-            Report::Observed(meet) => meet.usage(cache),
+            Report::Observed(meet) => {
+                if let Some(cache) = cache {
+                    meet.usage(cache);
+                }
+            }
         }
     });
     let body = match decoder {
@@ -432,14 +437,20 @@ where
 pub(crate) fn live_report(
     app: &App,
     session: String,
-    ledger_turn: Option<LedgerTurn>,
+    (ledger_turn, ticket): (Option<LedgerTurn>, Option<u64>),
     capture: Option<Capture>,
 ) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
     let keeper = app.keeper().cloned();
     UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
-        let kept = keeper.map(|k| Kept(k, usage.model.clone()));
+        let kept = Kept::of(
+            keeper,
+            &session,
+            ticket,
+            usage.model.clone(),
+            cache.is_some(),
+        );
         if let Some(capture) = &capture {
             capture.usage(usage);
         }
@@ -457,8 +468,28 @@ pub(crate) fn live_report(
     })
 }
 
-/// The keep-alive's keeper, and the model the reply named (what its pings are priced at).
-struct Kept(Arc<crate::keepalive::Keeper>, Option<String>);
+/// The keep-alive's keeper, the model the reply named (what its pings are priced at), and the
+/// turn's ticket.
+struct Kept(Arc<crate::keepalive::Keeper>, Option<String>, u64);
+
+impl Kept {
+    /// What the report hands the keeper, when the turn has a ticket: its report, or (a reply
+    /// without one: refused, failed, cut off) that the turn's request can go.
+    fn of(
+        keeper: Option<Arc<crate::keepalive::Keeper>>,
+        session: &str,
+        ticket: Option<u64>,
+        model: Option<String>,
+        reported: bool,
+    ) -> Option<Kept> {
+        let (keeper, ticket) = (keeper?, ticket?);
+        if !reported {
+            keeper.unreported(session, ticket);
+            return None;
+        }
+        Some(Kept(keeper, model, ticket))
+    }
+}
 
 /// The provider's cache report for a session's latest turn, to its tracker, and to its cost
 /// guard for `ledger_turn` (the turn that sent this request, when one ran the pipeline).
@@ -488,9 +519,9 @@ fn apply_usage(
         if let Some(capture) = capture {
             capture.billed(&settled.billed);
         }
-        if let (Some(Kept(keeper, model)), Some(name)) = (kept, name) {
+        if let (Some(Kept(keeper, model, ticket)), Some(name)) = (kept, name) {
             let turns = state.tracker.counts.turns;
-            keeper.settled(&name, usage, turns, model.as_deref());
+            keeper.settled(&name, ticket, usage, turns, model.as_deref());
         }
     });
 }

@@ -6,21 +6,29 @@
 //!
 //! What is held is what a ping needs and nothing else: the forwarded body, the upstream URI and
 //! the request's headers as they went upstream, caller's credential included. It lives in
-//! memory only, never in a log or the store (its `Debug` shows neither), and goes when the
-//! session's next turn begins, when its pings are done, or when the ping fails; at most
-//! [`MAX_HELD`] sessions and [`MAX_BYTES`] of bodies are held, and a turn past either is not
-//! pinged (counted as skipped).
+//! memory only, never in a log or the store (nothing here implements `Debug` over it), from
+//! the moment the turn is sent: it goes when the turn's reply carries no cache report (a
+//! refusal, a failure, a client gone), when the session's next request begins, when the gap's
+//! pings are done, or when one fails. At most [`MAX_HELD`] sessions and [`MAX_BYTES`] of bodies
+//! are held; a turn past either, or with a body over [`MAX_BODY`], is not pinged (counted as
+//! skipped).
 //!
-//! Every ping is checked against what the provider reports: a ping that wrote more than it read
+//! Pings are timed from when the provider last used the entry: the turn's start (its request
+//! refreshed the entry when it arrived, however long the answer then took), then each ping's.
+//! A ping that would land after the entry's lifetime is not sent: it would write, not read.
+//! Every ping is checked against what the provider reports: one that wrote more than it read
 //! found the entry gone (`keepalive_wrote_instead_of_read`), and a refused one
-//! (`keepalive_failed`) ends the session's pings. A session that comes back after its entry
-//! would have expired, within the lifetime of a ping that read it, is a kept gap: its turn's
-//! cache read is what the pings spared it writing.
+//! (`keepalive_failed`) ends that gap's pings. A session that comes back after its entry would
+//! have expired, within the lifetime of a ping that read it, and whose turn then reads from the
+//! cache, is a kept gap: that read is what the pings spared it writing.
+//!
+//! Each turn gets a ticket (a keeper-wide generation): only its own report arms the pings,
+//! and a later request of the session (a turn, or one sluice forwarded untouched) ends them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actors::sessions::Sessions;
 use bytes::Bytes;
@@ -30,9 +38,10 @@ use engine::config::KeepAlive;
 use engine::wire::Dialect;
 use http::{HeaderMap, Method};
 use http_body_util::BodyExt;
-use modes::keepalive::{After, Ledger, eligible, ping_body, thinking_enabled};
+use modes::keepalive::{After, Ledger, asks_for_the_hour, eligible, ping_body, thinking_enabled};
 use modes::{CacheUsage, SessionState};
 use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::clock::SystemClock;
 use crate::upstream::Upstream;
@@ -57,19 +66,19 @@ struct Sent {
 /// One session's keep-alive.
 #[derive(Default)]
 struct Entry {
-    /// Bumped by every turn of the session: a ping whose generation is gone is not sent.
+    /// The ticket of the session's latest request: a report or a ping of another is stale.
     generation: u64,
-    /// The latest turn, while its report has not come.
-    sent: Option<Sent>,
-    /// When the latest turn began.
+    /// The latest turn's request, from its send until its pings are done.
+    sent: Option<Arc<Sent>>,
+    /// When the latest request began: when the provider last used the entry.
     last_turn: Option<Instant>,
     /// When a ping last read the entry, in the gap since then.
     last_read: Option<Instant>,
     /// The latest turn came back on an entry a ping kept: its report books the kept gap.
     returning: bool,
-    /// Bytes held for pings now.
+    /// Bytes of `sent`, counted in [`Keeper::held_bytes`].
     held: usize,
-    /// The gap's pings, stopped when the next turn begins (freeing what they hold at once).
+    /// The gap's pings, stopped when the next request begins (freeing what they hold at once).
     task: Option<tokio::task::AbortHandle>,
 }
 
@@ -83,6 +92,8 @@ pub struct Keeper {
     runtime: tokio::runtime::Handle,
     entries: Mutex<HashMap<String, Entry>>,
     counts: Mutex<Pings>,
+    /// Tickets, keeper-wide, so a pruned and re-made entry never meets an old one's.
+    tickets: AtomicU64,
     held_bytes: AtomicU64,
 }
 
@@ -99,22 +110,35 @@ impl std::fmt::Debug for Keeper {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pings {
     pub ledger: Ledger,
-    /// Turns worth no ping (a first turn, a small prefix, thinking on, too dear, or past the
-    /// keeper's bounds).
+    /// Turns worth no ping (a first turn, the hour-long entry, a small prefix, thinking on, too
+    /// dear, a reply later than the entry, or past the keeper's bounds).
     pub skipped: u64,
-    /// Pings the upstream refused or that did not come back in time.
+    /// Pings the upstream refused, did not answer within 60 s, or answered without a cache
+    /// report.
     pub failed: u64,
     /// The pings' cost at list price, US dollars (models with one).
     pub spend_usd: f64,
     /// The kept turns' cache reads priced as the writes they spared, less the reads.
     pub saved_usd: f64,
-    /// Sessions holding a request for pings now.
+    /// Sessions holding a request now (a turn in flight, or a gap's pings to come).
     pub live_sessions: u64,
+}
+
+/// What a ping found.
+enum Pinged {
+    /// The provider read the entry (and what the ping cost).
+    Read(ReplyUsage),
+    /// It wrote more than it read: the entry had gone.
+    Wrote(ReplyUsage),
+    /// Refused, late, or no cache report.
+    Failed,
 }
 
 impl Keeper {
     /// The keeper `config` asks for: `cache.keepalive` on, in sync mode (pings act on the
-    /// user's bill; observe mode forwards untouched). Must be called on a tokio runtime.
+    /// user's bill; observe mode forwards untouched), and no experiment running (a ping is
+    /// billed to no arm, while the turns it kept would be billed to the treatment's).
+    /// Must be called on a tokio runtime.
     pub fn start(
         config: &engine::config::Config,
         lifetime: Duration,
@@ -122,35 +146,20 @@ impl Keeper {
         turns: &modes::TurnService,
     ) -> Option<Arc<Keeper>> {
         let rule = config.cache.keepalive()?;
-        if config.mode == engine::config::Mode::Observe {
+        if config.mode == engine::config::Mode::Observe || config.experiment.running() {
             return None;
         }
-        Some(Arc::new(Keeper::new(
+        Some(Arc::new(Keeper {
             rule,
             lifetime,
-            upstream.clone(),
-            turns.sessions()?.clone(),
-            tokio::runtime::Handle::current(),
-        )))
-    }
-
-    pub fn new(
-        rule: KeepAlive,
-        lifetime: Duration,
-        upstream: Upstream,
-        sessions: Sessions<SessionState>,
-        runtime: tokio::runtime::Handle,
-    ) -> Keeper {
-        Keeper {
-            rule,
-            lifetime,
-            upstream,
-            sessions,
-            runtime,
+            upstream: upstream.clone(),
+            sessions: turns.sessions()?.clone(),
+            runtime: tokio::runtime::Handle::current(),
             entries: Mutex::default(),
             counts: Mutex::default(),
+            tickets: AtomicU64::new(0),
             held_bytes: AtomicU64::new(0),
-        }
+        }))
     }
 
     pub fn counts(&self) -> Pings {
@@ -159,9 +168,22 @@ impl Keeper {
         counts
     }
 
+    /// A request of `session` that sluice forwarded untouched: the quiet gap is over, and its
+    /// pings stop (it may have been the agent compacting, which makes the pinged prefix moot).
+    pub(crate) fn activity(&self, session: &str) {
+        let mut entries = self.entries.lock();
+        if let Some(entry) = entries.get_mut(session) {
+            entry.generation = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
+            entry.last_turn = Some(Instant::now());
+            entry.last_read = None;
+            self.release(entry);
+        }
+    }
+
     /// A live turn of `session` goes upstream: the quiet gap before it ends (its pending pings
-    /// are not sent), and its request is kept until its report says whether it is worth pings.
-    /// Anthropic Messages only: the providers that bill no cache write gain nothing from a ping.
+    /// are not sent), and its request is held until its report says whether it is worth pings.
+    /// Its ticket, for the report; `None` where no ping could follow (not Anthropic Messages:
+    /// the providers that bill no cache write gain nothing from one).
     pub(crate) fn turn_sent(
         &self,
         session: &str,
@@ -169,157 +191,190 @@ impl Keeper {
         uri: &str,
         headers: &HeaderMap,
         body: &Bytes,
-    ) {
+    ) -> Option<u64> {
         if dialect != Dialect::Anthropic {
-            return;
+            return None;
         }
         let now = Instant::now();
         let mut entries = self.entries.lock();
         if entries.len() >= MAX_HELD && !entries.contains_key(session) {
-            // Forget sessions holding nothing before refusing a new one.
-            entries.retain(|_, e| e.held > 0 || e.sent.is_some());
+            // Forget sessions that hold nothing and whose last gap is over for good.
+            let span = self.rule.idle * self.rule.max_pings + self.lifetime;
+            entries.retain(|_, e| e.held > 0 || e.last_turn.is_some_and(|t| now - t < span));
         }
         if entries.len() >= MAX_HELD && !entries.contains_key(session) {
             self.counts.lock().skipped += 1;
-            return;
+            return None;
         }
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = entries.entry(session.to_owned()).or_default();
-        entry.generation += 1;
-        let quiet = entry.last_turn.map(|t| now.duration_since(t));
+        entry.generation = ticket;
+        let quiet = entry.last_turn.map(|t| now - t);
         entry.returning = quiet.is_some_and(|q| q > self.lifetime)
-            && entry
-                .last_read
-                .is_some_and(|t| now.duration_since(t) <= self.lifetime);
+            && entry.last_read.is_some_and(|t| now - t <= self.lifetime);
         entry.last_turn = Some(now);
         entry.last_read = None;
         self.release(entry);
+        let total = self.held_bytes.load(Ordering::Relaxed) as usize;
+        if body.len() > MAX_BODY || total + body.len() > MAX_BYTES {
+            self.counts.lock().skipped += 1;
+            return Some(ticket);
+        }
         let mut headers = headers.clone();
         headers.remove(http::header::CONTENT_LENGTH);
-        entry.sent = (body.len() <= MAX_BODY).then(|| Sent {
+        entry.sent = Some(Arc::new(Sent {
             uri: uri.to_owned(),
             headers,
             body: body.clone(),
-        });
+        }));
+        entry.held = body.len();
+        self.held_bytes
+            .fetch_add(body.len() as u64, Ordering::Relaxed);
+        Some(ticket)
     }
 
+    /// Drops what `entry` holds, and stops its pings.
     fn release(&self, entry: &mut Entry) {
         if let Some(task) = entry.task.take() {
             task.abort();
         }
+        entry.sent = None;
         self.held_bytes
             .fetch_sub(entry.held as u64, Ordering::Relaxed);
         entry.held = 0;
     }
 
-    /// The report of `session`'s latest turn, its `turns`-th: a kept gap is booked, and the
-    /// turn's request, when worth it, is held for the next gap's pings.
+    /// Turn `ticket`'s reply carried no cache report (refused, failed, cut off): nothing to
+    /// keep alive, and its request goes now.
+    pub(crate) fn unreported(&self, session: &str, ticket: u64) {
+        if let Some(entry) = self.entries.lock().get_mut(session)
+            && entry.generation == ticket
+        {
+            entry.returning = false;
+            self.release(entry);
+        }
+    }
+
+    /// The report of `session`'s turn `ticket`, its `turns`-th: a kept gap is booked, and the
+    /// turn's request, when worth it, is pinged through the next quiet gap. A stale report
+    /// (the session's next request began) does nothing.
     pub(crate) fn settled(
         self: &Arc<Self>,
         session: &str,
+        ticket: u64,
         usage: CacheUsage,
         turns: u64,
         model: Option<&str>,
     ) {
-        let (sent, generation) = {
-            let mut entries = self.entries.lock();
-            let Some(entry) = entries.get_mut(session) else {
-                return;
-            };
-            if std::mem::take(&mut entry.returning) {
-                let mut counts = self.counts.lock();
-                counts.ledger.kept += 1;
-                counts.ledger.kept_tokens += usage.read;
-                if let Some(price) = model.and_then(dashboard::prices::price) {
-                    counts.saved_usd +=
-                        usage.read as f64 * (price.cache_write - price.cache_read) / 1e6;
-                }
-            }
-            let Some(sent) = entry.sent.take() else {
-                return;
-            };
-            let size = sent.body.len();
-            let total = self.held_bytes.load(Ordering::Relaxed) as usize;
-            if total + size > MAX_BYTES {
-                self.counts.lock().skipped += 1;
-                return;
-            }
-            entry.held = size;
-            self.held_bytes.fetch_add(size as u64, Ordering::Relaxed);
-            (sent, entry.generation)
+        let mut entries = self.entries.lock();
+        let Some(entry) = entries.get_mut(session).filter(|e| e.generation == ticket) else {
+            return;
         };
-        let prefix = usage.read + usage.written.unwrap_or(0);
+        // Kept only if the provider did read it back.
+        let written = usage.written.unwrap_or(0);
+        if std::mem::take(&mut entry.returning) && usage.read > 0 && written <= usage.read {
+            let mut counts = self.counts.lock();
+            counts.ledger.kept += 1;
+            counts.ledger.kept_tokens += usage.read;
+            if let Some(price) = model.and_then(dashboard::prices::price) {
+                counts.saved_usd +=
+                    usage.read as f64 * (price.cache_write - price.cache_read) / 1e6;
+            }
+        }
+        let (Some(sent), Some(start)) = (entry.sent.clone(), entry.last_turn) else {
+            return;
+        };
+        if start.elapsed() >= self.lifetime {
+            // The reply came after the entry's lifetime: a ping now would write it again.
+            self.counts.lock().skipped += 1;
+            self.release(entry);
+            return;
+        }
         let keeper = self.clone();
         let (name, model) = (session.to_owned(), model.map(str::to_owned));
+        let prefix = usage.read + written;
+        // Judged and built on the runtime, not here: this runs on the session's actor, and
+        // reading a large body would hold its next turn.
         let task = self.runtime.spawn(async move {
-            keeper
-                .pings(&name, generation, sent, prefix, turns, model.as_deref())
-                .await;
-            keeper.done(&name, generation);
+            if let Some((ping, price)) = keeper.judged(&sent, prefix, turns, model.as_deref()) {
+                keeper.pings(&name, ticket, start, &sent, ping, price).await;
+            }
+            keeper.done(&name, ticket);
         });
-        if let Some(entry) = self.entries.lock().get_mut(session)
-            && entry.generation == generation
-        {
-            entry.task = Some(task.abort_handle());
-        }
+        entry.task = Some(task.abort_handle());
     }
 
-    /// The session's held request goes, unless a later turn holds its own.
-    fn done(&self, session: &str, generation: u64) {
-        let mut entries = self.entries.lock();
-        if let Some(entry) = entries.get_mut(session)
-            && entry.generation == generation
-        {
-            // Not `release`: this is the task itself, finishing.
-            entry.task = None;
-            self.held_bytes
-                .fetch_sub(entry.held as u64, Ordering::Relaxed);
-            entry.held = 0;
-        }
-    }
-
-    fn current(&self, session: &str, generation: u64) -> bool {
-        self.entries
-            .lock()
-            .get(session)
-            .is_some_and(|e| e.generation == generation)
-    }
-
-    /// The quiet gap after turn `generation`: its pings, while the session stays quiet.
-    async fn pings(
+    /// The ping for a turn that sent `sent` and cached `prefix` tokens, with its model's price,
+    /// when the turn is worth pings (`modes::keepalive::eligible`); counted as skipped when not.
+    fn judged(
         &self,
-        session: &str,
-        generation: u64,
-        sent: Sent,
+        sent: &Sent,
         prefix: u64,
         turns: u64,
         model: Option<&str>,
-    ) {
+    ) -> Option<(Bytes, Option<dashboard::prices::Price>)> {
         let price = model.and_then(dashboard::prices::price);
         let turn = After {
             dialect: Dialect::Anthropic,
             turns,
             prefix_tokens: prefix,
             thinking: thinking_enabled(&sent.body),
+            hour: asks_for_the_hour(&sent.body),
             ping_usd: price.map(|p| prefix as f64 * p.cache_read / 1e6),
         };
-        let body = match eligible(&self.rule, &turn) {
-            Ok(()) => ping_body(&sent.body),
-            Err(_) => None,
-        };
-        let Some(body) = body.map(Bytes::from) else {
+        let ping = eligible(&self.rule, &turn)
+            .ok()
+            .and_then(|()| ping_body(&sent.body));
+        if ping.is_none() {
             self.counts.lock().skipped += 1;
-            return;
-        };
+        }
+        Some((ping?.into(), price))
+    }
+
+    /// The gap's pings are over: what the session held goes, unless a later request holds its
+    /// own.
+    fn done(&self, session: &str, ticket: u64) {
+        if let Some(entry) = self.entries.lock().get_mut(session)
+            && entry.generation == ticket
+        {
+            // Not `release`: this is the task itself, finishing.
+            entry.task = None;
+            entry.sent = None;
+            self.held_bytes
+                .fetch_sub(entry.held as u64, Ordering::Relaxed);
+            entry.held = 0;
+        }
+    }
+
+    /// The quiet gap after turn `ticket`, which began at `start`: a ping each `idle` after the
+    /// provider last used the entry, while the session stays quiet.
+    async fn pings(
+        &self,
+        session: &str,
+        ticket: u64,
+        start: Instant,
+        sent: &Sent,
+        body: Bytes,
+        price: Option<dashboard::prices::Price>,
+    ) {
+        let mut used = start;
         for i in 0..self.rule.max_pings {
-            tokio::time::sleep(self.rule.idle).await;
-            if !self.current(session, generation) {
+            tokio::time::sleep_until(used + self.rule.idle).await;
+            let now = Instant::now();
+            if now - used >= self.lifetime {
+                // Woken too late (a stalled runtime): this ping would write, not read.
+                self.counts.lock().skipped += 1;
                 return;
             }
-            let outcome = self.ping(&sent, body.clone()).await;
+            let pinged = self.ping(sent, body.clone()).await;
             let mut counts = self.counts.lock();
-            let Some(usage) = outcome else {
-                counts.failed += 1;
-                return;
+            let (usage, wrote) = match pinged {
+                Pinged::Failed => {
+                    counts.failed += 1;
+                    return;
+                }
+                Pinged::Read(usage) => (usage, false),
+                Pinged::Wrote(usage) => (usage, true),
             };
             let (read, written) = (
                 usage.cache_read.unwrap_or(0),
@@ -335,34 +390,38 @@ impl Keeper {
                     + usage.output.unwrap_or(0) as f64 * price.output)
                     / 1e6;
             }
-            if written > read {
-                // The entry had gone: this ping wrote it again. Pinging on would only pay
-                // for more writes of a session that may not come back.
+            if wrote {
+                // The entry had gone: pinging on would only pay for more writes of a session
+                // that may not come back.
                 counts.ledger.wrote_instead_of_read += 1;
                 return;
             }
             drop(counts);
-            self.kept_alive(session, generation);
+            if !self.kept_alive(session, ticket, now) {
+                return;
+            }
+            used = now;
         }
     }
 
-    /// A ping read the entry: it lives from now, and the session's tracker hears of it (so
-    /// the next turn does not read cold and cut at depth, throwing the entry away).
-    fn kept_alive(&self, session: &str, generation: u64) {
-        if let Some(entry) = self.entries.lock().get_mut(session)
-            && entry.generation == generation
-        {
-            entry.last_read = Some(Instant::now());
+    /// A ping sent at `at` read the entry: it lives from then, and the session's tracker hears
+    /// of it (so the next turn does not read cold and cut at depth, throwing the entry away).
+    /// False when the session has moved on.
+    fn kept_alive(&self, session: &str, ticket: u64, at: Instant) -> bool {
+        match self.entries.lock().get_mut(session) {
+            Some(entry) if entry.generation == ticket => entry.last_read = Some(at),
+            _ => return false,
         }
-        let at = SystemClock.now();
+        let now = SystemClock.now();
         self.sessions
             .apply(session, move |state: &mut SessionState| {
-                state.tracker.kept_alive(at);
+                state.tracker.kept_alive(now);
             });
+        true
     }
 
-    /// Sends one ping; the provider's usage when it answered 2xx in time.
-    async fn ping(&self, sent: &Sent, body: Bytes) -> Option<ReplyUsage> {
+    /// Sends one ping and reads what the provider reports of it.
+    async fn ping(&self, sent: &Sent, body: Bytes) -> Pinged {
         let call = async {
             let response = self
                 .upstream
@@ -380,9 +439,17 @@ impl Keeper {
             drop(scanner);
             found.lock().take()
         };
-        tokio::time::timeout(PING_TIMEOUT, call)
+        match tokio::time::timeout(PING_TIMEOUT, call)
             .await
             .ok()
             .flatten()
+        {
+            Some(usage) if usage.cache_read.is_none() => Pinged::Failed,
+            Some(usage) if usage.cache_write.unwrap_or(0) > usage.cache_read.unwrap_or(0) => {
+                Pinged::Wrote(usage)
+            }
+            Some(usage) => Pinged::Read(usage),
+            None => Pinged::Failed,
+        }
     }
 }

@@ -17,7 +17,7 @@ pub static KEEPALIVE_FIELDS: &[Field<Pings>] = &[
         "cg_keepalive_live_sessions",
         Gauge,
         "sessions",
-        "Sessions whose last request is held for the quiet gap's pings now (memory only, credential included, gone when the gap's pings are done or the next turn begins).",
+        "Sessions holding a request now, credential included, in memory only: a turn in flight, or a quiet gap's pings to come. It goes when the reply carries no cache report, when the session's next request begins, or when the gap's pings are done.",
         |c| count(c.live_sessions),
     ),
     row(
@@ -49,7 +49,7 @@ pub static KEEPALIVE_FIELDS: &[Field<Pings>] = &[
         "cg_keepalive_skipped_total",
         Counter,
         "turns",
-        "Anthropic turns given no pings: a session's first turn, a prefix under `keepalive_min_prefix_tokens`, extended thinking on, a ping over `keepalive_max_usd_per_ping`, or the keeper's bounds.",
+        "Anthropic turns given no pings: a session's first turn, a request asking for the hour-long entry, extended thinking on, a prefix under `keepalive_min_prefix_tokens`, a ping over `keepalive_max_usd_per_ping`, a reply that came after the entry's lifetime, or the keeper's bounds (512 sessions, 128 MB, 8 MB a body).",
         |c| count(c.skipped),
     ),
     row(
@@ -57,7 +57,7 @@ pub static KEEPALIVE_FIELDS: &[Field<Pings>] = &[
         "cg_keepalive_failed_total",
         Counter,
         "requests",
-        "Pings the upstream refused or did not answer within 60 s: the session's pings stop.",
+        "Pings the upstream refused, did not answer within 60 s, or answered without a cache report: that quiet gap's pings stop.",
         |c| count(c.failed),
     ),
     row(
@@ -65,7 +65,7 @@ pub static KEEPALIVE_FIELDS: &[Field<Pings>] = &[
         "cg_keepalive_wrote_instead_of_read_total",
         Counter,
         "requests",
-        "Pings the provider reported as a cache write larger than the read: the entry had gone (a late ping, a provider that evicted early). The session's pings stop.",
+        "Pings the provider reported as a cache write larger than the read: the entry had gone (a late ping, a provider that evicted early). That quiet gap's pings stop.",
         |c| count(c.ledger.wrote_instead_of_read),
     ),
     row(

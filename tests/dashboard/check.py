@@ -292,6 +292,19 @@ def main():
     assert "unparsed_not_json" in untouched and not untouched.startswith("Forwarded untouched\n0.0%"), untouched
     print(f"ok: the untouched tile reads {untouched!r}")
     assert page.js("document.querySelectorAll('#chart-tokens polyline, #chart-tokens circle').length") > 0, "a chart"
+    # The keep-alive (on, one second of quiet before each ping): once the traffic stops, the
+    # Anthropic sessions past their first turn are pinged, and the overview counts them.
+    # No row marks a ping, so the live feed does not refresh the page: each poll reloads it.
+    page.pump(2.5)
+    pings = page.wait_for(
+        "(() => { const v = document.querySelector('[data-testid=value-keepalive]');"
+        " const n = v && Number(v.textContent.replace(/,/g, ''));"
+        " if (!n) document.querySelector('[data-testid=tab-overview]').click();"
+        " return n > 0 && v.textContent; })()",
+        "keep-alive pings on the overview")
+    keep = page.js("document.querySelector('[data-testid=tile-keepalive]').innerText")
+    assert "kept" in keep and "spent" in keep and "wrote instead of read" not in keep, keep
+    print(f"ok: the keep-alive tile counts {pings} pings: {keep!r}")
 
     page.js("document.querySelector('[data-testid=tab-requests]').click()")
     rows = page.wait_for("document.querySelectorAll('[data-testid=request-row]').length", "request rows")

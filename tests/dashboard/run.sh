@@ -49,8 +49,12 @@ mock_url="$(sed -n 's/^listening on //p' "$work/mock.out")"
 
 # A state store on disk: the dashboard is on by default beside it. Content capture is opened
 # so the drill-down shows what changed.
+# The cache keep-alive is on, a second of quiet before each ping, so the overview's tile has
+# pings to show once the traffic stops.
 port="$(free_port)"
+printf 'cache:\n  keepalive: true\n  keepalive_idle_seconds: 1\n  keepalive_min_prefix_tokens: 1000\n' > "$work/main.yaml"
 "$target_dir/sluice" serve --listen "127.0.0.1:$port" --store "sqlite:$work/state.db" \
+    --config "$work/main.yaml" \
     --dashboard-content --anthropic-upstream "$mock_url" --openai-upstream "$mock_url" \
     2> "$work/sluice.err" &
 sluice_pid=$!

@@ -6,20 +6,22 @@
 use std::time::Duration;
 
 use engine::wire::Dialect;
+use integration_tests::mock::Reply;
 use modes::replay::turns_of;
 use serde_json::{Value, json};
 
 use crate::proxy::{Sluice, corpus, start_tuned};
 
-/// A second of quiet before each ping, and an entry that lives a second and a half: the
+/// `idle` seconds of quiet before each ping, and an entry that lives `lifetime`: the
 /// provider's five minutes, scaled to a test.
-async fn start() -> Sluice {
+async fn start(idle: u64, lifetime: Duration) -> Sluice {
     start_tuned(
-        |_| {
-            "cache:\n  keepalive: true\n  keepalive_idle_seconds: 1\n  keepalive_min_prefix_tokens: 1000\n"
-                .to_owned()
+        move |_| {
+            format!(
+                "cache:\n  keepalive: true\n  keepalive_idle_seconds: {idle}\n  keepalive_min_prefix_tokens: 1000\n"
+            )
         },
-        |settings| settings.keepalive_lifetime = Duration::from_millis(1500),
+        move |settings| settings.keepalive_lifetime = lifetime,
     )
     .await
 }
@@ -57,31 +59,37 @@ fn turns() -> Vec<Vec<u8>> {
 const KEY: &str = "sk-ant-keepalive-test";
 
 async fn send(sluice: &Sluice, session: &str, body: &[u8]) {
+    assert_eq!(sent(sluice, session, body).await, 200);
+}
+
+/// The status of one turn of `session`.
+async fn sent(sluice: &Sluice, session: &str, body: &[u8]) -> u16 {
     let headers = [
         (modes::turn::SESSION_HEADER, session),
         ("x-api-key", KEY),
         ("anthropic-version", "2023-06-01"),
     ];
-    let reply = sluice
+    sluice
         .chat(Dialect::Anthropic, &headers, body.to_vec())
-        .await;
-    assert_eq!(reply.status, 200);
+        .await
+        .status
 }
 
 /// The pings the mock has received: requests asking for one token.
-fn pings(sluice: &Sluice) -> Vec<Value> {
+fn pings(sluice: &Sluice) -> Vec<bytes::Bytes> {
     sluice
         .mock
         .recorded()
-        .iter()
-        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
-        .filter(|v| v["max_tokens"] == 1)
+        .into_iter()
+        .filter(|r| serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| v["max_tokens"] == 1))
+        .map(|r| r.body)
         .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_session_is_pinged_and_comes_back_on_the_kept_entry() {
-    let sluice = start().await;
+    // Pings a second after the entry was last used; it lives a second and a half.
+    let sluice = start(1, Duration::from_millis(1500)).await;
     let turns = turns();
     let session = "keepalive-kept";
 
@@ -95,7 +103,7 @@ async fn a_quiet_session_is_pinged_and_comes_back_on_the_kept_entry() {
     // The second turn is worth them: two pings, a second apart, then nothing more.
     sluice.mock.clear_recorded();
     send(&sluice, session, &turns[3]).await;
-    let forwarded: Value = serde_json::from_slice(&sluice.mock.recorded()[0].body).unwrap();
+    let forwarded = sluice.mock.recorded()[0].body.clone();
     let stats = sluice.stats_when("keepalive_pings", 2).await;
     assert_eq!(stats["keepalive_pings"], 2, "{stats}");
     assert_eq!(stats["keepalive_gaps_pinged"], 1);
@@ -105,14 +113,13 @@ async fn a_quiet_session_is_pinged_and_comes_back_on_the_kept_entry() {
     assert!(read > 1000, "each ping read the whole prefix: {stats}");
     let sent = pings(&sluice);
     assert_eq!(sent.len(), 2);
+    // The turn's bytes, but for `max_tokens` and `stream` (`ping_body` is tested to change
+    // nothing else): the cached prompt is the same.
+    let expected = modes::keepalive::ping_body(&forwarded).unwrap();
     for ping in &sent {
-        assert_eq!(ping["stream"], false);
-        for key in ["model", "system", "messages", "tools"] {
-            assert_eq!(
-                ping[key], forwarded[key],
-                "a ping repeats the prompt: {key}"
-            );
-        }
+        assert_eq!(ping.as_ref(), expected.as_slice());
+        let value: Value = serde_json::from_slice(ping).unwrap();
+        assert_eq!(value["stream"], false);
     }
     let recorded = sluice.mock.recorded();
     let last = recorded.last().unwrap();
@@ -140,26 +147,43 @@ async fn a_quiet_session_is_pinged_and_comes_back_on_the_kept_entry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_stops_the_pings_and_a_ping_that_writes_stops_the_session() {
-    let sluice = start().await;
+async fn a_turn_stops_the_pings_and_a_ping_that_writes_or_a_refusal_ends_them() {
+    // Two seconds before each ping: room for the steps below on a loaded machine.
+    let sluice = start(2, Duration::from_secs(3)).await;
     let turns = turns();
     let session = "keepalive-stops";
     send(&sluice, session, &turns[2]).await;
     send(&sluice, session, &turns[3]).await;
+    // From now on the provider reports every request as a write: the entry has gone.
+    sluice.mock.set_cache_report(Some((0, 40_000)));
     // The next turn comes before the first ping is due: none is sent for that gap.
     tokio::time::sleep(Duration::from_millis(400)).await;
     send(&sluice, session, &turns[4]).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(pings(&sluice).is_empty(), "a turn ends the gap's pings");
 
-    // The provider reports the next ping as a write: the entry had gone, so pinging on would
-    // pay for writes. One ping, counted, and no second.
-    sluice.mock.set_cache_report(Some((0, 40_000)));
+    // The gap after it: its first ping is answered with a write, so pinging on would pay for
+    // writes. One ping, counted, and no second.
     let stats = sluice
         .stats_when("keepalive_wrote_instead_of_read", 1)
         .await;
     assert_eq!(stats["keepalive_wrote_instead_of_read"], 1, "{stats}");
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
     assert_eq!(pings(&sluice).len(), 1, "no ping after one that wrote");
-    assert_eq!(sluice.stats().await["keepalive_pings"], 1);
+    let stats = sluice.stats().await;
+    assert_eq!(stats["keepalive_pings"], 1);
+    assert_eq!(stats["keepalive_live_sessions"], 0, "{stats}");
+
+    // A turn the provider refuses has no entry to keep: what it held goes at once, and no
+    // ping follows.
+    sluice.mock.set_cache_report(None);
+    sluice.mock.script([Reply::Status(
+        429,
+        r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#.into(),
+    )]);
+    assert_eq!(sent(&sluice, session, &turns[5]).await, 429);
+    let stats = sluice.stats_when("keepalive_live_sessions", 0).await;
+    assert_eq!(stats["keepalive_live_sessions"], 0, "{stats}");
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    assert_eq!(pings(&sluice).len(), 1, "no ping after a refused turn");
 }

@@ -195,6 +195,16 @@ fn keepalive_has_the_references_defaults_and_refuses_a_late_ping() {
         Config::parse("pipeline: []\n").unwrap().cache.keepalive(),
         None
     );
+    // A running experiment turns it off, and says so.
+    let both =
+        "pipeline: [collapse]\ncache: { keepalive: true }\nexperiment: { control_share: 0.5 }\n";
+    let warnings = Config::parse(both).unwrap().warnings;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("keepalive is off while an experiment runs")),
+        "{warnings:?}"
+    );
     for (yaml, key) in [
         (
             "keepalive_idle_seconds: 300",

@@ -11,7 +11,7 @@ use engine::config::KeepAlive;
 use engine::wire::Dialect;
 
 use super::bill::{Billable, bill};
-use crate::keepalive::{After, Gap, Ledger, eligible, gap, thinking_enabled};
+use crate::keepalive::{After, Gap, Ledger, asks_for_the_hour, eligible, gap, thinking_enabled};
 use crate::session::SessionState;
 use crate::turn::{Forward, TurnService};
 
@@ -36,17 +36,12 @@ impl Pinger {
 
     /// The quiet gap from `last_at` to `now`, before the turn that ends it runs: the pings go
     /// to the session's tracker at their own times.
-    async fn quiet(
-        &mut self,
-        service: &TurnService,
-        last_at: Duration,
-        now: Duration,
-        ttl: Duration,
-    ) -> Gap {
+    async fn quiet(&mut self, service: &TurnService, last_at: Duration, now: Duration) -> Gap {
         let Some((session, _)) = &self.after else {
             return Gap::default();
         };
-        let gap = gap(&self.rule, now.saturating_sub(last_at), ttl);
+        // The pinged turn's entry: the five-minute one (`eligible` leaves the hour's out).
+        let gap = gap(&self.rule, now.saturating_sub(last_at), KeepAlive::LIFETIME);
         if let Some(sessions) = service.sessions() {
             for i in 1..=gap.pings {
                 let at = last_at + self.rule.idle * i;
@@ -79,6 +74,7 @@ impl Pinger {
             turns: k as u64 + 1,
             prefix_tokens: forwarded.tokens() as u64,
             thinking: thinking_enabled(body),
+            hour: asks_for_the_hour(body),
             // Replay's prices are relative: a ping is judged on its prefix alone.
             ping_usd: None,
         };
@@ -94,10 +90,9 @@ pub(super) async fn quiet(
     service: &TurnService,
     last_at: Option<Duration>,
     now: Duration,
-    ttl: Duration,
 ) -> Gap {
     match (pinger, last_at) {
-        (Some(pinger), Some(last_at)) => pinger.quiet(service, last_at, now, ttl).await,
+        (Some(pinger), Some(last_at)) => pinger.quiet(service, last_at, now).await,
         _ => Gap::default(),
     }
 }

@@ -166,6 +166,16 @@ function tile(id, label, value, detail, cls) {
     el('div', { class: 'value ' + (cls || ''), 'data-testid': 'value-' + id, text: value }),
     el('div', { class: 'detail', text: detail || '' }));
 }
+// The cache keep-alive since sluice started (cache.keepalive; nothing when it is off): pings,
+// the gaps they kept, and both sides of their money. A ping answered with a write found the
+// entry gone: shown as bad.
+function keepaliveTile(k) {
+  if (!k.enabled) return '';
+  const wrote = k.keepalive_wrote_instead_of_read;
+  return tile('keepalive', 'Keep-alive pings', nf.format(k.keepalive_pings),
+    count(k.keepalive_kept, 'gap') + ' kept · spent ' + usd(k.keepalive_spend_usd) + ' · spared ' + usd(k.keepalive_saved_usd) +
+    (wrote ? ' · ' + nf.format(wrote) + ' wrote instead of read' : ''), wrote ? 'bad' : '');
+}
 // The share of requests sluice forwarded as they came, by reason: a body it cannot read shows
 // here at once instead of hiding behind a small saving.
 function untouchedTile(o) {
@@ -181,10 +191,11 @@ async function loadOverview() {
   const bucket = Math.max(60e3, Math.round(span / 48 / 60e3) * 60e3);
   const seriesParams = new URLSearchParams(params);
   seriesParams.set('bucket_ms', String(bucket));
-  const [o, series, cost] = await Promise.all([
+  const [o, series, cost, keep] = await Promise.all([
     api('/dashboard/api/overview', params),
     api('/dashboard/api/series', seriesParams),
     api('/dashboard/api/cost', params),
+    api('/dashboard/api/keepalive'),
   ]);
   const c = o.capture || {};
   $('tiles').replaceChildren(
@@ -202,6 +213,7 @@ async function loadOverview() {
     tile('expand', 'Expand rounds', nf.format(o.expand_rounds), 'cost ' + usd(o.expand_cost_usd) + ' (in the net)'),
     tile('latency', 'Added by sluice', ms(o.added_ms_avg), 'average per request'),
     untouchedTile(o),
+    keepaliveTile(keep),
     tile('capture', 'Capture', count(c.captured || 0, 'row'), nf.format(c.dropped || 0) + ' dropped · content ' + (c.content_enabled ? 'on' : 'off') + (c.kept === 'memory' ? ' · in memory, this run only' : ''), c.dropped ? 'bad' : ''),
   );
   const pts = series.points;
