@@ -851,3 +851,62 @@ fn a_partial_expand_is_billed_by_what_it_returned() {
     let recall = |r: &SessionReport| totals(std::slice::from_ref(r), &Prices::default()).recall_pct;
     assert_eq!(recall(&whole), recall(&pattern));
 }
+
+/// A Claude Code-like session in the Anthropic dialect: turn `k` sends the first `2k + 1`
+/// messages, each long enough to be worth keeping.
+fn anthropic_turns(turns: usize) -> Vec<Vec<u8>> {
+    let messages: Vec<serde_json::Value> = (0..2 * turns)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "content": big(&format!("m{i}"))})
+        })
+        .collect();
+    (0..turns)
+        .map(|k| {
+            let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 4096, "messages": messages[..=2 * k]});
+            serde_json::to_vec(&body).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn a_keep_alive_on_the_recorded_clock_is_billed_hit_and_miss() {
+    let yaml = "pipeline: [collapse]\ncache: { keepalive: true, keepalive_min_prefix_tokens: 0 }\n";
+    let config = Config::parse(yaml).unwrap();
+    let turns = anthropic_turns(4);
+    // Gaps of 30 s (no ping), 400 s (one ping at 280 s keeps the entry: a hit) and 2,000 s
+    // (two pings, and the session comes back after both have run out: a miss).
+    let times = [0, 30, 430, 2430].map(Duration::from_secs).to_vec();
+    let run = |keepalive| {
+        let options = Options {
+            times: times.clone(),
+            keepalive,
+            ..Options::default()
+        };
+        let pipeline = Arc::new(config.build_pipeline().unwrap());
+        replay_session("s", &turns, Dialect::Anthropic, &config, pipeline, &options).unwrap()
+    };
+    let with = run(config.cache.keepalive());
+    let ledger = with.keepalive.unwrap();
+    assert_eq!(
+        (ledger.pings, ledger.gaps_pinged, ledger.kept),
+        (3, 2, 1),
+        "{ledger:?}"
+    );
+    // Each ping read the whole turn before it; the kept turn read that instead of writing it.
+    let prefix = |k: usize| with.turns[k].sluice.content_tokens as u64;
+    assert_eq!(ledger.ping_tokens, prefix(1) + 2 * prefix(2));
+    assert_eq!(ledger.kept_tokens, prefix(1));
+    // The tracker heard of the ping: the kept turn is warm, the missed one cold.
+    let cold: Vec<bool> = with.turns.iter().map(|t| t.cold).collect();
+    assert_eq!(cold, [false, false, false, true], "the kept turn warm, the missed one cold");
+    let without = run(None);
+    assert!(without.keepalive.is_none() && without.turns[2].cold);
+    // Billed: the pings' reads against the write the hit spared, beside the headline.
+    let prices = Prices::default();
+    let t = totals(std::slice::from_ref(&with), &prices);
+    let net = ledger.saved(0.1, 1.25) - ledger.spent(0.1);
+    assert!((t.keepalive_net - net).abs() < 1e-6);
+    assert!(net > 0.0, "one hit pays for three pings: {net}");
+    assert!(t.billed_savings_pct_with_keepalive > t.billed_savings_pct);
+}
