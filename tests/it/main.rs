@@ -18,6 +18,7 @@ mod parity;
 mod prefix;
 mod properties;
 mod proxy;
+mod references;
 mod restore;
 mod sessions;
 mod way_back;

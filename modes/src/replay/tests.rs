@@ -899,7 +899,11 @@ fn a_keep_alive_on_the_recorded_clock_is_billed_hit_and_miss() {
     assert_eq!(ledger.kept_tokens, prefix(1));
     // The tracker heard of the ping: the kept turn is warm, the missed one cold.
     let cold: Vec<bool> = with.turns.iter().map(|t| t.cold).collect();
-    assert_eq!(cold, [false, false, false, true], "the kept turn warm, the missed one cold");
+    assert_eq!(
+        cold,
+        [false, false, false, true],
+        "the kept turn warm, the missed one cold"
+    );
     let without = run(None);
     assert!(without.keepalive.is_none() && without.turns[2].cold);
     // Billed: the pings' reads against the write the hit spared, beside the headline.
