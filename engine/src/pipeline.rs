@@ -27,20 +27,13 @@
 //! The module in files: `component` (the traits), `context` (`RunCx`, `ApplyCx`),
 //! `transcript`, `report`, `freeze` (keys and replay), and the run itself here.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::clock::Clock;
-use crate::marker;
 pub use crate::message::Forwarded;
 use crate::message::Message;
-use crate::store::{Store, StoreError};
 use crate::tokens;
-use crate::wire::Dialect;
 
 mod carry_over;
 mod component;
@@ -54,13 +47,17 @@ pub use crate::digests::{Digests, message_tokens};
 use crate::gate;
 pub use crate::gate::Gate;
 use carry_over::CarryOver;
-pub use component::*;
-pub use context::*;
+pub use component::{
+    Component, ComponentError, Freeze, Offload, Policy, Reformat, Restructured, Stage, Stashed,
+};
+pub use context::{ApplyCx, CutFloor, RunCx, StashKey};
+use context::{NO_MESSAGE, RunHashes, StageLog};
 use counts::Counts;
 pub use counts::Pending;
-use freeze::*;
-pub use report::*;
-pub use transcript::*;
+use freeze::{freeze_key, frozen_value, identity, prefix_hashes, reapply_frozen};
+pub use report::{ComponentReport, FrozenCounts, Kind, MessageSaving, Revert, RunReport};
+pub use transcript::Transcript;
+use transcript::{Saved, Working};
 
 /// An ordered list of built components.
 #[derive(Debug, Default)]

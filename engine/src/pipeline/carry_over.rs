@@ -27,8 +27,13 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::*;
+use super::{
+    ApplyCx, Freeze, NO_MESSAGE, Pipeline, RunCx, Saved, Stage, StageLog, StashKey, Transcript,
+    Working,
+};
 use crate::carry::{RunCarry, StageCarry};
+use crate::gate;
+use crate::tokens;
 
 /// A fresh identity for each built pipeline: part of every carry's stamp.
 pub(super) fn next_pipeline_id() -> u64 {

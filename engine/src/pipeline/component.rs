@@ -1,7 +1,12 @@
 //! The two component kinds ([`Reformat`], [`Offload`]), the proof of a stash
 //! ([`StashKey`]), how decisions carry across turns ([`Freeze`]), and a built [`Stage`].
 
-use super::*;
+use std::fmt;
+
+use super::{ApplyCx, Kind, RunCx, StashKey, Transcript};
+use crate::gate::Gate;
+use crate::message::Message;
+use crate::store::StoreError;
 
 /// What a component reports when it fails. The pipeline reverts it and carries on; the run
 /// report keeps the message with its causes ([`ComponentError::with_causes`]).
@@ -26,23 +31,6 @@ impl ComponentError {
             cause = error.source();
         }
         out
-    }
-}
-
-/// Proof that an original was stashed: only [`ApplyCx::stash`] makes one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StashKey {
-    pub(super) id: String,
-}
-
-impl StashKey {
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// `<<cg:ID>>`.
-    pub fn marker(&self) -> String {
-        marker::marker(&self.id)
     }
 }
 
@@ -305,11 +293,4 @@ impl fmt::Debug for Stage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}({})", self.kind(), self.name())
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Reformat,
-    Offload,
 }

@@ -1,8 +1,49 @@
 //! What a run knows ([`RunCx`]: the dialect, the session, the store, the cache boundary) and
 //! what one component gets while it runs ([`ApplyCx`]: stashing, gates, the cut floor).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::{Counts, FrozenCounts};
+use crate::clock::Clock;
 use crate::gate::{self, Gate};
+use crate::marker;
+use crate::message::Message;
+use crate::store::Store;
+use crate::store::StoreError;
+use crate::tokens;
+use crate::wire::Dialect;
+
+/// What a run hashes once and every component reuses.
+pub(super) struct RunHashes {
+    /// `tokens::content_hash` of each original content.
+    pub(super) content: Vec<u64>,
+    /// Whether each original content carries a marker.
+    pub(super) marked: Vec<bool>,
+    /// See [`ApplyCx::prefix`]; empty when no component is frozen.
+    pub(super) prefix: Vec<u64>,
+    /// Messages an earlier stage wrote to (kept, reverted or replayed), so their `content` hash
+    /// may be stale.
+    pub(super) dirty: Vec<bool>,
+}
+
+/// Proof that an original was stashed: only [`ApplyCx::stash`] makes one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StashKey {
+    pub(super) id: String,
+}
+
+impl StashKey {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `<<cg:ID>>`.
+    pub fn marker(&self) -> String {
+        marker::marker(&self.id)
+    }
+}
 
 /// Per-request facts the host hands the pipeline.
 #[derive(Clone)]

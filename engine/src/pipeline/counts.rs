@@ -17,8 +17,9 @@
 
 use std::cell::{Cell, RefCell};
 
-use super::*;
 use crate::digests::{LateCounts, UNCOUNTED};
+use crate::message::Message;
+use crate::tokens;
 
 pub(super) struct Counts {
     /// Each message's count as the next stage finds it; [`UNCOUNTED`] for an original no one

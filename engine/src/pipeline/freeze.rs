@@ -1,8 +1,11 @@
 //! Freeze and replay: the key a decision is frozen under (component, position, the prefix
 //! before it, the content) and the replay of earlier decisions before a component runs.
 
-use super::*;
+use super::{ApplyCx, Freeze, StashKey, Transcript};
 use crate::gate;
+use crate::marker;
+use crate::message::Message;
+use crate::tokens;
 
 /// What a freeze is keyed on: the content, or for a whole-message component every text the
 /// model reads of the message (content, reasoning, call arguments).
@@ -53,19 +56,6 @@ pub(super) fn apply_frozen(message: &mut Message, value: &str) -> bool {
         call.arguments = args;
     }
     true
-}
-
-/// What a run hashes once and every component reuses.
-pub(super) struct RunHashes {
-    /// `tokens::content_hash` of each original content.
-    pub(super) content: Vec<u64>,
-    /// Whether each original content carries a marker.
-    pub(super) marked: Vec<bool>,
-    /// See [`ApplyCx::prefix`]; empty when no component is frozen.
-    pub(super) prefix: Vec<u64>,
-    /// Messages an earlier stage wrote to (kept, reverted or replayed), so their `content` hash
-    /// may be stale.
-    pub(super) dirty: Vec<bool>,
 }
 
 /// Running hashes of a transcript: entry `i` covers messages `0..i` as the agent sent them

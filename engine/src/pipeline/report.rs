@@ -1,7 +1,15 @@
 //! What a run reports: per component (acted, reverted and why, frozen decisions) and per
 //! message (what each saved).
 
-use super::*;
+use std::collections::BTreeMap;
+
+/// A component's kind: it reformats a message, or offloads (cuts) it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Reformat,
+    Offload,
+}
 
 /// Why a component's change was thrown away.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

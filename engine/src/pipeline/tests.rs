@@ -5,7 +5,8 @@ use std::sync::Arc;
 use super::*;
 use crate::clock::ManualClock;
 use crate::message::Role;
-use crate::store::{MemoryStore, MemoryStoreLimits};
+use crate::store::{MemoryStore, MemoryStoreLimits, Store, StoreError};
+use crate::wire::Dialect;
 
 struct Shorten;
 impl Offload for Shorten {

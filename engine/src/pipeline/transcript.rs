@@ -9,8 +9,8 @@
 
 use std::borrow::Cow;
 
-use super::*;
 use crate::message::Forwarded;
+use crate::message::Message;
 
 /// No copy: the message is its original.
 const ORIGINAL: u32 = u32::MAX;

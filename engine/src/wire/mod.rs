@@ -21,7 +21,7 @@ mod write_back;
 
 use std::borrow::Cow;
 
-use crate::message::{Forwarded, Message, Role};
+use crate::message::{Message, Role};
 use json::Span;
 pub use mentions::Mention;
 pub use resume::{Continuation, Resumed, parse_continuing, resumes};

@@ -1,10 +1,12 @@
 //! Write-back: a rewritten transcript spliced into the original bytes, so every byte a
 //! component did not change leaves as it came.
 
+use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 
-use super::*;
+use super::{ArgsEncoding, ParsedBody, Slot, json};
 use crate::memo::PureMemo;
+use crate::message::{Forwarded, Message};
 
 /// What a write-back produced.
 #[derive(Debug)]

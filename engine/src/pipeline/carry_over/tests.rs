@@ -7,8 +7,10 @@ use parking_lot::Mutex;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::message::Role;
-use crate::store::{MemoryStore, MemoryStoreLimits, StoreStats};
+use crate::message::{Forwarded, Message, Role};
+use crate::pipeline::{Offload, Revert, RunReport, Stashed};
+use crate::store::{MemoryStore, MemoryStoreLimits, Store, StoreError, StoreStats};
+use crate::wire::Dialect;
 
 /// A test log whose warning repeats between other lines (for `linecap`).
 fn noisy_log(i: usize) -> String {

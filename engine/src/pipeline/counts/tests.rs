@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::digests::Computed;
+use crate::digests::{Computed, Digests};
 use crate::message::Role;
+use crate::pipeline::{Pipeline, RunCx};
 use crate::store::{MemoryStore, MemoryStoreLimits};
 use crate::wire::prefix::tests::{body, call, history, result};
 use crate::wire::{Dialect, Resumed, parse_continuing, parse_text};
