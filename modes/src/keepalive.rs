@@ -104,7 +104,9 @@ pub fn gap(rule: &KeepAlive, quiet: Duration, ttl: Duration) -> Gap {
 /// A ping's request: the turn's body as forwarded, asking for one token and no stream. Only
 /// those two values change, in place: every other byte is the turn's, so the prompt the
 /// provider caches is the same (re-serialising would reorder keys, and Anthropic's cache keys on
-/// the order of a tool call's input). `None` for a body that is not a non-empty JSON object.
+/// the order of a tool call's input). `stream` is set only where the turn sent it (absent means
+/// no stream); `max_tokens` is added where it was missing. `None` for a body that is not a
+/// non-empty JSON object.
 pub fn ping_body(forwarded: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(forwarded).ok()?;
     let root = json::parse_document(text).ok()?;
@@ -112,17 +114,17 @@ pub fn ping_body(forwarded: &[u8]) -> Option<Vec<u8>> {
     if !object.starts_with('{') || object[1..].trim_start().starts_with('}') {
         return None;
     }
-    let mut edits: Vec<(usize, usize, String)> = [("max_tokens", "1"), ("stream", "false")]
-        .into_iter()
-        .map(|(key, value)| match json::get(text, root, key) {
-            Some(span) => (span.start, span.end, value.to_owned()),
-            None => (
-                root.start + 1,
-                root.start + 1,
-                format!("\"{key}\":{value},"),
-            ),
-        })
-        .collect();
+    let mut edits: Vec<(usize, usize, String)> = Vec::new();
+    for (key, value) in [("max_tokens", "1"), ("stream", "false")] {
+        match json::get(text, root, key) {
+            Some(span) => edits.push((span.start, span.end, value.to_owned())),
+            None if key == "max_tokens" => {
+                let at = root.start + 1;
+                edits.push((at, at, format!("\"{key}\":{value},")));
+            }
+            None => {}
+        }
+    }
     edits.sort_by_key(|&(start, _, _)| std::cmp::Reverse(start));
     let mut out = text.to_owned();
     for (start, end, value) in edits {
@@ -309,15 +311,10 @@ mod tests {
             .replace(r#""max_tokens": 32000"#, r#""max_tokens": 1"#)
             .replace(r#""stream":true"#, r#""stream":false"#);
         assert_eq!(ping, expected);
-        // Keys the turn did not send are added at the front.
+        // A missing `max_tokens` is added at the front; a missing `stream` is no stream already.
         let bare = r#"{"model":"m","messages":[]}"#;
         let ping = String::from_utf8(ping_body(bare.as_bytes()).unwrap()).unwrap();
-        assert!(ping.ends_with(r#""model":"m","messages":[]}"#), "{ping}");
-        let value: serde_json::Value = serde_json::from_str(&ping).unwrap();
-        assert_eq!(
-            (value["max_tokens"].clone(), value["stream"].clone()),
-            (1.into(), false.into())
-        );
+        assert_eq!(ping, r#"{"max_tokens":1,"model":"m","messages":[]}"#);
         assert_eq!(ping_body(b"[1]"), None);
         assert_eq!(ping_body(b"{ }"), None);
         assert!(asks_for_the_hour(

@@ -289,11 +289,17 @@ impl Outgoing {
 
     /// The session's quiet gap ends with this turn: the keep-alive's keeper stops its pings,
     /// and keeps the request until its report says whether the next gap gets some.
-    /// Its ticket, which the turn's report hands back.
-    fn quiet_gap_ends(&self, app: &App, forward: &modes::turn::Forward) -> Option<u64> {
+    /// Its ticket, which the turn's report hands back. Only Anthropic's own Messages route is
+    /// pinged: a request sluice signs (Bedrock's) cannot be sent again, and Bedrock's and Vertex
+    /// AI's streamed methods have no one-shot twin at the same address.
+    fn quiet_gap_ends(
+        &self,
+        app: &App,
+        forward: &modes::turn::Forward,
+    ) -> Option<crate::keepalive::Ticket> {
         let keeper = app.keeper()?;
-        // A request sluice signs (Bedrock) cannot be sent again as a ping.
-        if !matches!(self.auth, Auth::AsItCame) {
+        let path = self.uri.split('?').next().unwrap_or_default();
+        if !matches!(self.auth, Auth::AsItCame) || !path.ends_with("/v1/messages") {
             keeper.activity(&forward.session);
             return None;
         }
@@ -360,9 +366,7 @@ impl Outgoing {
         let response = match sent {
             Ok(response) => response,
             Err(err) => {
-                if let (Some(keeper), Some(ticket)) = (app.keeper(), ticket) {
-                    keeper.unreported(&forward.session, ticket);
-                }
+                drop(ticket);
                 app.stats.record_outcome(&saving, false);
                 let response = ProxyError::Upstream(err).into_response();
                 answered(response.status().as_u16(), access.upstream);

@@ -50,7 +50,7 @@ pub(crate) struct ReAsk {
     /// The cost guard's turn the first reply's report settles.
     pub(crate) ledger_turn: Option<modes::tracker::LedgerTurn>,
     /// The keep-alive's ticket for the turn (`crate::keepalive`), which the same report arms.
-    pub(crate) keepalive: Option<u64>,
+    pub(crate) keepalive: Option<crate::keepalive::Ticket>,
     /// The request's dashboard event, which counts the rounds.
     pub(crate) capture: Option<crate::capture::Capture>,
 }
@@ -129,7 +129,7 @@ impl ReAsk {
 
     /// Non-streamed: read each response whole, loop while it is all expand calls.
     pub(crate) async fn buffered(
-        self,
+        mut self,
         mut forwarded: Bytes,
         mut response: Response<Incoming>,
     ) -> Response<Body> {
@@ -176,7 +176,7 @@ impl ReAsk {
                 live_report(
                     &self.app,
                     self.session.clone(),
-                    (self.ledger_turn, self.keepalive),
+                    (self.ledger_turn, self.keepalive.take()),
                     self.capture.clone(),
                 )
                 .scan(&bytes);
@@ -255,7 +255,7 @@ impl ReAsk {
     }
 
     async fn drive_stream(
-        self,
+        mut self,
         mut forwarded: Bytes,
         mut body: Incoming,
         mut decoder: Option<Box<Decoder>>,
@@ -270,7 +270,7 @@ impl ReAsk {
                 live_report(
                     &self.app,
                     self.session.clone(),
-                    (self.ledger_turn, self.keepalive),
+                    (self.ledger_turn, self.keepalive.take()),
                     self.capture.clone(),
                 )
             });

@@ -277,7 +277,7 @@ pub(crate) fn relay_counted(
 pub(crate) enum Report {
     /// The session's tracker, known now, the cost guard's turn this reply settles, and the
     /// keep-alive's ticket for the turn (`crate::keepalive`).
-    Live(String, Option<LedgerTurn>, Option<u64>),
+    Live(String, Option<LedgerTurn>, Option<crate::keepalive::Ticket>),
     /// Observe mode's shadow tracker, once the shadow run has named the session.
     Observed(Arc<Meet>),
 }
@@ -302,7 +302,6 @@ pub(crate) fn relay_reporting(
         }
     };
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
-    let keeper = app.keeper().cloned();
     let scanner = UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
         let model = usage.model.clone();
@@ -311,7 +310,7 @@ pub(crate) fn relay_reporting(
         }
         match to {
             Report::Live(session, turn, ticket) => {
-                let kept = Kept::of(keeper, &session, ticket, model, cache.is_some());
+                let kept = Kept::of(ticket, model, cache.is_some());
                 if let Some(cache) = cache {
                     apply_usage(&sessions, &stats, &session, cache, turn, capture, kept);
                 }
@@ -437,20 +436,13 @@ where
 pub(crate) fn live_report(
     app: &App,
     session: String,
-    (ledger_turn, ticket): (Option<LedgerTurn>, Option<u64>),
+    (ledger_turn, ticket): (Option<LedgerTurn>, Option<crate::keepalive::Ticket>),
     capture: Option<Capture>,
 ) -> UsageScanner<impl FnOnce(ReplyUsage) + Send + use<>> {
     let (sessions, stats) = (app.live_sessions().clone(), app.stats.clone());
-    let keeper = app.keeper().cloned();
     UsageScanner::new(move |usage: ReplyUsage| {
         let cache = cache_report(&usage);
-        let kept = Kept::of(
-            keeper,
-            &session,
-            ticket,
-            usage.model.clone(),
-            cache.is_some(),
-        );
+        let kept = Kept::of(ticket, usage.model.clone(), cache.is_some());
         if let Some(capture) = &capture {
             capture.usage(usage);
         }
@@ -468,26 +460,18 @@ pub(crate) fn live_report(
     })
 }
 
-/// The keep-alive's keeper, the model the reply named (what its pings are priced at), and the
-/// turn's ticket.
-struct Kept(Arc<crate::keepalive::Keeper>, Option<String>, u64);
+/// The turn's keep-alive ticket, and the model the reply named (what its pings are priced at).
+struct Kept(crate::keepalive::Ticket, Option<String>);
 
 impl Kept {
-    /// What the report hands the keeper, when the turn has a ticket: its report, or (a reply
-    /// without one: refused, failed, cut off) that the turn's request can go.
+    /// What the report hands the keeper, when the turn has a ticket. A reply without a cache
+    /// report (refused, failed, cut off) drops the ticket here, and the turn's request goes.
     fn of(
-        keeper: Option<Arc<crate::keepalive::Keeper>>,
-        session: &str,
-        ticket: Option<u64>,
+        ticket: Option<crate::keepalive::Ticket>,
         model: Option<String>,
         reported: bool,
     ) -> Option<Kept> {
-        let (keeper, ticket) = (keeper?, ticket?);
-        if !reported {
-            keeper.unreported(session, ticket);
-            return None;
-        }
-        Some(Kept(keeper, model, ticket))
+        reported.then_some(Kept(ticket?, model))
     }
 }
 
@@ -503,7 +487,6 @@ fn apply_usage(
     kept: Option<Kept>,
 ) {
     let stats = stats.clone();
-    let name = kept.as_ref().map(|_| session.to_owned());
     // The request's dashboard row waits for the settlement (it is sent when its last
     // `Capture` goes, here), so it carries the same billed terms as `/stats`.
     sessions.apply(session, move |state: &mut SessionState| {
@@ -519,9 +502,9 @@ fn apply_usage(
         if let Some(capture) = capture {
             capture.billed(&settled.billed);
         }
-        if let (Some(Kept(keeper, model, ticket)), Some(name)) = (kept, name) {
-            let turns = state.tracker.counts.turns;
-            keeper.settled(&name, ticket, usage, turns, model.as_deref());
+        // A closure the actor never runs (its mailbox full) drops the ticket instead.
+        if let Some(Kept(ticket, model)) = kept {
+            ticket.settled(usage, state.tracker.counts.turns, model.as_deref());
         }
     });
 }

@@ -22,8 +22,10 @@
 //! have expired, within the lifetime of a ping that read it, and whose turn then reads from the
 //! cache, is a kept gap: that read is what the pings spared it writing.
 //!
-//! Each turn gets a ticket (a keeper-wide generation): only its own report arms the pings,
-//! and a later request of the session (a turn, or one sluice forwarded untouched) ends them.
+//! Each turn gets a [`Ticket`] (a keeper-wide generation): only its own report arms the pings,
+//! and a later request of the session (a turn, or one sluice forwarded untouched) ends them. A
+//! ticket dropped unsettled (the reply had no report, the client left, the report was lost on
+//! a full mailbox) releases what its turn held at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -124,6 +126,30 @@ pub struct Pings {
     pub live_sessions: u64,
 }
 
+/// A turn's claim on the keep-alive, from its send to its report.
+pub(crate) struct Ticket {
+    keeper: Arc<Keeper>,
+    session: String,
+    /// 0 once settled.
+    id: u64,
+}
+
+impl Ticket {
+    /// The turn's report, its session's `turns`-th: see [`Keeper::settled`].
+    pub(crate) fn settled(mut self, usage: CacheUsage, turns: u64, model: Option<&str>) {
+        let id = std::mem::take(&mut self.id);
+        self.keeper.settled(&self.session, id, usage, turns, model);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.id != 0 {
+            self.keeper.unreported(&self.session, self.id);
+        }
+    }
+}
+
 /// What a ping found.
 enum Pinged {
     /// The provider read the entry (and what the ping cost).
@@ -185,13 +211,13 @@ impl Keeper {
     /// Its ticket, for the report; `None` where no ping could follow (not Anthropic Messages:
     /// the providers that bill no cache write gain nothing from one).
     pub(crate) fn turn_sent(
-        &self,
+        self: &Arc<Self>,
         session: &str,
         dialect: Dialect,
         uri: &str,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> Option<u64> {
+    ) -> Option<Ticket> {
         if dialect != Dialect::Anthropic {
             return None;
         }
@@ -206,9 +232,14 @@ impl Keeper {
             self.counts.lock().skipped += 1;
             return None;
         }
-        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.tickets.fetch_add(1, Ordering::Relaxed) + 1;
+        let ticket = Ticket {
+            keeper: self.clone(),
+            session: session.to_owned(),
+            id,
+        };
         let entry = entries.entry(session.to_owned()).or_default();
-        entry.generation = ticket;
+        entry.generation = id;
         let quiet = entry.last_turn.map(|t| now - t);
         entry.returning = quiet.is_some_and(|q| q > self.lifetime)
             && entry.last_read.is_some_and(|t| now - t <= self.lifetime);
@@ -246,7 +277,7 @@ impl Keeper {
 
     /// Turn `ticket`'s reply carried no cache report (refused, failed, cut off): nothing to
     /// keep alive, and its request goes now.
-    pub(crate) fn unreported(&self, session: &str, ticket: u64) {
+    fn unreported(&self, session: &str, ticket: u64) {
         if let Some(entry) = self.entries.lock().get_mut(session)
             && entry.generation == ticket
         {
@@ -258,7 +289,7 @@ impl Keeper {
     /// The report of `session`'s turn `ticket`, its `turns`-th: a kept gap is booked, and the
     /// turn's request, when worth it, is pinged through the next quiet gap. A stale report
     /// (the session's next request began) does nothing.
-    pub(crate) fn settled(
+    fn settled(
         self: &Arc<Self>,
         session: &str,
         ticket: u64,
@@ -284,7 +315,7 @@ impl Keeper {
         let (Some(sent), Some(start)) = (entry.sent.clone(), entry.last_turn) else {
             return;
         };
-        if start.elapsed() >= self.lifetime {
+        if start.elapsed() >= self.last_moment() {
             // The reply came after the entry's lifetime: a ping now would write it again.
             self.counts.lock().skipped += 1;
             self.release(entry);
@@ -331,6 +362,15 @@ impl Keeper {
         Some((ping?.into(), price))
     }
 
+    /// How long after the entry's last use a ping may still go: its lifetime less a margin for
+    /// delivery (a ping that lands late writes at 1.25 instead of reading at 0.1, the worst of
+    /// every outcome): half the slack between the idle time and the lifetime, at most 20 s
+    /// (10 s on the defaults, 280 and 300).
+    fn last_moment(&self) -> Duration {
+        let slack = self.lifetime.saturating_sub(self.rule.idle);
+        self.lifetime - (slack / 2).min(Duration::from_secs(20))
+    }
+
     /// The gap's pings are over: what the session held goes, unless a later request holds its
     /// own.
     fn done(&self, session: &str, ticket: u64) {
@@ -361,7 +401,7 @@ impl Keeper {
         for i in 0..self.rule.max_pings {
             tokio::time::sleep_until(used + self.rule.idle).await;
             let now = Instant::now();
-            if now - used >= self.lifetime {
+            if now - used >= self.last_moment() {
                 // Woken too late (a stalled runtime): this ping would write, not read.
                 self.counts.lock().skipped += 1;
                 return;
