@@ -8,18 +8,13 @@
 //! `offline.rs` (`compact`, `config check`, `replay`, `tune`, `filters`) and `init.rs` (`init`,
 //! `presets`).
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use engine::config::{self, Config};
-use engine::store::{MemoryStore, Store};
-use engine::wire::Dialect;
-
-use crate::clock::SystemClock;
 
 mod ab;
 mod init;
@@ -27,11 +22,14 @@ mod offline;
 mod serve;
 mod wrap;
 
-use ab::*;
-use init::*;
-use offline::*;
-use serve::*;
-use wrap::*;
+use ab::{AbCommand, ab};
+use init::{init, presets};
+use offline::{
+    CompactArgs, ConfigCommand, FiltersCommand, ReplayArgs, TuneCommand, compact, config_check,
+    filters, replay, tune_cold_cache,
+};
+use serve::{ServeArgs, dashboard, serve, store_spec};
+use wrap::{WrapArgs, wrap};
 
 /// A sidecar proxy that cuts what LLM agents pay for context, without losing anything.
 #[derive(Debug, Parser)]

@@ -1,7 +1,14 @@
 //! `sluice ab report`: what a live A/B experiment (`sluice serve --ab SHARE`) found, per arm,
 //! agent and model, read from the store its replicas share.
 
-use super::*;
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+
+use super::{
+    ConfigArgs, Failure, ListenArg, serve::store_spec, stdout_result, wrap::sluice_answers,
+};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum AbCommand {

@@ -1,6 +1,12 @@
 //! `sluice init` and `sluice presets`: the embedded default as a commented file, and the preset list.
 
-use super::*;
+use std::io::Write;
+use std::path::Path;
+
+use engine::config;
+use engine::config::Config;
+
+use super::{ConfigArgs, ConfigChoice, Failure, stdout_result};
 
 /// What `sluice init` writes: the embedded default as it is (its comments explain it), then the
 /// keys it leaves at their built-in values, commented out with those values.

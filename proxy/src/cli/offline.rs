@@ -1,6 +1,17 @@
 //! The offline subcommands: `compact` (one body), `config check`, `replay`, `tune` and `filters`.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use engine::config::Config;
+use engine::store::{MemoryStore, Store};
+use engine::wire::Dialect;
+
+use super::{ConfigArgs, Failure, config_failure, counted, read_body, stdout_result};
+use crate::clock::SystemClock;
 
 #[derive(Debug, Args)]
 pub(super) struct ReplayArgs {

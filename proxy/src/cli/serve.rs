@@ -1,6 +1,14 @@
 //! `sluice serve`: its flags, the logs, the state and dashboard stores, the sandbox, the server itself and reloading on SIGHUP.
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use engine::config;
+use engine::store::MemoryStore;
+
+use super::{ConfigArgs, Failure, ListenArg, config_failure};
+use crate::clock::SystemClock;
 
 #[derive(Debug, Args)]
 pub(super) struct ServeArgs {

@@ -1,6 +1,10 @@
 //! `sluice wrap`: run a command (an agent) through sluice, starting one when none answers.
 
-use super::*;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{Failure, ListenArg};
 
 #[derive(Debug, Args)]
 pub(super) struct WrapArgs {
