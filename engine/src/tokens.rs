@@ -11,7 +11,10 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
+mod o200k;
 mod split;
+
+pub use o200k::tokenizer;
 
 /// The memo is cleared when it grows past this many entries, bounding its memory to a few MiB.
 const MEMO_MAX_ENTRIES: usize = 200_000;
@@ -85,7 +88,7 @@ pub fn count_until(text: &str, key: u64, partial: Partial, limit: usize) -> Resu
 
 /// [`count_until`] without the memo: the pieces from `partial` on, counted until `limit`.
 fn count_from(text: &str, partial: Partial, limit: usize) -> Result<usize, Partial> {
-    let bpe = &bpe_openai::o200k_base().bpe;
+    let bpe = &tokenizer().bpe;
     let count = |pieces: &mut PieceCounts| {
         let mut split = split::pieces_from(text, partial.offset);
         let mut n = partial.tokens;
@@ -103,10 +106,11 @@ fn count_from(text: &str, partial: Partial, limit: usize) -> Result<usize, Parti
     with_piece_counts(count)
 }
 
-/// Builds the tokenizer's tables now, and the set of its short tokens. They are built on first
-/// use, which takes 40–50 ms on the machines in `docs/performance.md` (the set, 14 ms more): a
-/// server calls this before it listens, so that cost is not added to the first request a client
-/// sends (it was the slowest turn of every run of `benches/load.sh turns`).
+/// Inflates the tokenizer's tables now, and builds the set of its short tokens. Both are made on
+/// first use, which takes about 170 ms on the machine in `docs/performance.md` (the set, 14 ms
+/// more; `benches/tables.rs`): a server calls this before it listens, so that cost is not added
+/// to the first request a client sends (it was the slowest turn of every run of
+/// `benches/load.sh turns`).
 pub fn warm_up() {
     count_uncached("warm up");
     single_tokens();
@@ -280,7 +284,7 @@ fn mix(key: u128) -> u64 {
 fn single_tokens() -> &'static HashSet<u128, BuildHasherDefault<PackedHasher>> {
     static SINGLE: OnceLock<HashSet<u128, BuildHasherDefault<PackedHasher>>> = OnceLock::new();
     SINGLE.get_or_init(|| {
-        let bpe = &bpe_openai::o200k_base().bpe;
+        let bpe = &tokenizer().bpe;
         (0..bpe.num_tokens())
             .filter_map(|id| u32::try_from(id).ok())
             .map(|id| bpe.token_bytes(id))

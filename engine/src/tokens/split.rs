@@ -84,7 +84,7 @@ impl<'a> Iterator for Pieces<'a> {
         }
         let len = match ascii_piece(rest.as_bytes()) {
             Some(len) => len,
-            None => bpe_openai::o200k_base()
+            None => super::tokenizer()
                 .split(rest)
                 .next()
                 .map_or(rest.len(), str::len),
