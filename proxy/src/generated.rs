@@ -39,7 +39,7 @@ pub(crate) fn check_doc(file: &str, test: &str, render: impl Fn(&str) -> String)
     } else {
         assert!(
             doc == want,
-            "docs/{file} is stale: run SLUICE_BLESS=1 cargo test -p proxy {test}"
+            "docs/{file} is stale: run SLUICE_BLESS=1 cargo test --workspace {test}"
         );
     }
 }

@@ -40,8 +40,6 @@ pub mod sidecar;
 pub mod sse;
 pub mod state;
 pub mod store_stats;
-#[cfg(test)]
-mod tidy;
 pub mod upstream;
 pub mod usage;
 pub mod usage_sum;

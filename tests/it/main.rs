@@ -1,6 +1,10 @@
 //! sluice's end-to-end tests, one binary (each test binary costs a link step on CI).
 
 mod abuse;
+// The docs' generated blocks, one source with the product crate's own doc checks
+// (`proxy/src/generated.rs`), which render tables only `proxy` can see.
+#[path = "../../proxy/src/generated.rs"]
+mod generated;
 mod agents;
 mod bedrock;
 mod claude_code;
@@ -21,4 +25,5 @@ mod proxy;
 mod references;
 mod restore;
 mod sessions;
+mod tidy;
 mod way_back;
