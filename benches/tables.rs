@@ -7,6 +7,9 @@
 //!
 //! `cargo build --release -p benches --bin tables && for i in 1 2 3 4 5 6; do
 //! target/release/tables $((i % 2)); done` prints one Markdown row per run (docs/performance.md).
+//!
+//! `target/release/tables grammars` times instead each grammar's first use (`grammars::language`:
+//! its tables inflated and copied back into the grammar's storage), one row per grammar.
 
 use std::time::Instant;
 
@@ -25,7 +28,25 @@ fn resident_mib() -> f64 {
     pages * 4096.0 / (1024.0 * 1024.0)
 }
 
+/// Each grammar's first use, then a second (the loaded language handed out again).
+fn grammars() {
+    for grammar in grammars::Grammar::ALL {
+        let before = resident_mib();
+        let first = ms(|| {
+            std::hint::black_box(grammars::language(grammar));
+        });
+        let grown = resident_mib() - before;
+        let again = ms(|| {
+            std::hint::black_box(grammars::language(grammar));
+        });
+        println!("| {grammar:?} | {first:.1} ms | {grown:.1} MiB | {again:.3} ms |");
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("grammars") {
+        return grammars();
+    }
     let ours_first = std::env::args().nth(1).as_deref() != Some("0");
     let (mut built, mut loaded, mut built_mib, mut loaded_mib) = (0.0, 0.0, 0.0, 0.0);
     let mut measure_ours = || {

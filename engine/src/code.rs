@@ -132,25 +132,26 @@ impl Lang {
     }
 
     fn grammar(self, source: &str) -> tree_sitter::Language {
-        match self {
-            Lang::Go => tree_sitter_go::LANGUAGE.into(),
-            Lang::Python => tree_sitter_python::LANGUAGE.into(),
-            Lang::JavaScript => tree_sitter_javascript::LANGUAGE.into(),
-            Lang::TypeScript => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
-            Lang::Tsx => tree_sitter_typescript::LANGUAGE_TSX.into(),
-            Lang::Rust => tree_sitter_rust::LANGUAGE.into(),
-            Lang::Java => tree_sitter_java::LANGUAGE.into(),
-            Lang::C => tree_sitter_c::LANGUAGE.into(),
-            Lang::Cpp => tree_sitter_cpp::LANGUAGE.into(),
-            Lang::Ruby => tree_sitter_ruby::LANGUAGE.into(),
+        use grammars::Grammar;
+        grammars::language(match self {
+            Lang::Go => Grammar::Go,
+            Lang::Python => Grammar::Python,
+            Lang::JavaScript => Grammar::JavaScript,
+            Lang::TypeScript => Grammar::TypeScript,
+            Lang::Tsx => Grammar::Tsx,
+            Lang::Rust => Grammar::Rust,
+            Lang::Java => Grammar::Java,
+            Lang::C => Grammar::C,
+            Lang::Cpp => Grammar::Cpp,
+            Lang::Ruby => Grammar::Ruby,
             // A file starts with `<?php`; a snippet in a fence usually does not.
-            Lang::Php if source.contains("<?php") => tree_sitter_php::LANGUAGE_PHP.into(),
-            Lang::Php => tree_sitter_php::LANGUAGE_PHP_ONLY.into(),
-            Lang::CSharp => tree_sitter_c_sharp::LANGUAGE.into(),
-            Lang::Kotlin => tree_sitter_kotlin_ng::LANGUAGE.into(),
-            Lang::Swift => tree_sitter_swift::LANGUAGE.into(),
-            Lang::Scala => tree_sitter_scala::LANGUAGE.into(),
-        }
+            Lang::Php if source.contains("<?php") => Grammar::Php,
+            Lang::Php => Grammar::PhpOnly,
+            Lang::CSharp => Grammar::CSharp,
+            Lang::Kotlin => Grammar::Kotlin,
+            Lang::Swift => Grammar::Swift,
+            Lang::Scala => Grammar::Scala,
+        })
     }
 
     /// Node kinds whose body is a function, method or constructor body. Lambdas and closures

@@ -3,8 +3,6 @@
 mod abuse;
 // The docs' generated blocks, one source with the product crate's own doc checks
 // (`proxy/src/generated.rs`), which render tables only `proxy` can see.
-#[path = "../../proxy/src/generated.rs"]
-mod generated;
 mod agents;
 mod bedrock;
 mod claude_code;
@@ -13,6 +11,8 @@ mod dashboard;
 mod docs;
 mod fuzz;
 mod gemini;
+#[path = "../../proxy/src/generated.rs"]
+mod generated;
 mod glossary;
 mod keepalive;
 mod llm;

@@ -6,17 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The workspace's library crates, by the name code uses for them.
-const CRATES: [&str; 8] = [
-    "engine",
-    "modes",
-    "proxy",
-    "actors",
-    "llm",
-    "sandbox",
-    "store",
-    "dashboard",
-];
+use crate::tidy::CRATES;
 
 /// File kinds a document names by path.
 const KINDS: [&str; 10] = [
