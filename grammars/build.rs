@@ -10,8 +10,10 @@
 //! 2. `parser.c` is compiled for the target with those four definitions replaced by
 //!    zero-initialized storage of the same type and length (`.bss`: no bytes in the file) and a
 //!    function that copies the tables in; every other line is the grammar's own. The language
-//!    and scanner functions are renamed (`sluice_*`), so the grammar crate's own objects, never
-//!    referenced, cannot clash with these.
+//!    and scanner functions are renamed (`sluice_*`), so nothing references the grammar crate's
+//!    own objects and the linker never takes them (they still define a few other globals of
+//!    the same names, such as Swift's operator tables: using a grammar crate's `LANGUAGE` next
+//!    to this one would fail to link).
 //!
 //! Where any step fails (the sources not found, a target of another byte order, a compiler
 //! driver that is not Unix-style), nothing is slimmed: `src/lib.rs` then links every grammar
@@ -57,8 +59,13 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(slim_grammars)");
     println!("cargo::rerun-if-changed=build.rs");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // What ships is built with this set (proxy/packaging/release.sh, the Containerfile): a
+    // binary 26 MB larger must not pass for the shipped one.
+    println!("cargo::rerun-if-env-changed=SLUICE_REQUIRE_SLIM_GRAMMARS");
+    let required = std::env::var_os("SLUICE_REQUIRE_SLIM_GRAMMARS").is_some();
     match slim_all(&out) {
         Ok(()) => println!("cargo::rustc-cfg=slim_grammars"),
+        Err(why) if required => panic!("SLUICE_REQUIRE_SLIM_GRAMMARS is set, and {why}"),
         Err(why) => println!(
             "cargo::warning=grammars linked whole (their parse tables uncompressed in the \
              binary): {why}"
@@ -85,7 +92,9 @@ fn slim_all(out: &Path) -> Result<(), String> {
         return Err("the helper is built with a Unix-style compiler driver".into());
     }
     let sources = crate_dirs()?;
-    // Every grammar is prepared before any is compiled: a failure leaves nothing half linked.
+    // Every grammar is prepared before any is compiled, so a failure in preparing links
+    // nothing of ours. (One while compiling would leave earlier grammars' libraries linked
+    // beside the whole ones, harmless: nothing references them.)
     let mut builds = Vec::new();
     for &(krate, folder, name) in GRAMMARS {
         let dir = sources
@@ -198,21 +207,29 @@ fn dump(
     out: &Path,
 ) -> Result<([usize; 4], Vec<u8>), String> {
     let helper_c = out.join(format!("{name}.dump.c"));
+    // The bytes go to a file opened in binary mode (stdout would add a carriage return to
+    // each newline byte where stdio has a text mode); the lengths, and the bytes' total to
+    // check against, to stdout.
     let mut c = format!(
-        "#include \"{}\"\n#include <stdio.h>\nint main(void) {{\n",
+        "#include \"{}\"\n#include <stdio.h>\nint main(int argc, char **argv) {{\n",
         parser.display()
     );
-    c.push_str("  printf(\"%zu %zu %zu %zu\\n\"");
+    c.push_str("  FILE *f;\n  if (argc != 2 || !(f = fopen(argv[1], \"wb\"))) return 1;\n");
+    c.push_str("  printf(\"%zu %zu %zu %zu %zu\\n\"");
     for t in TABLES {
         // Elements, or rows for the two-dimensional `ts_parse_table` (its length is the
         // grammar's own macros, so that one is not used).
         c.push_str(&format!(", sizeof {t} / sizeof {t}[0]"));
     }
+    c.push_str(", (size_t)0");
+    for t in TABLES {
+        c.push_str(&format!(" + sizeof {t}"));
+    }
     c.push_str(");\n");
     for t in TABLES {
-        c.push_str(&format!("  fwrite({t}, 1, sizeof {t}, stdout);\n"));
+        c.push_str(&format!("  fwrite({t}, 1, sizeof {t}, f);\n"));
     }
-    c.push_str("  return fflush(stdout) != 0;\n}\n");
+    c.push_str("  return fclose(f) != 0;\n}\n");
     std::fs::write(&helper_c, c).map_err(|e| e.to_string())?;
     let helper = out.join(format!("{name}.dump"));
     let compiler = cc::Build::new()
@@ -233,23 +250,31 @@ fn dump(
     if !status.success() {
         return Err(format!("the helper for {name} did not compile ({status})"));
     }
+    let tables_path = out.join(format!("{name}.tables"));
     let run = Command::new(&helper)
+        .arg(&tables_path)
         .output()
         .map_err(|e| format!("the helper for {name}: {e}"))?;
     if !run.status.success() {
         return Err(format!("the helper for {name} failed ({})", run.status));
     }
-    let newline = run
-        .stdout
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or_else(|| format!("the helper for {name} wrote no lengths"))?;
-    let head = std::str::from_utf8(&run.stdout[..newline]).map_err(|e| e.to_string())?;
-    let mut lengths = [0usize; 4];
-    for (slot, n) in lengths.iter_mut().zip(head.split_whitespace()) {
-        *slot = n.parse().map_err(|e| format!("{name}: {head}: {e}"))?;
+    let head = String::from_utf8_lossy(&run.stdout);
+    let numbers: Vec<usize> = head
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{name}: {head}: {e}"))?;
+    let [a, b, c, d, total] = numbers[..] else {
+        return Err(format!("{name}: the helper wrote {head:?}"));
+    };
+    let tables = std::fs::read(&tables_path).map_err(|e| format!("{name}: {e}"))?;
+    if tables.len() != total {
+        return Err(format!(
+            "{name}: the helper wrote {} bytes of tables where they are {total}",
+            tables.len()
+        ));
     }
-    Ok((lengths, run.stdout[newline + 1..].to_vec()))
+    Ok(([a, b, c, d], tables))
 }
 
 /// `parser.c` with each table's definition replaced by storage of the same type and length,
@@ -313,25 +338,75 @@ fn slimmed(src: &Path, text: &str, name: &str, lengths: &[usize; 4]) -> Result<S
     Ok(out)
 }
 
-/// Each package's name and folder, from `cargo metadata` on this workspace with its lock.
+/// Each grammar crate's folder: in cargo's registry cache at the version `Cargo.lock` pins
+/// (where cargo has just unpacked it to build it), else as `cargo metadata` reports it (a
+/// vendored or patched source). `cargo metadata` alone is not enough: offline, it fails where
+/// a build fetched only what it needed (every package of the workspace, dev-dependencies and
+/// other platforms' crates included, must be at hand), and online it could block on the cache
+/// lock the build holds.
 fn crate_dirs() -> Result<Vec<(String, PathBuf)>, String> {
+    let mut names: Vec<&str> = GRAMMARS.iter().map(|(krate, _, _)| *krate).collect();
+    names.dedup();
+    let from_registry: Option<Vec<(String, PathBuf)>> = names
+        .iter()
+        .map(|name| Some((name.to_string(), registry_dir(name)?)))
+        .collect();
+    match from_registry {
+        Some(dirs) => Ok(dirs),
+        None => from_metadata(),
+    }
+}
+
+/// `name`'s folder in the registry cache, at the one version `Cargo.lock` pins.
+fn registry_dir(name: &str) -> Option<PathBuf> {
+    let lock = Path::new(&std::env::var_os("CARGO_MANIFEST_DIR")?)
+        .ancestors()
+        .map(|dir| dir.join("Cargo.lock"))
+        .find(|lock| lock.is_file())?;
+    println!("cargo::rerun-if-changed={}", lock.display());
+    let text = std::fs::read_to_string(&lock).ok()?;
+    let mut versions = text.split("[[package]]").filter_map(|block| {
+        let field = |key: &str| {
+            block.lines().find_map(|l| {
+                l.strip_prefix(key)?
+                    .strip_prefix(" = \"")?
+                    .strip_suffix('"')
+            })
+        };
+        (field("name")? == name && field("source")?.starts_with("registry+"))
+            .then(|| field("version"))
+            .flatten()
+    });
+    let version = versions.next()?;
+    if versions.next().is_some() {
+        return None;
+    }
+    println!("cargo::rerun-if-env-changed=CARGO_HOME");
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE"))?;
+            Some(PathBuf::from(home).join(".cargo"))
+        })?;
+    std::fs::read_dir(home.join("registry").join("src"))
+        .ok()?
+        .filter_map(|index| Some(index.ok()?.path().join(format!("{name}-{version}"))))
+        .find(|dir| dir.join("Cargo.toml").is_file())
+}
+
+/// Each package's name and folder, from `cargo metadata` on this workspace with its lock.
+fn from_metadata() -> Result<Vec<(String, PathBuf)>, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = PathBuf::from(env("CARGO_MANIFEST_DIR")?).join("Cargo.toml");
     let run = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--offline",
-            "--locked",
-            "--manifest-path",
-        ])
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .args(["--filter-platform", &env("TARGET")?, "--manifest-path"])
         .arg(&manifest)
         .output()
         .map_err(|e| format!("cargo metadata: {e}"))?;
     if !run.status.success() {
         return Err(format!(
-            "cargo metadata: {}",
+            "the grammars' sources are not in cargo's registry cache, and cargo metadata: {}",
             String::from_utf8_lossy(&run.stderr).trim()
         ));
     }

@@ -1,6 +1,6 @@
 //! Source code in tool outputs: which language it is, and where its function bodies are.
 //!
-//! `skeleton` is the only user. This module knows tree-sitter and the fifteen grammars; the
+//! `skeleton` is the only user. This module knows tree-sitter and the fifteen languages; the
 //! component knows messages, markers and the reserve. The unit of elision is a *line*: a body
 //! becomes the lines strictly inside it, so a line-numbered dump keeps the true numbers on every
 //! line that survives, and nothing half of a line is ever cut.

@@ -12,7 +12,9 @@ target="$(rustc -vV | sed -n 's/^host: //p')"
 if [[ -n "${SLUICE_BIN:-}" ]]; then
     binary="$SLUICE_BIN"
 else
-    cargo build --quiet --locked --profile dist -p proxy --bin sluice
+    # What ships has the grammars' parse tables gzipped; a build that could not must fail here,
+    # not ship 26 MB larger (grammars/build.rs).
+    SLUICE_REQUIRE_SLIM_GRAMMARS=1 cargo build --quiet --locked --profile dist -p proxy --bin sluice
     target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
     binary="$target_dir/dist/sluice"
     [[ -f "$binary.exe" ]] && binary="$binary.exe"   # a Windows runner
